@@ -1,0 +1,56 @@
+# The lab's two commands: `make lab` opens it, `make test` proves it.
+# Everything installs into ./.venv from pinned versions (constraints.txt);
+# nothing is registered globally. Re-running a target does not reinstall
+# unless pyproject.toml or constraints.txt changed.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+LAB_PORT ?= 8888
+TB_PORT  ?= 6006
+# Workers for the test run: one per core (CI has 2).
+JOBS ?= 2
+
+.PHONY: lab test unit nbval tensorboard regenerate install clean-venv help
+
+help:
+	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in notebooks/"
+	@echo "make test         unit tests + nbval over every notebook"
+	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/"
+	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
+	    -c constraints.txt -e .
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
+	    --ServerApp.root_dir=notebooks
+
+# Unit tests and nbval run in one pytest session, spread over $(JOBS) workers;
+# --dist loadscope keeps each notebook's cells in order on one worker.
+test: $(STAMP)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	    tests notebooks --nbval --nbval-current-env \
+	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+
+nbval: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
+	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
+
+tensorboard: $(STAMP)
+	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(TB_PORT)
+
+regenerate: $(STAMP)
+	$(BIN)/python tools/regenerate.py notebooks/*.ipynb
+
+clean-venv:
+	rm -rf $(VENV)

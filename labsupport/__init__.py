@@ -1,0 +1,31 @@
+"""labsupport: the small helper package behind the PyTorch teaching lab.
+
+One module per concern; everything a notebook needs is re-exported here, so a
+notebook only writes ``import labsupport as lab``.
+
+* ``seeding``    seed_everything, make_generator, seed_worker
+* ``device``     pick_device, print_environment, check_versions
+* ``data``       lecture_data, lecture_weights, DigitsDataset
+* ``models``     TwoLayerNet, ParallelBlock, DigitsCNN, count_parameters
+* ``checks``     the exercises' checks (CheckError, check_close, ...)
+* ``tb``         TensorBoard writers under runs/<notebook>/<run>
+* ``plotting``   plot_losses
+* ``timing``     Timer, time_fn
+* ``checkpoint`` save_checkpoint (atomic), load_checkpoint (weights_only)
+
+Example:
+    >>> import labsupport as lab
+    >>> lab.seed_everything(0)
+    0
+"""
+from .seeding import *  # noqa: F401,F403
+from .device import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .models import *  # noqa: F401,F403
+from .checks import *  # noqa: F401,F403
+from .tb import *  # noqa: F401,F403
+from .plotting import *  # noqa: F401,F403
+from .timing import *  # noqa: F401,F403
+from .checkpoint import *  # noqa: F401,F403
+
+__version__ = "0.1.0"

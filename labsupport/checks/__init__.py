@@ -1,0 +1,8 @@
+"""Answer checks, one module per notebook, all re-exported here.
+
+``core`` holds the shared machinery (validation, closeness, numeric gradients);
+each other module holds the checks of one notebook's exercises.
+"""
+from .core import *  # noqa: F401,F403
+from .tensors import *  # noqa: F401,F403   01_tensors
+from .backprop import *  # noqa: F401,F403  02_manual_backprop

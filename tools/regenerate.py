@@ -1,0 +1,62 @@
+"""Re-execute notebooks in place from a fresh kernel, so their stored outputs are
+the ones nbval compares against.
+
+    python tools/regenerate.py notebooks/01_tensors.ipynb [more.ipynb ...]
+
+Runs each notebook top to bottom in its own folder with the current Python
+environment's kernel, then normalises what changes on every run but carries no
+meaning (widget model ids, execution timing metadata), so running it twice in a
+row leaves the files byte-for-byte unchanged.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """Drop per-run noise: widget state and ids, timing metadata."""
+    nb.metadata.pop("widgets", None)
+    for i, cell in enumerate(nb.cells):
+        cell.metadata.pop("execution", None)
+        for j, out in enumerate(cell.get("outputs", [])):
+            view = out.get("data", {}).get(WIDGET_VIEW)
+            if view is not None:
+                view["model_id"] = f"cell{i}-output{j}"
+    return nb
+
+
+def execute(path: Path, timeout: int = 600) -> float:
+    """Execute ``path`` in place; return the seconds it took."""
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    nbformat.write(normalise(nb), path)
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    args = parser.parse_args(argv)
+    for path in args.notebooks:
+        if not path.is_file():
+            print(f"no such notebook: {path}", file=sys.stderr)
+            return 2
+        print(f"{path}: {execute(path, args.timeout):.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
