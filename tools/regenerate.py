@@ -6,11 +6,14 @@ the ones nbval compares against.
 Runs each notebook top to bottom in its own folder with the current Python
 environment's kernel, then normalises what changes on every run but carries no
 meaning (widget model ids, execution timing metadata), so running it twice in a
-row leaves the files byte-for-byte unchanged.
+row leaves the files byte-for-byte unchanged. Text outputs also pass through
+the nbval sanitize rules (tests/nbval_sanitize.cfg), so what legitimately varies
+(run-folder timestamps, temporary paths) is stored in its sanitized form.
 """
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -19,15 +22,33 @@ import nbformat
 from nbclient import NotebookClient
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SANITIZE = Path(__file__).resolve().parent.parent / "tests" / "nbval_sanitize.cfg"
 
 
-def normalise(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Drop per-run noise: widget state and ids, timing metadata."""
+def sanitize_rules(path: Path = SANITIZE) -> list[tuple[str, str]]:
+    """The (regex, replacement) pairs of an nbval sanitize file."""
+    return re.findall(r"^regex: (.*)$\n^replace: (.*)$", path.read_text(), flags=re.MULTILINE)
+
+
+def _sanitize(text: str, rules: list[tuple[str, str]]) -> str:
+    for regex, replace in rules:
+        text = re.sub(regex, replace, text)
+    return text
+
+
+def normalise(nb: nbformat.NotebookNode, rules: list[tuple[str, str]] | None = None) -> nbformat.NotebookNode:
+    """Drop per-run noise: widget state and ids, timing metadata; sanitize text outputs."""
+    rules = sanitize_rules() if rules is None else rules
     nb.metadata.pop("widgets", None)
     for i, cell in enumerate(nb.cells):
         cell.metadata.pop("execution", None)
         for j, out in enumerate(cell.get("outputs", [])):
-            view = out.get("data", {}).get(WIDGET_VIEW)
+            if "text" in out:
+                out["text"] = _sanitize(out["text"], rules)
+            data = out.get("data", {})
+            if "text/plain" in data:
+                data["text/plain"] = _sanitize(data["text/plain"], rules)
+            view = data.get(WIDGET_VIEW)
             if view is not None:
                 view["model_id"] = f"cell{i}-output{j}"
     return nb
