@@ -8,7 +8,8 @@ notebook only writes ``import labsupport as lab``.
 * ``data``       lecture_data, lecture_weights, DigitsDataset
 * ``models``     TwoLayerNet, ParallelBlock, DigitsCNN, count_parameters
 * ``checks``     the exercises' checks (CheckError, check_close, ...)
-* ``tb``         TensorBoard writers under runs/<notebook>/<run>
+* ``training``   digits_loaders, fit, evaluate (after notebook 07 has taught the loop)
+* ``tb``         TensorBoard writers under runs/<notebook>/<run>, read_scalars
 * ``plotting``   plot_losses
 * ``timing``     Timer, time_fn
 * ``checkpoint`` save_checkpoint (atomic), load_checkpoint (weights_only)
@@ -23,6 +24,7 @@ from .device import *  # noqa: F401,F403
 from .data import *  # noqa: F401,F403
 from .models import *  # noqa: F401,F403
 from .checks import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
 from .tb import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .timing import *  # noqa: F401,F403

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["RUNS_DIR", "run_dir", "make_writer", "tb_writer"]
+__all__ = ["RUNS_DIR", "run_dir", "make_writer", "tb_writer", "read_scalars"]
 
 #: Where logs go, relative to the working directory, unless $LAB_RUNS_DIR says otherwise.
 RUNS_DIR = "runs"
@@ -96,3 +96,23 @@ def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None,
     finally:
         writer.flush()
         writer.close()
+
+
+def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Read a run's scalars back with TensorBoard's own event reader.
+
+    Returns ``{tag: [(step, value), ...]}`` in the order they were logged.
+
+    Example:
+        >>> read_scalars("runs/02_manual_backprop/manual-sgd-20261126-101500")["loss"][:1]  # doctest: +SKIP
+        [(0, 28900000.0)]
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    path = Path(log_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no run folder at {path}")
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, float(e.value)) for e in acc.Scalars(tag)]
+            for tag in acc.Tags().get("scalars", [])}
