@@ -1,0 +1,93 @@
+"""Every notebook follows the lab's template and its stored outputs are fit for nbval."""
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+sys.path.insert(0, str(ROOT / "tools"))
+import regenerate  # noqa: E402
+
+
+def cells(path):
+    return nbformat.read(path, as_version=4).cells
+
+
+def code_cells(path):
+    return [c for c in cells(path) if c.cell_type == "code"]
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 2
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_template(path):
+    cs = cells(path)
+    first = cs[0].source
+    assert cs[0].cell_type == "markdown" and first.startswith(f"# {path.stem[:2]} ·"), "title first"
+    assert "**You will learn**" in first and "**Before this:**" in first
+    setup = next(c for c in cs if c.cell_type == "code")
+    for needed in ("# NBVAL_IGNORE_OUTPUT", "import labsupport as lab", "lab.seed_everything(",
+                   "lab.pick_device(", "lab.print_environment("):
+        assert needed in setup.source, f"setup cell lacks {needed!r}"
+    last = cs[-1].source
+    assert cs[-1].cell_type == "markdown" and "## Summary" in last and "**Next:**" in last
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_exercise_is_followed_by_a_check(path):
+    cs = cells(path)
+    for i, c in enumerate(cs):
+        if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source:
+            assert c.source.count("### BEGIN SOLUTION") == c.source.count("### END SOLUTION") == 1
+            nxt = next(c for c in cs[i + 1:] if c.cell_type == "code")
+            assert re.search(r"\blab\.check_\w+\(", nxt.source), (
+                f"cell {i}: the code cell after an exercise must call a lab.check_... function")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_stored_outputs_are_clean(path):
+    counts = []
+    for i, c in enumerate(code_cells(path)):
+        src = c.source
+        ignored = "NBVAL_IGNORE_OUTPUT" in src or "NBVAL_SKIP" in src
+        if "NBVAL_SKIP" not in src:
+            assert c.execution_count is not None, f"code cell {i} was never executed"
+            counts.append(c.execution_count)
+        for out in c.outputs:
+            assert out.output_type != "error", f"code cell {i} stores an error"
+            if not ignored:
+                assert out.get("name") != "stderr", f"code cell {i}: stderr in a compared output: {out.text[:80]!r}"
+                text = json.dumps(out.get("text", "")) + json.dumps(out.get("data", {}).get("text/plain", ""))
+                assert not re.search(r"/tmp/ipykernel_\d+", text), f"code cell {i}: kernel path in output"
+    assert counts == list(range(1, len(counts) + 1)), "not run top to bottom from a fresh kernel"
+
+
+def test_normalise_removes_per_run_noise():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    nb.metadata["widgets"] = {"state": {}}
+    nb.cells[0].metadata["execution"] = {"iopub.status.busy": "2026-01-01"}
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("display_data", data={regenerate.WIDGET_VIEW: {"model_id": "abc123"}}),
+        nbformat.v4.new_output("stream", name="stdout", text="logged to ../runs/02_x/run-20260101-120000\n"),
+    ]
+    out = regenerate.normalise(nb)
+    assert "widgets" not in out.metadata and "execution" not in out.cells[0].metadata
+    assert out.cells[0].outputs[0].data[regenerate.WIDGET_VIEW]["model_id"] == "cell0-output0"
+    assert out.cells[0].outputs[1].text == "logged to ../runs/02_x/run-TIMESTAMP\n"
+
+
+def test_regenerate_reproduces_stored_outputs_byte_for_byte(tmp_path):
+    # One quick notebook stands for the pipeline: re-executing it must change nothing.
+    src = ROOT / "notebooks" / "01_tensors.ipynb"
+    copy = tmp_path / "notebooks" / src.name
+    copy.parent.mkdir()
+    shutil.copy(src, copy)
+    regenerate.execute(copy)
+    assert copy.read_text() == src.read_text()
