@@ -1,0 +1,648 @@
+"""The student edition: ``student/`` generated from the solved notebooks in ``notebooks/``.
+
+    python tools/student.py build   [--src notebooks] [--out student] [--force]   # make student
+    python tools/student.py prepare [--src notebooks] [--out student]             # make lab
+    python tools/student.py verify  notebooks/01_tensors.ipynb [...]              # round trip
+
+``build`` writes every student notebook. In a code cell, each block between the
+lines ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub::
+
+    # YOUR CODE HERE
+    raise NotImplementedError("Exercise 2: the forward pass")
+
+named after the nearest ``### Exercise N: title`` heading above the cell (the
+number falls back to a running count when the heading has none). When the
+block sits at the top level of its cell, any name it assigns that the check
+cell below reads is set to ``None`` first, so the check answers "got None"
+instead of a NameError. In a markdown cell the block becomes
+``Your answer here``. Exercise cells and the check cell after each lose their
+outputs; every other cell keeps its outputs. Other files under the source
+folder (images, README.md) are copied as they are.
+
+A student's work is never lost. ``build`` overwrites a student file only when
+it is still exactly what was generated last time (the hashes are kept in
+``<out>/.generated.json``); an edited file is kept and reported, and exit
+status is 1, unless ``--force``, which first moves the edited copy to
+``<out>/backup/<name>-<YYYYmmdd-HHMMSS>.<ext>``. ``prepare`` (what ``make lab``
+runs) only creates missing files and reports sources that changed since the
+copy was made. Both are deterministic: running them twice changes nothing.
+
+``verify`` proves the edition works, with ONE kernel per notebook, cell by
+cell: cells before the first exercise run cleanly; each exercise raises the
+NotImplementedError naming it; its check, run against the stub, fails with a
+CheckError (not a NameError or another internal error); then the original
+solution cell runs and the check must pass; the rest of the notebook runs on.
+Cells whose first line is ``# NBVAL_SKIP`` are skipped.
+
+Unbalanced or nested markers stop ``build``/``prepare`` with the file, the
+cell (counted from 0, as in the .ipynb file) and the line (from 1).
+
+Example:
+    >>> cell = "def f(x):\\n    ### BEGIN SOLUTION\\n    return x\\n    ### END SOLUTION"
+    >>> print(stub_code(cell, "Exercise 1: identity")[0])
+    def f(x):
+        # YOUR CODE HERE
+        raise NotImplementedError("Exercise 1: identity")
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ".generated.json"
+BACKUP_DIR = "backup"
+STUB_COMMENT = "# YOUR CODE HERE"
+ANSWER_PLACEHOLDER = "Your answer here"
+EDITION = "student"
+
+_MARKER = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION\s*$")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_EXERCISE = re.compile(r"^exercise\b\s*(?P<num>\d+[a-z]?(?:\.\d+)?)?\s*(?:[:.\u2013\u2014-]\s*)?(?P<title>.*)$",
+                       re.IGNORECASE)
+_CHECK_CALL = re.compile(r"\bcheck\w*\s*\(")
+
+
+class MarkerError(ValueError):
+    """Solution markers that do not pair up: says the file, cell and line."""
+
+    def __init__(self, path: str | Path, cell: int, line: int, problem: str) -> None:
+        self.path, self.cell, self.line, self.problem = str(path), cell, line, problem
+        super().__init__(f"{path}: cell {cell}, line {line}: {problem}")
+
+
+# --------------------------------------------------------------------------- parsing
+
+def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int = 0) -> list[tuple[int, int]]:
+    """``(begin, end)`` line indices (0-based) of each marker pair in ``source``.
+
+    Raises :class:`MarkerError` (1-based line) for an END without BEGIN, a
+    BEGIN inside an open block, or a BEGIN never closed.
+
+    Example:
+        >>> solution_blocks("a\\n### BEGIN SOLUTION\\nb\\n### END SOLUTION")
+        [(1, 3)]
+    """
+    blocks, open_at = [], None
+    lines = source.splitlines()
+    for i, line in enumerate(lines):
+        m = _MARKER.match(line)
+        if not m:
+            continue
+        if m.group(1) == "BEGIN":
+            if open_at is not None:
+                raise MarkerError(path, cell, i + 1, f"nested '### BEGIN SOLUTION': the block opened "
+                                  f"at line {open_at + 1} is not closed yet")
+            open_at = i
+        else:
+            if open_at is None:
+                raise MarkerError(path, cell, i + 1, "'### END SOLUTION' without a '### BEGIN SOLUTION' before it")
+            blocks.append((open_at, i))
+            open_at = None
+    if open_at is not None:
+        raise MarkerError(path, cell, open_at + 1, "'### BEGIN SOLUTION' is never closed by "
+                          "'### END SOLUTION' in this cell")
+    return blocks
+
+
+def has_marker(text: str) -> bool:
+    """True if any line of ``text`` is a BEGIN/END SOLUTION marker."""
+    return any(_MARKER.match(line) for line in text.splitlines())
+
+
+def _heading_label(text: str, running: int) -> tuple[str | None, bool]:
+    """Scan a markdown cell bottom-up. Returns (label, stop): the exercise label if
+    the nearest heading is an exercise heading, and whether the search stops here."""
+    for line in reversed(text.splitlines()):
+        h = _HEADING.match(line)
+        if not h:
+            continue
+        m = _EXERCISE.match(h.group(2))
+        if m:
+            num = m.group("num") or str(running)
+            title = m.group("title").strip()
+            return (f"Exercise {num}: {title}" if title else f"Exercise {num}"), True
+        if len(h.group(1)) <= 3:  # a section heading: this cell has no exercise heading of its own
+            return None, True
+    return None, False
+
+
+def exercise_label(cells: list, index: int, running: int) -> str:
+    """The name of the exercise in ``cells[index]``: from the nearest heading above
+    (``### Exercise N: title``), crossing only sub-headings (level 4+) and cells
+    without headings; ``Exercise <running>`` when there is none.
+
+    Example:
+        >>> from nbformat.v4 import new_markdown_cell as md, new_code_cell as code
+        >>> exercise_label([md("### Exercise 3: loss"), code("pass")], 1, running=1)
+        'Exercise 3: loss'
+    """
+    for j in range(index - 1, -1, -1):
+        if cells[j].cell_type != "markdown":
+            continue
+        label, stop = _heading_label(cells[j].source, running)
+        if label:
+            return label
+        if stop:
+            break
+    return f"Exercise {running}"
+
+
+def _assigned_names(code: str) -> list[str]:
+    """Names bound at the top level of ``code`` (assignments, def, class), in order."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    names: list[str] = []
+
+    def add_target(t: ast.AST) -> None:
+        if isinstance(t, ast.Name):
+            names.append(t.id)
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                add_target(e)
+        elif isinstance(t, ast.Starred):
+            add_target(t.value)
+
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                add_target(t)
+        elif isinstance(node, ast.AnnAssign):
+            add_target(node.target)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+    return list(dict.fromkeys(names))
+
+
+def _read_names(code: str) -> set[str]:
+    """Names ``code`` reads (falls back to identifiers when it is not plain Python)."""
+    try:
+        return {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+    except SyntaxError:
+        return set(re.findall(r"[A-Za-z_]\w*", code))
+
+
+def _py_string(text: str) -> str:
+    """``text`` as a double-quoted Python string literal."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def stub_code(source: str, label: str, check_source: str = "", *, path: str | Path = "<notebook>",
+              cell: int = 0) -> tuple[str, int]:
+    """Replace each solution block of a code cell by the stub; return (new source, blocks).
+
+    The stub keeps the BEGIN marker's indentation. A block at the top level of
+    the cell first sets to ``None`` the names it assigns that ``check_source``
+    reads.
+    """
+    lines = source.splitlines()
+    blocks = solution_blocks(source, path=path, cell=cell)
+    out: list[str] = []
+    pos = 0
+    for begin, end in blocks:
+        out.extend(lines[pos:begin])
+        indent = re.match(r"\s*", lines[begin]).group(0)
+        out.append(f"{indent}{STUB_COMMENT}")
+        if not indent:
+            body = "\n".join(lines[begin + 1:end])
+            wanted = _read_names(check_source)
+            out.extend(f"{name} = None" for name in _assigned_names(body) if name in wanted)
+        out.append(f"{indent}raise NotImplementedError({_py_string(label)})")
+        pos = end + 1
+    out.extend(lines[pos:])
+    return "\n".join(out), len(blocks)
+
+
+def stub_markdown(source: str, *, path: str | Path = "<notebook>", cell: int = 0) -> tuple[str, int]:
+    """Replace each solution block of a markdown cell by ``Your answer here``."""
+    lines = source.splitlines()
+    blocks = solution_blocks(source, path=path, cell=cell)
+    out: list[str] = []
+    pos = 0
+    for begin, end in blocks:
+        out.extend(lines[pos:begin])
+        out.append(ANSWER_PLACEHOLDER)
+        pos = end + 1
+    out.extend(lines[pos:])
+    return "\n".join(out), len(blocks)
+
+
+@dataclass
+class Exercise:
+    """One exercise cell of a notebook, and the check cell after it."""
+    cell: int
+    label: str
+    check_cell: int | None
+    blocks: int
+
+
+@dataclass
+class Edition:
+    """A generated student notebook and what the generator found in its source."""
+    notebook: nbformat.NotebookNode
+    exercises: list[Exercise] = field(default_factory=list)
+    written_answers: list[int] = field(default_factory=list)
+
+    @property
+    def checks(self) -> int:
+        return sum(e.check_cell is not None for e in self.exercises)
+
+
+def _is_skip(cell) -> bool:
+    first = cell.source.lstrip().split("\n", 1)[0].strip()
+    tags = cell.get("metadata", {}).get("tags", [])
+    return first.startswith("# NBVAL_SKIP") or "nbval-skip" in tags
+
+
+def _next_code_cell(cells: list, index: int) -> int | None:
+    for j in range(index + 1, len(cells)):
+        if cells[j].cell_type == "code":
+            return j
+    return None
+
+
+def _clear(cell) -> None:
+    cell.outputs = []
+    cell.execution_count = None
+
+
+def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -> Edition:
+    """The student edition of a solved notebook (the input is not modified)."""
+    nb = copy.deepcopy(nb)
+    cells = nb.cells
+    # pass 1: find the exercises (validates every cell's markers)
+    exercise_cells = []
+    for i, cell in enumerate(cells):
+        if cell.cell_type in ("code", "markdown"):
+            blocks = solution_blocks(cell.source, path=path, cell=i)
+            if blocks and cell.cell_type == "code":
+                exercise_cells.append(i)
+    ed = Edition(nb)
+    for n, i in enumerate(exercise_cells, start=1):
+        j = _next_code_cell(cells, i)
+        is_check = j is not None and j not in exercise_cells and bool(_CHECK_CALL.search(cells[j].source))
+        ed.exercises.append(Exercise(i, exercise_label(cells, i, n), j if is_check else None, 0))
+    # pass 2: rewrite
+    for ex in ed.exercises:
+        cell = cells[ex.cell]
+        check_src = cells[ex.check_cell].source if ex.check_cell is not None else ""
+        cell.source, ex.blocks = stub_code(cell.source, ex.label, check_src, path=path, cell=ex.cell)
+        _clear(cell)
+        if ex.check_cell is not None:
+            _clear(cells[ex.check_cell])
+    for i, cell in enumerate(cells):
+        if cell.cell_type == "markdown":
+            cell.source, n = stub_markdown(cell.source, path=path, cell=i)
+            if n:
+                ed.written_answers.append(i)
+    nb.metadata["labsupport"] = {"edition": EDITION, "source": f"notebooks/{Path(path).name}"}
+    nbformat.validate(nb)
+    return ed
+
+
+def render(nb: nbformat.NotebookNode) -> bytes:
+    """The notebook as the bytes ``nbformat.write`` would store (deterministic)."""
+    text = nbformat.writes(nb)
+    return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+
+
+def generate(src: Path) -> bytes:
+    """The student edition of the file ``src`` (notebooks transformed, other files as they are)."""
+    if src.suffix == ".ipynb":
+        return render(make_edition(nbformat.read(src, as_version=4), src).notebook)
+    return src.read_bytes()
+
+
+# --------------------------------------------------------------------------- files
+
+def source_files(src_dir: Path) -> list[Path]:
+    """Files under ``src_dir`` to publish, relative, sorted (no hidden files or folders)."""
+    files = []
+    for p in sorted(src_dir.rglob("*")):
+        rel = p.relative_to(src_dir)
+        if p.is_file() and not any(part.startswith(".") or part == "__pycache__" for part in rel.parts):
+            files.append(rel)
+    return files
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _load_manifest(out: Path) -> dict[str, str]:
+    try:
+        data = json.loads((out / MANIFEST).read_text())
+        return dict(data.get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def _save_manifest(out: Path, files: dict[str, str]) -> None:
+    data = {"about": "hashes of the files tools/student.py generated last; a file whose hash "
+                     "differs has been edited and is never overwritten without --force",
+            "files": dict(sorted(files.items()))}
+    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+    path = out / MANIFEST
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _backup(out: Path, rel: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = out / BACKUP_DIR / rel.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        suffix = "" if n == 1 else f"-{n}"
+        dest = folder / f"{rel.stem}-{stamp}{suffix}{rel.suffix}"
+        if not dest.exists():
+            shutil.copy2(out / rel, dest)
+            return dest
+    raise RuntimeError(f"no free backup name for {rel} in {folder}")
+
+
+def _generate_all(src_dir: Path) -> dict[Path, bytes]:
+    if not src_dir.is_dir():
+        raise FileNotFoundError(f"no source folder {src_dir}")
+    return {rel: generate(src_dir / rel) for rel in source_files(src_dir)}
+
+
+def build(src_dir: Path, out: Path, force: bool = False, log=print) -> int:
+    """Write the student edition of ``src_dir`` into ``out``; return the exit status.
+
+    A file in ``out`` that differs from what was generated last time (the
+    student's work) is kept and reported (status 1) unless ``force``, which
+    backs it up first.
+    """
+    generated = _generate_all(src_dir)  # all markers validated before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _load_manifest(out)
+    refused = []
+    for rel, data in generated.items():
+        key, dest, sha = rel.as_posix(), out / rel, _sha(data)
+        if dest.exists():
+            current = _sha(dest.read_bytes())
+            if current == sha:
+                manifest[key] = sha
+                continue
+            if current != manifest.get(key):  # edited since it was generated
+                if not force:
+                    refused.append(key)
+                    log(f"kept     {dest}: it differs from the generated copy (your work?)")
+                    continue
+                log(f"backup   {dest} -> {_backup(out, rel)}")
+            _write_atomic(dest, data)
+            log(f"updated  {dest}")
+        else:
+            _write_atomic(dest, data)
+            log(f"created  {dest}")
+        manifest[key] = sha
+    _save_manifest(out, manifest)
+    if refused:
+        log(f"\n{len(refused)} file(s) in {out}/ were edited and were NOT overwritten: {', '.join(refused)}.\n"
+            f"To replace them with the new student edition anyway, run `make student FORCE=1`:\n"
+            f"each edited file is first copied to {out}/{BACKUP_DIR}/<name>-<timestamp>.")
+        return 1
+    return 0
+
+
+def prepare(src_dir: Path, out: Path, log=print) -> int:
+    """Create the student files that are missing in ``out``; never overwrite one.
+
+    Reports files whose source changed since the student copy was made.
+    """
+    generated = _generate_all(src_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _load_manifest(out)
+    for rel, data in generated.items():
+        key, dest, sha = rel.as_posix(), out / rel, _sha(data)
+        if not dest.exists():
+            _write_atomic(dest, data)
+            manifest[key] = sha
+            log(f"created  {dest}")
+            continue
+        current = _sha(dest.read_bytes())
+        if current == sha:
+            manifest[key] = sha
+            continue
+        recorded = manifest.get(key)
+        if recorded == sha:
+            continue  # the source has not changed since; the difference is the student's work
+        if recorded is None and (src_dir / rel).stat().st_mtime <= dest.stat().st_mtime:
+            continue  # no record, and the copy is the newer file: assume it is the student's work
+        if current == recorded:
+            log(f"newer    {src_dir / rel} changed since {dest} was made (you have not edited it): "
+                f"`make student` updates it.")
+        else:
+            log(f"newer    {src_dir / rel} changed since {dest} was made; your copy is kept. "
+                f"To take the new version: `make student FORCE=1` (your copy goes to {out}/{BACKUP_DIR}/).")
+    _save_manifest(out, manifest)
+    return 0
+
+
+# --------------------------------------------------------------------------- verify
+
+@dataclass
+class ExerciseResult:
+    """What happened to one exercise in :func:`verify`."""
+    label: str
+    cell: int
+    check_cell: int | None
+    stub_raised: str | None = None      # the exercise cell's own error, if it raised
+    stub_message: str | None = None     # the check's message against the stub
+    solved_output: str | None = None    # the check's output once the solution is back
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """The result of :func:`verify` for one notebook."""
+    path: Path
+    exercises: list[ExerciseResult] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def all_problems(self) -> list[str]:
+        return self.problems + [f"{e.label} (cell {e.cell}): {p}" for e in self.exercises for p in e.problems]
+
+    @property
+    def checks(self) -> int:
+        return sum(e.check_cell is not None for e in self.exercises)
+
+
+def _text(cell) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out and "text/plain" in out["data"]:
+            parts.append(out["data"]["text/plain"])
+    return "".join(parts)
+
+
+def _raises_expected(cell) -> bool:
+    first = cell.source.lstrip().split("\n", 1)[0].strip()
+    return first.startswith("# NBVAL_RAISES_EXCEPTION") or "raises-exception" in cell.get("metadata", {}).get("tags", [])
+
+
+def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
+           kernel_name: str = "python3") -> Report:
+    """Run the student edition of ``path`` in one fresh kernel, pasting each solution
+    back after its check has failed on the stub (see the module docstring).
+
+    The kernel's working folder is ``cwd`` (default: the notebook's own folder,
+    a sibling of ``student/``, so relative paths such as ``../runs`` agree).
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    path = Path(path)
+    source = nbformat.read(path, as_version=4)
+    ed = make_edition(source, path)
+    student = ed.notebook
+    report = Report(path)
+    by_cell = {e.cell: ExerciseResult(e.label, e.cell, e.check_cell) for e in ed.exercises}
+    report.exercises = list(by_cell.values())
+    for res in report.exercises:
+        if res.check_cell is None:
+            res.problems.append("no check cell follows it (the next code cell must call a lab.check_... function)")
+    checks = {e.check_cell: by_cell[e.cell] for e in ed.exercises if e.check_cell is not None}
+    first_exercise = min(by_cell, default=len(student.cells))
+    client = NotebookClient(student, timeout=timeout, kernel_name=kernel_name, allow_errors=False,
+                            record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
+
+    def run(cell, index):
+        """Execute a copy of ``cell``; return (cell with outputs, error or None)."""
+        cell = copy.deepcopy(cell)
+        try:
+            client.execute_cell(cell, index)
+            return cell, None
+        except CellExecutionError as err:
+            return cell, err
+
+    start = time.perf_counter()
+    with client.setup_kernel():
+        for i, cell in enumerate(student.cells):
+            if cell.cell_type != "code" or _is_skip(source.cells[i]):
+                continue
+            where = f"cell {i}"
+            if i in by_cell:
+                res = by_cell[i]
+                _, err = run(cell, i)
+                if err is not None:
+                    res.stub_raised = f"{err.ename}: {err.evalue}"
+                    if err.ename != "NotImplementedError" or res.label not in err.evalue:
+                        res.problems.append(f"the stub cell should raise NotImplementedError({res.label!r}), "
+                                            f"but raised {err.ename}: {err.evalue}")
+                if res.check_cell is None:  # nothing to check: paste the solution back and go on
+                    _, err = run(source.cells[i], i)
+                    if err is not None:
+                        res.problems.append(f"the solution cell fails: {err.ename}: {err.evalue}")
+                continue
+            if i in checks:
+                res = checks[i]
+                _, err = run(cell, i)
+                if err is None:
+                    res.problems.append("the check passed on the unsolved stub")
+                else:
+                    res.stub_message = f"{err.ename}: {err.evalue}"
+                    if err.ename != "CheckError":
+                        res.problems.append(f"on the stub, the check cell {i} raised {err.ename} instead of "
+                                            f"a CheckError a student can act on: {err.evalue}")
+                    elif res.stub_raised is None and res.label not in err.evalue:
+                        res.problems.append(f"on the stub, the check's message does not name "
+                                            f"{res.label!r} (was the student's function called "
+                                            f"through call_student?): {err.evalue}")
+                # the round trip: the original solution cell, then the same check again
+                _, err = run(source.cells[res.cell], res.cell)
+                if err is not None:
+                    res.problems.append(f"the solution cell fails: {err.ename}: {err.evalue}")
+                    continue
+                done, err = run(cell, i)
+                res.solved_output = _text(done).strip()
+                if err is not None:
+                    res.problems.append(f"with the solution pasted back, the check fails: {err.ename}: {err.evalue}")
+                elif "PASS" not in res.solved_output:
+                    res.problems.append(f"with the solution pasted back, the check printed no PASS line "
+                                        f"(got {res.solved_output!r})")
+                continue
+            _, err = run(cell, i)
+            if err is not None and not _raises_expected(cell):
+                stage = "before the first exercise" if i < first_exercise else "after the solutions were pasted back"
+                report.problems.append(f"{where} ({stage}) fails: {err.ename}: {err.evalue}")
+                break  # what follows would only repeat this failure
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def summary(report: Report) -> str:
+    """A readable account of a :func:`verify` run (used by the CLI and the tests)."""
+    lines = [f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
+             f"{report.seconds:.1f} s"]
+    for e in report.exercises:
+        lines.append(f"  {e.label} (cell {e.cell}, check cell {e.check_cell})")
+        if e.stub_raised:
+            lines.append(f"    exercise cell: {e.stub_raised}")
+        lines.append(f"    on the stub:   {e.stub_message}")
+        lines.append(f"    solved:        {e.solved_output}")
+    for p in report.all_problems:
+        lines.append(f"  PROBLEM: {p}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- CLI
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="The student edition of the lab's notebooks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, text in (("build", "write the student edition (make student)"),
+                       ("prepare", "create missing student files only (make lab)")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--src", type=Path, default=ROOT / "notebooks", help="solved notebooks (default notebooks/)")
+        p.add_argument("--out", type=Path, default=ROOT / "student", help="student edition (default student/)")
+        if name == "build":
+            p.add_argument("--force", action="store_true",
+                           help="overwrite edited student files too, after backing each up")
+    p = sub.add_parser("verify", help="run each notebook's student edition and its round trip")
+    p.add_argument("notebooks", nargs="+", type=Path)
+    p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    try:
+        if args.command == "build":
+            return build(args.src, args.out, force=args.force)
+        if args.command == "prepare":
+            return prepare(args.src, args.out)
+    except (MarkerError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    status = 0
+    for nb in args.notebooks:
+        report = verify(nb, timeout=args.timeout)
+        print(summary(report), flush=True)
+        status |= bool(report.all_problems)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
