@@ -13,6 +13,7 @@ notebook only writes ``import labsupport as lab``.
 * ``plotting``   plot_losses
 * ``timing``     Timer, time_fn
 * ``checkpoint`` save_checkpoint (atomic), load_checkpoint (weights_only)
+* ``autograd_graph`` print_graph, graph_lines, graph_nodes (walk grad_fn to the leaves)
 
 Example:
     >>> import labsupport as lab
@@ -29,5 +30,6 @@ from .tb import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .timing import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
+from .autograd_graph import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
