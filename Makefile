@@ -9,13 +9,17 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 LAB_PORT ?= 8888
 TB_PORT  ?= 6006
+# Where `make lab` / `make student` put the student edition (generated from notebooks/).
+STUDENT_DIR ?= student
 # Workers for the test run: one per core (CI has 2).
 JOBS ?= 2
 
-.PHONY: lab test unit nbval tensorboard regenerate install clean-venv help
+.PHONY: lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
 
 help:
-	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in notebooks/"
+	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in $(STUDENT_DIR)/ (the student edition)"
+	@echo "make lab-solutions  open JupyterLab in notebooks/ (the solved sources, for instructors)"
+	@echo "make student      (re)generate $(STUDENT_DIR)/ from notebooks/; FORCE=1 replaces edited copies (backed up)"
 	@echo "make test         unit tests + nbval over every notebook"
 	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
@@ -28,9 +32,23 @@ $(STAMP): pyproject.toml constraints.txt
 	    -c constraints.txt -e .
 	@touch $(STAMP)
 
-lab: $(STAMP)
+# Students work in $(STUDENT_DIR)/, their own copies: `make lab` only creates the
+# missing ones (never overwrites) and says when a source notebook is newer.
+lab: student-prepare
+	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
+	    --ServerApp.root_dir=$(STUDENT_DIR)
+
+lab-solutions: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
 	    --ServerApp.root_dir=notebooks
+
+student-prepare: $(STAMP)
+	@$(BIN)/python tools/student.py prepare --out $(STUDENT_DIR)
+
+# Refuses to overwrite a student notebook that was edited, unless FORCE=1
+# (which keeps a timestamped copy in $(STUDENT_DIR)/backup/ first).
+student: $(STAMP)
+	$(BIN)/python tools/student.py build --out $(STUDENT_DIR) $(if $(filter 1 yes true,$(FORCE)),--force)
 
 # Unit tests and nbval run in one pytest session, spread over $(JOBS) workers;
 # --dist loadscope keeps each notebook's cells in order on one worker.
