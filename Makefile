@@ -21,7 +21,8 @@ help:
 	@echo "make lab-solutions  open JupyterLab in notebooks/ (the solved sources, for instructors)"
 	@echo "make student      (re)generate $(STUDENT_DIR)/ from notebooks/; FORCE=1 replaces edited copies (backed up)"
 	@echo "make test         unit tests + nbval over every notebook"
-	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/"
+	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/ (another port: TB_PORT=6007)"
+	@echo "make clean-runs   delete every TensorBoard run under runs/ (nothing outside it)"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
 
 install: $(STAMP)
@@ -64,8 +65,19 @@ nbval: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
 	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
+# Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).
 tensorboard: $(STAMP)
 	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(TB_PORT)
+
+# Empties runs/ and touches nothing else: refuses when runs is a symbolic link or
+# not a folder, and neither find nor rm follows links found inside runs/.
+.PHONY: clean-runs
+clean-runs:
+	@if [ -L runs ]; then echo "clean-runs: runs is a symbolic link (to $$(readlink runs));" \
+	    "not deleting through it: clean its target by hand" >&2; exit 1; fi
+	@if [ -e runs ] && [ ! -d runs ]; then echo "clean-runs: runs is not a folder; left alone" >&2; exit 1; fi
+	@if [ -d runs ]; then find runs -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +; fi
+	@echo "runs/ is empty"
 
 regenerate: $(STAMP)
 	$(BIN)/python tools/regenerate.py notebooks/*.ipynb

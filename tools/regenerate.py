@@ -57,10 +57,21 @@ def normalise(nb: nbformat.NotebookNode, rules: list[tuple[str, str]] | None = N
 def execute(path: Path, timeout: int = 600) -> float:
     """Execute ``path`` in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
+    # Cells marked NBVAL_SKIP (the %tensorboard launcher) are not run, as under nbval:
+    # running one would start a TensorBoard server that outlives the kernel.
+    # nbclient passes over a code cell whose source is blank.
+    skipped = {i: cell.source for i, cell in enumerate(nb.cells)
+               if cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_SKIP")}
+    for i in skipped:
+        nb.cells[i].source = ""
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                             resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()
+    try:
+        client.execute()
+    finally:
+        for i, source in skipped.items():
+            nb.cells[i].update(source=source, outputs=[], execution_count=None)
     seconds = time.perf_counter() - start
     nbformat.write(normalise(nb), path)
     return seconds
