@@ -339,6 +339,14 @@ def source_files(src_dir: Path) -> list[Path]:
     return files
 
 
+def _show(path: Path) -> str:
+    """``path`` relative to the working folder when it is below it (for messages)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -418,6 +426,9 @@ def build(src_dir: Path, out: Path, force: bool = False, log=print) -> int:
             log(f"created  {dest}")
         manifest[key] = sha
     _save_manifest(out, manifest)
+    notebooks = [rel for rel in generated if rel.suffix == ".ipynb"]
+    log(f"student edition of {_show(src_dir)}/: {len(notebooks)} notebook(s), {len(generated) - len(notebooks)} "
+        f"other file(s) in {out}/")
     if refused:
         log(f"\n{len(refused)} file(s) in {out}/ were edited and were NOT overwritten: {', '.join(refused)}.\n"
             f"To replace them with the new student edition anyway, run `make student FORCE=1`:\n"
@@ -451,10 +462,10 @@ def prepare(src_dir: Path, out: Path, log=print) -> int:
         if recorded is None and (src_dir / rel).stat().st_mtime <= dest.stat().st_mtime:
             continue  # no record, and the copy is the newer file: assume it is the student's work
         if current == recorded:
-            log(f"newer    {src_dir / rel} changed since {dest} was made (you have not edited it): "
+            log(f"newer    {_show(src_dir / rel)} changed since {dest} was made (you have not edited it): "
                 f"`make student` updates it.")
         else:
-            log(f"newer    {src_dir / rel} changed since {dest} was made; your copy is kept. "
+            log(f"newer    {_show(src_dir / rel)} changed since {dest} was made; your copy is kept. "
                 f"To take the new version: `make student FORCE=1` (your copy goes to {out}/{BACKUP_DIR}/).")
     _save_manifest(out, manifest)
     return 0

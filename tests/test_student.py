@@ -1,0 +1,384 @@
+"""The student edition generator (tools/student.py, `make student`, `make lab`'s preparation).
+
+Kernel-free: the round trip that executes each notebook is in test_student_roundtrip.py.
+"""
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+sys.path.insert(0, str(ROOT / "tools"))
+import student  # noqa: E402
+
+STAMP = ".venv/.installed"  # `make -o` this: the tests must never trigger an install
+
+
+def nb_of(*cells):
+    nb = new_notebook(cells=list(cells))
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    for i, c in enumerate(nb.cells):
+        c["id"] = f"c{i:03d}"
+    return nb
+
+
+def ran(cell, text="out\n", count=1):
+    cell.outputs = [new_output("stream", name="stdout", text=text)]
+    cell.execution_count = count
+    return cell
+
+
+EXERCISE = "def f(x):\n    \"\"\"Double x.\"\"\"\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+
+
+def sample():
+    return nb_of(
+        new_markdown_cell("# 99 · Sample"),
+        ran(new_code_cell("import labsupport as lab"), "setup\n", 1),
+        new_markdown_cell("### Exercise 4: double it"),
+        ran(new_code_cell(EXERCISE), "", 2),
+        ran(new_code_cell("lab.check_double(f)"), "PASS  double\n", 3),
+        ran(new_code_cell("print(f(2))"), "4\n", 4),
+        new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause 2 * 2 = 4.\n### END SOLUTION\nThe end."),
+    )
+
+
+# --------------------------------------------------------------------------- stubs
+
+def test_function_stub_keeps_scaffold_and_indentation():
+    ed = student.make_edition(sample(), "99_sample.ipynb")
+    src = ed.notebook.cells[3].source
+    assert src == ('def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n'
+                   '    raise NotImplementedError("Exercise 4: double it")')
+    ns = {}
+    exec(src, ns)
+    with pytest.raises(NotImplementedError, match="^Exercise 4: double it$"):
+        ns["f"](1)
+    assert [(e.cell, e.label, e.check_cell, e.blocks) for e in ed.exercises] == [(3, "Exercise 4: double it", 4, 1)]
+
+
+def test_outputs_cleared_only_on_exercise_and_check_cells():
+    nb = student.make_edition(sample(), "x.ipynb").notebook
+    for i in (3, 4):
+        assert nb.cells[i].outputs == [] and nb.cells[i].execution_count is None
+    assert nb.cells[1].outputs[0].text == "setup\n" and nb.cells[1].execution_count == 1
+    assert nb.cells[5].outputs[0].text == "4\n" and nb.cells[5].execution_count == 4
+
+
+def test_markdown_solution_becomes_answer_placeholder():
+    ed = student.make_edition(sample(), "x.ipynb")
+    assert ed.notebook.cells[6].source == "Why?\nYour answer here\nThe end."
+    assert ed.written_answers == [6]
+
+
+def test_metadata_valid_and_marked():
+    nb = student.make_edition(sample(), "notebooks/99_sample.ipynb").notebook
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    assert nb.metadata["labsupport"] == {"edition": "student", "source": "notebooks/99_sample.ipynb"}
+    assert [c["id"] for c in nb.cells] == [f"c{i:03d}" for i in range(7)]
+
+
+def test_source_notebook_is_not_modified():
+    nb = sample()
+    before = nbformat.writes(nb)
+    student.make_edition(nb, "x.ipynb")
+    assert nbformat.writes(nb) == before
+
+
+@pytest.mark.parametrize("headings, expected", [
+    (["### Exercise 2: the forward pass"], "Exercise 2: the forward pass"),
+    (["### Exercise: write the backward pass"], "Exercise 1: write the backward pass"),  # running number
+    (["### Exercise 3"], "Exercise 3"),
+    (["### Exercise 5 — dashes"], "Exercise 5: dashes"),
+    (["### Exercise 1: old", "## 5. A new section"], "Exercise 1"),  # a section heading stops the search
+    (["### Exercise 7: kept", "#### Hint"], "Exercise 7: kept"),        # a sub-heading does not
+    ([], "Exercise 1"),
+])
+def test_labels_from_the_nearest_heading(headings, expected):
+    cells = [new_markdown_cell(h + "\n\nSome text.") for h in headings]
+    ed = student.make_edition(nb_of(*cells, new_code_cell(EXERCISE), new_code_cell("lab.check_double(f)")))
+    assert [e.label for e in ed.exercises] == [expected]
+
+
+def test_running_number_counts_exercise_cells():
+    ed = student.make_edition(nb_of(
+        new_markdown_cell("### Exercise: first"), new_code_cell(EXERCISE), new_code_cell("lab.check_a(f)"),
+        new_markdown_cell("### Exercise: second"), new_code_cell(EXERCISE), new_code_cell("lab.check_b(f)")))
+    assert [e.label for e in ed.exercises] == ["Exercise 1: first", "Exercise 2: second"]
+
+
+def test_label_with_quotes_is_a_valid_python_string():
+    ed = student.make_edition(nb_of(new_markdown_cell('### Exercise 1: the "L2" loss \\ `sum`'),
+                                    new_code_cell(EXERCISE), new_code_cell("lab.check(f)")))
+    ns = {}
+    exec(ed.notebook.cells[1].source, ns)
+    with pytest.raises(NotImplementedError) as info:
+        ns["f"](0)
+    assert str(info.value) == 'Exercise 1: the "L2" loss \\ `sum`'
+
+
+def test_top_level_block_sets_the_names_its_check_reads_to_none():
+    cell = "w = torch.zeros(3)\n### BEGIN SOLUTION\nmodel = make()\nhelper, loss = 1, 2\n### END SOLUTION"
+    ed = student.make_edition(nb_of(new_markdown_cell("### Exercise 2: model"), new_code_cell(cell),
+                                    new_code_cell("lab.check_model(model, loss)")))
+    assert ed.notebook.cells[1].source == ("w = torch.zeros(3)\n# YOUR CODE HERE\nmodel = None\nloss = None\n"
+                                           "raise NotImplementedError(\"Exercise 2: model\")")
+    assert "helper" not in ed.notebook.cells[1].source  # not read by the check: not revealed
+
+
+def test_two_blocks_in_one_cell_and_no_check_cell():
+    cell = "def a():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n\n" \
+           "def b():\n    ### BEGIN SOLUTION\n    return 2\n    ### END SOLUTION"
+    ed = student.make_edition(nb_of(new_code_cell(cell), new_code_cell("print(a())")))
+    ex = ed.exercises[0]
+    assert ex.blocks == 2 and ex.check_cell is None and ed.checks == 0
+    assert ed.notebook.cells[0].source.count('raise NotImplementedError("Exercise 1")') == 2
+
+
+# --------------------------------------------------------------------------- marker errors
+
+@pytest.mark.parametrize("source, cell_type, line, problem", [
+    ("x = 1\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "code", 3, "nested"),
+    ("x = 1\n### END SOLUTION", "code", 2, "without a '### BEGIN SOLUTION'"),
+    ("def f():\n    ### BEGIN SOLUTION\n    return 1", "code", 2, "never closed"),
+    ("Answer:\n### BEGIN SOLUTION\nyes", "markdown", 2, "never closed"),
+])
+def test_bad_markers_name_file_cell_and_line(source, cell_type, line, problem):
+    make = new_code_cell if cell_type == "code" else new_markdown_cell
+    nb = nb_of(new_markdown_cell("# t"), new_code_cell("ok = 1"), make(source))
+    with pytest.raises(student.MarkerError) as info:
+        student.make_edition(nb, "notebooks/42_bad.ipynb")
+    assert str(info.value).startswith(f"notebooks/42_bad.ipynb: cell 2, line {line}: ")
+    assert problem in str(info.value)
+    assert (info.value.cell, info.value.line) == (2, line)
+
+
+def test_build_stops_on_bad_markers_before_writing_anything(tmp_path, capsys):
+    src, out = tmp_path / "notebooks", tmp_path / "student"
+    src.mkdir()
+    nbformat.write(sample(), src / "01_good.ipynb")
+    nbformat.write(nb_of(new_code_cell("### END SOLUTION")), src / "02_bad.ipynb")
+    for command in ("build", "prepare"):
+        assert student.main([command, "--src", str(src), "--out", str(out)]) == 2
+        assert "02_bad.ipynb: cell 0, line 1: '### END SOLUTION' without" in capsys.readouterr().err
+        assert not (out / "01_good.ipynb").exists()
+
+
+# --------------------------------------------------------------------------- build / prepare
+
+@pytest.fixture
+def tree(tmp_path):
+    src, out = tmp_path / "notebooks", tmp_path / "student"
+    src.mkdir()
+    nbformat.write(sample(), src / "01_sample.ipynb")
+    (src / "README.md").write_text("map\n")
+    (src / ".ipynb_checkpoints").mkdir()
+    (src / ".ipynb_checkpoints" / "01_sample-checkpoint.ipynb").write_text("{}")
+    return src, out
+
+
+def snapshot(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def edit(path, text="my answer"):
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[3].source = nb.cells[3].source.replace("# YOUR CODE HERE", f"# {text}")
+    nbformat.write(nb, path)
+    return path.read_bytes()
+
+
+def test_build_is_deterministic_and_copies_other_files(tree):
+    src, out = tree
+    assert student.build(src, out, log=lambda *a: None) == 0
+    first = snapshot(out)
+    assert sorted(first) == [".generated.json", "01_sample.ipynb", "README.md"]  # no hidden source files
+    time.sleep(0.01)
+    assert student.build(src, out, log=lambda *a: None) == 0
+    assert snapshot(out) == first
+    assert first["01_sample.ipynb"] == student.generate(src / "01_sample.ipynb")
+    manifest = json.loads(first[".generated.json"])
+    assert set(manifest["files"]) == {"01_sample.ipynb", "README.md"}
+
+
+def test_build_refuses_to_overwrite_an_edited_copy(tree):
+    src, out = tree
+    student.build(src, out, log=lambda *a: None)
+    mine = edit(out / "01_sample.ipynb")
+    lines = []
+    assert student.build(src, out, log=lines.append) == 1
+    assert (out / "01_sample.ipynb").read_bytes() == mine
+    assert any(line.startswith("kept") and "01_sample.ipynb" in line for line in lines)
+    assert "make student FORCE=1" in lines[-1]
+    assert not (out / "backup").exists()
+    # the refusal is remembered: still refused when the source changes too
+    nb = nbformat.read(src / "01_sample.ipynb", as_version=4)
+    nb.cells[0].source += "\nNew intro."
+    nbformat.write(nb, src / "01_sample.ipynb")
+    assert student.build(src, out, log=lambda *a: None) == 1
+    assert (out / "01_sample.ipynb").read_bytes() == mine
+
+
+def test_build_force_keeps_a_timestamped_backup(tree):
+    src, out = tree
+    student.build(src, out, log=lambda *a: None)
+    mine = edit(out / "01_sample.ipynb")
+    assert student.build(src, out, force=True, log=lambda *a: None) == 0
+    backups = list((out / "backup").glob("01_sample-*.ipynb"))
+    assert len(backups) == 1 and re.fullmatch(r"01_sample-\d{8}-\d{6}\.ipynb", backups[0].name)
+    assert backups[0].read_bytes() == mine
+    assert (out / "01_sample.ipynb").read_bytes() == student.generate(src / "01_sample.ipynb")
+    mine2 = edit(out / "01_sample.ipynb", "second try")  # a second forced build in the same second
+    student.build(src, out, force=True, log=lambda *a: None)
+    assert sorted(p.read_bytes() for p in (out / "backup").iterdir()) == sorted([mine, mine2])
+
+
+def test_build_updates_an_untouched_copy_when_the_source_changes(tree):
+    src, out = tree
+    student.build(src, out, log=lambda *a: None)
+    nb = nbformat.read(src / "01_sample.ipynb", as_version=4)
+    nb.cells[0].source += "\nNew intro."
+    nbformat.write(nb, src / "01_sample.ipynb")
+    assert student.build(src, out, log=lambda *a: None) == 0
+    assert "New intro." in (out / "01_sample.ipynb").read_text()
+
+
+def test_an_unrecorded_copy_that_differs_counts_as_edited(tree):
+    src, out = tree
+    out.mkdir()
+    (out / "README.md").write_text("my notes\n")
+    assert student.build(src, out, log=lambda *a: None) == 1
+    assert (out / "README.md").read_text() == "my notes\n"
+
+
+def test_prepare_creates_missing_files_and_never_overwrites(tree):
+    src, out = tree
+    lines = []
+    assert student.prepare(src, out, log=lines.append) == 0
+    assert sorted(snapshot(out)) == [".generated.json", "01_sample.ipynb", "README.md"]
+    assert any(line.startswith("created") for line in lines)
+    mine = edit(out / "01_sample.ipynb")
+    (out / "README.md").unlink()
+    lines = []
+    student.prepare(src, out, log=lines.append)
+    assert (out / "01_sample.ipynb").read_bytes() == mine and (out / "README.md").exists()
+    assert lines == [f"created  {out / 'README.md'}"]  # nothing to say about the edited notebook
+
+
+def test_prepare_reports_a_newer_source(tree):
+    src, out = tree
+    student.prepare(src, out, log=lambda *a: None)
+    mine = edit(out / "01_sample.ipynb")
+    (src / "README.md").write_text("map, version 2\n")
+    nb = nbformat.read(src / "01_sample.ipynb", as_version=4)
+    nb.cells[0].source += "\nNew intro."
+    nbformat.write(nb, src / "01_sample.ipynb")
+    lines = []
+    student.prepare(src, out, log=lines.append)
+    assert (out / "01_sample.ipynb").read_bytes() == mine
+    assert (out / "README.md").read_text() == "map\n"
+    text = "\n".join(lines)
+    assert re.search(r"newer .*README\.md changed since .* \(you have not edited it\): `make student` updates it",
+                     text)
+    assert re.search(r"newer .*01_sample\.ipynb changed since .*your copy is kept.*make student FORCE=1", text)
+
+
+# --------------------------------------------------------------------------- the real notebooks
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_student_edition_of_each_notebook(path):
+    source = nbformat.read(path, as_version=4)
+    ed = student.make_edition(source, path)
+    data = student.render(ed.notebook)
+    nb = nbformat.reads(data.decode(), as_version=4)
+    nbformat.validate(nb)  # valid nbformat, as written
+    assert len(nb.cells) == len(source.cells)
+    assert ed.exercises, f"{path.name} has no exercise (no ### BEGIN SOLUTION block in a code cell)"
+    text = data.decode()
+    assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+    # no solution line survives anywhere (sources or outputs), unless the notebook shows it outside a solution too
+    outside, solution = [], []
+    for c in source.cells:
+        lines = c.source.splitlines()
+        blocks = student.solution_blocks(c.source)
+        inside = {k for b, e in blocks for k in range(b, e + 1)}
+        for k, line in enumerate(lines):
+            (solution if k in inside else outside).append(line.strip())
+    visible = set(outside)
+    for line in solution:
+        if len(line) >= 12 and line not in visible and not line.startswith("#"):
+            assert json.dumps(line)[1:-1] not in text, f"solution line {line!r} appears in the student edition"
+    for ex in ed.exercises:
+        cell = nb.cells[ex.cell]
+        assert cell.outputs == [] and cell.source.count(f"raise NotImplementedError({json.dumps(ex.label)})") == ex.blocks
+        assert ex.check_cell is not None, f"{ex.label} (cell {ex.cell}) has no check cell after it"
+        assert nb.cells[ex.check_cell].outputs == []
+        assert re.fullmatch(r"Exercise \d+[a-z]?(\.\d+)?(: .+)?", ex.label)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_generation_is_deterministic(path):
+    assert student.generate(path) == student.generate(path)
+
+
+# --------------------------------------------------------------------------- through make
+
+def make(*args, check=True):
+    proc = subprocess.run(["make", "--no-print-directory", "-o", STAMP, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    if check:
+        assert proc.returncode == 0, f"make {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_make_student_twice_then_edits_survive_make_student_and_make_lab_preparation(tmp_path):
+    out = tmp_path / "student"
+    make("student", f"STUDENT_DIR={out}")
+    first = snapshot(out)
+    assert sorted(k for k in first if k.endswith(".ipynb")) == [p.name for p in NOTEBOOKS]
+    make("student", f"STUDENT_DIR={out}")
+    assert snapshot(out) == first, "make student is not deterministic"
+
+    target = out / NOTEBOOKS[0].name
+    nb = nbformat.read(target, as_version=4)
+    nb.cells.append(new_code_cell("# my own experiment"))
+    nbformat.write(nb, target)
+    mine = target.read_bytes()
+    other = out / NOTEBOOKS[-1].name
+    if len(NOTEBOOKS) > 1:
+        other.unlink()
+
+    proc = make("student", f"STUDENT_DIR={out}", check=False)
+    assert proc.returncode != 0 and "FORCE=1" in proc.stdout, proc.stdout + proc.stderr
+    assert target.read_bytes() == mine
+    make("student-prepare", f"STUDENT_DIR={out}")
+    assert target.read_bytes() == mine and other.exists()
+    make("student", f"STUDENT_DIR={out}", "FORCE=1")
+    assert target.read_bytes() == first[target.name]
+    assert [p.read_bytes() for p in (out / "backup").iterdir()] == [mine]
+
+
+def test_student_notebooks_find_labsupport_and_log_to_the_repository_runs(tmp_path, monkeypatch):
+    # the kernel of `make lab` is .venv's python, which has labsupport installed (editable),
+    # so `import labsupport` works from student/ (or any folder), not only from notebooks/
+    proc = subprocess.run([sys.executable, "-I", "-c", "import importlib.util as u; print(u.find_spec('labsupport').origin)"],
+                          cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert Path(proc.stdout.strip()).parent == ROOT / "labsupport"
+    # and TensorBoard logs from student/ go to the repository's runs/, like those from notebooks/
+    for name in ("labsupport", "notebooks", "student"):
+        (tmp_path / name).mkdir()
+    spec = importlib.util.spec_from_file_location("tb_alone", ROOT / "labsupport" / "tb.py")
+    tb = importlib.util.module_from_spec(spec)  # just this module: importing labsupport loads torch
+    spec.loader.exec_module(tb)
+    monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path / "student")
+    assert tb._runs_root(None) == Path("..") / "runs"
