@@ -1,0 +1,412 @@
+"""TensorBoard end to end.
+
+1. The training notebooks are executed (up to their last logging cell) with
+   ``LAB_RUNS_DIR`` pointing at a temporary folder; their event files are read back
+   with TensorBoard's own reader: tags present, steps strictly increasing, loss falling.
+2. A real TensorBoard server is started on a free loopback port over that runs
+   folder; its HTTP API must list the runs, the scalar tags and one scalar series
+   equal to what the reader saw. Then it is stopped.
+3. Optional (skipped without a browser): headless Chromium loads the scalars
+   dashboard and saves a screenshot.
+Plus: the tb helpers (hparams in the run's own folder, hint line, readers) and the
+Makefile's ``tensorboard`` and ``clean-runs`` targets.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+
+import labsupport as lab
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+TENSORBOARD = Path(sys.executable).with_name("tensorboard")
+RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*-\d{8}-\d{6}(-\d+)?$")
+STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machine
+
+# What each training notebook must log. "loss": the scalar tag that must fall;
+# "scalars"/"histograms": tags every run of the notebook has; "graph": add_graph
+# was called; "hparams": every run records hyper-parameters, and there are >= 2 runs.
+EXPECTED: dict[str, dict] = {
+    "02_manual_backprop": {"loss": "loss", "scalars": {"loss", "lr"},
+                           "histograms": {"weights/w1", "weights/w2", "grads/w1", "grads/w2"}},
+}
+# A cell that writes logs: the notebooks are executed up to the last one of these.
+LOGGING_CELL = re.compile(r"\bwriter\b|tb_writer|make_writer|add_hparams|log_hparams|add_graph")
+
+
+# ---------------------------------------------------------------- executing notebooks
+
+def _skipped(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_SKIP")
+
+
+def execute_logging_cells(path: Path, timeout: int = 300) -> None:
+    """Run ``path`` from the top to its last logging cell in a fresh kernel (cwd
+    notebooks/), leaving out NBVAL_SKIP cells (the %tensorboard launcher)."""
+    nb = nbformat.read(path, as_version=4)
+    last = max((i for i, c in enumerate(nb.cells)
+                if c.cell_type == "code" and not _skipped(c) and LOGGING_CELL.search(c.source)),
+               default=None)
+    assert last is not None, f"{path.name} has no cell that logs to TensorBoard"
+    nb.cells = [c for c in nb.cells[:last + 1] if not _skipped(c)]
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+
+
+@pytest.fixture(scope="module")
+def runs_root(tmp_path_factory):
+    """A runs folder filled by executing every training notebook that exists."""
+    root = tmp_path_factory.mktemp("runs")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAB_RUNS_DIR", str(root))  # the kernels inherit it
+        for stem in EXPECTED:
+            path = NOTEBOOKS / f"{stem}.ipynb"
+            if path.is_file():
+                execute_logging_cells(path)
+    return root
+
+
+def _runs_of(root: Path, stem: str) -> list[Path]:
+    folder = root / stem
+    return sorted(p for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
+
+
+def _assert_strictly_increasing(steps: list[int], what: str) -> None:
+    bad = [(a, b) for a, b in zip(steps, steps[1:]) if b <= a]
+    assert not bad, f"{what}: steps not strictly increasing, e.g. {bad[0][0]} then {bad[0][1]}"
+
+
+def _first_last_tenth(values: list[float]) -> tuple[float, float]:
+    k = max(1, len(values) // 10)
+    return sum(values[:k]) / k, sum(values[-k:]) / k
+
+
+# ------------------------------------------------ 1. event files, TensorBoard's reader
+
+@pytest.mark.parametrize("stem", sorted(EXPECTED))
+def test_notebook_logs_read_back(runs_root, stem):
+    if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
+        pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
+    spec = EXPECTED[stem]
+    runs = _runs_of(runs_root, stem)
+    assert runs, f"{stem} wrote no run under runs/{stem}/"
+    if spec.get("hparams"):
+        assert len(runs) >= 2, f"{stem} should compare >= 2 runs, found {len(runs)}"
+    for run in runs:
+        where = f"{stem}/{run.name}"
+        assert RUN_NAME.match(run.name), f"{where}: run folder not named <run>-YYYYmmdd-HHMMSS"
+        scalars = lab.read_scalars(run)
+        missing = set(spec.get("scalars", ())) - set(scalars)
+        assert not missing, f"{where}: scalar tags {sorted(missing)} missing (has {sorted(scalars)})"
+        for tag, series in scalars.items():
+            _assert_strictly_increasing([s for s, _ in series], f"{where} scalar {tag!r}")
+            assert all(math.isfinite(v) for _, v in series), f"{where} scalar {tag!r} has NaN/inf"
+        if "loss" in spec:
+            losses = [v for _, v in scalars[spec["loss"]]]
+            assert len(losses) >= 10, f"{where}: only {len(losses)} loss points"
+            first, last = _first_last_tenth(losses)
+            assert last < first, f"{where}: loss did not fall (first tenth {first:.3g}, last {last:.3g})"
+        histograms = lab.read_histograms(run)
+        missing = set(spec.get("histograms", ())) - set(histograms)
+        assert not missing, f"{where}: histogram tags {sorted(missing)} missing (has {sorted(histograms)})"
+        for tag, series in histograms.items():
+            _assert_strictly_increasing([s for s, _ in series], f"{where} histogram {tag!r}")
+        if spec.get("graph"):
+            assert lab.read_tags(run)["graph"], f"{where}: no model graph (add_graph) logged"
+        if spec.get("hparams"):
+            assert lab.read_hparams(run), f"{where}: no hyper-parameters recorded"
+
+
+def test_manual_backprop_histograms_show_gradients_shrinking(runs_root):
+    runs = _runs_of(runs_root, "02_manual_backprop")
+    assert len(runs) == 1, f"expected one run of notebook 02, found {[r.name for r in runs]}"
+    histograms = lab.read_histograms(runs[0])
+    steps = [s for s, _ in histograms["grads/w1"]]
+    assert steps[0] == 0 and len(steps) >= 5, f"grads/w1 logged at steps {steps}"
+    for name, numel in (("w1", 1000 * 100), ("w2", 100 * 10)):
+        for kind in ("weights", "grads"):
+            assert all(h.num == numel for _, h in histograms[f"{kind}/{name}"]), \
+                f"{kind}/{name}: every histogram should count all {numel} entries"
+        grads = [h for _, h in histograms[f"grads/{name}"]]
+        rms_first, rms_last = (math.sqrt(h.sum_squares / h.num) for h in (grads[0], grads[-1]))
+        assert rms_last < 1e-3 * rms_first, \
+            f"grads/{name}: RMS should shrink > 1000x as the loss falls, got {rms_first:.3g} -> {rms_last:.3g}"
+    loss = [v for _, v in lab.read_scalars(runs[0])["loss"]]
+    assert len(loss) == 500 and loss[-1] < 1e-3 * loss[0]
+
+
+# ------------------------------------------------------------- 2. a live TensorBoard
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# Loopback only, and never through a proxy that the environment might name.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _get(url: str, data: bytes | None = None, timeout: float = 10):
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with _OPENER.open(request, timeout=timeout) as response:
+        return json.loads(response.read().decode())
+
+
+class TensorBoardServer:
+    """``tensorboard --logdir ... --host 127.0.0.1 --port <free>`` as a child process."""
+
+    def __init__(self, logdir: Path, log_file: Path):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_file = log_file
+        self._log = open(log_file, "wb")
+        self.process = subprocess.Popen(
+            [str(TENSORBOARD), "--logdir", str(logdir), "--host", "127.0.0.1",
+             "--port", str(self.port), "--reload_interval", "1"],
+            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def output(self) -> str:
+        self._log.flush()
+        return self.log_file.read_text(errors="replace")[-3000:]
+
+    def wait_for_runs(self, expected: set[str], timeout: float = STARTUP_TIMEOUT_S) -> list[str]:
+        """Poll /data/runs until every expected run is listed; fail clearly if not in time."""
+        deadline = time.monotonic() + timeout
+        runs, error = None, None
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                pytest.fail(f"TensorBoard exited with code {self.process.returncode} before "
+                            f"serving; its output:\n{self.output()}")
+            try:
+                runs = _get(f"{self.url}/data/runs", timeout=5)
+                if expected <= set(runs):
+                    return runs
+            except OSError as err:  # not listening yet
+                error = err
+            time.sleep(0.5)
+        pytest.fail(f"TensorBoard did not come up at {self.url} within {timeout:.0f} s "
+                    f"(last answer: {runs!r}, last error: {error}); expected runs {sorted(expected)}; "
+                    f"its output:\n{self.output()}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=15)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def tensorboard(runs_root, tmp_path_factory):
+    assert TENSORBOARD.is_file(), f"no tensorboard program beside {sys.executable}"
+    server = TensorBoardServer(runs_root, tmp_path_factory.mktemp("tb") / "tensorboard.log")
+    try:
+        expected = {p.relative_to(runs_root).as_posix() for stem in EXPECTED
+                    for p in _runs_of(runs_root, stem)}
+        server.runs = server.wait_for_runs(expected)
+        yield server
+    finally:
+        server.stop()
+    assert server.process.returncode is not None
+
+
+def test_server_lists_runs_tags_and_a_scalar_series(tensorboard, runs_root):
+    run = _runs_of(runs_root, "02_manual_backprop")[0]
+    name = run.relative_to(runs_root).as_posix()
+    assert name in tensorboard.runs
+
+    env = _get(f"{tensorboard.url}/data/environment")
+    assert env["debug"]["flags"]["host"] == "127.0.0.1" and not env["debug"]["flags"]["bind_all"]
+
+    scalar_tags = _get(f"{tensorboard.url}/data/plugin/scalars/tags")
+    assert {"loss", "lr"} <= set(scalar_tags.get(name, {})), f"scalar tags of {name}: {scalar_tags.get(name)}"
+    histogram_tags = _get(f"{tensorboard.url}/data/plugin/histograms/tags")
+    assert {"weights/w1", "grads/w1"} <= set(histogram_tags.get(name, {}))
+
+    query = urllib.parse.urlencode({"run": name, "tag": "loss"})
+    series = _get(f"{tensorboard.url}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value]]
+    reader = lab.read_scalars(run)["loss"]
+    assert [step for _, step, _ in series] == [step for step, _ in reader]
+    assert all(math.isclose(value, ref, rel_tol=1e-6) for (_, _, value), (_, ref) in zip(series, reader))
+    assert series[-1][2] < 1e-3 * series[0][2], "the served loss series should fall > 1000x"
+
+
+def test_server_sees_every_training_notebook(tensorboard, runs_root):
+    for stem in EXPECTED:
+        if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
+            continue
+        served = [r for r in tensorboard.runs if r.startswith(f"{stem}/")]
+        assert served, f"TensorBoard lists no run of {stem}"
+        if EXPECTED[stem].get("graph"):
+            info = _get(f"{tensorboard.url}/data/plugin/graphs/info")
+            assert any(info.get(r, {}).get("run_graph") for r in served), f"no graph served for {stem}"
+        if EXPECTED[stem].get("hparams"):
+            body = json.dumps({"experimentName": ""}).encode()
+            exp = _get(f"{tensorboard.url}/data/plugin/hparams/experiment", data=body)
+            assert exp.get("hparamInfos"), f"the HParams view has no hyper-parameters for {stem}: {exp}"
+
+
+# --------------------------------------------- 3. optional: a headless browser screenshot
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (optional: apt-get install chromium)")
+def test_headless_chromium_screenshot_of_scalars(tensorboard, tmp_path):
+    shot = tmp_path / "tensorboard_scalars.png"
+    url = f"{tensorboard.url}/?darkMode=false#scalars&_smoothingWeight=0"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
+             "--window-size=1400,1000", "--virtual-time-budget=20000"]
+    result = subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", url],
+                            capture_output=True, text=True, timeout=120)
+    assert shot.is_file() and shot.stat().st_size > 20_000, (
+        f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    keep = os.environ.get("LAB_SCREENSHOT_DIR")  # to look at it afterwards
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / shot.name)
+
+
+# ------------------------------------------------------------- helpers in labsupport/tb
+
+def test_log_hparams_keeps_them_in_the_run_folder(tmp_path):
+    with lab.tb_writer("06_optim", "sgd", root=tmp_path) as writer:
+        for step, loss in enumerate([3.0, 2.0, 1.0]):
+            writer.add_scalar("loss", loss, step)
+        lab.log_hparams(writer, {"optimizer": "sgd", "lr": 0.1, "nesterov": False},
+                        {"hparam/final_loss": 1.0})
+    run = Path(writer.log_dir)
+    assert [p for p in run.iterdir() if p.is_dir()] == [], "add_hparams-style sub-folder was made"
+    assert lab.read_hparams(run) == {"lr": 0.1, "nesterov": False, "optimizer": "sgd"}
+    assert lab.read_scalars(run)["hparam/final_loss"] == [(0, 1.0)]
+    with pytest.raises(ValueError, match="non-empty dict"):
+        lab.log_hparams(writer, {})
+
+
+def test_read_hparams_is_empty_without_hparams(tmp_path):
+    with lab.tb_writer("07_data", "plain", root=tmp_path) as writer:
+        writer.add_scalar("loss", 1.0, 0)
+    assert lab.read_hparams(writer.log_dir) == {}
+    assert lab.read_tags(writer.log_dir)["graph"] is False
+
+
+def test_log_histograms_and_graph_read_back(tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    with lab.tb_writer("05_modules", "mlp", root=tmp_path) as writer:
+        writer.add_graph(model, torch.zeros(1, 4))
+        lab.log_histograms(writer, model, 0)                   # no gradients yet
+        model(torch.ones(2, 4)).sum().backward()
+        lab.log_histograms(writer, model, 1)
+    histograms = lab.read_histograms(writer.log_dir)
+    assert [s for s, _ in histograms["weights/0.weight"]] == [0, 1]
+    assert [s for s, _ in histograms["grads/0.weight"]] == [1]
+    assert histograms["weights/0.weight"][0][1].num == 12
+    assert lab.read_tags(writer.log_dir)["graph"] is True
+
+
+def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
+    (tmp_path / "labsupport").mkdir()
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")              # as a notebook runs
+    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
+        pass
+    lab.tb_hint(writer)
+    line = capsys.readouterr().out
+    assert re.fullmatch(r"logged to runs/02_manual_backprop/manual-sgd-\d{8}-\d{6}; "
+                        r"view with `make tensorboard`\n", line), line
+    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "elsewhere"))
+    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
+        pass
+    lab.tb_hint(writer.log_dir)
+    line = capsys.readouterr().out
+    assert line.startswith(f"logged to {tmp_path / 'elsewhere'}/02_manual_backprop/manual-sgd-")
+    assert f"`tensorboard --logdir {tmp_path / 'elsewhere'} --host 127.0.0.1`" in line
+
+
+def test_read_helpers_reject_a_missing_folder(tmp_path):
+    for read in (lab.read_scalars, lab.read_histograms, lab.read_tags, lab.read_hparams):
+        with pytest.raises(FileNotFoundError, match="no run folder"):
+            read(tmp_path / "missing")
+
+
+# ------------------------------------------------------------------------- Makefile
+
+MAKE = shutil.which("make")
+needs_make = pytest.mark.skipif(MAKE is None, reason="no make program")
+
+
+def _make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([MAKE, "-s", "-C", str(cwd), *args], capture_output=True, text=True, timeout=60)
+
+
+@needs_make
+def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
+    default = subprocess.run([MAKE, "-n", "-C", str(ROOT), "tensorboard"],
+                             capture_output=True, text=True, timeout=60).stdout
+    assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006\b", default), default
+    other = subprocess.run([MAKE, "-n", "-C", str(ROOT), "tensorboard", "TB_PORT=6123"],
+                           capture_output=True, text=True, timeout=60).stdout
+    assert "--host 127.0.0.1 --port 6123" in other, other
+
+
+@needs_make
+def test_make_clean_runs_empties_runs_and_nothing_else(tmp_path):
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    (repo / "runs" / "02_manual_backprop" / "manual-sgd-20261126-101500").mkdir(parents=True)
+    (repo / "runs" / "02_manual_backprop" / "manual-sgd-20261126-101500" / "events.out").write_text("x")
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    (repo / "runs" / "link-out").symlink_to(outside)          # a link inside runs/
+    (repo / "notes.txt").write_text("keep me too")
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
+
+    done = _make(repo, "clean-runs")
+    assert done.returncode == 0, done.stderr
+    assert (repo / "runs").is_dir() and list((repo / "runs").iterdir()) == []
+    assert (outside / "precious.txt").read_text() == "keep me", "followed a link out of runs/"
+    assert (repo / "notes.txt").is_file() and (repo / "Makefile").is_file()
+
+
+@needs_make
+def test_make_clean_runs_refuses_a_runs_symlink(tmp_path):
+    repo, outside = tmp_path / "repo", tmp_path / "outside"
+    repo.mkdir()
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep me")
+    (repo / "runs").symlink_to(outside)
+    shutil.copy(ROOT / "Makefile", repo / "Makefile")
+
+    refused = _make(repo, "clean-runs")
+    assert refused.returncode != 0 and "symbolic link" in refused.stderr, refused.stderr
+    assert (outside / "precious.txt").read_text() == "keep me"
+    assert (repo / "runs").is_symlink()
+
+    (repo / "runs").unlink()
+    (repo / "runs").write_text("a file, not a folder")
+    refused = _make(repo, "clean-runs")
+    assert refused.returncode != 0 and "not a folder" in refused.stderr
+    assert (repo / "runs").read_text() == "a file, not a folder"
