@@ -11,6 +11,8 @@ LAB_PORT ?= 8888
 TB_PORT  ?= 6006
 # Where `make lab` / `make student` put the student edition (generated from notebooks/).
 STUDENT_DIR ?= student
+# Extra JupyterLab flags, e.g. LAB_ARGS=--allow-root inside a container running as root.
+LAB_ARGS ?=
 # Workers for the test run: one per core (CI has 2).
 JOBS ?= 2
 
@@ -37,11 +39,11 @@ $(STAMP): pyproject.toml constraints.txt
 # missing ones (never overwrites) and says when a source notebook is newer.
 lab: student-prepare
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
-	    --ServerApp.root_dir=$(STUDENT_DIR)
+	    --ServerApp.root_dir=$(STUDENT_DIR) $(LAB_ARGS)
 
 lab-solutions: $(STAMP)
 	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
-	    --ServerApp.root_dir=notebooks
+	    --ServerApp.root_dir=notebooks $(LAB_ARGS)
 
 student-prepare: $(STAMP)
 	@$(BIN)/python tools/student.py prepare --out $(STUDENT_DIR)
