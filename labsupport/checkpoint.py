@@ -7,7 +7,7 @@ renamed over the target in one step. Loading uses ``weights_only=True``.
 Example:
     >>> import tempfile, os, torch
     >>> path = os.path.join(tempfile.mkdtemp(), "net.pt")
-    >>> save_checkpoint({"w": torch.ones(2)}, path)
+    >>> _ = save_checkpoint({"w": torch.ones(2)}, path)
     >>> load_checkpoint(path)["w"]
     tensor([1., 1.])
 """

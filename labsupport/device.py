@@ -130,6 +130,11 @@ def environment_line(device: torch.device | str | None = None) -> str:
 
 
 def print_environment(device: torch.device | str | None = None) -> None:
-    """Print :func:`environment_line` and warn about versions below the minimum."""
+    """Print :func:`environment_line` and warn about versions below the minimum.
+
+    Example:
+        >>> print_environment("cpu")       # doctest: +ELLIPSIS
+        python ... | torch ... | torchvision ... | device cpu (... threads)
+    """
     print(environment_line(device))
     check_versions()

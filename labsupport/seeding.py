@@ -3,6 +3,7 @@
 Example:
     >>> import labsupport as lab
     >>> lab.seed_everything(0)
+    0
     >>> g = lab.make_generator(0)          # pass to DataLoader(generator=g)
 """
 from __future__ import annotations

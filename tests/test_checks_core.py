@@ -7,6 +7,11 @@ import labsupport as lab
 from labsupport.checks.core import call_student, describe, expect_tensor
 
 
+def test_passed_prints_the_stable_verdict_line(capsys):
+    lab.passed("x: ok")
+    assert capsys.readouterr().out == "PASS  x: ok\n"
+
+
 def test_describe_names_type_shape_dtype_device():
     assert describe(None) == "None"
     assert describe(torch.zeros(2, 3)) == "tensor of shape (2, 3), dtype torch.float32, on cpu"

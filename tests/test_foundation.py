@@ -62,6 +62,7 @@ def test_environment_line_and_version_warnings(capsys):
     assert "torchvision is not installed" in problems[1]
     assert len(caught) == 2
     assert lab.check_versions({"python": "3.10.0", "torch": "2.14.0+cu130", "torchvision": "0.29.2"}) == []
+    assert lab.check_versions(dict(lab.MIN_VERSIONS)) == []  # the minimum itself is supported
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         lab.print_environment("cpu")  # the installed versions are supported: no warning
@@ -69,6 +70,7 @@ def test_environment_line_and_version_warnings(capsys):
 
 
 def test_lecture_data_is_seeded_and_shaped():
+    assert lab.LECTURE_SIZES == {"N": 64, "D_in": 1000, "H": 100, "D_out": 10}
     x, y = lab.lecture_data()
     assert x.shape == (64, 1000) and y.shape == (64, 10) and x.dtype == torch.float32
     x2, _ = lab.lecture_data()
@@ -149,6 +151,14 @@ def test_runs_root_from_env_and_notebooks_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path / "notebooks")
     d = lab.run_dir("nb", "r")
     assert str(d).startswith(os.path.join("..", "runs", "nb")) and (tmp_path / "runs" / "nb").is_dir()
+
+
+def test_make_writer_and_default_root(tmp_path, monkeypatch):
+    monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    writer = lab.make_writer("05_nn_module", "graph")
+    writer.close()
+    assert writer.log_dir.startswith(lab.RUNS_DIR + "/05_nn_module/graph-")
 
 
 def test_writer_logs_scalars_readable_back(tmp_path):

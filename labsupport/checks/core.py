@@ -25,11 +25,26 @@ __all__ = ["CheckError", "describe", "expect_tensor", "rel_error", "check_close"
 
 
 class CheckError(AssertionError):
-    """A check failed. The message says what was expected, what came, and why."""
+    """A check failed. The message says what was expected, what came, and why.
+
+    It subclasses AssertionError, so a failing check stops "Run all" like an assert.
+
+    Example:
+        >>> try:
+        ...     expect_tensor(None, "grad_w1")
+        ... except CheckError as err:
+        ...     print(err)
+        grad_w1: expected a torch.Tensor, got None. Did the cell that computes grad_w1 run, and does your function end with `return`?
+    """
 
 
 def passed(message: str) -> None:
-    """Print the one-line success verdict every check ends with."""
+    """Print the one-line success verdict every check ends with.
+
+    Example:
+        >>> passed("forward: shapes and values match")
+        PASS  forward: shapes and values match
+    """
     print(f"PASS  {message}")
 
 
@@ -213,8 +228,8 @@ def numeric_gradient(f: Callable[[], torch.Tensor], x: torch.Tensor, h: float = 
 
     Example:
         >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
-        >>> numeric_gradient(lambda: (x ** 2).sum(), x)
-        tensor([2., 4.], dtype=torch.float64)
+        >>> numeric_gradient(lambda: (x ** 2).sum(), x).round(decimals=6).tolist()
+        [2.0, 4.0]
     """
     __tracebackhide__ = True
     x = expect_tensor(x, "x", finite=True)

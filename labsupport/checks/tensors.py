@@ -32,6 +32,10 @@ def check_two_layer_forward(forward: Callable[[torch.Tensor, torch.Tensor, torch
 
     The reference is built with ``torch.nn.functional.linear`` and ``relu`` on
     fresh non-square inputs, so a transposed weight shows up as a shape error.
+
+    Example:
+        >>> check_two_layer_forward(lambda x, w1, w2: x.mm(w1).clamp(min=0).mm(w2))
+        PASS  forward: y_pred = relu(x @ w1) @ w2 on 2 test cases (shapes and values)
     """
     __tracebackhide__ = True
     for case, (N, D_in, H, D_out) in enumerate([(6, 5, 4, 3), (64, 1000, 100, 10)]):
@@ -56,6 +60,10 @@ def check_l2_loss(l2_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor])
     Compared with ``F.mse_loss(..., reduction="sum")``; recognises the mean
     instead of the sum, a missing square, a square root (the norm) and a
     missing reduction.
+
+    Example:
+        >>> check_l2_loss(lambda y_pred, y: (y_pred - y).pow(2).sum())
+        PASS  l2_loss: matches torch's sum-reduced MSE on 2 test cases
     """
     __tracebackhide__ = True
     for case, shape in enumerate([(5, 3), (64, 10)]):
@@ -90,6 +98,10 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Callable[[torch.Tensor, torch.Ten
 
     The reference is ``torch.cdist(a, b) ** 2``; recognises distances that are
     not squared, a transposed result and a missing broadcast.
+
+    Example:
+        >>> check_pairwise_sq_dists(lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1))
+        PASS  pairwise_sq_dists: matches torch.cdist(a, b)**2 on 2 test cases
     """
     __tracebackhide__ = True
     for case, (N, M, D) in enumerate([(4, 3, 2), (7, 5, 6)]):
