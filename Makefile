@@ -53,15 +53,16 @@ student-prepare: $(STAMP)
 student: $(STAMP)
 	$(BIN)/python tools/student.py build --out $(STUDENT_DIR) $(if $(filter 1 yes true,$(FORCE)),--force)
 
-# Unit tests and nbval run in one pytest session, spread over $(JOBS) workers;
-# --dist loadscope keeps each notebook's cells in order on one worker.
+# Unit tests, labsupport's docstring examples and nbval run in one pytest session,
+# spread over $(JOBS) workers; --dist loadscope keeps each notebook's cells in order
+# on one worker. One thread per worker: two workers share CI's two cores.
 test: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
-	    tests notebooks --nbval --nbval-current-env \
+	    tests labsupport --doctest-modules notebooks --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests labsupport --doctest-modules -q $(PYTEST_ARGS)
 
 nbval: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
