@@ -382,3 +382,25 @@ def test_student_notebooks_find_labsupport_and_log_to_the_repository_runs(tmp_pa
     monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
     monkeypatch.chdir(tmp_path / "student")
     assert tb._runs_root(None) == Path("..") / "runs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_student_edition_of_the_student_edition_is_itself(path, tmp_path):
+    # what makes a handout repository work (docs/instructors.md): its notebooks/ holds the student
+    # edition, and `make lab` there copies it to student/ unchanged
+    once = tmp_path / path.name
+    once.write_bytes(student.generate(path))
+    assert student.generate(once) == once.read_bytes()
+
+
+def test_ci_workflow_for_instructors_runs_exactly_make_test_with_a_pip_cache():
+    yaml = pytest.importorskip("yaml")
+    flow = yaml.safe_load((ROOT / "docs" / "ci" / "github-actions.yml").read_text())
+    (job,) = flow["jobs"].values()
+    runs = [step["run"].strip() for step in job["steps"] if "run" in step]
+    assert runs == ["make test"]
+    setup = next(step for step in job["steps"] if step.get("uses", "").startswith("actions/setup-python"))
+    assert setup["with"]["cache"] == "pip"
+    assert set(setup["with"]["cache-dependency-path"].split()) == {"constraints.txt", "pyproject.toml"}
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    assert "docs/ci/github-actions.yml" in (ROOT / "docs" / "instructors.md").read_text()
