@@ -32,7 +32,7 @@ cell: cells before the first exercise run cleanly; each exercise raises the
 NotImplementedError naming it; its check, run against the stub, fails with a
 CheckError (not a NameError or another internal error); then the original
 solution cell runs and the check must pass; the rest of the notebook runs on.
-Cells whose first line is ``# NBVAL_SKIP`` are skipped.
+Cells marked ``# NBVAL_SKIP`` (as nbval reads it) are skipped.
 
 Unbalanced or nested markers stop ``build``/``prepare`` with the file, the
 cell (counted from 0, as in the .ipynb file) and the line (from 1).
@@ -262,10 +262,16 @@ class Edition:
         return sum(e.check_cell is not None for e in self.exercises)
 
 
+def _nbval_marked(cell, marker: str, *tags: str) -> bool:
+    """True if ``cell`` carries nbval's ``marker`` as a comment line (as nbval reads it) or a tag."""
+    comments = {line.strip().lstrip("#").strip() for line in cell.source.splitlines()
+                if line.strip().startswith("#")}
+    cell_tags = set(cell.get("metadata", {}).get("tags", []))
+    return marker in comments or bool(cell_tags & set(tags))
+
+
 def _is_skip(cell) -> bool:
-    first = cell.source.lstrip().split("\n", 1)[0].strip()
-    tags = cell.get("metadata", {}).get("tags", [])
-    return first.startswith("# NBVAL_SKIP") or "nbval-skip" in tags
+    return _nbval_marked(cell, "NBVAL_SKIP", "nbval-skip")
 
 
 def _next_code_cell(cells: list, index: int) -> int | None:
@@ -513,8 +519,7 @@ def _text(cell) -> str:
 
 
 def _raises_expected(cell) -> bool:
-    first = cell.source.lstrip().split("\n", 1)[0].strip()
-    return first.startswith("# NBVAL_RAISES_EXCEPTION") or "raises-exception" in cell.get("metadata", {}).get("tags", [])
+    return _nbval_marked(cell, "NBVAL_RAISES_EXCEPTION", "nbval-raises-exception", "raises-exception")
 
 
 def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
