@@ -6,4 +6,6 @@ each other module holds the checks of one notebook's exercises.
 from .core import *  # noqa: F401,F403
 from .tensors import *  # noqa: F401,F403   01_tensors
 from .backprop import *  # noqa: F401,F403  02_manual_backprop
+from .autograd import *  # noqa: F401,F403  03_autograd
+from .functions import *  # noqa: F401,F403  04_custom_functions
 from .scaling import *  # noqa: F401,F403  10_scaling_up
