@@ -243,6 +243,13 @@ def test_logsumexp_mistakes(fn, fragment):
         lab.check_stable_function(fn, "logsumexp")
 
 
+def test_stable_choices_are_the_ones_the_check_accepts(capsys):
+    assert lab.STABLE_CHOICES == ("softplus", "logsumexp")
+    for choice, fn in zip(lab.STABLE_CHOICES, (Softplus, LogSumExp)):
+        lab.check_stable_function(fn, choice)
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
 @pytest.mark.parametrize("choice", ["tanh", None, 1, ["softplus"]])
 def test_stable_bad_choice(choice):
     with pytest.raises(lab.CheckError, match="choice must be one of 'softplus', 'logsumexp'"):

@@ -114,6 +114,13 @@ def check_predicted_gradients(predict: Callable) -> None:
     or through ``exp(a)``), the outer factor ``2 * d`` dropped, only its 2 dropped,
     the two gradients swapped, ``b`` where ``a`` belongs in ``grad_b``, and a
     summed (scalar) result.
+
+    Example:
+        >>> def predict(a, b):
+        ...     d = a * b + a.exp()
+        ...     return 2 * d * (b + a.exp()), 2 * d * a
+        >>> check_predicted_gradients(predict)
+        PASS  predicted gradients: grad_a and grad_b match autograd on 2 test cases
     """
     __tracebackhide__ = True
     for case, shape in enumerate([(5,), (3, 4)]):
@@ -299,6 +306,23 @@ def check_autograd_training(train: Callable, *, steps: int = STEPS) -> None:
       tensor still holding its graph is refused) and that the loss falls;
     * errors a broken loop raises (an update outside ``torch.no_grad()``,
       weights that lost ``requires_grad``, backward twice through one graph).
+
+    Example (a loop that never resets ``.grad``):
+        >>> def train(x, y, w1, w2, learning_rate, steps, log=None):
+        ...     losses = []
+        ...     for t in range(steps):
+        ...         loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+        ...         loss.backward()
+        ...         log(t, loss.item())
+        ...         with torch.no_grad():
+        ...             w1 -= learning_rate * w1.grad
+        ...             w2 -= learning_rate * w2.grad
+        ...         losses.append(loss.item())
+        ...     return losses
+        >>> check_autograd_training(train)
+        Traceback (most recent call last):
+        ...
+        labsupport.checks.core.CheckError: w1.grad in step 1 equals this step's gradient plus the earlier ones: ...
     """
     __tracebackhide__ = True
     x, y, w1_0, w2_0 = _problem()
@@ -396,6 +420,22 @@ def check_fixed_training(train: Callable, *, steps: int = STEPS) -> None:
     gradients still accumulating (named per weight), weights that never change
     (reset before the update, or ``w1 = w1 - ...``), a step up the gradient, and
     the errors a broken loop raises.
+
+    Example:
+        >>> def train_fixed(x, y, w1, w2, learning_rate, steps):
+        ...     losses = []
+        ...     for t in range(steps):
+        ...         loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+        ...         losses.append(loss.item())
+        ...         loss.backward()
+        ...         with torch.no_grad():
+        ...             w1 -= learning_rate * w1.grad
+        ...             w2 -= learning_rate * w2.grad
+        ...             w1.grad = None
+        ...             w2.grad = None
+        ...     return losses
+        >>> check_fixed_training(train_fixed)
+        PASS  fixed loop: no gradient accumulation; losses and weights match the reference over 5 steps
     """
     __tracebackhide__ = True
     x, y, w1_0, w2_0 = _problem(301)

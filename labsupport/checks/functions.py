@@ -325,6 +325,21 @@ def check_relu_function(fn: Any) -> None:
     negative), inverts the mask, clamps ``grad_output``, multiplies by the output,
     changes ``grad_output`` in place, returns the wrong number or shape of
     gradients.
+
+    Example (a backward that forgets ``grad_output``):
+        >>> class MyReLU(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         ctx.save_for_backward(x)
+        ...         return x.clamp(min=0)
+        ...     @staticmethod
+        ...     def backward(ctx, grad_output):
+        ...         x, = ctx.saved_tensors
+        ...         return (x > 0).to(x.dtype)
+        >>> check_relu_function(MyReLU)
+        Traceback (most recent call last):
+        ...
+        labsupport.checks.core.CheckError: the gradient for x is wrong: it is the mask alone: did you forget to multiply by grad_output?.
     """
     __tracebackhide__ = True
     _run_check(fn, _RELU)
@@ -434,6 +449,20 @@ def check_stable_function(fn: Any, choice: str) -> None:
     wrong dimension; backward without ``grad_output``, ``exp(x)`` instead of the
     softmax, softmax over the wrong dimension, ``grad_output`` not unsqueezed,
     unstable ``exp(x) / sum(exp(x))``.
+
+    Example:
+        >>> class Softplus(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x):
+        ...         ctx.save_for_backward(x)
+        ...         return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+        ...     @staticmethod
+        ...     def backward(ctx, grad_output):
+        ...         x, = ctx.saved_tensors
+        ...         return grad_output * torch.sigmoid(x)
+        >>> check_stable_function(Softplus, "softplus")  # doctest: +NORMALIZE_WHITESPACE
+        PASS  Softplus: forward matches torch.nn.functional.softplus, backward matches autograd on 2 test
+        cases, gradcheck passes (float64), finite and accurate for inputs up to |x| = 1000
     """
     __tracebackhide__ = True
     specs = {"softplus": _SOFTPLUS, "logsumexp": _LOGSUMEXP}
@@ -489,6 +518,21 @@ def check_scaled_matmul_function(fn: Any) -> None:
     twice (forward or backward); ``grad_output`` forgotten; two values returned
     instead of three; a gradient returned for ``scale``; gradients swapped or of
     the wrong shape (a missing transpose); ``save_for_backward`` given the number.
+
+    Example:
+        >>> class ScaledMatmul(torch.autograd.Function):
+        ...     @staticmethod
+        ...     def forward(ctx, x, w, scale):
+        ...         ctx.save_for_backward(x, w)
+        ...         ctx.scale = scale
+        ...         return scale * x.mm(w)
+        ...     @staticmethod
+        ...     def backward(ctx, grad_output):
+        ...         x, w = ctx.saved_tensors
+        ...         return ctx.scale * grad_output.mm(w.t()), ctx.scale * x.t().mm(grad_output), None
+        >>> check_scaled_matmul_function(ScaledMatmul)  # doctest: +NORMALIZE_WHITESPACE
+        PASS  ScaledMatmul: forward matches scale * torch.mm(x, w), backward matches autograd on 2 test
+        cases, gradcheck passes (float64)
     """
     __tracebackhide__ = True
     _run_check(fn, _SCALED_MM)
