@@ -16,6 +16,7 @@ notebook only writes ``import labsupport as lab``.
 * ``hardware``   cpu_info, gpu_info, peak_flops, measure_matmul, matmul_sweep (notebook 00)
 * ``distributed`` run_data_parallel: DDP workers as real processes, gloo or NCCL (notebook 10)
 * ``autograd_graph`` print_graph, graph_lines, graph_nodes (walk grad_fn to the leaves)
+* ``pretrained`` load_pretrained (offline-first), imagenet_topk, pretrain_digits_cnn (notebook 08)
 
 Example:
     >>> import labsupport as lab
@@ -35,5 +36,6 @@ from .checkpoint import *  # noqa: F401,F403
 from .hardware import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
 from .autograd_graph import *  # noqa: F401,F403
+from .pretrained import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
