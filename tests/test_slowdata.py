@@ -1,0 +1,113 @@
+"""labsupport.slowdata: the slow-read datasets of notebook 07 and the worker benchmark."""
+import multiprocessing as mp
+import pickle
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import labsupport as lab
+
+
+def test_slow_dataset_returns_the_base_items_and_is_slow():
+    base = lab.SyntheticImages(6, shape=(1, 3, 3), seed=4)
+    slow = lab.SlowDataset(base, delay=0.01)
+    assert len(slow) == 6
+    start = time.perf_counter()
+    items = [slow[i] for i in range(6)]
+    assert time.perf_counter() - start >= 6 * 0.01
+    for (a, la), (b, lb) in zip(items, (base[i] for i in range(6))):
+        assert torch.equal(a, b) and la == lb
+
+
+def test_spin_mode_keeps_the_cpu_busy():
+    slow = lab.SlowDataset(lab.SyntheticImages(2, shape=(1,)), delay=0.02, mode="spin")
+    cpu, wall = time.process_time(), time.perf_counter()
+    slow[0]
+    assert time.perf_counter() - wall >= 0.02
+    assert time.process_time() - cpu >= 0.01  # the wait was spent computing, not sleeping
+
+
+def test_synthetic_images_are_deterministic_and_index_like_a_list():
+    ds = lab.SyntheticImages(5, shape=(3, 4, 4), num_classes=3, seed=1)
+    image, label = ds[2]
+    assert image.shape == (3, 4, 4) and image.dtype == torch.float32 and 0 <= label < 3
+    assert torch.equal(ds[-3][0], image) and torch.equal(lab.SyntheticImages(5, (3, 4, 4), 3, 1)[2][0], image)
+    assert not torch.equal(ds[1][0], image)
+    for bad in (5, -6):
+        with pytest.raises(IndexError):
+            ds[bad]
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(base=[1, 2], delay=-1.0), ValueError),
+    (dict(base=[1, 2], delay="1"), ValueError),
+    (dict(base=[1, 2], delay=0.1, mode="nap"), ValueError),
+    (dict(base=42, delay=0.1), TypeError),
+])
+def test_slow_dataset_rejects_bad_arguments(kwargs, error):
+    with pytest.raises(error):
+        lab.SlowDataset(**kwargs)
+
+
+def test_synthetic_images_rejects_a_bad_size():
+    with pytest.raises(ValueError):
+        lab.SyntheticImages(-1)
+
+
+def test_time_loader_times_each_epoch_and_rejects_bad_epochs():
+    loader = DataLoader(lab.SlowDataset(lab.SyntheticImages(4, shape=(2,)), delay=0.005), batch_size=2)
+    seconds = lab.time_loader(loader, epochs=2, device="cpu")
+    assert len(seconds) == 2 and all(s >= 4 * 0.005 for s in seconds)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError):
+            lab.time_loader(loader, epochs=bad)
+
+
+def test_datasets_pickle_by_reference_to_an_importable_class():
+    ds = lab.SlowDataset(lab.DigitsDataset("val"), delay=0.0)
+    clone = pickle.loads(pickle.dumps(ds))
+    assert type(clone) is lab.SlowDataset and len(clone) == len(ds)
+    assert torch.equal(clone[5][0], ds[5][0]) and clone[5][1] == ds[5][1]
+    assert b"labsupport.slowdata" in pickle.dumps(ds)
+
+
+def test_a_class_defined_in_a_function_cannot_be_pickled():
+    # The reason the notebook's worker datasets live in labsupport: what cannot be
+    # imported by module and name cannot be sent to a spawned worker.
+    class Local(Dataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            return i
+
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        pickle.dumps(Local())
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_workers_started_by_spawn_and_forkserver_get_the_same_items(method):
+    if method not in mp.get_all_start_methods():
+        pytest.skip(f"{method} is not available on this platform")
+    ds = lab.SlowDataset(lab.DigitsDataset("val"), delay=0.0)
+    subset = torch.utils.data.Subset(ds, range(24))
+    expected = [batch for batch in DataLoader(subset, batch_size=8)]
+    loader = DataLoader(subset, batch_size=8, num_workers=1, multiprocessing_context=method)
+    got = [batch for batch in loader]
+    assert len(got) == len(expected) == 3
+    for (gi, gl), (ei, el) in zip(got, expected):
+        assert torch.equal(gi, ei) and torch.equal(gl, el)
+
+
+def test_two_workers_overlap_slow_reads():
+    # 32 reads of 20 ms: about 0.64 s in the main process, about half with two
+    # workers (sleeps overlap however busy the CPU is); fork start-up is cheap.
+    if "fork" not in mp.get_all_start_methods():
+        pytest.skip("fork is not available on this platform")
+    ds = lab.SlowDataset(lab.SyntheticImages(32, shape=(1, 8, 8)), delay=0.02)
+    serial = lab.time_loader(DataLoader(ds, batch_size=8))[0]
+    parallel = lab.time_loader(DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="fork"))[0]
+    assert serial >= 32 * 0.02
+    assert parallel < 0.85 * serial, f"2 workers took {parallel:.2f} s, 0 workers {serial:.2f} s"
