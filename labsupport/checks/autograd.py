@@ -26,7 +26,6 @@ Example:
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Mapping
 
 import torch

@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import torch
@@ -58,9 +58,7 @@ class _Spec:
     extreme: Sequence[tuple] = ()                  # inputs where a naive formula overflows
     stability_hint: tuple[str, str] = ("", "")     # (forward, backward) advice for extreme inputs
     shape_hint: str = ""
-    gradcheck_args: Callable[[torch.Generator], tuple] | None = None
     extra_pass: str = ""
-    hints_by_position: dict = field(default_factory=dict)
 
 
 def _function_class(fn: Any) -> type:
@@ -222,8 +220,7 @@ def _check_backward(cls: type, spec: _Spec, grads: list, args: tuple, g: torch.T
 
 def _check_gradcheck(cls: type, spec: _Spec) -> None:
     __tracebackhide__ = True
-    make = spec.gradcheck_args or spec.make_args
-    args = make(torch.Generator().manual_seed(99))
+    args = spec.make_args(torch.Generator().manual_seed(99))
     inputs = tuple(a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) else a
                    for a in args)
     try:
