@@ -36,17 +36,21 @@ import labsupport as lab
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 TENSORBOARD = Path(sys.executable).with_name("tensorboard")
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*-\d{8}-\d{6}(-\d+)?$")
+RUN_NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.=-]*)-\d{8}-\d{6}(-\d+)?$")  # group 1: the run name
 STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machine
 
-# What each training notebook must log. "loss": the scalar tag that must fall;
-# "scalars"/"histograms": tags every run of the notebook has; "graph": add_graph
+# What each training notebook must log (docs/tensorboard.md has the same table).
+# "runs": the run names (folder names without the timestamp); "loss": the scalar
+# tag that must fall; "scalars"/"histograms": tags every run has; "graph": add_graph
 # was called; "hparams": every run records hyper-parameters, and there are >= 2 runs.
 LECTURE_NET = {"loss": "loss", "scalars": {"loss", "lr"},
                "histograms": {"weights/w1", "weights/w2", "grads/w1", "grads/w2"}}
 EXPECTED: dict[str, dict] = {
-    "02_manual_backprop": LECTURE_NET,
-    "03_autograd": LECTURE_NET,
+    "02_manual_backprop": {"runs": {"manual-sgd"}, **LECTURE_NET},
+    "03_autograd": {"runs": {"autograd-sgd"}, **LECTURE_NET},
+    "08_pretrained_models": {"runs": {"scratch", "feature-extraction", "fine-tuning"},
+                             "loss": "loss/train", "scalars": {"loss/train", "accuracy/val", "lr/group0"}},
+    "10_scaling_up": {"runs": {"fp32", "bf16-autocast"}, "loss": "loss/train", "scalars": {"loss/train", "lr"}},
 }
 # A cell that writes logs: the notebooks are executed up to the last one of these.
 LOGGING_CELL = re.compile(r"\bwriter\b|tb_writer|make_writer|add_hparams|log_hparams|add_graph")
@@ -126,6 +130,9 @@ def test_notebook_logs_read_back(runs_root, stem):
     spec = EXPECTED[stem]
     runs = _runs_of(runs_root, stem)
     assert runs, f"{stem} wrote no run under runs/{stem}/"
+    if "runs" in spec:
+        names = {RUN_NAME.sub(r"\1", r.name) for r in runs}
+        assert names == spec["runs"], f"{stem}: expected runs {sorted(spec['runs'])}, got {sorted(names)}"
     if spec.get("hparams"):
         assert len(runs) >= 2, f"{stem} should compare >= 2 runs, found {len(runs)}"
     for run in runs:
