@@ -384,9 +384,11 @@ def _quiet_benchmark_import() -> Iterator[None]:
         logger.setLevel(old)
 
 
+with _quiet_benchmark_import():  # imported once here, quietly; later imports reuse it
+    from torch.utils import benchmark
+
+
 def _timer(stmt_fn, label: str):
-    with _quiet_benchmark_import():
-        from torch.utils import benchmark
     return benchmark.Timer(stmt="fn()", globals={"fn": stmt_fn}, label=label)
 
 

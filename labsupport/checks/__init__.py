@@ -14,3 +14,4 @@ from .datasets import *  # noqa: F401,F403  07_data_loading
 from .pretrained import *  # noqa: F401,F403  08_pretrained_models
 from .graphs import *  # noqa: F401,F403  09_static_and_dynamic_graphs
 from .scaling import *  # noqa: F401,F403  10_scaling_up
+from .hardware import *  # noqa: F401,F403  00_hardware
