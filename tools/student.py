@@ -31,7 +31,9 @@ copy was made. Both are deterministic: running them twice changes nothing.
 cell: cells before the first exercise run cleanly; each exercise raises the
 NotImplementedError naming it; its check, run against the stub, fails with a
 CheckError (not a NameError or another internal error); then the original
-solution cell runs and the check must pass; the rest of the notebook runs on.
+solution cell runs and the check must pass; the next exercise follows on that
+state. The run stops after the last check (``--whole`` runs the rest too): from
+there on the cells and the state are the source's, which nbval runs anyway.
 Cells marked ``# NBVAL_SKIP`` (as nbval reads it) are skipped.
 
 Unbalanced or nested markers stop ``build``/``prepare`` with the file, the
@@ -498,6 +500,7 @@ class Report:
     exercises: list[ExerciseResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    tail_cells: int = 0  # code cells after the last check, not run (nbval runs them)
 
     @property
     def all_problems(self) -> list[str]:
@@ -523,10 +526,13 @@ def _raises_expected(cell) -> bool:
 
 
 def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
-           kernel_name: str = "python3") -> Report:
+           kernel_name: str = "python3", whole: bool = False) -> Report:
     """Run the student edition of ``path`` in one fresh kernel, pasting each solution
     back after its check has failed on the stub (see the module docstring).
 
+    The run stops after the last exercise's check unless ``whole``: with every
+    solution pasted back, the cells after it are the source's own cells on the
+    source's state, which nbval already runs (and they hold the long training runs).
     The kernel's working folder is ``cwd`` (default: the notebook's own folder,
     a sibling of ``student/``, so relative paths such as ``../runs`` agree).
     """
@@ -545,6 +551,9 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
             res.problems.append("no check cell follows it (the next code cell must call a lab.check_... function)")
     checks = {e.check_cell: by_cell[e.cell] for e in ed.exercises if e.check_cell is not None}
     first_exercise = min(by_cell, default=len(student.cells))
+    last_needed = len(student.cells) - 1 if whole else max(
+        [e.check_cell if e.check_cell is not None else e.cell for e in ed.exercises], default=len(student.cells) - 1)
+    report.tail_cells = sum(c.cell_type == "code" for c in student.cells[last_needed + 1:])
     client = NotebookClient(student, timeout=timeout, kernel_name=kernel_name, allow_errors=False,
                             record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
 
@@ -559,7 +568,7 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
 
     start = time.perf_counter()
     with client.setup_kernel():
-        for i, cell in enumerate(student.cells):
+        for i, cell in enumerate(student.cells[:last_needed + 1]):
             if cell.cell_type != "code" or _is_skip(source.cells[i]):
                 continue
             where = f"cell {i}"
@@ -615,7 +624,8 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
 def summary(report: Report) -> str:
     """A readable account of a :func:`verify` run (used by the CLI and the tests)."""
     lines = [f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
-             f"{report.seconds:.1f} s"]
+             f"{report.seconds:.1f} s" + (f" ({report.tail_cells} code cell(s) after the last check not run)"
+                                          if report.tail_cells else "")]
     for e in report.exercises:
         lines.append(f"  {e.label} (cell {e.cell}, check cell {e.check_cell})")
         if e.stub_raised:
@@ -643,6 +653,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     p = sub.add_parser("verify", help="run each notebook's student edition and its round trip")
     p.add_argument("notebooks", nargs="+", type=Path)
     p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    p.add_argument("--whole", action="store_true", help="also run the cells after the last check")
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "build":
@@ -654,7 +665,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     status = 0
     for nb in args.notebooks:
-        report = verify(nb, timeout=args.timeout)
+        report = verify(nb, timeout=args.timeout, whole=args.whole)
         print(summary(report), flush=True)
         status |= bool(report.all_problems)
     return status
