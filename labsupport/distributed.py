@@ -182,12 +182,15 @@ def _worker(rank: int, world_size: int, backend: str, port: int, outdir: str,
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=cfg["timeout"]))
     try:
+        # seconds since the parent started the processes, at each stage of this worker
+        timeline = {"started": ready, "joined": time.time() - cfg["t0"]}
         out: dict[str, Any] = {"rank": rank, "world_size": world_size, "backend": backend,
-                               "device_type": device.type, "startup_s": ready}
+                               "device_type": device.type, "startup_s": ready, "timeline": timeline}
         # 1. one SGD step on this worker's half of a fixed batch
         torch.manual_seed(cfg["seed"])
         model = DigitsCNN().to(device)
         ddp = DDP(model, device_ids=[rank] if backend == "nccl" else None)
+        timeline["wrapped"] = time.time() - cfg["t0"]
         x, y = shard_batch(*cfg["batch"], rank, world_size)
         opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"])
         loss = F.cross_entropy(ddp(x.to(device)), y.to(device))
@@ -195,9 +198,11 @@ def _worker(rank: int, world_size: int, backend: str, port: int, outdir: str,
         loss.backward()          # DDP all-reduces and averages the gradients here
         opt.step()
         out["state"] = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        timeline["stepped"] = time.time() - cfg["t0"]
         # 2. optional: time training steps on a global batch split over the workers
         if cfg["train_steps"] > 0:
             out.update(_time_training(ddp, rank, world_size, device, cfg))
+            timeline["trained"] = time.time() - cfg["t0"]
         torch.save(out, os.path.join(outdir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -242,8 +247,11 @@ def run_data_parallel(world_size: int = 2, *, batch_size: int = 64, lr: float = 
 
     Returns a dict: ``world_size``, ``backend``, ``batch_size``, ``lr``,
     ``seed``, ``states`` (each worker's weights after the step, on the CPU),
-    ``step_times`` (seconds per training step, per worker) and ``seconds``
-    (wall time including process start-up). :func:`~labsupport.check_ddp_equivalence`
+    ``step_times`` (seconds per training step, per worker), ``losses``,
+    ``seconds`` (wall time including process start-up), ``startup_s`` and
+    ``timeline`` (per worker, seconds since launch when it had ``started``
+    Python and torch, ``joined`` the process group, ``wrapped`` the model in
+    DDP, ``stepped`` once and, with ``train_steps``, ``trained``). :func:`~labsupport.check_ddp_equivalence`
     compares ``states`` with one process's step on the whole batch.
 
     Raises ``RuntimeError`` with the workers' log when a worker fails.
@@ -294,7 +302,8 @@ def run_data_parallel(world_size: int = 2, *, batch_size: int = 64, lr: float = 
             "seed": seed, "states": [r["state"] for r in results],
             "step_times": [r.get("step_times", []) for r in results],
             "losses": [r.get("losses", []) for r in results], "seconds": seconds,
-            "startup_s": [r["startup_s"] for r in results]}
+            "startup_s": [r["startup_s"] for r in results],
+            "timeline": [r["timeline"] for r in results]}
 
 
 def _tail(path: Path, chars: int = 2000) -> str:

@@ -83,6 +83,8 @@ def test_two_gloo_processes_match_one_process(capsys):
     assert all(torch.equal(result["states"][0][k], result["states"][1][k]) for k in result["states"][0])
     assert [len(t) for t in result["step_times"]] == [2, 2]
     assert all(t > 0 for t in result["startup_s"])
+    for t in result["timeline"]:
+        assert 0 < t["started"] <= t["joined"] <= t["wrapped"] <= t["stepped"] <= t["trained"] <= result["seconds"]
     lab.check_ddp_equivalence(result)
     assert capsys.readouterr().out.startswith("PASS  DDP: 2 workers")
     assert not list(distributed.Path(distributed.tempfile.gettempdir()).glob("lab_ddp_*")), \
