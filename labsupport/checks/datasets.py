@@ -105,6 +105,12 @@ def check_window_dataset(SlidingWindows: Any) -> None:
     indices (which must raise ``IndexError``), repeated access (same item
     twice), the transform (on the inputs only), that the series is not
     modified, and a ``DataLoader`` over the dataset (batch shapes and order).
+
+    Example:
+        >>> check_window_dataset(None)          # the exercise cell has not run yet
+        Traceback (most recent call last):
+        ...
+        labsupport.checks.core.CheckError: expected the class SlidingWindows, got None. Write the class in the exercise cell above and run that cell, then run this check again.
     """
     __tracebackhide__ = True
     cls = expect_class(SlidingWindows, Dataset, "SlidingWindows")

@@ -189,6 +189,13 @@ def check_sgd_momentum(SGDMomentum: Any, *, steps: int = 6) -> None:
     parameters not updated in place, wrong sign, dampening, Nesterov, lr applied
     twice, the group's own settings ignored, the momentum buffer aliasing
     ``p.grad``, or a missing ``torch.no_grad()``.
+
+    Example:
+        >>> class TorchSGD(torch.optim.SGD):     # torch's own SGD passes, of course
+        ...     def __init__(self, params, lr=0.01, momentum=0.9):
+        ...         super().__init__(params, lr=lr, momentum=momentum)
+        >>> check_sgd_momentum(TorchSGD, steps=3)
+        PASS  TorchSGD: same parameters as torch.optim.SGD(momentum=...) after each of 3 steps (2 parameter groups, max rel. error < 1e-10)
     """
     __tracebackhide__ = True
     cls = expect_class(SGDMomentum, torch.optim.Optimizer, "SGDMomentum")
