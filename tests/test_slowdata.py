@@ -111,3 +111,22 @@ def test_two_workers_overlap_slow_reads():
     parallel = lab.time_loader(DataLoader(ds, batch_size=8, num_workers=2, multiprocessing_context="fork"))[0]
     assert serial >= 32 * 0.02
     assert parallel < 0.85 * serial, f"2 workers took {parallel:.2f} s, 0 workers {serial:.2f} s"
+
+
+def test_the_worker_benchmark_runs_and_reports(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "dataloader_workers.py"
+    spec = importlib.util.spec_from_file_location("dataloader_workers", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "r.json"
+    assert bench.main(["--items", "32", "--delay", "0.005", "--epochs", "2", "--modes", "sleep", "--batch-size", "4",
+                       "--start-method", "fork", "--json", str(out)]) == 0
+    import json
+    results = json.loads(out.read_text())
+    rows = {r["num_workers"]: r for r in results["workers"]}
+    assert set(rows) == {0, 2} and rows[0]["speedup_vs_0"] == 1.0
+    assert rows[0]["epoch_s"] >= 32 * 0.005 and rows[2]["speedup_vs_0"] > 1.0
+    assert "speed-up" in capsys.readouterr().out
