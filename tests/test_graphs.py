@@ -151,7 +151,10 @@ def other_model(model, example, path):
 
 
 def test_export_roundtrip_passes_the_reference(capsys):
-    lab.check_export_roundtrip(export_and_reload)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        lab.check_export_roundtrip(export_and_reload)
+    assert [str(w.message) for w in caught] == []   # nothing leaks into the notebook's stderr
     assert capsys.readouterr().out == (
         "PASS  export round trip: the reloaded program matches the eager model on batches of 3, 4 "
         "and 9 (torch.allclose, rtol 1e-05); the saved file loads on its own\n")
