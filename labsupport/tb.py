@@ -136,7 +136,8 @@ def log_hparams(writer, hparams: Mapping[str, Any], metrics: Mapping[str, float]
     """Record a run's hyper-parameters (and optional final metrics) for the HParams view.
 
     Unlike ``SummaryWriter.add_hparams``, which writes into a new sub-folder named
-    by a timestamp, this keeps them in the run's own folder, so the HParams table
+    by a timestamp (unless given ``run_name="."``), this keeps them in the run's own
+    folder and in the run's own event file, so the HParams table
     has one row per run, and its metric columns are the run's scalars (their last
     values). ``metrics`` are logged as extra scalars at ``step``: give them new tags
     such as ``"hparam/final_loss"``, not a tag already logged per step.

@@ -230,18 +230,22 @@ def _get(url: str, data: bytes | None = None, timeout: float = 10):
         return json.loads(response.read().decode())
 
 
+class PortTaken(Exception):
+    """The free port found was taken before TensorBoard could bind it."""
+
+
 class TensorBoardServer:
     """``tensorboard --logdir ... --host 127.0.0.1 --port <free>`` as a child process."""
 
-    def __init__(self, logdir: Path, log_file: Path):
+    def __init__(self, logdir: Path, log_file: Path, command: list[str] | None = None):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_file = log_file
         self._log = open(log_file, "wb")
-        self.process = subprocess.Popen(
-            [str(TENSORBOARD), "--logdir", str(logdir), "--host", "127.0.0.1",
-             "--port", str(self.port), "--reload_interval", "1"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        command = command or [str(TENSORBOARD), "--logdir", str(logdir), "--host", "127.0.0.1",
+                              "--port", str(self.port), "--reload_interval", "1"]
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
 
     def output(self) -> str:
         self._log.flush()
@@ -253,6 +257,8 @@ class TensorBoardServer:
         runs, error = None, None
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if "could not bind" in self.output().lower():
+                    raise PortTaken(self.port)  # another program took the free port first
                 pytest.fail(f"TensorBoard exited with code {self.process.returncode} before "
                             f"serving; its output:\n{self.output()}")
             try:
@@ -279,11 +285,20 @@ class TensorBoardServer:
 @pytest.fixture(scope="module")
 def tensorboard(runs_root, tmp_path_factory):
     assert TENSORBOARD.is_file(), f"no tensorboard program beside {sys.executable}"
-    server = TensorBoardServer(runs_root, tmp_path_factory.mktemp("tb") / "tensorboard.log")
+    expected = {p.relative_to(runs_root).as_posix() for stem in EXPECTED for p in _runs_of(runs_root, stem)}
+    for attempt in range(3):
+        server = TensorBoardServer(runs_root, tmp_path_factory.mktemp("tb") / "tensorboard.log")
+        try:
+            server.runs = server.wait_for_runs(expected)
+            break
+        except PortTaken:
+            server.stop()
+        except BaseException:
+            server.stop()  # never leave a server behind
+            raise
+    else:
+        pytest.fail("TensorBoard could not bind a free loopback port in 3 attempts")
     try:
-        expected = {p.relative_to(runs_root).as_posix() for stem in EXPECTED
-                    for p in _runs_of(runs_root, stem)}
-        server.runs = server.wait_for_runs(expected)
         yield server
     finally:
         server.stop()
@@ -328,6 +343,23 @@ def test_server_sees_every_training_notebook(tensorboard, runs_root):
                 logged = set(lab.read_hparams(run))
                 assert logged and logged <= served_names, (
                     f"the HParams view serves {sorted(served_names)}; {run.name} logged {sorted(logged)}")
+
+
+def test_waiting_for_a_server_that_never_answers_fails_clearly(tmp_path):
+    silent = TensorBoardServer(tmp_path, tmp_path / "log",  # a process that never listens
+                               command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"did not come up at http://127\.0\.0\.1:\d+ within 1 s"):
+            silent.wait_for_runs({"02_manual_backprop/x"}, timeout=1)
+    finally:
+        silent.stop()
+    crashed = TensorBoardServer(tmp_path, tmp_path / "log2",
+                                command=[sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"])
+    try:
+        with pytest.raises(pytest.fail.Exception, match=r"(?s)exited with code 3.*bad flag"):
+            crashed.wait_for_runs({"02_manual_backprop/x"}, timeout=30)
+    finally:
+        crashed.stop()
 
 
 # --------------------------------------------- 3. optional: a headless browser screenshot
