@@ -79,7 +79,7 @@ rm -rf "$LOGS/runs"
 
 if [ "${BENCH:-1}" = 1 ]; then
     "$PY" benchmarks/matmul_throughput.py --json "$OUTDIR/matmul.json" 2>&1 | tee -a "$OUTDIR/summary.txt"
-    ddp=$("$PY" -c "import torch; print(2 if torch.cuda.device_count() >= 2 else 0)")
+    ddp=$("$PY" -c "import torch; print(min(2, torch.cuda.device_count()))")   # NCCL: 1 vs 2 GPUs, or 1
     "$PY" benchmarks/train_step.py --batch-sizes 64 1024 --ddp "$ddp" --json "$OUTDIR/train_step.json" \
         2>&1 | tee -a "$OUTDIR/summary.txt"
 fi

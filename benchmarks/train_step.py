@@ -3,6 +3,7 @@
     python benchmarks/train_step.py                          # CPU, and the GPU if there is one
     python benchmarks/train_step.py --batch-sizes 64 4096 --json out.json
     python benchmarks/train_step.py --ddp 2                  # + DDP with 1 and 2 workers (NCCL on >= 2 GPUs)
+    python benchmarks/train_step.py --device cuda --ddp 1    # + the NCCL path on one GPU
 
 The step is the notebook's: DigitsCNN, Adam, cross-entropy; batches from a
 DataLoader with pinned memory on a GPU, copied with ``non_blocking=True``, the
@@ -61,10 +62,11 @@ def step_times(device: torch.device, batch_size: int, use_autocast: bool, steps:
 
 def ddp_rows(world_sizes: list[int], batch_size: int, steps: int) -> list[dict]:
     n_gpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = "nccl" if n_gpu >= max(2, max(world_sizes)) else "gloo"
+    backend = "nccl" if n_gpu >= max(world_sizes) else "gloo"   # one GPU per worker
     rows = []
     for ws in world_sizes:
         result = lab.run_data_parallel(ws, batch_size=batch_size, train_steps=steps, backend=backend)
+        lab.check_ddp_equivalence(result)     # prints PASS or raises CheckError
         ref = lab.sgd_step_state(result["seed"], result["batch_size"], result["lr"])
         err = max(float((s[k].double() - ref[k]).abs().max()) for s in result["states"] for k in ref)
         slowest = max(statistics.median(t) for t in result["step_times"])
@@ -80,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--ddp", type=int, default=0, help="also compare 1 and N DDP workers")
+    parser.add_argument("--ddp", type=int, default=0,
+                        help="also run DDP with 1 and N workers (NCCL when there is a GPU per worker; "
+                             "--ddp 1 runs the NCCL path on a single GPU)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     devices = []
@@ -99,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"device": name, "batch_size": bs, "fp32_step_s": fp32, "autocast_step_s": amp})
         print(f"| {name} | {bs} | {fp32 * 1e3:.2f} ms | {amp * 1e3:.2f} ms | {fp32 / amp:.2f}x |")
     out = {"train_step": rows}
-    if args.ddp >= 2:
-        out["ddp"] = ddp_rows([1, args.ddp], args.batch_sizes[0], args.steps)
+    if args.ddp >= 1:
+        out["ddp"] = ddp_rows(sorted({1, args.ddp}), args.batch_sizes[0], args.steps)
         print("\n| backend | workers | global batch | median step (slowest worker) | max abs error vs 1 process |")
         print("|---|---|---|---|---|")
         for r in out["ddp"]:
