@@ -9,6 +9,11 @@ meaning (widget model ids, execution timing metadata), so running it twice in a
 row leaves the files byte-for-byte unchanged. Text outputs also pass through
 the nbval sanitize rules (tests/nbval_sanitize.cfg), so what legitimately varies
 (run-folder timestamps, temporary paths) is stored in its sanitized form.
+
+Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, versions, hardware) keep the
+output stored last time as long as their source is unchanged, so a re-run does
+not churn measured figures; ``--refresh-ignored`` records them anew (after a
+torch upgrade, say, for the environment line).
 """
 from __future__ import annotations
 
@@ -54,9 +59,29 @@ def normalise(nb: nbformat.NotebookNode, rules: list[tuple[str, str]] | None = N
     return nb
 
 
-def execute(path: Path, timeout: int = 600) -> float:
+def _ignored(cell: nbformat.NotebookNode) -> bool:
+    return cell.cell_type == "code" and "NBVAL_IGNORE_OUTPUT" in cell.source
+
+
+def keep_ignored_outputs(old: nbformat.NotebookNode, new: nbformat.NotebookNode) -> int:
+    """Give each NBVAL_IGNORE_OUTPUT cell of ``new`` the outputs its identical
+    counterpart in ``old`` had (matched by source, in order). Returns how many."""
+    stored: dict[str, list] = {}
+    for cell in old.cells:
+        if _ignored(cell):
+            stored.setdefault(cell.source, []).append(cell.outputs)
+    kept = 0
+    for cell in new.cells:
+        if _ignored(cell) and stored.get(cell.source):
+            cell.outputs = stored[cell.source].pop(0)
+            kept += 1
+    return kept
+
+
+def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False) -> float:
     """Execute ``path`` in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
+    before = nbformat.read(path, as_version=4)
     # Cells marked NBVAL_SKIP (the %tensorboard launcher) are not run, as under nbval:
     # running one would start a TensorBoard server that outlives the kernel.
     # nbclient passes over a code cell whose source is blank.
@@ -73,6 +98,8 @@ def execute(path: Path, timeout: int = 600) -> float:
         for i, source in skipped.items():
             nb.cells[i].update(source=source, outputs=[], execution_count=None)
     seconds = time.perf_counter() - start
+    if not refresh_ignored:
+        keep_ignored_outputs(before, nb)
     nbformat.write(normalise(nb), path)
     return seconds
 
@@ -81,12 +108,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
+    parser.add_argument("--refresh-ignored", action="store_true",
+                        help="also re-record the outputs of NBVAL_IGNORE_OUTPUT cells")
     args = parser.parse_args(argv)
     for path in args.notebooks:
         if not path.is_file():
             print(f"no such notebook: {path}", file=sys.stderr)
             return 2
-        print(f"{path}: {execute(path, args.timeout):.1f} s", flush=True)
+        seconds = execute(path, args.timeout, refresh_ignored=args.refresh_ignored)
+        print(f"{path}: {seconds:.1f} s", flush=True)
     return 0
 
 
