@@ -252,8 +252,8 @@ def check_ddp_equivalence(result: Any, *, atol: float = 1e-5, rtol: float = 1e-4
                                  f"workers instead of averaged.")
         raise CheckError(f"the workers' weights differ from one process's step on the whole batch "
                          f"by up to {worst:.3g} (tolerance atol={atol:g}, rtol={rtol:g}).")
-    passed(f"DDP: {ws} workers on 1/{ws} of the batch each end the step with the weights of "
-           f"1 process on the whole batch (tolerance {atol:g})")
+    who = f"{ws} workers on 1/{ws} of the batch each end" if ws > 1 else "1 worker ends"
+    passed(f"DDP: {who} the step with the weights of 1 process on the whole batch (tolerance {atol:g})")
 
 
 def _step_on_shard(result: Mapping[str, Any], shard: int) -> dict[str, torch.Tensor]:
