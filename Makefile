@@ -56,8 +56,10 @@ student: $(STAMP)
 # Unit tests, labsupport's docstring examples and nbval run in one pytest session,
 # spread over $(JOBS) workers; --dist loadscope keeps each notebook's cells in order
 # on one worker. One thread per worker: two workers share CI's two cores.
+# TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
+# instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
 	    tests labsupport --doctest-modules notebooks --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
@@ -65,7 +67,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest tests labsupport --doctest-modules -q $(PYTEST_ARGS)
 
 nbval: $(STAMP)
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
+	OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
 	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 # Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).

@@ -258,9 +258,9 @@ def pretrain_digits_cnn(*, epochs: int = 10, seed: int = 0, lr: float = 3e-3,
     The global random state is left as it was. Returned in eval mode.
 
     Example:
-        >>> net = pretrain_digits_cnn()                          # doctest: +SKIP
-        >>> net.classifier[-1].out_features                      # doctest: +SKIP
-        10
+        >>> net = pretrain_digits_cnn(epochs=1)
+        >>> net.classifier[-1].out_features, net.training
+        (10, False)
     """
     from .training import fit
 

@@ -90,7 +90,8 @@ def test_script_vs_trace_passes_the_reference(halvers, capsys):
     (shrink_wrongly, "expected it divided by 2 (largest |x| 0.85)"),
     (returns_list, "returned list of length 4 for an input of shape (4,)"),
     (stub, "is not written yet (Exercise 1: script vs trace)"),
-    (None, "halve_until_small: expected your eager function, got None"),
+    (None, "halve_until_small: expected your eager function, got None. Write the function in the exercise cell"),
+    (3.0, "halve_until_small: expected your eager function, got float 3.0."),
 ])
 def test_script_vs_trace_names_eager_mistakes(halvers, eager, message):
     with pytest.raises(lab.CheckError) as info:

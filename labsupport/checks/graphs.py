@@ -8,7 +8,7 @@ Example:
     ...     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
     ...     torch.export.save(program, path)
     ...     return torch.export.load(path)
-    >>> lab.check_export_roundtrip(export_and_reload)          # doctest: +SKIP
+    >>> lab.check_export_roundtrip(export_and_reload)
     PASS  export round trip: the reloaded program matches the eager model on batches of 3, 4 and 9 (torch.allclose, rtol 1e-05); the saved file loads on its own
 """
 from __future__ import annotations
@@ -103,7 +103,10 @@ def check_script_vs_trace(halve_until_small: Callable, scripted: Any, traced: An
     xs = _fresh_inputs()
     expected = [x / 2.0 ** halvings_needed(float(x.abs().max())) for x in xs]
     if not callable(halve_until_small):
-        raise CheckError(f"halve_until_small: expected your eager function, got {describe(halve_until_small)}")
+        hint = (" Write the function in the exercise cell and run that cell first."
+                if halve_until_small is None else "")
+        raise CheckError(f"halve_until_small: expected your eager function, got "
+                         f"{describe(halve_until_small)}.{hint}")
     for x, want in zip(xs, expected):
         got = _run(halve_until_small, x, "your halve_until_small(x)")
         if torch.equal(got, want):
