@@ -92,8 +92,22 @@ def test_regenerate_keeps_ignored_outputs_of_unchanged_cells():
                                           nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nchanged(2)")])
     new.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.3 s\n")]
     new.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="new\n")]
+    old.cells[0].execution_count, old.cells[1].execution_count = 1, 2
     assert regenerate.keep_ignored_outputs(old, new) == 1
     assert new.cells[0].outputs[0].text == "1.0 s\n" and new.cells[1].outputs[0].text == "new\n"
+    # A cell never run before (fresh from an outline) takes its new outputs.
+    old.cells[0].execution_count = None
+    new.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.3 s\n")]
+    assert regenerate.keep_ignored_outputs(old, new) == 0
+
+
+def test_normalise_merges_stream_chunks():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print()")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+                           nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+                           nbformat.v4.new_output("stream", name="stderr", text="c\n")]
+    outs = regenerate.normalise(nb).cells[0].outputs
+    assert [(o.name, o.text) for o in outs] == [("stdout", "a\nb\n"), ("stderr", "c\n")]
 
 
 def test_regenerate_reproduces_stored_outputs_byte_for_byte(tmp_path):

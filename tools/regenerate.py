@@ -41,12 +41,29 @@ def _sanitize(text: str, rules: list[tuple[str, str]]) -> str:
     return text
 
 
+def merge_streams(outputs: list) -> list:
+    """Join consecutive stream outputs of the same name (how a cell's prints are
+    chunked depends on timing; nbval joins them too before comparing)."""
+    merged: list = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (prev is not None and out.get("output_type") == "stream"
+                and prev.get("output_type") == "stream" and prev.get("name") == out.get("name")):
+            prev["text"] = prev["text"] + out["text"]
+        else:
+            merged.append(out)
+    return merged
+
+
 def normalise(nb: nbformat.NotebookNode, rules: list[tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    """Drop per-run noise: widget state and ids, timing metadata; sanitize text outputs."""
+    """Drop per-run noise: widget state and ids, timing metadata; merge stream
+    chunks; sanitize text outputs."""
     rules = sanitize_rules() if rules is None else rules
     nb.metadata.pop("widgets", None)
     for i, cell in enumerate(nb.cells):
         cell.metadata.pop("execution", None)
+        if "outputs" in cell:
+            cell.outputs = merge_streams(cell.outputs)
         for j, out in enumerate(cell.get("outputs", [])):
             if "text" in out:
                 out["text"] = _sanitize(out["text"], rules)
@@ -68,7 +85,7 @@ def keep_ignored_outputs(old: nbformat.NotebookNode, new: nbformat.NotebookNode)
     counterpart in ``old`` had (matched by source, in order). Returns how many."""
     stored: dict[str, list] = {}
     for cell in old.cells:
-        if _ignored(cell):
+        if _ignored(cell) and cell.execution_count is not None:  # never run (fresh from an outline): nothing to keep
             stored.setdefault(cell.source, []).append(cell.outputs)
     kept = 0
     for cell in new.cells:
