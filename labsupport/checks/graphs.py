@@ -98,6 +98,19 @@ def check_script_vs_trace(halve_until_small: Callable, scripted: Any, traced: An
     records the example's fixed number of halvings). Names the usual mistakes:
     ``if`` instead of ``while``, ``>=`` instead of ``>``, halving in place, and
     the two versions swapped (traced where scripted was asked, or the reverse).
+
+    Example (the solution of notebook 09's exercise 1):
+        >>> def halve_until_small(x):
+        ...     while x.abs().max() > 1:
+        ...         x = x / 2
+        ...     return x
+        >>> import warnings
+        >>> with warnings.catch_warnings():   # TorchScript is deprecated, and tracing a loop warns
+        ...     warnings.simplefilter("ignore")
+        ...     scripted = torch.jit.script(halve_until_small)
+        ...     traced = torch.jit.trace(halve_until_small, torch.full((3,), 5.0))
+        >>> check_script_vs_trace(halve_until_small, scripted, traced)    # doctest: +ELLIPSIS
+        PASS  ...
     """
     __tracebackhide__ = True
     xs = _fresh_inputs()
@@ -170,6 +183,15 @@ def check_export_roundtrip(export_and_reload: Callable, *, batches: tuple[int, .
     model. Names the usual mistakes: nothing saved, the eager model (or
     ``.module()``) returned instead of the program, a batch size fixed to the
     example's, a different model exported.
+
+    Example (the solution of notebook 09's exercise 2):
+        >>> def export_and_reload(model, example, path):
+        ...     batch = torch.export.Dim("batch")
+        ...     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+        ...     torch.export.save(program, path)
+        ...     return torch.export.load(path)
+        >>> check_export_roundtrip(export_and_reload)                     # doctest: +ELLIPSIS
+        PASS  ...
     """
     __tracebackhide__ = True
     model = _digits_model()

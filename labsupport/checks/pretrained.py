@@ -58,6 +58,15 @@ def check_transfer_head(prepare: Callable, *, classes: tuple[int, ...] = (3, 7))
     usual mistakes: nothing frozen, head frozen too (frozen after replacing it),
     ``fc`` not replaced, a new model built instead of adapting the given one, and
     an optimizer made from ``model.parameters()`` or from the old head.
+
+    Example (the solution of notebook 08's exercise):
+        >>> def prepare(model, num_classes):
+        ...     for p in model.parameters():
+        ...         p.requires_grad_(False)
+        ...     model.fc = torch.nn.Linear(model.fc.in_features, num_classes)
+        ...     return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
+        >>> check_transfer_head(prepare)                                  # doctest: +ELLIPSIS
+        PASS  ...
     """
     __tracebackhide__ = True
     n_frozen = 0
