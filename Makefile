@@ -84,8 +84,11 @@ clean-runs:
 	@if [ -d runs ]; then find runs -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +; fi
 	@echo "runs/ is empty"
 
+# One thread, as in `make test`: float sums (and so plotted curves) then come out
+# bit-identical on every run.
 regenerate: $(STAMP)
-	$(BIN)/python tools/regenerate.py notebooks/*.ipynb
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
+	    $(BIN)/python tools/regenerate.py notebooks/*.ipynb
 
 clean-venv:
 	rm -rf $(VENV)
