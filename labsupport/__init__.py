@@ -13,6 +13,7 @@ notebook only writes ``import labsupport as lab``.
 * ``plotting``   plot_losses
 * ``timing``     Timer, time_fn
 * ``checkpoint`` save_checkpoint (atomic), load_checkpoint (weights_only)
+* ``paths``      lab_folder: runs/ and data/ beside notebooks/ and student/
 * ``hardware``   cpu_info, gpu_info, peak_flops, measure_matmul, matmul_sweep (notebook 00)
 * ``distributed`` run_data_parallel: DDP workers as real processes, gloo or NCCL (notebook 10)
 * ``autograd_graph`` print_graph, graph_lines, graph_nodes (walk grad_fn to the leaves)
@@ -35,6 +36,7 @@ from .tb import *  # noqa: F401,F403
 from .plotting import *  # noqa: F401,F403
 from .timing import *  # noqa: F401,F403
 from .checkpoint import *  # noqa: F401,F403
+from .paths import *  # noqa: F401,F403
 from .hardware import *  # noqa: F401,F403
 from .distributed import *  # noqa: F401,F403
 from .autograd_graph import *  # noqa: F401,F403

@@ -21,6 +21,8 @@ from typing import Callable
 
 import torch
 
+from .paths import lab_folder
+
 __all__ = ["DOWNLOAD_ENV", "data_dir", "load_mnist"]
 
 #: Set this environment variable to 1 to allow downloads.
@@ -36,15 +38,7 @@ def data_dir(root: str | os.PathLike | None = None) -> Path:
         >>> data_dir("/tmp/x")
         PosixPath('/tmp/x')
     """
-    if root is not None:
-        return Path(root)
-    env = os.environ.get("LAB_DATA_DIR")
-    if env:
-        return Path(env)
-    here = Path.cwd()
-    if (here.parent / "labsupport").is_dir() and (here.parent / "notebooks").is_dir():
-        return Path("..") / "data"
-    return Path("data")
+    return lab_folder("data", root=root, env="LAB_DATA_DIR")
 
 
 def _to_tensor(image) -> torch.Tensor:

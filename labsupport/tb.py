@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from .paths import lab_folder
+
 __all__ = ["RUNS_DIR", "run_dir", "make_writer", "tb_writer", "log_histograms", "log_hparams",
            "tb_hint", "read_scalars", "read_histograms", "read_tags", "read_hparams"]
 
@@ -36,16 +38,7 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
 
 
 def _runs_root(root: str | os.PathLike | None) -> Path:
-    if root is not None:
-        return Path(root)
-    env = os.environ.get("LAB_RUNS_DIR")
-    if env:
-        return Path(env)
-    # notebooks run in notebooks/ (or student/): log to the repository's runs/ beside it
-    here = Path.cwd()
-    if (here.parent / "labsupport").is_dir() and (here.parent / "notebooks").is_dir():
-        return Path("..") / RUNS_DIR
-    return Path(RUNS_DIR)
+    return lab_folder(RUNS_DIR, root=root, env="LAB_RUNS_DIR")
 
 
 def run_dir(notebook: str, run: str, root: str | os.PathLike | None = None) -> Path:

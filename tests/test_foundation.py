@@ -142,6 +142,18 @@ def test_run_dir_is_fresh_and_collision_free(tmp_path):
             lab.run_dir("nb", bad, root=tmp_path)
 
 
+def test_lab_folder_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert lab.lab_folder("runs", root=tmp_path / "r") == tmp_path / "r"
+    monkeypatch.setenv("LAB_SOME_DIR", str(tmp_path / "env"))
+    assert lab.lab_folder("runs", env="LAB_SOME_DIR") == tmp_path / "env"
+    assert str(lab.lab_folder("runs")) == "runs"
+    for name in ("labsupport", "notebooks", "student"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "student")
+    assert str(lab.lab_folder("data")) == os.path.join("..", "data")
+
+
 def test_runs_root_from_env_and_notebooks_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "elsewhere"))
     assert lab.run_dir("nb", "r").parent == tmp_path / "elsewhere" / "nb"

@@ -2,7 +2,6 @@
 
 Kernel-free: the round trip that executes each notebook is in test_student_roundtrip.py.
 """
-import importlib.util
 import json
 import re
 import subprocess
@@ -378,9 +377,7 @@ def test_student_notebooks_find_labsupport_and_log_to_the_repository_runs(tmp_pa
     # and TensorBoard logs from student/ go to the repository's runs/, like those from notebooks/
     for name in ("labsupport", "notebooks", "student"):
         (tmp_path / name).mkdir()
-    spec = importlib.util.spec_from_file_location("tb_alone", ROOT / "labsupport" / "tb.py")
-    tb = importlib.util.module_from_spec(spec)  # just this module: importing labsupport loads torch
-    spec.loader.exec_module(tb)
+    from labsupport import tb
     monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
     monkeypatch.chdir(tmp_path / "student")
     assert tb._runs_root(None) == Path("..") / "runs"
