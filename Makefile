@@ -64,7 +64,8 @@ test: $(STAMP)
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests labsupport --doctest-modules -q $(PYTEST_ARGS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	    tests labsupport --doctest-modules -q $(PYTEST_ARGS)
 
 nbval: $(STAMP)
 	OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
