@@ -115,3 +115,13 @@ def test_call_student_turns_errors_into_check_errors():
     with pytest.raises(lab.CheckError, match="without calling it"):
         call_student(torch.zeros(2))
     assert call_student(lambda a, b=1: a + b, 1, b=2) == 3
+
+
+def test_call_student_detects_writes_into_inputs():
+    a, b = torch.zeros(2), torch.ones(2)
+    with pytest.raises(lab.CheckError, match=r"f changed its input #2 in place: copy first"):
+        call_student(lambda x, y: y.mul_(3), a, b, what="f", inplace_hint="copy first")
+    assert torch.equal(call_student(lambda x, y: x + y, a, torch.ones(2), what="f", inplace_hint="-"),
+                       torch.ones(2))
+    # without the hint, writing into an input is the student's business
+    assert call_student(lambda x: x.add_(1), torch.zeros(1)).item() == 1.0

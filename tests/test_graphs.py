@@ -86,7 +86,7 @@ def test_script_vs_trace_passes_the_reference(halvers, capsys):
 @pytest.mark.parametrize("eager, message", [
     (halve_once, "halved once where 2 halvings were needed (largest |x| = 4): use a `while` loop, not `if`"),
     (halve_while_at_least_one, "halves once too often (largest |x| = 1 needs 0)"),
-    (halve_in_place, "changed its input in place"),
+    (halve_in_place, "changed its input x in place"),
     (shrink_wrongly, "expected it divided by 2 (largest |x| 0.85)"),
     (returns_list, "returned list of length 4 for an input of shape (4,)"),
     (stub, "is not written yet (Exercise 1: script vs trace)"),

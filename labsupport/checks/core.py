@@ -192,20 +192,36 @@ def _bound(err: float) -> str:
     return f"1e{math.floor(math.log10(err)):d}" if err < 1 else _fmt(err)
 
 
-def call_student(fn: Any, *args: Any, what: str = "your function", **kwargs: Any) -> Any:
+def call_student(fn: Any, *args: Any, what: str = "your function",
+                 inplace_hint: str | None = None, **kwargs: Any) -> Any:
     """Call a student's function, turning its exceptions into a clear CheckError.
 
     A ``NotImplementedError`` (the student edition's stub) says the exercise is
-    unfinished; any other exception is reported with its type and message.
+    unfinished; any other exception is reported with its type and message. With
+    ``inplace_hint``, tensor arguments must come back unchanged: a function that
+    wrote into its input fails with ``what ... changed its input ... in place``
+    followed by the hint.
 
     Example:
         >>> call_student(lambda x: x + 1, 1)
         2
+        >>> call_student(lambda x: x.add_(1), torch.zeros(2), what="f", inplace_hint="use x + 1.")
+        Traceback (most recent call last):
+        ...
+        labsupport.checks.core.CheckError: f changed its input x in place: use x + 1.
     """
     __tracebackhide__ = True
     if not callable(fn):
         raise CheckError(f"expected {what} to be a function, got {describe(fn)}. "
                          f"Pass the function itself, without calling it (no parentheses).")
+    if inplace_hint is not None:
+        before = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
+        result = call_student(fn, *args, what=what, **kwargs)
+        for i, (a, b) in enumerate(zip(args, before)):
+            if b is not None and not torch.equal(a.detach(), b):
+                name = "x" if len(args) == 1 else f"#{i + 1}"
+                raise CheckError(f"{what} changed its input {name} in place: {inplace_hint}")
+        return result
     try:
         return fn(*args, **kwargs)
     except NotImplementedError as exc:
