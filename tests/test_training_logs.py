@@ -76,10 +76,11 @@ def test_06_optimizer_runs_log_loss_lr_and_hparams(runs_dir):
 
 
 def test_07_digits_training_logs_loss_accuracy_and_lr(runs_dir):
-    (train_cell,) = notebook_code("07_data_loading.ipynb", "def train(")
+    evaluate_cell, train_cell = notebook_code("07_data_loading.ipynb", "def evaluate(", "def train(")
     from tqdm.auto import tqdm
 
     ns = {"torch": torch, "F": F, "lab": lab, "tqdm": tqdm, "device": torch.device("cpu")}
+    exec(evaluate_cell, ns)
     exec(train_cell, ns)
     lab.seed_everything(0)
     train_loader, val_loader = lab.digits_loaders(64)
