@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -87,8 +88,8 @@ def make_writer(notebook: str, run: str, root: str | os.PathLike | None = None, 
 def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None,
               **kwargs) -> Iterator:
     """:func:`make_writer` as a context manager: the writer is flushed and closed
-    even if training stops with an exception, so the run's event file stays
-    readable up to the last step logged.
+    at the end; if the block raises (Ctrl-C, an unsolved exercise), the half-written
+    run folder is deleted so TensorBoard never shows it.
 
     Example:
         >>> with tb_writer("06_optim", "sgd") as w:       # doctest: +SKIP
@@ -97,9 +98,14 @@ def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None,
     writer = make_writer(notebook, run, root, **kwargs)
     try:
         yield writer
-    finally:
-        writer.flush()
+    except BaseException:
+        # A run that stopped half-way (an exercise not solved, Ctrl-C) would sit in
+        # TensorBoard beside the good ones: it is removed, not kept.
         writer.close()
+        shutil.rmtree(writer.log_dir, ignore_errors=True)
+        raise
+    writer.flush()
+    writer.close()
 
 
 def log_histograms(writer, model, step: int, *, grads: bool = True) -> None:

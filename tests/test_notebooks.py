@@ -33,7 +33,8 @@ def test_template(path):
     assert cs[0].cell_type == "markdown" and first.startswith(f"# {path.stem[:2]} ·"), "title first"
     assert "**You will learn**" in first and "**Before this:**" in first
     setup = next(c for c in cs if c.cell_type == "code")
-    for needed in ("# NBVAL_IGNORE_OUTPUT", "import labsupport as lab", "lab.seed_everything(",
+    assert "nbval-ignore-output" in setup.metadata.get("tags", []), "setup cell must be tagged nbval-ignore-output"
+    for needed in ("import labsupport as lab", "lab.seed_everything(",
                    "lab.pick_device(", "lab.print_environment("):
         assert needed in setup.source, f"setup cell lacks {needed!r}"
     last = cs[-1].source
@@ -55,9 +56,10 @@ def test_each_exercise_is_followed_by_a_check(path):
 def test_stored_outputs_are_clean(path):
     counts = []
     for i, c in enumerate(code_cells(path)):
-        src = c.source
-        ignored = "NBVAL_IGNORE_OUTPUT" in src or "NBVAL_SKIP" in src
-        if "NBVAL_SKIP" not in src:
+        tags = set(c.metadata.get("tags", []))
+        assert not re.search(r"^\s*#\s*NBVAL_", c.source, re.M), f"code cell {i}: use a cell tag, not a NBVAL_ comment"
+        ignored = bool(tags & {"nbval-ignore-output", "nbval-skip"})
+        if "nbval-skip" not in tags:
             assert c.execution_count is not None, f"code cell {i} was never executed"
             counts.append(c.execution_count)
         for out in c.outputs:
@@ -84,12 +86,13 @@ def test_normalise_removes_per_run_noise():
 
 
 def test_regenerate_keeps_ignored_outputs_of_unchanged_cells():
-    old = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nt()"),
-                                          nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nchanged()")])
+    tagged = {"tags": ["nbval-ignore-output"]}
+    old = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("t()", metadata=tagged),
+                                          nbformat.v4.new_code_cell("changed()", metadata=tagged)])
     old.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.0 s\n")]
     old.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="old\n")]
-    new = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nt()"),
-                                          nbformat.v4.new_code_cell("# NBVAL_IGNORE_OUTPUT\nchanged(2)")])
+    new = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("t()", metadata=tagged),
+                                          nbformat.v4.new_code_cell("changed(2)", metadata=tagged)])
     new.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.3 s\n")]
     new.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="new\n")]
     old.cells[0].execution_count, old.cells[1].execution_count = 1, 2
@@ -116,5 +119,5 @@ def test_regenerate_reproduces_stored_outputs_byte_for_byte(tmp_path):
     copy = tmp_path / "notebooks" / src.name
     copy.parent.mkdir()
     shutil.copy(src, copy)
-    regenerate.execute(copy)  # keeps the stored outputs of NBVAL_IGNORE_OUTPUT cells
+    regenerate.execute(copy)  # keeps the stored outputs of nbval-ignore-output cells
     assert copy.read_text() == src.read_text()

@@ -82,7 +82,7 @@ LOGGING_CELL = re.compile(r"\bwriter\b|tb_writer|make_writer|add_hparams|log_hpa
 # ---------------------------------------------------------------- executing notebooks
 
 def _skipped(cell) -> bool:
-    return cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_SKIP")
+    return cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])
 
 
 def logging_cells(path: Path) -> list[str]:

@@ -10,7 +10,7 @@ row leaves the files byte-for-byte unchanged. Text outputs also pass through
 the nbval sanitize rules (tests/nbval_sanitize.cfg), so what legitimately varies
 (run-folder timestamps, temporary paths) is stored in its sanitized form.
 
-Cells marked ``# NBVAL_IGNORE_OUTPUT`` (timings, versions, hardware) keep the
+Cells tagged ``nbval-ignore-output`` (timings, versions, hardware) keep the
 output stored last time as long as their source is unchanged, so a re-run does
 not churn measured figures; ``--refresh-ignored`` records them anew (after a
 torch upgrade, say, for the environment line).
@@ -77,7 +77,7 @@ def normalise(nb: nbformat.NotebookNode, rules: list[tuple[str, str]] | None = N
 
 
 def _ignored(cell: nbformat.NotebookNode) -> bool:
-    return cell.cell_type == "code" and "NBVAL_IGNORE_OUTPUT" in cell.source
+    return cell.cell_type == "code" and "nbval-ignore-output" in cell.get("metadata", {}).get("tags", [])
 
 
 def keep_ignored_outputs(old: nbformat.NotebookNode, new: nbformat.NotebookNode) -> int:
@@ -99,11 +99,11 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False) -> fl
     """Execute ``path`` in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
     before = nbformat.read(path, as_version=4)
-    # Cells marked NBVAL_SKIP (the %tensorboard launcher) are not run, as under nbval:
+    # Cells tagged nbval-skip (the %tensorboard launcher) are not run, as under nbval:
     # running one would start a TensorBoard server that outlives the kernel.
     # nbclient passes over a code cell whose source is blank.
     skipped = {i: cell.source for i, cell in enumerate(nb.cells)
-               if cell.cell_type == "code" and cell.source.lstrip().startswith("# NBVAL_SKIP")}
+               if cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])}
     for i in skipped:
         nb.cells[i].source = ""
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,

@@ -15,9 +15,10 @@ number falls back to a running count when the heading has none). When the
 block sits at the top level of its cell, any name it assigns that the check
 cell below reads is set to ``None`` first, so the check answers "got None"
 instead of a NameError. In a markdown cell the block becomes
-``Your answer here``. Exercise cells and the check cell after each lose their
-outputs; every other cell keeps its outputs. Other files under the source
-folder (images, README.md) are copied as they are.
+``Your answer here``. Every code cell loses its stored outputs (a PASS line or
+a finished loss curve would spoil the exercise; nbgrader clears them too) and
+its ``nbval-*`` tags. Other files under the source folder (images, README.md)
+are copied as they are.
 
 A student's work is never lost. ``build`` overwrites a student file only when
 it is still exactly what was generated last time (the hashes are kept in
@@ -70,7 +71,10 @@ STUB_COMMENT = "# YOUR CODE HERE"
 ANSWER_PLACEHOLDER = "Your answer here"
 EDITION = "student"
 
-_MARKER = re.compile(r"^\s*#+\s*(BEGIN|END)\s+SOLUTION\s*$")
+_MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
+# Anything that looks like a marker but is not exactly one (case, colon, underscore,
+# trailing hashes): an error, since it would silently publish the solution.
+_NEAR_MARKER = re.compile(r"^\s*#.*\b(begin|end)[\s_-]*solution", re.IGNORECASE)
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _EXERCISE = re.compile(r"^exercise\b\s*(?P<num>\d+[a-z]?(?:\.\d+)?)?\s*(?:[:.\u2013\u2014-]\s*)?(?P<title>.*)$",
                        re.IGNORECASE)
@@ -91,7 +95,8 @@ def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int =
     """``(begin, end)`` line indices (0-based) of each marker pair in ``source``.
 
     Raises :class:`MarkerError` (1-based line) for an END without BEGIN, a
-    BEGIN inside an open block, or a BEGIN never closed.
+    BEGIN inside an open block, a BEGIN never closed, or a line that is almost
+    a marker (``### begin solution``, ``### BEGIN SOLUTION:``, ``### BEGIN_SOLUTION``).
 
     Example:
         >>> solution_blocks("a\\n### BEGIN SOLUTION\\nb\\n### END SOLUTION")
@@ -102,6 +107,9 @@ def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int =
     for i, line in enumerate(lines):
         m = _MARKER.match(line)
         if not m:
+            if _NEAR_MARKER.match(line):
+                raise MarkerError(path, cell, i + 1, f"{line.strip()!r} is not a solution marker: write "
+                                  f"exactly '### BEGIN SOLUTION' or '### END SOLUTION' on its own line")
             continue
         if m.group(1) == "BEGIN":
             if open_at is not None:
@@ -317,6 +325,15 @@ def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -> 
             cell.source, n = stub_markdown(cell.source, path=path, cell=i)
             if n:
                 ed.written_answers.append(i)
+        elif cell.cell_type == "code":
+            # No stored output survives (a PASS line or a finished loss curve spoils the
+            # exercise), and nbval's tags are for the instructors' CI, not for students.
+            _clear(cell)
+            tags = [t for t in cell.metadata.get("tags", []) if not t.startswith("nbval-")]
+            if tags:
+                cell.metadata["tags"] = tags
+            else:
+                cell.metadata.pop("tags", None)
     nb.metadata["labsupport"] = {"edition": EDITION, "source": f"notebooks/{Path(path).name}"}
     nbformat.validate(nb)
     return ed

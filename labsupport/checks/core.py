@@ -1,62 +1,174 @@
-"""The checks' shared machinery: argument validation, closeness, numeric gradients.
+"""The check engine: one way to run a student's code, validate it, compare it and
+name the mistake.
 
-Every check in the lab follows three rules:
+Every check in the lab follows the same contract:
 
 * the reference is computed at check time by an independent method;
-* a failure raises :class:`CheckError` with *expected ..., got ...* and, when it
-  can tell, the likely mistake;
-* a success prints one stable ``PASS`` line.
+* a failure raises :class:`CheckError`, shown in Jupyter as a short block (what
+  was expected, what came, the likely mistake, the exercise), never a traceback;
+* a success prints one stable ``PASS`` line and marks the exercise solved, so
+  later cells that call :func:`require` may run.
+
+A check is data where it can be: the seeded cases, the reference, and a list of
+known mistakes ``(wrong answer or predicate, what to tell the student)``.
+:func:`run_cases` runs such a spec; :func:`compare` and :func:`run_student` are
+the two steps every procedural check (training loops, DDP) uses too.
 
 Example:
     >>> import torch, labsupport as lab
-    >>> a = torch.ones(2, 3)
-    >>> lab.check_close("a", a, torch.ones(2, 3))
+    >>> lab.check_close("a", torch.ones(2, 3), torch.ones(2, 3))
     PASS  a: matches the reference (max rel. error 0 < 1e-05)
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import linecache
 import math
-from typing import Any, Callable, Mapping, Sequence
+import os
+import re
+import signal
+import threading
+import traceback
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-__all__ = ["CheckError", "describe", "expect_tensor", "rel_error", "check_close",
-           "numeric_gradient", "check_gradients", "call_student", "passed"]
+__all__ = ["CheckError", "require", "show_traceback", "check_close", "check_gradients",
+           "check_prediction"]
+
+#: Seconds a student's function may run inside a check ($LAB_TIME_LIMIT overrides).
+TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
+
+# --------------------------------------------------------------------------- failures
 
 
 class CheckError(AssertionError):
-    """A check failed. The message says what was expected, what came, and why.
+    """A check failed: what was expected, what came, and the likely mistake.
 
-    It subclasses AssertionError, so a failing check stops "Run all" like an assert.
+    It subclasses AssertionError, so a failing check stops "Run all" (and nbval)
+    like an assert. In Jupyter it renders as a short block instead of a traceback;
+    ``lab.show_traceback()`` prints the full one.
 
     Example:
-        >>> try:
-        ...     expect_tensor(None, "grad_w1")
-        ... except CheckError as err:
-        ...     print(err)
-        grad_w1: expected a torch.Tensor, got None. Did the cell that computes grad_w1 run, and does your function end with `return`?
+        >>> err = CheckError("grad_w1 is wrong", expected="shape (4, 5)", got="shape (5, 4)",
+        ...                  hint="a transpose is missing")
+        >>> print(err)
+        grad_w1 is wrong. Expected shape (4, 5); got shape (5, 4). Likely mistake: a transpose is missing
     """
+
+    def __init__(self, message: str, *, expected: str | None = None, got: str | None = None,
+                 hint: str | None = None, exercise: str | None = None) -> None:
+        self.message, self.expected, self.got, self.hint = message, expected, got, hint
+        self.exercise = exercise
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        parts = [self.message.rstrip(".") if (self.expected or self.got or self.hint) else self.message]
+        if self.expected is not None:
+            parts.append(f"Expected {self.expected}")
+        if self.got is not None:
+            parts.append(f"got {self.got}" if self.expected is not None else f"Got {self.got}")
+        text = parts[0] + (". " + "; ".join(parts[1:]) if len(parts) > 1 else "")
+        if self.hint:
+            text += f". Likely mistake: {self.hint}"
+        return text
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of the traceback (see IPython's showtraceback)."""
+        _LAST[0] = self
+        red, bold, off = "\x1b[31m", "\x1b[1m", "\x1b[0m"
+        label = self.exercise or "check"
+        lines = [f"{red}{bold}✗ CHECK FAILED{off}{red} · {label}{off}", f"  {self.message}"]
+        if self.expected is not None:
+            lines.append(f"  expected: {self.expected}")
+        if self.got is not None:
+            lines.append(f"  got:      {self.got}")
+        if self.hint:
+            lines.append(f"  {bold}likely mistake:{off} {self.hint}")
+        lines.append("  (the full traceback: run lab.show_traceback() in a new cell)")
+        return lines
+
+
+class ExerciseNotSolved(CheckError):
+    """Raised by :func:`require`: a cell needs an exercise whose check has not passed."""
+
+    def _render_traceback_(self) -> list[str]:
+        _LAST[0] = self
+        return [f"\x1b[33m\x1b[1m■ STOPPED\x1b[0m\x1b[33m · {self.message}\x1b[0m"]
+
+
+_LAST: list[BaseException | None] = [None]
+_SOLVED: dict[str, str] = {}   # exercise id -> title, for the checks that passed in this kernel
+_TITLES: dict[str, str] = {}   # every exercise id a check declares -> its title
+
+
+def show_traceback() -> None:
+    """Print the full traceback of the last failed check (its block hides it).
+
+    Example:
+        >>> show_traceback()   # doctest: +SKIP
+    """
+    err = _LAST[0]
+    if err is None:
+        print("no check has failed in this kernel yet")
+        return
+    print("".join(traceback.format_exception(type(err), err, err.__traceback__)), end="")
+
+
+def exercise(ex_id: str, title: str) -> Callable[[Callable], Callable]:
+    """Declare the check of exercise ``ex_id`` (``"02.1"``): failures are labelled
+    with it, success marks it solved for :func:`require`, and an unexpected error
+    inside the check becomes a message, not a traceback."""
+    _TITLES[ex_id] = title
+
+    def decorate(check: Callable) -> Callable:
+        @functools.wraps(check)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            _SOLVED.pop(ex_id, None)
+            label = f"Exercise {ex_id}: {title}"
+            try:
+                result = check(*args, **kwargs)
+            except CheckError as err:
+                err.exercise = err.exercise or label
+                raise
+            except Exception as exc:  # a hole in the check's validation: still one clear sentence
+                raise CheckError(f"the check could not use your answer ({type(exc).__name__}: {exc})",
+                                 hint="look at what your code returns against what the exercise "
+                                      "asks for; if it matches, tell your instructor",
+                                 exercise=label) from exc
+            _SOLVED[ex_id] = title
+            return result
+        run.exercise_id = ex_id  # type: ignore[attr-defined]
+        return run
+    return decorate
+
+
+def require(*ex_ids: str) -> None:
+    """Stop this cell at once, with one line, unless the named exercises passed
+    their checks in this kernel (so an unsolved exercise never crashes later cells).
+
+    Example:
+        >>> require()   # nothing required: returns quietly
+    """
+    __tracebackhide__ = True
+    missing = [i for i in ex_ids if i not in _SOLVED]
+    if missing:
+        names = " and ".join(f"Exercise {i} ({_TITLES.get(i, 'see above')})" for i in missing)
+        raise ExerciseNotSolved(f"this cell uses the result of {names}: solve it and run its "
+                                f"check until it says PASS, then run this cell again.")
 
 
 def passed(message: str) -> None:
-    """Print the one-line success verdict every check ends with.
-
-    Example:
-        >>> passed("forward: shapes and values match")
-        PASS  forward: shapes and values match
-    """
+    """Print the one-line success verdict every check ends with."""
     print(f"PASS  {message}")
 
 
-def describe(value: Any) -> str:
-    """A short description of ``value``: type, shape, dtype and device for tensors.
+# --------------------------------------------------------------------------- describing values
 
-    Example:
-        >>> describe(torch.zeros(2, 3))
-        'tensor of shape (2, 3), dtype torch.float32, on cpu'
-        >>> describe([1, 2])
-        'list of length 2'
-    """
+def describe(value: Any) -> str:
+    """A short description: type, shape, dtype and device for tensors."""
     if value is None:
         return "None"
     if isinstance(value, torch.Tensor):
@@ -71,192 +183,349 @@ def describe(value: Any) -> str:
     return kind
 
 
-def _fmt(x: float) -> str:
+def fmt(x: float) -> str:
+    """A number in 3 significant digits (stable across machines)."""
     return f"{x:.3g}"
 
+
+def bound(err: float) -> str:
+    """A small error as its order of magnitude, so PASS lines stay stable."""
+    if err == 0:
+        return "0"
+    return f"1e{math.floor(math.log10(err)):d}" if err < 1 else fmt(err)
+
+
+# --------------------------------------------------------------------------- validating values
 
 def expect_tensor(value: Any, name: str, *, shape: Sequence[int] | None = None,
                   dtype: torch.dtype | None = None, device: torch.device | str | None = None,
                   finite: bool = True) -> torch.Tensor:
-    """Validate that ``value`` is a tensor with the given properties; return it.
-
-    Raises :class:`CheckError` with a one-line message naming ``name``, what was
-    expected and what came (``None``, a list, a numpy array, a wrong shape,
-    dtype or device, NaN or inf).
-
-    Example:
-        >>> expect_tensor(torch.zeros(3), "bias", shape=(3,)).shape
-        torch.Size([3])
-    """
+    """Return ``value`` if it is a tensor with these properties, else raise a
+    CheckError naming ``name``, what was expected and what came."""
     __tracebackhide__ = True
-    want = "a torch.Tensor"
-    if shape is not None:
-        want += f" of shape {tuple(shape)}"
+    want = "a torch.Tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
     if value is None:
-        raise CheckError(f"{name}: expected {want}, got None. Did the cell that computes "
-                         f"{name} run, and does your function end with `return`?")
+        raise CheckError(f"{name} is None", expected=want, got="None",
+                         hint=f"the cell that computes {name} did not run, or your function "
+                              f"does not end with `return`")
     if not isinstance(value, torch.Tensor):
-        hint = ""
+        hint = None
         if type(value).__module__ == "numpy":
-            hint = " Convert with torch.from_numpy(...), or stay in torch throughout."
+            hint = "convert with torch.from_numpy(...), or stay in torch throughout"
         elif isinstance(value, (list, tuple)):
-            hint = " Build it with torch operations (or torch.stack / torch.tensor) instead."
+            hint = "build it with torch operations (or torch.stack / torch.tensor)"
         elif isinstance(value, (int, float)):
-            hint = " Keep the result as a tensor (drop .item() / float())."
-        raise CheckError(f"{name}: expected {want}, got {describe(value)}.{hint}")
+            hint = "keep the result as a tensor (drop .item() / float())"
+        raise CheckError(f"{name} is not a tensor", expected=want, got=describe(value), hint=hint)
     if shape is not None and tuple(value.shape) != tuple(shape):
-        hint = ""
+        hint = None
         if len(shape) == 2 and tuple(value.shape) == tuple(shape)[::-1] and shape[0] != shape[1]:
-            hint = " Did you forget a transpose?"
+            hint = "a transpose is missing (or one too many)"
+        elif value.dim() == len(shape) + 1 and tuple(value.shape[1:]) == tuple(shape):
+            hint = "an extra leading dimension: did you keep a batch or stacking axis?"
         elif value.numel() == math.prod(shape):
-            hint = " The number of elements is right: check the order of a reshape/view."
+            hint = "the number of elements is right: check the order of a reshape/view/permute"
         elif value.dim() == 0 and len(shape) > 0:
-            hint = " Did you sum (or average) over everything where you should have kept a dimension?"
-        raise CheckError(f"{name} has shape {tuple(value.shape)}; expected {tuple(shape)}.{hint}")
+            hint = "you reduced over everything where a dimension should stay"
+        raise CheckError(f"{name} has the wrong shape", expected=f"shape {tuple(shape)}",
+                         got=f"shape {tuple(value.shape)}", hint=hint)
     if dtype is not None and value.dtype != dtype:
-        raise CheckError(f"{name} has dtype {value.dtype}; expected {dtype}. Mixing dtypes "
-                         f"usually comes from creating a tensor without dtype= or calling .double()/.float().")
+        raise CheckError(f"{name} has the wrong dtype", expected=str(dtype), got=str(value.dtype),
+                         hint="a tensor created without dtype=, or a .float()/.double() call")
     if device is not None and value.device.type != torch.device(device).type:
-        raise CheckError(f"{name} is on {value.device}; expected {torch.device(device)}. "
-                         f"Move it with .to(device) (and create new tensors with device=...).")
-    if finite and value.is_floating_point() and not torch.isfinite(value).all():
-        n_nan = int(torch.isnan(value).sum())
-        n_inf = int(torch.isinf(value).sum())
-        raise CheckError(f"{name} contains {n_nan} NaN and {n_inf} inf value(s); expected finite "
-                         f"numbers. A learning rate that is too large, a division by zero or "
-                         f"log/exp overflow are the usual causes.")
+        raise CheckError(f"{name} is on the wrong device", expected=str(torch.device(device)),
+                         got=str(value.device), hint="move it with .to(device); create new "
+                                                     "tensors with device=...")
+    if finite and (value.is_floating_point() or value.is_complex()) and not torch.isfinite(value).all():
+        raise CheckError(f"{name} is not finite", expected="finite numbers",
+                         got=f"{int(torch.isnan(value).sum())} NaN and {int(torch.isinf(value).sum())} inf",
+                         hint="a learning rate that is too large, a division by zero, or log/exp overflow")
+    return value
+
+
+def expect_count(value: Any, name: str, *, minimum: int = 1) -> int:
+    """An argument of a check that must be a whole number >= ``minimum`` (cases, steps)."""
+    __tracebackhide__ = True
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CheckError(f"{name} must be a whole number >= {minimum}, got {describe(value)}")
     return value
 
 
 def rel_error(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-10) -> float:
-    """Largest relative error ``|x - y| / max(|x| + |y|, eps)`` over all elements.
-
-    Both arguments must be tensors of the same shape. Computed in float64.
-
-    Example:
-        >>> rel_error(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]))
-        0.0
-    """
-    __tracebackhide__ = True
-    y = expect_tensor(y, "second argument of rel_error", finite=False)
-    x = expect_tensor(x, "first argument of rel_error", shape=tuple(y.shape), finite=False)
+    """Largest ``|x - y| / max(|x| + |y|, eps)`` in float64 (inf if either is not finite)."""
     a, b = x.detach().double().cpu(), y.detach().double().cpu()
     if a.numel() == 0:
         return 0.0
-    err = (a - b).abs() / (a.abs() + b.abs()).clamp(min=eps)
-    return float(err.max())
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return math.inf
+    return float(((a - b).abs() / (a.abs() + b.abs()).clamp(min=eps)).max())
+
+
+def _matches(got: Any, wrong: Any, tol: float = 1e-6) -> bool:
+    """Does ``got`` equal a known wrong answer (a value, a tuple of values, or a predicate)?"""
+    try:
+        if callable(wrong) and not isinstance(wrong, torch.Tensor):
+            return bool(wrong(got))
+        if isinstance(wrong, torch.Tensor):
+            return (isinstance(got, torch.Tensor) and got.shape == wrong.shape
+                    and rel_error(got, wrong) < tol)
+        if isinstance(wrong, (tuple, list)):
+            return (isinstance(got, (tuple, list)) and len(got) == len(wrong)
+                    and all(w is None or _matches(g, w, tol) for g, w in zip(got, wrong)))
+        return got == wrong
+    except Exception:  # a predicate that cannot handle this answer does not match it
+        return False
+
+
+def first_mistake(got: Any, mistakes: Sequence[tuple[Any, str]]) -> str | None:
+    """The message of the first known mistake that ``got`` matches, or None."""
+    for wrong, why in mistakes:
+        if _matches(got, wrong):
+            return why
+    return None
+
+
+def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-8,
+            mistakes: Sequence[tuple[Any, str]] = (), hint: str | None = None,
+            dtype: bool = True) -> float:
+    """Validate ``got`` against the reference ``expected`` (type, exact shape, dtype,
+    device, finite), then compare values; a mismatch names the first known mistake
+    it matches, else the worst element. Returns the max relative error."""
+    __tracebackhide__ = True
+    expected = expected.detach()
+    if not torch.isfinite(expected).all():
+        raise CheckError(f"the reference for {name} is not finite, so nothing can match it",
+                         hint="the inputs the check was given (your earlier results?) hold NaN or "
+                              "inf, or are too large: fix those first")
+    got = expect_tensor(got, name, shape=tuple(expected.shape), dtype=expected.dtype if dtype else None,
+                        device=expected.device)
+    g, e = got.detach().double().cpu(), expected.double().cpu()
+    excess = (g - e).abs() - (atol + rtol * e.abs())
+    if g.numel() and float(excess.max()) > 0:
+        flat = int(excess.argmax())
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape))) if e.dim() else ()
+        raise CheckError(f"{name} does not match the reference at element {idx} (max abs. error "
+                         f"{fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})",
+                         expected=fmt(float(e.reshape(-1)[flat])), got=fmt(float(g.reshape(-1)[flat])),
+                         hint=first_mistake(got, mistakes) or hint)
+    return rel_error(got, expected)
 
 
 def check_close(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5,
-                atol: float = 1e-8, hint: str | None = None, quiet: bool = False) -> None:
-    """Check ``got`` against the reference ``expected``; print PASS or raise.
-
-    ``got`` must match ``expected`` in shape, dtype and device and be finite.
-    Values count as close when ``|got - expected| <= atol + rtol * |expected|``
-    everywhere (as in :func:`torch.allclose`). On failure the message gives the
-    worst element's index and both values, the max abs/rel errors, and ``hint``.
-    Like every check it returns nothing, so a cell ending in a check shows only
-    its verdict.
+                atol: float = 1e-8, hint: str | None = None) -> None:
+    """Compare a tensor with a reference computed in the notebook; print PASS or raise.
 
     Example:
         >>> check_close("y", torch.tensor([1.0]), torch.tensor([1.0]))
         PASS  y: matches the reference (max rel. error 0 < 1e-05)
     """
     __tracebackhide__ = True
-    expected = expected.detach()
-    got = expect_tensor(got, name, shape=tuple(expected.shape), dtype=expected.dtype,
-                        device=expected.device)
-    err = rel_error(got, expected)
-    g = got.detach().double().cpu()
-    e = expected.double().cpu()
-    excess = (g - e).abs() - (atol + rtol * e.abs())
-    if g.numel() and float(excess.max()) > 0:
-        flat = int(excess.argmax())
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape))) if e.dim() else ()
-        abs_err = float((g - e).abs().max())
-        msg = (f"{name} does not match the reference: worst element {idx}: expected "
-               f"{_fmt(float(e.reshape(-1)[flat]))}, got {_fmt(float(g.reshape(-1)[flat]))} "
-               f"(max abs. error {_fmt(abs_err)}, max rel. error {_fmt(err)}; "
-               f"tolerance rtol={rtol:g}, atol={atol:g}).")
-        if hint:
-            msg += f" {hint}"
-        raise CheckError(msg)
-    if not quiet:
-        passed(f"{name}: matches the reference (max rel. error {_bound(err)} < {rtol:g})")
+    if not isinstance(expected, torch.Tensor):
+        raise CheckError(f"the reference for {name} must be a tensor", got=describe(expected))
+    err = compare(name, got, expected, rtol=rtol, atol=atol, hint=hint)
+    passed(f"{name}: matches the reference (max rel. error {bound(err)} < {rtol:g})")
 
 
-def _bound(err: float) -> str:
-    """A stable way to print a small error: its order of magnitude, not its digits."""
-    if err == 0:
-        return "0"
-    return f"1e{math.floor(math.log10(err)):d}" if err < 1 else _fmt(err)
+# --------------------------------------------------------------------------- running student code
+
+# PyTorch's error texts, and what they usually mean in a student's code.
+ERROR_HINTS: list[tuple[str, str]] = [
+    (r"mat1 and mat2 shapes cannot be multiplied|size mismatch, got|Expected size for first two "
+     r"dimensions|inconsistent tensor size|shapes? .* cannot be multiplied",
+     "a matrix product got operands whose inner sizes differ: write each operand's shape "
+     "beside the line; a transpose (.t() / .mT) is usually missing or misplaced"),
+    (r"must match the size of tensor b|cannot be broadcast|not broadcastable",
+     "two tensors were combined elementwise with shapes that do not broadcast: print both shapes"),
+    (r"Expected all tensors to be on the same device",
+     "tensors on different devices: create new ones with device=x.device, or move them with .to()"),
+    (r"expected (m1 and m2|scalar type|both vectors) to have the same dtype|expected scalar type|"
+     r"dtype",
+     "tensors of different dtypes: create new ones with dtype=x.dtype (or use torch.*_like)"),
+    (r"does not require grad and does not have a grad_fn",
+     "the tensor is not part of a graph: its leaves need requires_grad=True, and no "
+     "torch.no_grad() or .detach() on the way"),
+    (r"backward through the graph a second time",
+     "backward() frees the graph: recompute the forward pass each step, or pass retain_graph=True"),
+    (r"leaf Variable that requires grad is being used in an in-place",
+     "update the weights inside `with torch.no_grad():`"),
+    (r"modified by an inplace operation",
+     "an in-place operation overwrote a value autograd saved: use the out-of-place form"),
+    (r"grad can be implicitly created only for scalar outputs",
+     "backward() without an argument needs a scalar: reduce the loss, or pass gradient="),
+    (r"view size is not compatible|is not contiguous",
+     "view() needs a contiguous tensor: use reshape(), or .contiguous() first"),
+    (r"index .* is out of bounds|out of range",
+     "an index is out of range: check an off-by-one or the axis you index"),
+]
 
 
-def call_student(fn: Any, *args: Any, what: str = "your function",
-                 inplace_hint: str | None = None, **kwargs: Any) -> Any:
-    """Call a student's function, turning its exceptions into a clear CheckError.
+def explain_error(exc: BaseException) -> str | None:
+    """The advice for a PyTorch error raised in student code, or None."""
+    text = f"{type(exc).__name__}: {exc}"
+    for pattern, advice in ERROR_HINTS:
+        if re.search(pattern, text):
+            return advice
+    return None
 
-    A ``NotImplementedError`` (the student edition's stub) says the exercise is
-    unfinished; any other exception is reported with its type and message. With
-    ``inplace_hint``, tensor arguments must come back unchanged: a function that
-    wrote into its input fails with ``what ... changed its input ... in place``
-    followed by the hint.
 
-    Example:
-        >>> call_student(lambda x: x + 1, 1)
-        2
-        >>> call_student(lambda x: x.add_(1), torch.zeros(2), what="f", inplace_hint="use x + 1.")
-        Traceback (most recent call last):
-        ...
-        labsupport.checks.core.CheckError: f changed its input x in place: use x + 1.
-    """
+class _TimedOut(BaseException):
+    """Raised in the student's code when its time is up (a BaseException, so that a
+    bare ``except Exception`` in the student's code cannot swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` with _TimedOut (main thread, POSIX only)."""
+    usable = (seconds and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise _TimedOut()
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _student_line(exc: BaseException) -> str | None:
+    """The line of the student's own code (a notebook cell) where ``exc`` was raised."""
+    line = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
+        if "ipykernel" in filename or filename.startswith("<"):
+            text = linecache.getline(filename, lineno).strip()
+            line = text or line
+    return line
+
+
+def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float | None = None,
+                inplace_hint: str | None = None, **kwargs: Any) -> Any:
+    """Call a student's function and turn whatever goes wrong into a CheckError:
+    not written yet (the stub), not callable, an exception (with the line and the
+    advice for PyTorch's error), no return within ``timeout`` seconds, or a tensor
+    argument changed in place (with ``inplace_hint``)."""
     __tracebackhide__ = True
     if not callable(fn):
-        raise CheckError(f"expected {what} to be a function, got {describe(fn)}. "
-                         f"Pass the function itself, without calling it (no parentheses).")
-    if inplace_hint is not None:
-        before = [a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
-        result = call_student(fn, *args, what=what, **kwargs)
-        for i, (a, b) in enumerate(zip(args, before)):
-            if b is not None and not torch.equal(a.detach(), b):
-                name = "x" if len(args) == 1 else f"#{i + 1}"
-                raise CheckError(f"{what} changed its input {name} in place: {inplace_hint}")
-        return result
+        raise CheckError(f"{what} is not a function", expected="a function", got=describe(fn),
+                         hint="pass the function itself, without calling it (no parentheses)")
+    limit = TIME_LIMIT if timeout is None else timeout
+    before = ([a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
+              if inplace_hint is not None else [])
     try:
-        return fn(*args, **kwargs)
+        with time_limit(limit):
+            result = fn(*args, **kwargs)
+    except _TimedOut:
+        raise CheckError(f"{what} did not return within {limit:g} s, so the check stopped it",
+                         hint="a loop that never ends (a while whose condition never changes?), or "
+                              "far more work than the exercise needs") from None
     except NotImplementedError as exc:
-        raise CheckError(f"{what} is not written yet ({exc}). Fill in the exercise cell above, "
-                         f"run it, then run this check again.") from None
+        raise CheckError(f"{what} is not written yet ({exc})", hint="fill in the exercise cell "
+                         "above, run it, then run this check again") from None
     except CheckError:
         raise
     except Exception as exc:
-        raise CheckError(f"{what} raised {type(exc).__name__}: {exc}") from exc
+        where = _student_line(exc)
+        raise CheckError(f"{what} raised {type(exc).__name__}: {str(exc).strip()}"
+                         + (f"\n  in your line:  {where}" if where else ""),
+                         hint=explain_error(exc)) from exc
+    for i, (a, b) in enumerate(zip(args, before)):
+        if b is not None and not torch.equal(a.detach(), b):
+            name = "x" if len(args) == 1 else f"#{i + 1}"
+            raise CheckError(f"{what} changed its input {name} in place", hint=inplace_hint)
+    return result
 
 
-def numeric_gradient(f: Callable[[], torch.Tensor], x: torch.Tensor, h: float = 1e-6,
-                     indices: Sequence[tuple[int, ...]] | None = None) -> torch.Tensor:
-    """Central-difference gradient of the scalar ``f()`` with respect to ``x``.
+call_student = run_student  # the earlier name, until every check module moved to the engine
 
-    ``f`` takes no arguments and reads ``x`` (which is nudged in place and
-    restored). With ``indices`` only those entries are computed (the rest are
-    0): a full numeric gradient costs two evaluations of ``f`` per element.
-    Use float64: in float32 the differences drown in rounding error.
 
-    Example:
-        >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64)
-        >>> numeric_gradient(lambda: (x ** 2).sum(), x).round(decimals=6).tolist()
-        [2.0, 4.0]
-    """
+def run_cases(fn: Any, cases: Sequence[tuple], reference: Callable[..., Any], *, what: str,
+              outputs: Sequence[str] = ("the result",), mistakes: Callable[..., list] | None = None,
+              rtol: float = 1e-5, atol: float = 1e-8, inplace_hint: str | None = None,
+              timeout: float | None = None) -> float:
+    """The engine for function exercises. For each case (a tuple of arguments, given
+    to the student as fresh copies) compare what ``fn`` returns with
+    ``reference(*case)``, output by output. When one differs, the message names the
+    first entry of ``mistakes(*case)`` that fits: ``(wrong, message)``, where
+    ``wrong`` is the wrong result (a tuple with None for "any" when there are
+    several outputs) or a predicate on the result. Returns the worst rel. error."""
     __tracebackhide__ = True
-    x = expect_tensor(x, "x", finite=True)
-    if not x.is_floating_point():
-        raise CheckError(f"x: expected a floating-point tensor, got dtype {x.dtype}")
+    if not cases:
+        raise CheckError("the check was asked to run zero cases: nothing would be tested")
+    worst = 0.0
+    for case in cases:
+        copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case)
+        result = run_student(fn, *copies, what=what, timeout=timeout, inplace_hint=inplace_hint)
+        refs = reference(*case)
+        refs = refs if isinstance(refs, tuple) else (refs,)
+        if len(outputs) == 1:
+            got = (result,)
+        elif isinstance(result, (tuple, list)) and len(result) == len(outputs):
+            got = tuple(result)
+        else:
+            raise CheckError(f"{what} returned the wrong number of values",
+                             expected=f"a tuple ({', '.join(outputs)})", got=describe(result),
+                             hint="a missing `return`" if result is None else None)
+        for name, value, ref in zip(outputs, got, refs):
+            try:
+                worst = max(worst, compare(name, value, ref, rtol=rtol, atol=atol))
+            except CheckError as err:
+                why = first_mistake(got if len(outputs) > 1 else got[0], mistakes(*case) if mistakes else [])
+                if why:
+                    raise CheckError(f"{name} is wrong", hint=why) from None
+                raise err
+    return worst
+
+
+def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any] | None = None,
+                     why: str, mistakes: Mapping[Any, str] | None = None, rel: float = 0.05) -> None:
+    """Judge a predict-then-run answer: ``actual`` is what the experiment gives
+    (measured by the check), ``why`` the explanation shown either way, ``mistakes``
+    the explanation for each typical wrong answer. Numbers count within ``rel``."""
+    __tracebackhide__ = True
+    if got is None or got is Ellipsis:
+        raise CheckError(f"{name}: no prediction yet", hint="write your answer between the solution "
+                         "markers above and run that cell first")
+    if choices is not None:
+        if isinstance(got, str):
+            got = got.strip().lower()
+        if got not in choices:
+            raise CheckError(f"{name}: the answer must be one of the choices",
+                             expected=" / ".join(map(repr, choices)), got=repr(got))
+    if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+            raise CheckError(f"{name}: the answer must be a number", got=describe(got))
+        right = math.isclose(got, actual, rel_tol=rel, abs_tol=1e-12)
+    elif isinstance(actual, tuple):
+        right = tuple(got) == actual if isinstance(got, (tuple, list, torch.Size)) else False
+    else:
+        right = got == actual
+    if not right:
+        key = got if isinstance(got, (str, int, bool, tuple)) else None
+        hint = (mistakes or {}).get(key) if key is not None else None
+        raise CheckError(f"{name}: not what happens", expected=repr(actual), got=repr(got),
+                         hint=(hint + " " if hint else "") + why)
+    passed(f"{name}: {actual!r} is right. {why}")
+
+
+# --------------------------------------------------------------------------- gradients
+
+def numeric_gradient(f: Callable[[], Any], x: torch.Tensor, h: float = 1e-6,
+                     indices: Sequence[tuple[int, ...]] | None = None) -> torch.Tensor:
+    """Central differences of the scalar ``f()`` with respect to ``x`` (nudged in
+    place and restored); only at ``indices`` if given (the rest stay 0)."""
+    __tracebackhide__ = True
     grad = torch.zeros_like(x)
-    positions = indices if indices is not None else [tuple(i) for i in torch.cartesian_prod(
-        *[torch.arange(s) for s in x.shape]).reshape(x.numel(), -1).tolist()] if x.dim() else [()]
+    positions = indices if indices is not None else list(
+        map(tuple, torch.cartesian_prod(*[torch.arange(s) for s in x.shape]).reshape(x.numel(), -1).tolist())
+        if x.dim() else [()])
     with torch.no_grad():
         for idx in positions:
-            idx = tuple(idx)
             old = x[idx].item()
             x[idx] = old + h
             plus = _scalar(f())
@@ -269,51 +538,48 @@ def numeric_gradient(f: Callable[[], torch.Tensor], x: torch.Tensor, h: float = 
 
 def _scalar(value: Any) -> float:
     __tracebackhide__ = True
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise CheckError(f"the function must return a scalar (one number), got {describe(value)}")
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
         return float(value)
-    if isinstance(value, (int, float)):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    raise CheckError(f"the function must return a scalar tensor, got {describe(value)}")
+    raise CheckError("the function must return one number", got=describe(value))
 
 
-def check_gradients(f: Callable[[], torch.Tensor], params: Mapping[str, torch.Tensor],
+def check_gradients(f: Callable[[], Any], params: Mapping[str, torch.Tensor],
                     grads: Mapping[str, Any], *, num_samples: int = 20, h: float = 1e-6,
                     tol: float = 1e-5, seed: int = 0) -> None:
-    """Compare analytic gradients with central differences of ``f``, parameter by parameter.
-
-    ``params`` maps names to the (float64) tensors ``f`` reads; ``grads`` maps
-    the same names to the gradients to test. ``num_samples`` random entries of
-    each parameter are checked (a full check costs two evaluations per entry).
-    The failure message names the parameter whose gradient is wrong.
+    """Compare gradients with central differences of ``f`` on ``num_samples``
+    random entries of each (float64) parameter; the failure names the parameter.
 
     Example:
         >>> w = torch.tensor([1.0, -2.0], dtype=torch.float64)
-        >>> check_gradients(lambda: (w ** 3).sum(), {"w": w}, {"w": 3 * w ** 2})
+        >>> check_gradients(lambda: (w * w).sum().exp(), {"w": w}, {"w": 2 * w * (w * w).sum().exp()})
         PASS  gradient check: 1 gradient(s) match central differences (max rel. error < 1e-05)
     """
     __tracebackhide__ = True
-    if not isinstance(params, Mapping) or not isinstance(grads, Mapping):
-        raise CheckError(f"params and grads must be dicts name -> tensor, got "
-                         f"{describe(params)} and {describe(grads)}")
+    if not isinstance(params, Mapping) or not isinstance(grads, Mapping) or not params:
+        raise CheckError("params and grads must be non-empty dicts name -> tensor",
+                         got=f"{describe(params)} and {describe(grads)}")
     missing = [n for n in params if n not in grads]
     if missing:
-        raise CheckError(f"no gradient given for {', '.join(missing)}; expected one per parameter "
-                         f"({', '.join(params)})")
+        raise CheckError(f"no gradient given for {', '.join(missing)}",
+                         expected=f"one per parameter ({', '.join(params)})")
+    expect_count(num_samples, "num_samples")
     gen = torch.Generator().manual_seed(seed)
     for name, p in params.items():
         p = expect_tensor(p, f"parameter {name}")
+        if p.dtype != torch.float64:
+            raise CheckError(f"parameter {name} must be float64", got=str(p.dtype),
+                             hint="in float32 central differences drown in rounding error")
         g = expect_tensor(grads[name], f"gradient of {name}", shape=tuple(p.shape))
-        n = min(num_samples, p.numel())
-        flat = torch.randperm(p.numel(), generator=gen)[:n]
+        flat = torch.randperm(p.numel(), generator=gen)[:min(num_samples, p.numel())]
         idx = [tuple(int(i) for i in torch.unravel_index(k, tuple(p.shape))) for k in flat]
         num = numeric_gradient(f, p, h=h, indices=idx)
         for i in idx:
             a, b = float(g[i]), float(num[i])
             err = abs(a - b) / max(abs(a) + abs(b), 1e-10)
-            if err > tol:
-                raise CheckError(f"gradient of {name} is wrong at index {i}: numeric (central "
-                                 f"difference) {_fmt(b)}, analytic {_fmt(a)} (rel. error {_fmt(err)} > {tol:g})")
+            if not err <= tol:
+                raise CheckError(f"gradient of {name} is wrong at index {i} (rel. error {fmt(err)} > {tol:g})",
+                                 expected=f"{fmt(b)} (central difference)", got=fmt(a))
     passed(f"gradient check: {len(params)} gradient(s) match central differences "
            f"(max rel. error < {tol:g})")
