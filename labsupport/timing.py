@@ -1,5 +1,5 @@
-"""Timing helpers. Timings vary by machine: print them only in cells marked
-``# NBVAL_IGNORE_OUTPUT``.
+"""Timing helpers. Timings vary by machine: print them only in cells tagged
+``nbval-ignore-output``, and assert the property that matters inside the cell.
 
 Example:
     >>> import torch, labsupport as lab
@@ -19,8 +19,7 @@ __all__ = ["Timer", "sync", "time_fn"]
 
 
 def sync(device: torch.device | str | None = None) -> None:
-    """Wait for queued GPU work (a no-op on CPU), so a timer measures the work
-    and not just its launch.
+    """Wait for queued GPU work (a no-op on CPU), so a timer measures the work, not its launch.
 
     Example:
         >>> sync("cpu")
@@ -41,8 +40,7 @@ class Timer:
     """
 
     def __init__(self, device: torch.device | str | None = None) -> None:
-        self.device = device
-        self.seconds = float("nan")
+        self.device, self.seconds = device, float("nan")
 
     def __enter__(self) -> "Timer":
         sync(self.device)
@@ -56,12 +54,16 @@ class Timer:
 
 def time_fn(fn: Callable[[], Any], *, min_run_time: float = 0.2, label: str = "") -> float:
     """Median seconds per call of ``fn()``, measured by ``torch.utils.benchmark``
-    (warm-up, GPU synchronisation and repeat count handled there).
+    (warm-up, GPU synchronisation and the repeat count are handled there).
 
     Example:
         >>> time_fn(lambda: torch.ones(100).sum(), min_run_time=0.01) > 0
         True
     """
+    if not callable(fn):
+        raise TypeError(f"time_fn needs a function of no arguments (a lambda: ...), got {type(fn).__name__}")
+    if not isinstance(min_run_time, (int, float)) or not 0 < min_run_time < 600:
+        raise ValueError(f"min_run_time must be a number of seconds in (0, 600), got {min_run_time!r}")
     from torch.utils import benchmark
 
     timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, label=label)

@@ -1,127 +1,203 @@
-"""labsupport.checks.core: validation, closeness, numeric gradients, student calls."""
+"""The check engine: messages, rendering, require(), student calls, comparison, predictions."""
 import numpy as np
 import pytest
 import torch
 
 import labsupport as lab
-from labsupport.checks.core import call_student, describe, expect_tensor
+from labsupport.checks import core
+from labsupport.checks.core import CheckError
 
 
-def test_passed_prints_the_stable_verdict_line(capsys):
-    lab.passed("x: ok")
-    assert capsys.readouterr().out == "PASS  x: ok\n"
+def message(fn, *args, **kwargs) -> str:
+    with pytest.raises(CheckError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
 
 
-def test_describe_names_type_shape_dtype_device():
-    assert describe(None) == "None"
-    assert describe(torch.zeros(2, 3)) == "tensor of shape (2, 3), dtype torch.float32, on cpu"
-    assert describe([1, 2]) == "list of length 2"
-    assert describe(np.zeros((2, 2))) == "numpy.ndarray of shape (2, 2), dtype float64"
-    assert describe(3.5) == "float 3.5"
+# ----------------------------------------------------------------- the failure block
 
+def test_check_error_reads_expected_got_hint_in_that_order():
+    err = CheckError("w is wrong", expected="shape (2, 3)", got="shape (3, 2)", hint="a transpose")
+    assert str(err) == "w is wrong. Expected shape (2, 3); got shape (3, 2). Likely mistake: a transpose"
+    assert str(CheckError("plain sentence.")) == "plain sentence."
+
+
+def test_failed_check_renders_as_a_short_block_in_ipython(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    shell.run_cell("import labsupport as lab, torch\n"
+                   "lab.check_close('y', torch.zeros(2), torch.ones(2))")
+    out = capsys.readouterr().out
+    assert "CHECK FAILED" in out and "y does not match the reference" in out
+    assert "Traceback" not in out and "core.py" not in out
+    assert len(out.strip().splitlines()) <= 6
+    shell.run_cell("lab.show_traceback()")
+    full = capsys.readouterr().out
+    assert "Traceback" in full and "core.py" in full  # the full traceback stays available
+    InteractiveShell.clear_instance()
+
+
+def test_show_traceback_before_any_failure(capsys, monkeypatch):
+    monkeypatch.setattr(core, "_LAST", [None])
+    lab.show_traceback()
+    assert "no check has failed" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------- exercises and require()
+
+def test_exercise_labels_failures_and_records_success(capsys):
+    @core.exercise("99.1", "doubling")
+    def check_double(fn):
+        core.compare("double(x)", core.run_student(fn, torch.ones(2), what="double"), torch.full((2,), 2.0))
+        core.passed("doubling")
+
+    with pytest.raises(core.ExerciseNotSolved, match=r"Exercise 99\.1 \(doubling\)"):
+        lab.require("99.1")
+    with pytest.raises(CheckError) as info:
+        check_double(lambda x: x)
+    assert info.value.exercise == "Exercise 99.1: doubling"
+    check_double(lambda x: 2 * x)
+    assert capsys.readouterr().out == "PASS  doubling\n"
+    lab.require("99.1")  # solved: returns quietly
+    with pytest.raises(CheckError):
+        check_double(lambda x: x)  # failing again un-solves it
+    with pytest.raises(core.ExerciseNotSolved):
+        lab.require("99.1")
+
+
+def test_an_error_inside_a_check_becomes_a_message():
+    @core.exercise("99.2", "broken spec")
+    def check_broken(value):
+        return value["key"]
+
+    err = message(check_broken, [1, 2])
+    assert "could not use your answer (TypeError" in err
+
+
+def test_require_renders_one_line():
+    with pytest.raises(core.ExerciseNotSolved) as info:
+        lab.require("98.7")
+    lines = info.value._render_traceback_()
+    assert len(lines) == 1 and "STOPPED" in lines[0] and "Exercise 98.7" in lines[0]
+
+
+# ----------------------------------------------------------------- running student code
+
+def test_run_student_explains_every_way_a_call_goes_wrong(monkeypatch):
+    assert "not a function" in message(core.run_student, 3)
+
+    def stub(x):
+        raise NotImplementedError("Exercise 1: the forward pass")
+    assert "not written yet (Exercise 1: the forward pass)" in message(core.run_student, stub, 1)
+
+    def shapes(x):
+        return x.mm(x)
+    err = message(core.run_student, shapes, torch.ones(2, 3), what="forward")
+    assert "forward raised RuntimeError: mat1 and mat2" in err and "transpose" in err
+
+    def in_place(x):
+        return x.add_(1)
+    assert "changed its input x in place. Likely mistake: use x + 1" in message(
+        core.run_student, in_place, torch.zeros(2), inplace_hint="use x + 1")
+
+    def forever(x):
+        while True:
+            try:
+                pass
+            except Exception:  # the student's own handler cannot swallow the stop
+                pass
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.2)
+    assert "did not return within 0.2 s" in message(core.run_student, forever, 1, what="forever")
+
+
+def test_error_hints_cover_the_usual_pytorch_errors():
+    cases = {
+        "mat1 and mat2 shapes cannot be multiplied (64x10 and 100x10)": "transpose",
+        "The size of tensor a (3) must match the size of tensor b (4) at non-singleton dimension 1": "broadcast",
+        "Expected all tensors to be on the same device, but found at least two devices": "device",
+        "element 0 of tensors does not require grad and does not have a grad_fn": "requires_grad",
+        "Trying to backward through the graph a second time": "retain_graph",
+        "view size is not compatible with input tensor's size and stride": "reshape",
+    }
+    for text, word in cases.items():
+        assert word in core.explain_error(RuntimeError(text)), text
+    assert core.explain_error(ValueError("something else entirely")) is None
+
+
+# ----------------------------------------------------------------- validating and comparing
 
 @pytest.mark.parametrize("value, fragment", [
-    (None, "got None"),
-    ([1.0, 2.0], "got list of length 2"),
-    (np.ones(2), "torch.from_numpy"),
-    (2.0, "drop .item()"),
+    (None, "got None"), ([1.0, 2.0], "list of length 2"), (np.ones(2), "torch.from_numpy"),
+    (2.0, "drop .item()"), (torch.zeros(2, 1), "wrong shape"), (torch.zeros(1, 2), "extra leading dimension"),
+    (torch.zeros(2, dtype=torch.float64), "wrong dtype"), (torch.zeros(2, device="meta"), "wrong device"),
+    (torch.tensor([float("nan"), 1.0]), "1 NaN and 0 inf"), (torch.tensor([float("inf"), 1.0]), "0 NaN and 1 inf"),
 ])
-def test_expect_tensor_rejects_non_tensors_with_one_line(value, fragment):
-    with pytest.raises(lab.CheckError) as info:
-        expect_tensor(value, "grad_w1", shape=(2,))
-    msg = str(info.value)
-    assert fragment in msg and "grad_w1" in msg and "\n" not in msg
+def test_compare_never_passes_bad_values(value, fragment):
+    assert fragment in message(core.compare, "g", value, torch.zeros(2))
 
 
-def test_expect_tensor_shape_dtype_device_nan():
-    with pytest.raises(lab.CheckError, match=r"shape \(100, 1000\); expected \(1000, 100\)\. Did you forget a transpose"):
-        expect_tensor(torch.zeros(100, 1000), "grad_w1", shape=(1000, 100))
-    with pytest.raises(lab.CheckError, match="reshape"):
-        expect_tensor(torch.zeros(6), "x", shape=(2, 3))
-    with pytest.raises(lab.CheckError, match="dtype torch.float64; expected torch.float32"):
-        expect_tensor(torch.zeros(2, dtype=torch.float64), "x", dtype=torch.float32)
-    with pytest.raises(lab.CheckError, match="expected meta"):
-        expect_tensor(torch.zeros(2), "x", device="meta")
-    with pytest.raises(lab.CheckError, match="1 NaN and 1 inf"):
-        expect_tensor(torch.tensor([float("nan"), float("inf"), 1.0]), "x")
-    assert expect_tensor(torch.tensor([float("nan")]), "x", finite=False).shape == (1,)
+def test_compare_transpose_and_worst_element():
+    assert "a transpose is missing" in message(core.compare, "w", torch.zeros(3, 2), torch.zeros(2, 3))
+    err = message(core.compare, "y", torch.tensor([1.0, 5.0, 3.0]), torch.tensor([1.0, 2.0, 3.0]))
+    assert "at element (1,)" in err and "Expected 2; got 5" in err
 
 
-def test_rel_error():
-    a = torch.tensor([1.0, 2.0])
-    assert lab.rel_error(a, a) == 0.0
-    assert lab.rel_error(torch.tensor([1.0]), torch.tensor([3.0])) == pytest.approx(0.5)
-    with pytest.raises(lab.CheckError, match="shape"):
-        lab.rel_error(torch.zeros(2), torch.zeros(3))
-    with pytest.raises(lab.CheckError, match="got list"):
-        lab.rel_error([1.0], torch.zeros(1))
+def test_compare_names_the_first_known_mistake_and_refuses_a_nan_reference():
+    ref = torch.tensor([1.0, -2.0])
+    mistakes = [(-ref, "the sign is flipped"), (lambda g: bool((g == 0).all()), "all zeros")]
+    assert "Likely mistake: the sign is flipped" in message(core.compare, "g", -ref, ref, mistakes=mistakes)
+    assert "Likely mistake: all zeros" in message(core.compare, "g", torch.zeros(2), ref, mistakes=mistakes)
+    assert "reference for g is not finite" in message(core.compare, "g", ref, torch.tensor([float("nan"), 1.0]))
+    assert core.compare("g", ref.clone(), ref) == 0.0
 
 
-def test_check_close_pass_and_failure_report(capsys):
-    lab.check_close("y", torch.ones(2, 2), torch.ones(2, 2))
-    assert capsys.readouterr().out.startswith("PASS  y: matches the reference")
-    got = torch.ones(2, 2)
-    got[1, 0] = 5.0
-    with pytest.raises(lab.CheckError) as info:
-        lab.check_close("y", got, torch.ones(2, 2), hint="look at row 1")
-    msg = str(info.value)
-    assert "worst element (1, 0): expected 1, got 5" in msg and "look at row 1" in msg
+def test_run_cases_refuses_zero_cases_and_counts_outputs():
+    assert "zero cases" in message(core.run_cases, lambda x: x, [], lambda x: x, what="f")
+    cases = [(torch.ones(2),)]
+    err = message(core.run_cases, lambda x: x, cases, lambda x: (x, x), what="f", outputs=("a", "b"))
+    assert "returned the wrong number of values" in err
+    err = message(core.run_cases, lambda x: None, cases, lambda x: (x, x), what="f", outputs=("a", "b"))
+    assert "missing `return`" in err
 
 
-def test_check_close_rejects_wrong_dtype_and_nan():
-    with pytest.raises(lab.CheckError, match="dtype"):
-        lab.check_close("y", torch.ones(2, dtype=torch.float64), torch.ones(2))
-    with pytest.raises(lab.CheckError, match="NaN"):
-        lab.check_close("y", torch.tensor([1.0, float("nan")]), torch.ones(2))
+def test_run_cases_names_a_mistake_in_one_of_several_outputs():
+    cases = [(torch.tensor([1.0, 2.0]),)]
+    ref = lambda x: (2 * x, 3 * x)  # noqa: E731
+    mistakes = lambda x: [((None, 2 * x), "b was computed like a")]  # noqa: E731
+    err = message(core.run_cases, lambda x: (2 * x, 2 * x), cases, ref, what="f", outputs=("a", "b"), mistakes=mistakes)
+    assert err == "b is wrong. Likely mistake: b was computed like a"
+    assert core.run_cases(lambda x: (2 * x, 3 * x), cases, ref, what="f", outputs=("a", "b")) == 0.0
 
 
-def test_numeric_gradient_matches_analytic():
-    x = torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)
-    g = lab.numeric_gradient(lambda: (x ** 3).sum(), x)
-    assert torch.allclose(g, 3 * x ** 2, rtol=1e-6)
-    only = lab.numeric_gradient(lambda: (x ** 3).sum(), x, indices=[(0, 1)])
-    assert only[0, 1] == pytest.approx(12.0, rel=1e-6) and only[0, 0] == 0
-    assert torch.equal(x, torch.tensor([[1.0, -2.0], [0.5, 3.0]], dtype=torch.float64)), "x restored"
+# ----------------------------------------------------------------- predictions
+
+def test_check_prediction(capsys):
+    kw = dict(choices=("error", "no error"), why="backward frees the graph.",
+              mistakes={"no error": "the graph is not kept after backward()."})
+    assert "no prediction yet" in message(lab.check_prediction, "q", None, "error", **kw)
+    assert "must be one of the choices" in message(lab.check_prediction, "q", "maybe", "error", **kw)
+    err = message(lab.check_prediction, "q", "No Error ", "error", **kw)
+    assert "Expected 'error'; got 'no error'" in err and "the graph is not kept" in err
+    lab.check_prediction("q", " Error", "error", **kw)
+    assert capsys.readouterr().out == "PASS  q: 'error' is right. backward frees the graph.\n"
+    lab.check_prediction("n", 101, 100, why="close enough.")
+    assert "must be a number" in message(lab.check_prediction, "n", "100", 100, why="")
+    assert "must be a number" in message(lab.check_prediction, "n", float("nan"), 100, why="")
+    assert "not what happens" in message(lab.check_prediction, "n", 120, 100, why="")
+    lab.check_prediction("s", torch.Size([2, 3]), (2, 3), why="shapes.")
 
 
-def test_numeric_gradient_rejects_non_scalar_function():
-    x = torch.ones(2, dtype=torch.float64)
-    with pytest.raises(lab.CheckError, match="scalar"):
-        lab.numeric_gradient(lambda: x * 2, x)
+# ----------------------------------------------------------------- gradients
 
-
-def test_check_gradients_names_the_wrong_parameter(capsys):
+def test_check_gradients_pass_and_failures(capsys):
     w = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
-    v = torch.tensor([2.0, 1.0], dtype=torch.float64)
-    f = lambda: (w ** 2).sum() * v.sum()
-    good = {"w": 2 * w * v.sum(), "v": torch.full_like(v, float((w ** 2).sum()))}
-    lab.check_gradients(f, {"w": w, "v": v}, good)
-    assert "PASS  gradient check: 2 gradient(s)" in capsys.readouterr().out
-    with pytest.raises(lab.CheckError, match="gradient of v is wrong"):
-        lab.check_gradients(f, {"w": w, "v": v}, {"w": good["w"], "v": good["v"] * 2})
-    with pytest.raises(lab.CheckError, match="no gradient given for v"):
-        lab.check_gradients(f, {"w": w, "v": v}, {"w": good["w"]})
-    with pytest.raises(lab.CheckError, match="dicts"):
-        lab.check_gradients(f, [w], [good["w"]])
-
-
-def test_call_student_turns_errors_into_check_errors():
-    def stub():
-        raise NotImplementedError("Exercise 2: the forward pass")
-    with pytest.raises(lab.CheckError, match="not written yet \\(Exercise 2: the forward pass\\)"):
-        call_student(stub)
-    with pytest.raises(lab.CheckError, match="raised ZeroDivisionError"):
-        call_student(lambda: 1 / 0)
-    with pytest.raises(lab.CheckError, match="without calling it"):
-        call_student(torch.zeros(2))
-    assert call_student(lambda a, b=1: a + b, 1, b=2) == 3
-
-
-def test_call_student_detects_writes_into_inputs():
-    a, b = torch.zeros(2), torch.ones(2)
-    with pytest.raises(lab.CheckError, match=r"f changed its input #2 in place: copy first"):
-        call_student(lambda x, y: y.mul_(3), a, b, what="f", inplace_hint="copy first")
-    assert torch.equal(call_student(lambda x, y: x + y, a, torch.ones(2), what="f", inplace_hint="-"),
-                       torch.ones(2))
-    # without the hint, writing into an input is the student's business
-    assert call_student(lambda x: x.add_(1), torch.zeros(1)).item() == 1.0
+    f = lambda: (w ** 3).sum()  # noqa: E731
+    lab.check_gradients(f, {"w": w}, {"w": 3 * w ** 2})
+    assert capsys.readouterr().out.startswith("PASS  gradient check: 1 gradient(s)")
+    assert "gradient of w is wrong at index" in message(lab.check_gradients, f, {"w": w}, {"w": w ** 2})
+    assert "no gradient given for w" in message(lab.check_gradients, f, {"w": w}, {})
+    assert "must be float64" in message(lab.check_gradients, f, {"w": w.float()}, {"w": w.float()})
+    assert "non-empty dicts" in message(lab.check_gradients, f, {}, {})
+    assert "whole number" in message(lab.check_gradients, f, {"w": w}, {"w": 3 * w ** 2}, num_samples=0)
+    assert "return one number" in message(lab.check_gradients, lambda: w, {"w": w}, {"w": w})
+    assert torch.equal(w, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64))  # nudges are undone

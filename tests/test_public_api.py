@@ -1,29 +1,46 @@
-"""Every public labsupport name is documented and exercised by at least one test."""
+"""labsupport holds only what notebooks share: every public name is called by a notebook,
+documented with an example, and no function grows past 60 lines."""
+import ast
 import inspect
+import json
 import re
 from pathlib import Path
 
 import labsupport as lab
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_CODE = "\n".join("".join(c["source"]) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+                          for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
+NOTEBOOK_CODE += "\n".join(p.read_text() for p in (ROOT / "notebooks").glob("*.py"))
 
 
 def public_names():
     return sorted(n for n in dir(lab) if not n.startswith("_") and not inspect.ismodule(getattr(lab, n)))
 
 
-def test_every_public_function_and_class_has_a_docstring_with_an_example():
-    missing = []
-    for name in public_names():
-        obj = getattr(lab, name)
-        if inspect.isfunction(obj) or inspect.isclass(obj):
-            doc = inspect.getdoc(obj) or ""
-            if "Example" not in doc and ">>>" not in doc:
-                missing.append(name)
-    assert not missing, f"no docstring example: {missing}"
+def test_every_public_name_is_called_by_a_notebook():
+    unused = [n for n in public_names() if not re.search(rf"\blab\.{re.escape(n)}\b", NOTEBOOK_CODE)]
+    assert not unused, f"public labsupport names no notebook uses (make them private or delete them): {unused}"
 
 
-def test_every_public_name_is_used_in_a_test():
-    text = "\n".join(p.read_text() for p in TESTS.glob("test_*.py") if p.name != Path(__file__).name)
-    unused = [n for n in public_names() if not re.search(rf"\b{re.escape(n)}\b", text)]
-    assert not unused, f"public labsupport names no test uses: {unused}"
+def test_every_public_function_and_class_has_a_docstring():
+    missing = [n for n in public_names()
+               if (inspect.isfunction(getattr(lab, n)) or inspect.isclass(getattr(lab, n)))
+               and not inspect.getdoc(getattr(lab, n))]
+    assert not missing, f"no docstring: {missing}"
+
+
+def test_no_function_is_longer_than_60_lines():
+    long = []
+    for path in sorted((ROOT / "labsupport").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > 60:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({length} lines)")
+    assert not long, f"functions over 60 lines: {long}"
+
+
+def test_the_package_stays_small():
+    lines = sum(len(p.read_text().splitlines()) for p in (ROOT / "labsupport").rglob("*.py"))
+    assert lines < 3000, f"labsupport has {lines} lines; the goal is a small, readable helper (< 3000)"

@@ -527,11 +527,13 @@ def numeric_gradient(f: Callable[[], Any], x: torch.Tensor, h: float = 1e-6,
     with torch.no_grad():
         for idx in positions:
             old = x[idx].item()
-            x[idx] = old + h
-            plus = _scalar(f())
-            x[idx] = old - h
-            minus = _scalar(f())
-            x[idx] = old
+            try:
+                x[idx] = old + h
+                plus = _scalar(f())
+                x[idx] = old - h
+                minus = _scalar(f())
+            finally:
+                x[idx] = old
             grad[idx] = (plus - minus) / (2 * h)
     return grad
 
