@@ -64,12 +64,15 @@ def test_function_stub_keeps_scaffold_and_indentation():
     assert [(e.cell, e.label, e.check_cell, e.blocks) for e in ed.exercises] == [(3, "Exercise 4: double it", 4, 1)]
 
 
-def test_outputs_cleared_only_on_exercise_and_check_cells():
-    nb = student.make_edition(sample(), "x.ipynb").notebook
-    for i in (3, 4):
-        assert nb.cells[i].outputs == [] and nb.cells[i].execution_count is None
-    assert nb.cells[1].outputs[0].text == "setup\n" and nb.cells[1].execution_count == 1
-    assert nb.cells[5].outputs[0].text == "4\n" and nb.cells[5].execution_count == 4
+def test_every_output_and_nbval_tag_is_cleared():
+    nb = sample()
+    nb.cells[1].metadata["tags"] = ["nbval-ignore-output", "keep-me"]
+    ed = student.make_edition(nb, "x.ipynb").notebook
+    for cell in ed.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+    assert ed.cells[1].metadata["tags"] == ["keep-me"]
+    assert nb.cells[1].outputs  # the source is not modified
 
 
 def test_markdown_solution_becomes_answer_placeholder():
@@ -150,6 +153,13 @@ def test_two_blocks_in_one_cell_and_no_check_cell():
     ("x = 1\n### END SOLUTION", "code", 2, "without a '### BEGIN SOLUTION'"),
     ("def f():\n    ### BEGIN SOLUTION\n    return 1", "code", 2, "never closed"),
     ("Answer:\n### BEGIN SOLUTION\nyes", "markdown", 2, "never closed"),
+    # Almost-markers would silently publish the solution: each is an error naming the cell.
+    ("x = 1\n### begin solution\ny = 2\n### end solution", "code", 2, "is not a solution marker"),
+    ("x = 1\n### BEGIN SOLUTION:\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
+    ("x = 1\n### BEGIN SOLUTION ###\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
+    ("x = 1\n### BEGIN_SOLUTION\ny = 2\n### END_SOLUTION", "code", 2, "is not a solution marker"),
+    ("x = 1\n# BEGIN SOLUTION\ny = 2\n# END SOLUTION", "code", 2, "is not a solution marker"),
+    ("Answer:\n### Begin Solution\nyes\n### END SOLUTION", "markdown", 2, "is not a solution marker"),
 ])
 def test_bad_markers_name_file_cell_and_line(source, cell_type, line, problem):
     make = new_code_cell if cell_type == "code" else new_markdown_cell
