@@ -11,19 +11,26 @@ LAB_PORT ?= 8888
 TB_PORT  ?= 6006
 # Where `make lab` / `make student` put the student edition (generated from notebooks/).
 STUDENT_DIR ?= student
-# Extra JupyterLab flags, e.g. LAB_ARGS=--allow-root inside a container running as root.
+# Extra JupyterLab flags (--allow-root is added by itself when you are root).
 LAB_ARGS ?=
+# TensorBoard's folder: runs/ unless LAB_RUNS_DIR says otherwise (as for the notebooks);
+# `make tensorboard NB=06_optim` shows one notebook's runs only.
+RUNS_DIR = $(or $(LAB_RUNS_DIR),runs)
+NB ?=
+# Tests and `make regenerate` log into folders of their own, never into the student's runs/.
+TEST_RUNS  := $(CURDIR)/build/test/runs
+REGEN_RUNS := $(CURDIR)/build/regenerate/runs
 # Workers for the test run: one per core (CI has 2).
 JOBS ?= 2
 
-.PHONY: lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
+.PHONY: test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
 
 help:
 	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in $(STUDENT_DIR)/ (the student edition)"
 	@echo "make lab-solutions  open JupyterLab in notebooks/ (the solved sources, for instructors)"
 	@echo "make student      (re)generate $(STUDENT_DIR)/ from notebooks/; FORCE=1 replaces edited copies (backed up)"
 	@echo "make test         unit tests + nbval over every notebook"
-	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/ (another port: TB_PORT=6007)"
+	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/ (one notebook: NB=06_optim; port: TB_PORT=6007)"
 	@echo "make clean-runs   delete every TensorBoard run under runs/ (nothing outside it)"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
 
@@ -32,18 +39,25 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check \
-	    -c constraints.txt -e .
+	    -c constraints.txt -e '.[lab,test]'
 	@touch $(STAMP)
 
 # Students work in $(STUDENT_DIR)/, their own copies: `make lab` only creates the
 # missing ones (never overwrites) and says when a source notebook is newer.
 lab: student-prepare
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
-	    --ServerApp.root_dir=$(STUDENT_DIR) $(LAB_ARGS)
+	@$(call jupyterlab,$(STUDENT_DIR))
 
 lab-solutions: $(STAMP)
-	$(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
-	    --ServerApp.root_dir=notebooks $(LAB_ARGS)
+	@$(call jupyterlab,notebooks)
+
+# JupyterLab with the venv's bin/ first on its PATH, so that a notebook's `%tensorboard`,
+# `!pip` and `!python` find the lab's own programs; as root (containers, Colab) it would
+# refuse to start without --allow-root, which is then added (and said).
+define jupyterlab
+	$(if $(filter 0,$(shell id -u)),echo "make lab: you are root: adding --allow-root";) \
+	PATH="$(abspath $(BIN)):$$PATH" exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
+	    --ServerApp.root_dir=$(1) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+endef
 
 student-prepare: $(STAMP)
 	@$(BIN)/python tools/student.py prepare --out $(STUDENT_DIR)
@@ -59,21 +73,24 @@ student: $(STAMP)
 # TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
 	    tests labsupport --doctest-modules notebooks --nbval --nbval-current-env \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 unit: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
 	    tests labsupport --doctest-modules -q $(PYTEST_ARGS)
 
 nbval: $(STAMP)
-	OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
+	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
 	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 # Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).
+# --load_fast=false: TensorBoard reads the event files itself instead of starting a
+# separate data-server process, which could outlive a Ctrl-C; our runs are small.
 tensorboard: $(STAMP)
-	$(BIN)/tensorboard --logdir runs --host 127.0.0.1 --port $(TB_PORT)
+	@test -d $(RUNS_DIR)/$(NB) || echo "make tensorboard: no $(RUNS_DIR)/$(NB) yet; runs appear once a notebook logs them"
+	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_PORT) --load_fast=false
 
 # Empties runs/ and touches nothing else: refuses when runs is a symbolic link or
 # not a folder, and neither find nor rm follows links found inside runs/.
@@ -88,8 +105,17 @@ clean-runs:
 # One thread, as in `make test`: float sums (and so plotted curves) then come out
 # bit-identical on every run.
 regenerate: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
+	LAB_RUNS_DIR=$(REGEN_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
 	    $(BIN)/python tools/regenerate.py notebooks/*.ipynb
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The suite on the oldest supported pair (pyproject's floors), in a second venv.
+# Not part of `make test`: it downloads another PyTorch (several GB, minutes).
+OLDEST_VENV ?= .venv-oldest
+test-oldest:
+	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	    -c constraints-oldest.txt -e '.[lab,test]'
+	LAB_PINS=constraints-oldest.txt $(MAKE) test BIN=$(OLDEST_VENV)/bin STAMP=$(OLDEST_VENV)/bin/python

@@ -44,4 +44,4 @@ from .pretrained import *  # noqa: F401,F403
 from .slowdata import *  # noqa: F401,F403
 from .mnist import *  # noqa: F401,F403
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

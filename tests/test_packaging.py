@@ -13,16 +13,42 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~\[; ]", requirement.strip(), maxsplit=1)[0].lower()
 
 
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
 def runtime_dependencies() -> list[str]:
-    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    return [_name(r) for r in data["project"]["dependencies"]]
+    return [_name(r) for r in PROJECT["dependencies"]]
+
+
+def all_dependencies() -> list[str]:
+    extras = [_name(r) for group in PROJECT["optional-dependencies"].values() for r in group]
+    return runtime_dependencies() + sorted(set(extras))
+
+
+def test_runtime_needs_no_jupyter_and_no_test_tools():
+    # Colab and JupyterHub bring their own Jupyter; `pip install .` must not pull one in.
+    runtime = set(runtime_dependencies())
+    assert runtime == {"torch", "torchvision", "numpy", "matplotlib", "scikit-learn", "tqdm", "tensorboard"}
+    assert {"jupyterlab", "ipykernel", "ipywidgets"} <= {_name(r) for r in PROJECT["optional-dependencies"]["lab"]}
+    assert {"nbval", "pytest", "pytest-xdist", "nbclient", "nbformat"} <= {
+        _name(r) for r in PROJECT["optional-dependencies"]["test"]}
+    assert "'.[lab,test]'" in (ROOT / "Makefile").read_text()
+
+
+def test_declared_floors_match_the_lab_warning_and_the_oldest_pins():
+    import labsupport.device as device
+    floors = {_name(r): r.split(">=")[1] for r in PROJECT["dependencies"] if _name(r) in ("torch", "torchvision")}
+    assert floors == {name: ".".join(map(str, v)) for name, v in device.MIN_VERSIONS.items()}
+    oldest = (ROOT / "constraints-oldest.txt").read_text()
+    for name, floor in floors.items():
+        assert re.search(rf"^{name}=={re.escape(floor)}(\.0)?$", oldest, re.M), f"{name} floor not pinned in constraints-oldest.txt"
 
 
 def test_environment_yml_names_every_runtime_dependency():
     text = (ROOT / "environment.yml").read_text()
     conda = {_name(line.strip()[2:]) for line in text.splitlines()
              if line.strip().startswith("- ") and not line.strip().startswith("- -e")}
-    missing = [d for d in runtime_dependencies() if CONDA_NAMES.get(d, d) not in conda]
+    missing = [d for d in all_dependencies() if CONDA_NAMES.get(d, d) not in conda]
     assert not missing, f"environment.yml lacks {missing}"
     assert "conda-forge" in text and "-e ." in text
 
@@ -47,7 +73,9 @@ def test_constraints_pin_every_runtime_dependency_and_a_matching_torch_pair():
 def test_installed_versions_are_the_pinned_ones():
     import torch
     import torchvision
-    pins = dict(l.split("==") for l in (ROOT / "constraints.txt").read_text().splitlines()
+    import os
+    pins_file = ROOT / os.environ.get("LAB_PINS", "constraints.txt")  # make test-oldest: constraints-oldest.txt
+    pins = dict(l.split("==") for l in pins_file.read_text().splitlines()
                 if "==" in l and not l.startswith("#"))
     assert torch.__version__.split("+")[0] == pins["torch"]
     assert torchvision.__version__.split("+")[0] == pins["torchvision"]
