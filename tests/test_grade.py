@@ -1,0 +1,266 @@
+"""tools/grade.py: a synthetic class graded end to end.
+
+Most students hand in variants of a tiny torch-free source notebook built here (its
+kernels start in a second); one pair hands in the real notebook 01, derived from
+whatever it holds now. The whole class is graded ONCE (a module fixture), with two
+workers, and each test reads its student's row, feedback and results.
+"""
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import grade  # noqa: E402
+import student  # noqa: E402
+
+REAL = ROOT / "notebooks" / "01_tensors.ipynb"
+TIMEOUT = 4
+
+SETUP = '''\
+class CheckError(AssertionError):
+    pass
+
+def _call(fn, x):
+    try:
+        return fn(x)
+    except NotImplementedError as exc:
+        raise CheckError(f"your function is not written yet ({exc})") from None
+
+def check_scale(fn, k):
+    got = _call(fn, 2)
+    if got != 2 * k:
+        raise CheckError(f"f(2) should be {2 * k}, got {got!r}")
+    print(f"PASS  scale by {k}: f(2) = {got}")
+
+def check_prediction(p):
+    if p is None:
+        raise CheckError("prediction is None: not written yet")
+    if p != "error":
+        raise CheckError(f"the cell raises an error, you predicted {p!r}")
+    print("PASS  prediction: error")'''
+
+
+def tiny_source() -> nbformat.NotebookNode:
+    nb = new_notebook(cells=[
+        md("# 99 · Tiny\n\nA made-up notebook for the grader's tests."), code(SETUP),
+        md("## 1. Scaling"),
+        md("### Exercise 1: double"),
+        code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+        code("check_scale(double, 2)"),
+        md("### Exercise 2: triple"),
+        code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
+        code("check_scale(triple, 3)"),
+        md("### Exercise 3: predict"),
+        code("### BEGIN SOLUTION\nprediction = \"error\"\n### END SOLUTION"),
+        code("check_prediction(prediction)"),
+        md("### Exercise 4: why\n\nExplain in one sentence."),
+        md("### BEGIN SOLUTION\nBecause the reference says so.\n### END SOLUTION"),
+        md("## Summary"),
+    ])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    return nb
+
+
+def _set(nb, label: str, text: str):
+    """A copy of ``nb`` whose exercise cell for ``label`` holds ``text``."""
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    heading = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(label))
+    nb.cells[heading + 1].source = text
+    return nb
+
+
+def _write(folder: Path, name: str, nb) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, folder / name)
+    return folder / name
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("grading")
+    src_dir = tmp / "notebooks"
+    src_dir.mkdir()
+    source = tiny_source()
+    nbformat.write(source, src_dir / "99_tiny.ipynb")
+    shutil_copy = (src_dir / "01_tensors.ipynb")
+    shutil_copy.write_bytes(REAL.read_bytes())
+    ed = student.make_edition(source, "99_tiny.ipynb").notebook
+    solved = nbformat.read(src_dir / "99_tiny.ipynb", as_version=4)
+    sub, out = tmp / "handed_in", tmp / "grades"
+    name = "99_tiny.ipynb"
+    answered = _set(ed, "### Exercise 1", "def double(x):\n    return x + x")
+    answered = _set(answered, "### Exercise 2", "def triple(x):\n    return x * 3")
+    answered = _set(answered, "### Exercise 3", "prediction = 'error'")
+    answered.cells[13].source = "Because *I* say so."
+    _write(sub / "full", name, solved)
+    _write(sub / "answered", name, answered)
+    _write(sub / "blank", name, ed)
+    _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
+    _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    pass"))
+    _write(sub / "crash", name, _set(answered, "### Exercise 2", "import os\nos._exit(3)"))
+    deleted = nbformat.from_dict(json.loads(json.dumps(answered)))
+    del deleted.cells[7]
+    _write(sub / "deleted", name, deleted)
+    dup = nbformat.from_dict(json.loads(json.dumps(answered)))
+    first = nbformat.v4.new_code_cell("def double(x):\n    return 0")  # an older attempt, a new cell id
+    dup.cells.insert(4, first)
+    _write(sub / "duplicated", name, dup)
+    _write(sub / "renamed", "homework final (2).ipynb", answered)
+    (sub / "notjson").mkdir()
+    (sub / "notjson" / name).write_text("this is not {json")
+    hostile = HOSTILE.format(out=str(out), neighbour=str(sub / "full" / name), canary=str(tmp / "hacked.txt"))
+    _write(sub / "hostile", name, _set(answered, "### Exercise 1", hostile))
+    copies = sub / "twocopies"
+    _write(copies, "old.ipynb", _set(answered, "### Exercise 2", "def triple(x):\n    return 0"))
+    newer = _write(copies, "new.ipynb", answered)
+    time.sleep(0.01)
+    newer.touch()
+    real = nbformat.read(REAL, as_version=4)
+    _write(sub / "real_full", "notebook1.ipynb", real)
+    _write(sub / "real_blank", "01_tensors.ipynb", student.make_edition(real, REAL).notebook)
+    cfg = grade.Config(src=str(src_dir), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096)
+    t0 = time.perf_counter()
+    table = grade.grade(sub, out, jobs=2, cfg=cfg)
+    seconds = time.perf_counter() - t0
+    time.sleep(1.0)  # give the hostile student's background process its chance to strike
+    return {"table": table, "out": out, "tmp": tmp, "seconds": seconds, "real": grade.load_source(REAL)}
+
+
+HOSTILE = '''\
+import os, pathlib, subprocess, sys
+attempts = []
+try:
+    pathlib.Path({out!r}).mkdir(parents=True, exist_ok=True)
+    pathlib.Path({out!r}, "grades.csv").write_text("student,score\\nhostile,100\\n")
+    attempts.append("wrote grades.csv")
+except OSError:
+    pass
+try:
+    pathlib.Path({canary!r}).write_text("x")
+    attempts.append("wrote outside scratch")
+except OSError:
+    pass
+try:
+    pathlib.Path({neighbour!r}).read_text()
+    attempts.append("read a neighbour")
+except OSError:
+    pass
+code = "import time, pathlib\\nfor _ in range(40):\\n    time.sleep(0.25)\\n    try:\\n        " \\
+       "pathlib.Path({out!r}, 'grades.csv').write_text('hacked')\\n    except OSError:\\n        pass"
+subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+def double(x):
+    return 2 * x if not attempts else -1'''
+
+
+def _rows(graded) -> dict:
+    with open(graded["out"] / "grades.csv", newline="") as f:
+        return {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
+
+
+def _results(graded, who: str) -> dict:
+    lines = (graded["out"] / "results.jsonl").read_text().splitlines()
+    return {r["exercise"]: r for r in map(json.loads, lines) if r["student"] == who}
+
+
+def _feedback(graded, who: str, notebook: str = "99_tiny") -> str:
+    return (graded["out"] / "feedback" / who / f"{notebook}.md").read_text()
+
+
+def _points(row) -> list[str]:
+    return [row["99.1"], row["99.2"], row["99.3"], row["score"], row["max_score"], row["status"]]
+
+
+def test_the_gradebook_has_one_column_per_exercise(graded):
+    with open(graded["out"] / "grades.csv", newline="") as f:
+        header = next(csv.reader(f))
+    real_ids = [e.id for e in graded["real"].exercises]
+    assert header == ["student", "notebook", *real_ids, "99.1", "99.2", "99.3", "score", "max_score", "status"]
+    assert (graded["out"] / "feedback" / "full" / "99_tiny.html").read_text().startswith("<!doctype html>")
+    assert list((graded["out"] / "logs").glob("grade-*.log"))
+
+
+def test_full_marks_and_zero(graded):
+    rows = _rows(graded)
+    assert _points(rows["full", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert _points(rows["answered", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert _points(rows["blank", "99_tiny"]) == ["0", "0", "0", "0", "3", "ok"]
+    text = _feedback(graded, "blank")
+    assert text.count("not written yet") >= 3 and "PASS" not in text
+    assert "PASS  scale by 2: f(2) = 4" in _feedback(graded, "full")
+
+
+def test_written_answers_are_collected_verbatim_and_not_scored(graded):
+    text = _feedback(graded, "answered")
+    assert "not scored" in text and "Because *I* say so." in text
+    assert "_(no answer)_" in _feedback(graded, "blank")
+    for who in ("answered", "blank", "wrong"):  # nothing of the reference answer leaks
+        assert "the reference says so" not in _feedback(graded, who)
+    written = [r for r in map(json.loads, (graded["out"] / "results.jsonl").read_text().splitlines())
+               if r["student"] == "answered" and r["points"] is None]
+    assert [w["answer"] for w in written] == ["Because *I* say so."]
+
+
+def test_one_wrong_exercise_loses_exactly_its_points(graded):
+    assert _points(_rows(graded)["wrong", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    assert "f(2) should be 6, got 8" in _feedback(graded, "wrong")
+
+
+def test_an_infinite_loop_times_out_and_grading_goes_on(graded):
+    assert _points(_rows(graded)["loop", "99_tiny"]) == ["0", "1", "1", "2", "3", "ok"]
+    res = _results(graded, "loop")["99.1"]
+    assert res["status"] == "timeout" and f"timed out after {TIMEOUT} s" in res["feedback"]
+    assert f"timed out after {TIMEOUT} s" in _feedback(graded, "loop")
+
+
+def test_a_kernel_crash_costs_only_its_exercise(graded):
+    assert _points(_rows(graded)["crash", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    assert "the kernel died" in _feedback(graded, "crash")
+
+
+def test_a_deleted_and_a_duplicated_exercise_cell(graded):
+    rows = _rows(graded)
+    assert _points(rows["deleted", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    assert "missing from the notebook" in _feedback(graded, "deleted")
+    assert _points(rows["duplicated", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert "appears 2 times" in _feedback(graded, "duplicated")
+
+
+def test_a_renamed_file_and_two_copies_are_matched_by_content(graded):
+    rows = _rows(graded)
+    assert _points(rows["renamed", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert "graded `homework final (2).ipynb`: matched to 99_tiny by content" in _feedback(graded, "renamed")
+    assert _points(rows["twocopies", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert "also handed in and not graded: `old.ipynb`" in _feedback(graded, "twocopies")
+
+
+def test_a_file_that_is_not_json(graded):
+    row = _rows(graded)["notjson", "99_tiny"]
+    assert row["score"] == "0" and row["max_score"] == "3" and "not JSON" in row["status"]
+
+
+def test_a_hostile_submission_changes_nothing(graded):
+    rows = _rows(graded)
+    assert rows["full", "99_tiny"]["score"] == "3" and "hacked" not in (graded["out"] / "grades.csv").read_text()
+    assert not (graded["tmp"] / "hacked.txt").exists()
+    assert "Landlock ABI" in grade.sandbox_state(grade.Config()), "no Landlock here: the attacks below may succeed"
+    assert _points(rows["hostile", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]  # every attempt failed
+    assert _results(graded, "hostile")["99.1"]["flags"], "the instructor is told to review it"
+
+
+def test_the_real_notebook(graded):
+    rows, src = _rows(graded), graded["real"]
+    full, blank = rows["real_full", "01_tensors"], rows["real_blank", "01_tensors"]
+    assert full["status"] == "ok" and full["score"] == full["max_score"] == f"{src.max_score():g}", \
+        _feedback(graded, "real_full", "01_tensors")
+    assert blank["score"] == "0" and all(blank[e.id] == "0" for e in src.exercises)
+    text = _feedback(graded, "real_blank", "01_tensors")
+    assert "not written yet" in text and "PASS" not in text
+    assert "matched to 01_tensors by content" in _feedback(graded, "real_full", "01_tensors")

@@ -1,0 +1,121 @@
+"""The kernel launcher of ``tools/grade.py``: an ipykernel that runs one submission, fenced in.
+
+The grader's kernel spec starts ``python tools/grade_kernel.py -f <connection file>``
+with the environment variable ``LAB_GRADE_SANDBOX`` holding a JSON object::
+
+    {"memory_mb": 4096, "read": ["/usr", ...], "write": ["/tmp/lab-grade-x/scratch"],
+     "landlock": true}
+
+Before the kernel starts, this launcher
+
+* caps the process's address space (``RLIMIT_AS``) at ``memory_mb`` (0: no cap), so a
+  runaway allocation raises MemoryError in the cell instead of taking the machine down;
+* on Linux 5.13+ with Landlock, restricts the kernel and every process it starts to
+  reading the ``read`` paths and writing the ``write`` paths (the scratch folder): the
+  submissions folder, the gradebook and other students' scratch folders are neither
+  readable nor writable, and (Landlock ABI 4+) the only TCP it may use is binding the
+  five ports of its own connection file: no outgoing connection, so no download either.
+
+Where Landlock is missing it says so on stderr (the grader logs it) and goes on: the
+limits on memory and time, and the scratch working folder, still hold.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import sys
+
+# Linux syscall numbers (the same on x86_64 and aarch64) and flags, from <linux/landlock.h>.
+_CREATE, _ADD_RULE, _RESTRICT = 444, 445, 446
+_VERSION_FLAG = 1
+_PATH_BENEATH, _NET_PORT = 1, 2
+_PR_SET_NO_NEW_PRIVS = 38
+_EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE   # the rights that apply to a file (not a folder)
+_ABI1_ALL = (1 << 13) - 1                            # execute ... make_sym
+_TRUNCATE = 1 << 14
+_BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+class _NetPort(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def landlock(read: list[str], write: list[str], ports: list[int]) -> str:
+    """Restrict this process (and its children) to the given paths and TCP ports.
+
+    Returns "" when the ruleset is in force, else why not (an old kernel, a seccomp filter).
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(_VERSION_FLAG))
+    if abi < 1:
+        return f"Landlock is not available ({os.strerror(ctypes.get_errno())})"
+    fs = _ABI1_ALL | (_TRUNCATE if abi >= 3 else 0)
+    net = (_BIND_TCP | _CONNECT_TCP) if abi >= 4 else 0
+    attr = _RulesetAttr(fs, net)
+    size = ctypes.sizeof(attr) if abi >= 4 else ctypes.sizeof(ctypes.c_uint64)
+    fd = libc.syscall(_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if fd < 0:
+        return f"Landlock ruleset refused ({os.strerror(ctypes.get_errno())})"
+    reading = _EXECUTE | _READ_FILE | _READ_DIR
+    for paths, rights in ((read, reading), (write, fs)):
+        for path in paths:
+            try:
+                pfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a path that does not exist needs no rule
+            allowed = rights if os.path.isdir(path) else rights & (_FILE_RIGHTS | (_TRUNCATE & fs))
+            rule = _PathBeneath(allowed, pfd)
+            libc.syscall(_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_PATH_BENEATH), ctypes.byref(rule),
+                         ctypes.c_uint32(0))
+            os.close(pfd)
+    if net:
+        for port in ports:
+            rule = _NetPort(_BIND_TCP, port)  # port 0: an ephemeral port (ipykernel's IOPub pipe)
+            libc.syscall(_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_NET_PORT), ctypes.byref(rule),
+                         ctypes.c_uint32(0))
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.syscall(_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
+        return f"Landlock restriction refused ({os.strerror(ctypes.get_errno())})"
+    os.close(fd)
+    return ""
+
+
+def main() -> None:
+    cfg = json.loads(os.environ.pop("LAB_GRADE_SANDBOX", "{}"))
+    connection = sys.argv[sys.argv.index("-f") + 1]
+    with open(connection) as f:
+        info = json.load(f)
+    ports = [0] + [int(info[k]) for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
+    memory = int(cfg.get("memory_mb", 0))
+    if memory > 0:
+        limit = memory * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if cfg.get("stderr"):  # the kernel's own warnings go to the scratch folder, not the grader's terminal
+        fd = os.open(cfg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 2)
+        os.close(fd)
+    if cfg.get("landlock", True):
+        why = landlock(list(cfg.get("read", [])) + [connection], list(cfg.get("write", [])), ports)
+        if why:
+            print(f"lab-grade: {why}; file isolation is best effort", file=sys.stderr)
+    from ipykernel import kernelapp
+
+    sys.argv = [sys.argv[0]] + sys.argv[1:]
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()
