@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["lab_folder"]
+__all__: list[str] = []  # used by labsupport itself (tb, mnist), not by notebooks
 
 
 def lab_folder(name: str, *, root: str | os.PathLike | None = None, env: str | None = None) -> Path:

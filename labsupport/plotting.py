@@ -1,9 +1,4 @@
-"""Plotting helpers for matplotlib inline.
-
-Example:
-    >>> import labsupport as lab
-    >>> ax = lab.plot_losses({"manual": [3.0, 2.0, 1.0]})   # doctest: +SKIP
-"""
+"""Loss curves with matplotlib inline (end the notebook cell with ``plt.show()``)."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -13,21 +8,16 @@ __all__ = ["plot_losses"]
 
 def plot_losses(curves: Mapping[str, Sequence[float]] | Sequence[float], *, title: str = "training loss",
                 xlabel: str = "step", ylabel: str = "loss", log_y: bool = True, ax=None):
-    """Plot one or more loss curves on one axis and return the axis.
-
-    ``curves`` is a list of numbers (one curve) or a dict label -> list. Values
-    may be floats or 0-d tensors. ``log_y`` uses a log scale (losses usually fall
-    by orders of magnitude). End the notebook cell with ``plt.show()``.
+    """Plot one curve (a list of numbers or 0-d tensors) or several (a dict label -> list)
+    on one axis, on a log scale unless ``log_y=False`` (losses fall by orders of
+    magnitude); return the axis.
 
     Example:
-        >>> ax = plot_losses([4.0, 2.0, 1.0], log_y=False)    # doctest: +SKIP
+        >>> ax = plot_losses({"sgd": [4.0, 2.0, 1.0], "adam": [4.0, 1.0, 0.5]})   # doctest: +SKIP
     """
     import matplotlib.pyplot as plt
 
-    if isinstance(curves, Mapping):
-        items = list(curves.items())
-    else:
-        items = [("loss", curves)]
+    items = list(curves.items()) if isinstance(curves, Mapping) else [("loss", curves)]
     if not items:
         raise ValueError("plot_losses needs at least one curve")
     if ax is None:
@@ -39,9 +29,7 @@ def plot_losses(curves: Mapping[str, Sequence[float]] | Sequence[float], *, titl
         ax.plot(range(len(ys)), ys, label=str(label))
     if log_y:
         ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     if len(items) > 1:
         ax.legend()
     ax.grid(True, alpha=0.3)

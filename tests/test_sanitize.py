@@ -2,14 +2,16 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from nbval.plugin import get_sanitize_patterns
 
 CFG = Path(__file__).with_name("nbval_sanitize.cfg")
 
 # (text as a notebook prints it, text after sanitizing): one per rule, in file order.
 EXAMPLES = [
-    ("logged to runs/02_manual_backprop/manual-20261126-101500",
-     "logged to runs/02_manual_backprop/manual-TIMESTAMP"),
+    ("logged to /home/me/lab/build/test/runs/02_manual_backprop/manual; view",
+     "logged to runs/02_manual_backprop/manual; view"),
     ("/tmp/ipykernel_4242/3141592653.py:7: UserWarning: x", "<notebook cell>: UserWarning: x"),
     ("<Foo object at 0x7f3a2c1d5e80>", "<Foo object at 0xADDRESS>"),
     ("saved to /tmp/tmpk2_9zq1x/model.pt", "saved to /tmp/TMPDIR/model.pt"),
@@ -42,5 +44,11 @@ def test_rules_leave_ordinary_output_alone():
     assert sanitize(ordinary, rules()) == ordinary
 
 
-def test_suffixed_run_folder_is_sanitized():
-    assert sanitize("runs/06_optim/adam-20261126-101500-3", rules()) == "runs/06_optim/adam-TIMESTAMP"
+@pytest.mark.parametrize("raw", [
+    "runs/06_optim/adam", "../runs/06_optim/adam", "runs/06_optim/adam-20261126-101500-3",
+    "runs/06_optim/adam-TIMESTAMP", "../build/regenerate/runs/06_optim/adam-20261126-101500"])
+def test_every_form_of_a_run_folder_reads_the_same(raw):
+    # stored outputs (timestamped run folders, ../runs from notebooks/) and fresh ones
+    # (LAB_RUNS_DIR under build/) must compare equal
+    assert sanitize(f"logged to {raw}; view", rules()) == "logged to runs/06_optim/adam; view"
+    assert sanitize(f"folder={raw}\n", rules()) == "folder=runs/06_optim/adam\n"

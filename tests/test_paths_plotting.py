@@ -1,0 +1,36 @@
+"""labsupport.paths (where runs/ and data/ live) and labsupport.plotting (loss curves)."""
+import os
+
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.paths import lab_folder
+
+
+def test_lab_folder_order(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert lab_folder("runs", root=tmp_path / "r") == tmp_path / "r"
+    monkeypatch.setenv("LAB_SOME_DIR", str(tmp_path / "env"))
+    assert lab_folder("runs", env="LAB_SOME_DIR") == tmp_path / "env"
+    assert str(lab_folder("runs")) == "runs"
+    for name in ("labsupport", "notebooks", "student"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path / "student")                # beside notebooks/: the repository's folder
+    assert str(lab_folder("data")) == os.path.join("..", "data")
+
+
+def test_plot_losses_draws_each_curve():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ax = lab.plot_losses({"a": [3.0, 2.0, 1.0], "b": [torch.tensor(2.0), torch.tensor(1.0)]})
+    assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
+    assert ax.get_yscale() == "log" and ax.get_legend() is not None
+    ax = lab.plot_losses([1.0, 0.5], log_y=False, title="t")
+    assert ax.get_yscale() == "linear" and list(ax.get_lines()[0].get_ydata()) == [1.0, 0.5]
+    assert ax.get_title() == "t" and ax.get_xlabel() == "step" and ax.get_legend() is None
+    for empty in ({}, {"a": []}):
+        with pytest.raises(ValueError, match="at least one curve|empty"):
+            lab.plot_losses(empty)
+    plt.close("all")
