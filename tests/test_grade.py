@@ -99,27 +99,22 @@ def graded(tmp_path_factory):
     answered = _set(answered, "### Exercise 2", "def triple(x):\n    return x * 3")
     answered = _set(answered, "### Exercise 3", "prediction = 'error'")
     answered.cells[13].source = "Because *I* say so."
-    _write(sub / "full", name, solved)
     _write(sub / "answered", name, answered)
     _write(sub / "blank", name, ed)
     _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
     _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    pass"))
     _write(sub / "crash", name, _set(answered, "### Exercise 2", "import os\nos._exit(3)"))
-    deleted = nbformat.from_dict(json.loads(json.dumps(answered)))
-    del deleted.cells[7]
-    _write(sub / "deleted", name, deleted)
-    dup = nbformat.from_dict(json.loads(json.dumps(answered)))
-    first = nbformat.v4.new_code_cell("def double(x):\n    return 0")  # an older attempt, a new cell id
-    dup.cells.insert(4, first)
-    _write(sub / "duplicated", name, dup)
-    _write(sub / "renamed", "homework final (2).ipynb", answered)
+    edited = nbformat.from_dict(json.loads(json.dumps(answered)))
+    del edited.cells[7]  # exercise 2's cell deleted; exercise 1's cell copied, an older attempt above it
+    edited.cells.insert(4, nbformat.v4.new_code_cell("def double(x):\n    return 0"))
+    _write(sub / "edited", name, edited)
     (sub / "notjson").mkdir()
     (sub / "notjson" / name).write_text("this is not {json")
-    hostile = HOSTILE.format(out=str(out), neighbour=str(sub / "full" / name), canary=str(tmp / "hacked.txt"))
+    hostile = HOSTILE.format(out=str(out), neighbour=str(sub / "answered" / name), canary=str(tmp / "hacked.txt"))
     _write(sub / "hostile", name, _set(answered, "### Exercise 1", hostile))
     copies = sub / "twocopies"
-    _write(copies, "old.ipynb", _set(answered, "### Exercise 2", "def triple(x):\n    return 0"))
-    newer = _write(copies, "new.ipynb", answered)
+    _write(copies, "99_tiny (old).ipynb", _set(answered, "### Exercise 2", "def triple(x):\n    return 0"))
+    newer = _write(copies, "homework final.ipynb", solved)
     time.sleep(0.01)
     newer.touch()
     real = nbformat.read(REAL, as_version=4)
@@ -183,18 +178,18 @@ def test_the_gradebook_has_one_column_per_exercise(graded):
         header = next(csv.reader(f))
     real_ids = [e.id for e in graded["real"].exercises]
     assert header == ["student", "notebook", *real_ids, "99.1", "99.2", "99.3", "score", "max_score", "status"]
-    assert (graded["out"] / "feedback" / "full" / "99_tiny.html").read_text().startswith("<!doctype html>")
+    assert (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text().startswith("<!doctype html>")
     assert list((graded["out"] / "logs").glob("grade-*.log"))
 
 
 def test_full_marks_and_zero(graded):
     rows = _rows(graded)
-    assert _points(rows["full", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
     assert _points(rows["answered", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
+    assert _points(rows["twocopies", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]  # pasted the solutions
     assert _points(rows["blank", "99_tiny"]) == ["0", "0", "0", "0", "3", "ok"]
     text = _feedback(graded, "blank")
     assert text.count("not written yet") >= 3 and "PASS" not in text
-    assert "PASS  scale by 2: f(2) = 4" in _feedback(graded, "full")
+    assert "PASS  scale by 2: f(2) = 4" in _feedback(graded, "answered")
 
 
 def test_written_answers_are_collected_verbatim_and_not_scored(graded):
@@ -226,19 +221,15 @@ def test_a_kernel_crash_costs_only_its_exercise(graded):
 
 
 def test_a_deleted_and_a_duplicated_exercise_cell(graded):
-    rows = _rows(graded)
-    assert _points(rows["deleted", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
-    assert "missing from the notebook" in _feedback(graded, "deleted")
-    assert _points(rows["duplicated", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
-    assert "appears 2 times" in _feedback(graded, "duplicated")
+    assert _points(_rows(graded)["edited", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    text = _feedback(graded, "edited")
+    assert "missing from the notebook" in text and "appears 2 times" in text
 
 
-def test_a_renamed_file_and_two_copies_are_matched_by_content(graded):
-    rows = _rows(graded)
-    assert _points(rows["renamed", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
-    assert "graded `homework final (2).ipynb`: matched to 99_tiny by content" in _feedback(graded, "renamed")
-    assert _points(rows["twocopies", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
-    assert "also handed in and not graded: `old.ipynb`" in _feedback(graded, "twocopies")
+def test_renamed_files_and_two_copies_are_matched_by_content(graded):
+    text = _feedback(graded, "twocopies")
+    assert "graded `homework final.ipynb`: matched to 99_tiny by content" in text
+    assert "also handed in and not graded: `99_tiny (old).ipynb`" in text
 
 
 def test_a_file_that_is_not_json(graded):
@@ -248,7 +239,7 @@ def test_a_file_that_is_not_json(graded):
 
 def test_a_hostile_submission_changes_nothing(graded):
     rows = _rows(graded)
-    assert rows["full", "99_tiny"]["score"] == "3" and "hacked" not in (graded["out"] / "grades.csv").read_text()
+    assert rows["answered", "99_tiny"]["score"] == "3" and "hacked" not in (graded["out"] / "grades.csv").read_text()
     assert not (graded["tmp"] / "hacked.txt").exists()
     assert "Landlock ABI" in grade.sandbox_state(grade.Config()), "no Landlock here: the attacks below may succeed"
     assert _points(rows["hostile", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]  # every attempt failed

@@ -177,12 +177,11 @@ def match_source(nb, sources: dict[str, Source]) -> tuple[Source | None, float, 
     """The source notebook ``nb`` is a copy of, by content; with the score and a sentence."""
     ids = {c.get("id", "") for c in nb.cells} - {""}
     heads = _headings(nb)
-    declared = str(nb.get("metadata", {}).get("labsupport", {}).get("source", ""))
     best, best_score, how = None, 0.0, "no source notebook shares its cell ids or headings"
     for src in sources.values():
         by_id = len(ids & src.cell_ids) / max(len(src.cell_ids), 1)
         by_head = len(heads & src.headings) / max(len(src.headings), 1)
-        score = 0.5 * by_id + 0.5 * by_head + (0.1 if declared.endswith(f"/{src.path.name}") else 0.0)
+        score = 0.5 * by_id + 0.5 * by_head
         if score > best_score:
             best, best_score = src, score
             how = f"cell ids {by_id:.0%} and headings {by_head:.0%} of {src.name}"
@@ -556,6 +555,9 @@ def run_jobs(jobs: list[dict], cfg: Config, workers: int, log: logging.Logger) -
         _kernel_spec(Path(tmp))
         cfg = Config(**{**asdict(cfg), "scratch_root": tmp})
         with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
+            # the longest notebooks first, so that the workers finish together
+            sources = _sources(cfg)
+            jobs = sorted(jobs, key=lambda j: -sum(c.cell_type == "code" for c in sources[j["notebook"]].student.cells))
             futures = {pool.submit(grade_job, job, cfg): job for job in jobs}
             for fut in cf.as_completed(futures):
                 job = futures[fut]
