@@ -23,7 +23,7 @@ REGEN_RUNS := $(CURDIR)/build/regenerate/runs
 # Workers for the test run: one per core (CI has 2).
 JOBS ?= 2
 
-.PHONY: test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
+.PHONY: site test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
 
 help:
 	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in $(STUDENT_DIR)/ (the student edition)"
@@ -119,3 +119,8 @@ test-oldest:
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 	    -c constraints-oldest.txt -e '.[lab,test]'
 	LAB_PINS=constraints-oldest.txt $(MAKE) test BIN=$(OLDEST_VENV)/bin STAMP=$(OLDEST_VENV)/bin/python
+
+# The series as a static website in build/site/ (stored outputs, no solutions; each page
+# links to its notebook in Colab and to its student edition): see tools/site.py.
+site: $(STAMP)
+	$(BIN)/python tools/site.py --out build/site

@@ -296,8 +296,12 @@ def _clear(cell) -> None:
     cell.execution_count = None
 
 
-def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -> Edition:
-    """The student edition of a solved notebook (the input is not modified)."""
+def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *,
+                 keep_outputs: bool = False) -> Edition:
+    """The student edition of a solved notebook (the input is not modified).
+
+    ``keep_outputs`` (the public site) keeps the stored outputs of cells that are
+    neither an exercise nor its check: the demos' printouts and plots."""
     nb = copy.deepcopy(nb)
     cells = nb.cells
     # pass 1: find the exercises (validates every cell's markers)
@@ -325,7 +329,7 @@ def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -> 
             cell.source, n = stub_markdown(cell.source, path=path, cell=i)
             if n:
                 ed.written_answers.append(i)
-        elif cell.cell_type == "code":
+        elif cell.cell_type == "code" and not keep_outputs:
             # No stored output survives (a PASS line or a finished loss curve spoils the
             # exercise), and nbval's tags are for the instructors' CI, not for students.
             _clear(cell)
