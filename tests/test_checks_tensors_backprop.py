@@ -1,136 +1,197 @@
-"""Checks of notebooks 01 and 02: the reference passes, each known mistake is named."""
+"""Checks of notebooks 01 and 02: the reference passes, each listed mistake is named (tests generated
+from the specs where the mistake is a value), and bad answers of every kind give a CheckError."""
 import numpy as np
 import pytest
 import torch
 
 import labsupport as lab
+import labsupport.checks.core as core
+from labsupport.checks import backprop
+from labsupport.checks.tensors import SPECS
+
+SOLVED = {
+    "pairwise_sq_dists": lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1),
+    "correct_class_scores": lambda s, i: s.gather(1, i[:, None])[:, 0],
+    "keep_above_row_mean": lambda x: x * (x >= x.mean(1, keepdim=True)),
+    "channels_first_rows": lambda im: im.movedim(3, 1).flatten(1),
+    "per_sample_matmul": lambda x, w: torch.einsum("bd,bdk->bk", x, w),
+}
+VALUE_MISTAKES = [(name, k) for name, spec in SPECS.items()
+                  for k, (wrong, _) in enumerate(spec["mistakes"](*spec["cases"]()[0]))
+                  if isinstance(wrong, torch.Tensor)]
 
 
-def forward(x, w1, w2):
-    return x.mm(w1).clamp(min=0).mm(w2)
+@pytest.mark.parametrize("name", SPECS)
+def test_tensor_reference_passes(name, capsys):
+    getattr(lab, f"check_{name}")(SOLVED[name])
+    assert capsys.readouterr().out.startswith(f"PASS  {name}")
 
 
-def test_forward_check(capsys):
-    lab.check_two_layer_forward(forward)
-    assert capsys.readouterr().out.startswith("PASS  forward")
+@pytest.mark.parametrize("name, k", VALUE_MISTAKES)
+def test_tensor_value_mistake_is_named(name, k):
+    spec = SPECS[name]
+    message = spec["mistakes"](*spec["cases"]()[0])[k][1]
+    with pytest.raises(lab.CheckError, match="Likely mistake") as info:
+        getattr(lab, f"check_{name}")(lambda *args: spec["mistakes"](*args)[k][1 - 1])
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("name, wrong, fragment", [
+    ("pairwise_sq_dists", lambda a, b: (a[:, None, :] - b[None, :, :]) ** 2, "sum the squared differences"),
+    ("pairwise_sq_dists", lambda a, b: ((a[: len(b)] - b[: len(a)]) ** 2).sum(-1), "row i met only row i"),
+    ("keep_above_row_mean", lambda x: x[x >= x.mean(1, keepdim=True)], "gathers the chosen elements"),
+    ("keep_above_row_mean", lambda x: x.masked_fill_(x < x.mean(1, keepdim=True), 0), "clone first"),
+    ("keep_above_row_mean", lambda x: x * (x >= x.mean(1)), "keepdim forgotten"),
+    ("channels_first_rows", lambda im: im.permute(0, 3, 1, 2), "flatten each image"),
+    ("channels_first_rows", lambda im: im.permute(0, 3, 1, 2).view(len(im), -1), "use reshape"),
+])
+def test_tensor_predicate_and_code_mistakes(name, wrong, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        getattr(lab, f"check_{name}")(wrong)
+
+
+def test_storage_prediction(capsys):
+    lab.check_storage_prediction("Slice ")
+    assert "'slice' is right" in capsys.readouterr().out
+    for wrong in ("both", "mask", "neither"):
+        with pytest.raises(lab.CheckError, match="a boolean mask gathers"):
+            lab.check_storage_prediction(wrong)
+    for junk in (None, "view", 3):
+        with pytest.raises(lab.CheckError):
+            lab.check_storage_prediction(junk)
+
+
+# --------------------------------------------------------------------------- notebook 02
+
+def linear_forward(x, w):
+    return x @ w, (x, w)
+
+
+def linear_backward(dout, cache):
+    return dout @ cache[1].t(), cache[0].t() @ dout
+
+
+def relu_forward(h):
+    return h.clamp(min=0), h
+
+
+def relu_backward(dout, h):
+    return dout * (h > 0)
+
+
+def loss_and_grads(x, y, w1, w2):
+    h, c1 = linear_forward(x, w1)
+    h_relu, c2 = relu_forward(h)
+    y_pred, c3 = linear_forward(h_relu, w2)
+    dh_relu, g2 = linear_backward(2 * (y_pred - y), c3)
+    return ((y_pred - y) ** 2).sum(), linear_backward(relu_backward(dh_relu, c2), c1)[1], g2
+
+
+def numeric_grad(f, w, eps=1e-6, one_sided=False):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        e = e.view(w.shape)
+        grad.view(-1)[i] = (f(w + e) - f(w)) / eps if one_sided else (f(w + e) - f(w - e)) / (2 * eps)
+    return grad
+
+
+def test_backprop_references_pass(capsys):
+    lab.check_linear_layer(linear_forward, linear_backward)
+    lab.check_relu_layer(relu_forward, relu_backward)
+    lab.check_loss_and_grads(loss_and_grads)
+    lab.check_numeric_grad(numeric_grad)
+    lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, 1e-5))
+    out = capsys.readouterr().out
+    assert out.count("PASS  ") == 5 and "max rel. error < 1e-08" in out
+
+
+@pytest.mark.parametrize("backward, fragment", [
+    (lambda dout, c: (dout @ c[1], c[0].t() @ dout), "missing transpose: dx"),
+    (lambda dout, c: (dout @ c[1].t(), dout.t() @ c[0]), "dw is transposed"),
+    (lambda dout, c: (dout @ c[1].t(), c[0] @ dout), "a transpose"),        # raised inside the student's code
+])
+def test_linear_mistakes(backward, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        lab.check_linear_layer(linear_forward, backward)
+
+
+@pytest.mark.parametrize("forward, backward, fragment", [
+    (relu_forward, lambda dout, h: dout, "ReLU mask missing"),
+    (relu_forward, lambda dout, h: dout * (h < 0), "ReLU mask inverted"),
+    (relu_forward, lambda dout, h: dout * h.clamp(min=0), "multiplied by the ReLU's output"),
+    (lambda h: (h.clamp_(min=0), h), relu_backward, "keep h intact"),
+    (lambda h: h.clamp(min=0), relu_backward, r"must return \(out, cache\)"),
+])
+def test_relu_mistakes(forward, backward, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        lab.check_relu_layer(forward, backward)
+
+
+TWO_LAYER = backprop._two_layer_mistakes(*backprop._randn(14, (8, 7), (8, 3), (7, 5), (5, 3)))
+
+
+@pytest.mark.parametrize("k", range(len(TWO_LAYER)))
+def test_two_layer_mistake_is_named(k):
+    def wrong(x, y, w1, w2):
+        good = loss_and_grads(x, y, w1, w2)
+        return tuple(g if m is None else m for g, m in zip(good, backprop._two_layer_mistakes(x, y, w1, w2)[k][0]))
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(wrong)
+    assert TWO_LAYER[k][1] in str(info.value)
 
 
 @pytest.mark.parametrize("wrong, fragment", [
-    (lambda x, w1, w2: x.mm(w1).mm(w2), "ReLU is missing"),
-    (lambda x, w1, w2: x.mm(w1).mm(w2).clamp(min=0), "belongs on the hidden layer"),
-    (lambda x, w1, w2: x.mm(w1).clamp(min=0).mm(w2) * 1.5, "does not match"),
-    (lambda x, w1, w2: None, "got None"),
-    (lambda x, w1, w2: forward(x, w1, w2).numpy(), "torch.from_numpy"),
-    (lambda x, w1, w2: x.mm(w2), "raised RuntimeError"),
+    (lambda f, w: numeric_grad(f, w, one_sided=True), "one-sided difference"),
+    (lambda f, w: numeric_grad(f, w, 1e-2), "eps too large"),
+    (lambda f, w: numeric_grad(f, w, 1e-10), "eps too small"),
+    (lambda f, w: numeric_grad(f, w).float(), "float32"),
+    (lambda f, w: numeric_grad(f, w.float()).double(), "ran in float32"),
+    (lambda f, w: torch.full_like(w, float((f(w + 1e-6) - f(w - 1e-6)) / 2e-6)), "one entry at a time"),
+    (lambda f, w: numeric_grad(f, w.add_(1e-6)), "restore w"),
 ])
-def test_forward_check_mistakes(wrong, fragment):
+def test_gradient_checker_mistakes(wrong, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_two_layer_forward(wrong)
+        lab.check_numeric_grad(wrong)
 
 
-def test_l2_loss_check(capsys):
-    lab.check_l2_loss(lambda y_pred, y: (y_pred - y).pow(2).sum())
-    assert "PASS  l2_loss" in capsys.readouterr().out
+def test_lr_prediction(capsys):
+    lab.check_lr_prediction("diverges")
+    assert "'diverges' is right" in capsys.readouterr().out
+    with pytest.raises(lab.CheckError, match="overshoots"):
+        lab.check_lr_prediction("falls faster")
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda p, y: (p - y).pow(2).mean(), "you took the mean"),
-    (lambda p, y: (p - y).sum(), "squares are missing"),
-    (lambda p, y: (p - y).abs().sum(), "L1 loss"),
-    (lambda p, y: (p - y).norm(), "drop the square root"),
-    (lambda p, y: (p - y).pow(2), "forget to .sum()"),
-    (lambda p, y: (p - y).pow(2).sum().item(), "drop .item()"),
-    (lambda p, y: torch.tensor(float("nan")), "NaN"),
-])
-def test_l2_loss_mistakes(wrong, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_l2_loss(wrong)
+def _forever(*args):
+    while True:
+        pass
 
 
-def sq_dists(a, b):
-    return ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+def _raises(*args):
+    raise ValueError("boom")
 
 
-def test_pairwise_check(capsys):
-    lab.check_pairwise_sq_dists(sq_dists)
-    assert "PASS  pairwise_sq_dists" in capsys.readouterr().out
+BAD_RESULTS = [None, [[1.0]], np.zeros((2, 2)), torch.zeros(3, 3, 3), torch.full((4, 3), float("nan")),
+               torch.zeros(4, 3, dtype=torch.int64)]
 
 
-@pytest.mark.parametrize("wrong, fragment", [
-    (lambda a, b: sq_dists(a, b).sqrt(), "not their squares"),
-    (lambda a, b: sq_dists(a, b).t(), "Swap the roles"),
-    (lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2), "sum the squared"),
-    (lambda a, b: ((a[: len(b)] - b) ** 2).sum(-1), "Without broadcasting"),
-    (lambda a, b: [[0.0]], "got list"),
-])
-def test_pairwise_mistakes(wrong, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_pairwise_sq_dists(wrong)
+@pytest.mark.parametrize("check, arity", [(lab.check_pairwise_sq_dists, 1), (lab.check_correct_class_scores, 1),
+                                          (lab.check_keep_above_row_mean, 1), (lab.check_channels_first_rows, 1),
+                                          (lab.check_per_sample_matmul, 1), (lab.check_loss_and_grads, 1),
+                                          (lab.check_numeric_grad, 1), (lab.check_linear_layer, 2),
+                                          (lab.check_relu_layer, 2)])
+def test_bad_answers_give_a_check_error(check, arity, monkeypatch, capsys):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    funcs = [lambda *a, r=r: r for r in BAD_RESULTS] + [lambda *a, r=r: (r, r) for r in BAD_RESULTS]
+    funcs += [lambda *a, r=r: (r, r, r) for r in BAD_RESULTS] + [_raises, _forever, None, "f", 3]
+    for fn in funcs:
+        with pytest.raises(lab.CheckError):
+            check(*([fn] * arity))
+    assert "PASS" not in capsys.readouterr().out
 
 
-def backward(x, y, w1, w2):
-    h = x.mm(w1)
-    h_relu = h.clamp(min=0)
-    grad_y_pred = 2.0 * (h_relu.mm(w2) - y)
-    grad_w2 = h_relu.t().mm(grad_y_pred)
-    grad_h = grad_y_pred.mm(w2.t())
-    grad_h[h < 0] = 0
-    return x.t().mm(grad_h), grad_w2
-
-
-def test_manual_backward_reference_passes(capsys):
-    lab.check_manual_backward(backward)
-    assert "PASS  manual backward: both gradients match autograd" in capsys.readouterr().out
-
-
-def _no_mask(x, y, w1, w2):
-    h_relu = x.mm(w1).clamp(min=0)
-    g = 2.0 * (h_relu.mm(w2) - y)
-    return x.t().mm(g.mm(w2.t())), h_relu.t().mm(g)
-
-
-def _no_two(x, y, w1, w2):
-    g1, g2 = backward(x, y, w1, w2)
-    return g1 / 2, g2 / 2
-
-
-def _transposed(x, y, w1, w2):
-    g1, g2 = backward(x, y, w1, w2)
-    return g1.t(), g2
-
-
-def _sign(x, y, w1, w2):
-    g1, g2 = backward(x, y, w1, w2)
-    return -g1, -g2
-
-
-def _float32(x, y, w1, w2):
-    g1, g2 = backward(x, y, w1, w2)
-    return g1.float(), g2.float()
-
-
-def _stub(x, y, w1, w2):
-    raise NotImplementedError("Exercise: write the backward pass")
-
-
-@pytest.mark.parametrize("wrong, fragment", [
-    (_no_mask, "did you apply the ReLU mask"),
-    (_no_two, "Did you drop the factor 2"),
-    (_transposed, r"grad_w1 has shape \(5, 7\); expected \(7, 5\)\. Did you forget a transpose"),
-    (_sign, "wrong sign"),
-    (_float32, "dtype torch.float32; expected torch.float64"),
-    (_stub, "not written yet"),
-    (lambda x, y, w1, w2: backward(x, y, w1, w2)[0], "must return \\(grad_w1, grad_w2\\)"),
-    (lambda x, y, w1, w2: (None, None), "got None"),
-])
-def test_manual_backward_mistakes(wrong, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_manual_backward(wrong)
-
-
-def test_two_layer_grads_matches_hand_derivation():
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(4, 2, generator=g, dtype=torch.float64)
-    w1, w2 = torch.randn(3, 5, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g, dtype=torch.float64)
-    for ref, mine in zip(lab.two_layer_grads(x, y, w1, w2), backward(x, y, w1, w2)):
+def test_two_layer_grads_is_autograd_and_matches_the_hand_derivation():
+    x, y, w1, w2 = backprop._randn(0, (4, 3), (4, 2), (3, 5), (5, 2))
+    for ref, mine in zip(backprop.two_layer_grads(x, y, w1, w2), loss_and_grads(x, y, w1, w2)[1:]):
         assert torch.allclose(ref, mine)

@@ -1,125 +1,90 @@
-"""Checks for notebook 01 (tensors): the two-layer forward pass, the L2 loss,
-and a broadcasting exercise.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> lab.check_l2_loss(lambda y_pred, y: (y_pred - y).pow(2).sum())
-    PASS  l2_loss: matches torch's sum-reduced MSE on 2 test cases
-"""
-from __future__ import annotations
-
-from typing import Callable
+"""Checks of notebook 01. A function exercise is a spec in SPECS: seeded cases, a reference computed at
+check time by a torch built-in, and known mistakes as (wrong result or predicate, what to tell)."""
+from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
-from .core import CheckError, call_student, check_close, expect_tensor, passed, rel_error
-
-__all__ = ["check_two_layer_forward", "check_l2_loss", "check_pairwise_sq_dists"]
+from .core import check_prediction, exercise, passed, run_cases
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, tol: float = 1e-5) -> bool:
-    return a.shape == b.shape and rel_error(a, b) < tol
 
-
-def _cases(seed: int, *shapes: tuple[int, ...]) -> list[torch.Tensor]:
+def _randn(seed: int, *shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*s, generator=g) for s in shapes]
+    return tuple(torch.randn(*s, generator=g) for s in shapes)
 
 
-def check_two_layer_forward(forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """Check ``forward(x, w1, w2)`` computes ``relu(x @ w1) @ w2`` (no biases).
-
-    The reference is built with ``torch.nn.functional.linear`` and ``relu`` on
-    fresh non-square inputs, so a transposed weight shows up as a shape error.
-
-    Example:
-        >>> check_two_layer_forward(lambda x, w1, w2: x.mm(w1).clamp(min=0).mm(w2))
-        PASS  forward: y_pred = relu(x @ w1) @ w2 on 2 test cases (shapes and values)
-    """
-    __tracebackhide__ = True
-    for case, (N, D_in, H, D_out) in enumerate([(6, 5, 4, 3), (64, 1000, 100, 10)]):
-        x, w1, w2 = _cases(case, (N, D_in), (D_in, H), (H, D_out))
-        got = call_student(forward, x, w1, w2, what="your forward(x, w1, w2)")
-        expected = F.linear(F.relu(F.linear(x, w1.t())), w2.t())
-        expect_tensor(got, "y_pred", shape=(N, D_out))
-        if not _close(got, expected):
-            if _close(got, x @ w1 @ w2):
-                raise CheckError("y_pred equals x @ w1 @ w2: the ReLU is missing. Apply "
-                                 "clamp(min=0) (or torch.relu) to the hidden layer h = x @ w1.")
-            if _close(got, F.relu(x @ w1 @ w2)):
-                raise CheckError("y_pred equals relu(x @ w1 @ w2): the ReLU belongs on the hidden "
-                                 "layer h = x @ w1, not on the output.")
-            check_close("y_pred", got, expected, rtol=1e-4, atol=1e-5)
-    passed("forward: y_pred = relu(x @ w1) @ w2 on 2 test cases (shapes and values)")
-
-
-def check_l2_loss(l2_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """Check ``l2_loss(y_pred, y)`` returns the scalar ``sum((y_pred - y)**2)``.
-
-    Compared with ``F.mse_loss(..., reduction="sum")``; recognises the mean
-    instead of the sum, a missing square, a square root (the norm) and a
-    missing reduction.
-
-    Example:
-        >>> check_l2_loss(lambda y_pred, y: (y_pred - y).pow(2).sum())
-        PASS  l2_loss: matches torch's sum-reduced MSE on 2 test cases
-    """
-    __tracebackhide__ = True
-    for case, shape in enumerate([(5, 3), (64, 10)]):
-        y_pred, y = _cases(10 + case, shape, shape)
-        got = call_student(l2_loss, y_pred, y, what="your l2_loss(y_pred, y)")
-        expected = F.mse_loss(y_pred, y, reduction="sum")
-        if isinstance(got, torch.Tensor) and got.shape == y.shape:
-            raise CheckError(f"l2_loss returned a tensor of shape {tuple(got.shape)}; expected a "
-                             f"scalar (shape ()). Did you forget to .sum() the squared errors?")
-        got = expect_tensor(got, "loss", shape=())
-        if _close(got, expected):
-            continue
-        diff = y_pred - y
-        known = [
-            (F.mse_loss(y_pred, y), "you took the mean; the lecture's L2 loss is the sum "
-                                    "(mean = sum / number of elements)"),
-            (diff.sum(), "the squares are missing: square (y_pred - y) before summing"),
-            (diff.abs().sum(), "that is the L1 loss (sum of |y_pred - y|): square instead"),
-            (diff.norm(), "that is the norm sqrt(sum(...)): drop the square root"),
-            ((y_pred ** 2 - y ** 2).sum(), "you squared each term separately: square the difference"),
-        ]
-        for value, why in known:
-            if _close(got, value):
-                raise CheckError(f"loss is {float(got):.4g}; expected {float(expected):.4g}: {why}.")
-        check_close("loss", got, expected, rtol=1e-4)
-    passed("l2_loss: matches torch's sum-reduced MSE on 2 test cases")
+AXIS, SQ = "wrong axis of a reduction: ", lambda a, b: (a[:, None, :] - b[None, :, :]).pow(2)
+_above = lambda x, mean, keep=True: torch.where((x >= mean) == keep, x, 0.0)  # noqa: E731
+SPECS: dict[str, dict[str, Any]] = {
+    "pairwise_sq_dists": dict(id="01.1", title="pairwise squared distances", args="a, b",
+        cases=lambda: [_randn(20, (4, 3), (5, 3)), _randn(21, (7, 6), (2, 6))],
+        reference=lambda a, b: torch.cdist(a.double(), b.double()).pow(2).float(),
+        mistakes=lambda a, b: [
+            (torch.cdist(a, b), "these are the distances, not their squares: drop the square root"),
+            (torch.cdist(b, a).pow(2), "rows must follow a and columns b: you built the transpose"),
+            (SQ(a, b).sum(0), AXIS + "sum over the coordinates (the last axis), not over a's rows"),
+            (SQ(a, b).sum(1), AXIS + "sum over the coordinates (the last axis), not over b's rows"),
+            (lambda r: r.dim() == 3, "sum the squared differences over the last axis (the coordinates)"),
+            (lambda r: r.dim() == 1, "row i met only row i: give a and b new axes so every pair meets")]),
+    "correct_class_scores": dict(id="01.3", title="the score of each sample's label", args="scores, labels",
+        cases=lambda: [(*_randn(30, (4, 4)), torch.tensor([2, 0, 3, 3])),
+                       (*_randn(31, (6, 3)), torch.tensor([1, 2, 0, 0, 1, 2]))],
+        reference=lambda s, i: s.gather(1, i[:, None]).squeeze(1), mistakes=lambda s, i: [
+            (s[:, i], "scores[:, labels] is every labelled column of every row: equal-length index tensors pair up"),
+            (s[i], "scores[labels] picks whole rows: the labels are column numbers"),
+            (s[i, torch.arange(len(i))], "rows and columns are swapped: the first index picks rows"),
+            (s.max(dim=1).values, "that is each row's maximum, not the score of its label"),
+            (s.gather(1, i[:, None]), "keep one number per sample: the result is (N,), not (N, 1)")]),
+    "keep_above_row_mean": dict(id="01.4", title="keep what is above each row's mean", args="x",
+        cases=lambda: [_randn(40, (4, 4)), _randn(41, (3, 6))],
+        reference=lambda x: _above(x, x.mean(dim=1, keepdim=True)), mistakes=lambda x: [
+            (_above(x, x.mean(dim=0, keepdim=True)), AXIS + "those are column means; a row's mean reduces dim=1"),
+            (_above(x, x.mean(dim=1)), "keepdim forgotten: x.mean(dim=1) has shape (N,) and broadcasts as a row, "
+                                       "so column j met row j's mean; keep the reduced axis (keepdim=True)"),
+            (_above(x, x.mean(dim=1, keepdim=True), False), "the mask is inverted: you kept what is below"),
+            (_above(x, x.mean()), "that is the mean of the whole tensor; each row has its own"),
+            (lambda r: r.dim() == 1, "x[mask] gathers the chosen elements into a new 1-D tensor: to keep the "
+                                     "shape, write through the mask into a clone (or use torch.where)")],
+        inplace_hint="you changed x itself: a mask assignment writes into the tensor you index, so clone first"),
+    "channels_first_rows": dict(id="01.5", title="channels-last images to channels-first rows", args="images",
+        cases=lambda: [_randn(50, (2, 4, 5, 3)), _randn(51, (3, 2, 6, 4))],
+        reference=lambda im: torch.stack([i.movedim(-1, 0).flatten() for i in im]), mistakes=lambda im: [
+            (im.reshape(len(im), -1), "that is the stored (H, W, C) order: reshape never moves elements "
+                                      "between axes; put the channel axis first with permute, then flatten"),
+            (im.transpose(1, 3).reshape(len(im), -1), "H and W are swapped: permute names, for each new "
+                                                      "position, the OLD axis that goes there"),
+            (lambda r: r.dim() == 4, "flatten each image into one row: the result is (N, C*H*W)")]),
+    "per_sample_matmul": dict(id="01.6", title="one matrix per sample", args="x, w",
+        cases=lambda: [_randn(60, (3, 4), (3, 4, 2)), _randn(61, (5, 2), (5, 2, 6))],
+        reference=lambda x, w: torch.einsum("bd,bdk->bk", x, w), mistakes=lambda x, w: [
+            (x @ w, "x @ w met every sample with every matrix (matmul broadcasts x over w's batch): "
+                    "give x an axis so each sample meets only its own matrix"),
+            (torch.einsum("bd,bdk->bk", x, w)[:, None], "drop the axis of size 1 you added (squeeze)"),
+            (x @ w[0], "every sample used the first matrix: w[b] belongs to sample b"),
+            ((x[:, :, None] * w).sum(2), AXIS + "the product sums over D, the axis x and w share")])}
 
 
-def check_pairwise_sq_dists(pairwise_sq_dists: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
-    """Check ``pairwise_sq_dists(a, b)`` gives the (N, M) matrix of squared
-    Euclidean distances between the rows of ``a`` (N, D) and ``b`` (M, D).
+def _function_check(name: str, spec: dict[str, Any]) -> Callable[[Callable], None]:
+    def check(fn: Callable) -> None:
+        run_cases(fn, cases := spec["cases"](), spec["reference"], what=f"your {name}({spec['args']})",
+                  mistakes=spec["mistakes"], rtol=1e-4, atol=1e-5, inplace_hint=spec.get("inplace_hint"))
+        passed(f"{name}: matches the reference on {len(cases)} cases (shapes and values)")
+    check.__name__ = check.__qualname__ = f"check_{name}"
+    check.__doc__ = f"Exercise {spec['id']}: {spec['title']}. Example: ``lab.check_{name}({name})``."
+    return exercise(spec["id"], spec["title"])(check)
 
-    The reference is ``torch.cdist(a, b) ** 2``; recognises distances that are
-    not squared, a transposed result and a missing broadcast.
 
-    Example:
-        >>> check_pairwise_sq_dists(lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1))
-        PASS  pairwise_sq_dists: matches torch.cdist(a, b)**2 on 2 test cases
-    """
-    __tracebackhide__ = True
-    for case, (N, M, D) in enumerate([(4, 3, 2), (7, 5, 6)]):
-        a, b = _cases(20 + case, (N, D), (M, D))
-        got = call_student(pairwise_sq_dists, a, b, what="your pairwise_sq_dists(a, b)")
-        expected = torch.cdist(a.double(), b.double()).pow(2).float()
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (M, N):
-            raise CheckError(f"result has shape {(M, N)}; expected {(N, M)} (rows of a, columns "
-                             f"of b). Swap the roles: a[:, None, :] - b[None, :, :].")
-        if isinstance(got, torch.Tensor) and got.dim() == 1:
-            raise CheckError(f"result has shape {tuple(got.shape)}; expected {(N, M)}. Without "
-                             f"broadcasting you compare row i with row i only: insert axes with "
-                             f"a[:, None, :] and b[None, :, :].")
-        if isinstance(got, torch.Tensor) and tuple(got.shape) == (N, M, D):
-            raise CheckError(f"result has shape {(N, M, D)}; expected {(N, M)}: sum the squared "
-                             f"differences over the last dimension.")
-        got = expect_tensor(got, "distances", shape=(N, M))
-        if not _close(got, expected, 1e-4) and _close(got, expected.sqrt(), 1e-4):
-            raise CheckError("these are the distances, not their squares: drop the square root.")
-        check_close("distances", got, expected, rtol=1e-4, atol=1e-5, quiet=True)
-    passed("pairwise_sq_dists: matches torch.cdist(a, b)**2 on 2 test cases")
+globals().update({f"check_{name}": _function_check(name, spec) for name, spec in SPECS.items()})
+__all__ = [f"check_{name}" for name in SPECS] + ["check_storage_prediction"]
+
+
+@exercise("01.2", "predict which write reaches t")
+def check_storage_prediction(prediction: Any) -> None:
+    """Which selection shares t's memory, measured. Example: ``check_storage_prediction("both")``."""
+    t = torch.arange(6.0)
+    s, m = t[1:4], t[t > 2]     # the slice starts at t[1], the selection at t[3]
+    s[0], m[0] = -1.0, -1.0
+    actual = [["neither", "mask"], ["slice", "both"]][bool(t[1] == -1)][bool(t[3] == -1)]
+    check_prediction("which write reaches t", prediction, actual, choices=("slice", "mask", "both", "neither"),
+                     why="a slice is a view (same memory, other strides); a boolean mask gathers the chosen "
+                         "elements into new memory: a copy.")
