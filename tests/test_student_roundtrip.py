@@ -1,12 +1,12 @@
-"""The student edition of every notebook, executed: stubs fail clearly, solutions pass.
+"""The student edition of every notebook, run as a student who solved nothing.
 
-One kernel per notebook, cell by cell (tools/student.py's ``verify``): cells before
-the first exercise run cleanly; each exercise raises the NotImplementedError that
-names it; its check, run against the stub, fails with a CheckError a student can
-act on (not a NameError or an internal traceback); then the original solution is
-pasted back and the same check must pass, and the next exercise runs on that state.
-The run stops after the last check: the cells after it are the source's own, on
-the source's state, and nbval runs them (that saves the long training runs).
+"Run all" on the untouched student edition, going on after each error
+(tools/student.py's ``run_unsolved``): every stub raises the NotImplementedError
+that names it, every check fails with a CheckError a student can act on, and
+every later cell either runs or stops at once with one line naming the exercise
+to solve first (``lab.require``); nothing crashes inside PyTorch, and no
+half-written TensorBoard run is left behind. That each solution passes its
+check, nbval proves on the solved sources (their stored PASS lines).
 
 Each notebook gets its own test class, so that ``pytest -n 2 --dist loadscope``
 (make test) can run two notebooks at once instead of queueing them all on one
@@ -15,6 +15,7 @@ worker.
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,29 +24,50 @@ sys.path.insert(0, str(ROOT / "tools"))
 import student  # noqa: E402
 
 
-def _round_trip(path: Path) -> None:
-    report = student.verify(path)
+def _unsolved(path: Path, runs: Path) -> None:
+    report = student.run_unsolved(path)
     problems = report.all_problems
-    assert not problems, (
-        f"the student edition of {path.name} does not work as a student would need:\n  - "
-        + "\n  - ".join(problems)
-        + "\n\nA check must call the student's function through labsupport.checks.core.call_student "
-          "and validate its arguments (expect_tensor), so an unsolved stub gives a CheckError.\n\n"
-        + student.summary(report))
+    assert not problems, (f"the student edition of {path.name}, with nothing solved:\n  - "
+                          + "\n  - ".join(problems) + "\n\n" + student.summary(report))
     assert report.exercises, f"{path.name} has no exercise"
+    half_written = [d for d in runs.glob("*/*") if d.is_dir() and not any(d.iterdir())]
+    assert not half_written, f"empty TensorBoard runs left behind: {half_written}"
 
 
 def _test_class(path: Path) -> type:
-    def test_round_trip(self):
-        _round_trip(path)
+    def test_run_all_unsolved(self, tmp_path, monkeypatch):
+        monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))  # the kernel inherits it
+        _unsolved(path, tmp_path / "runs")
 
     name = "TestStudentEdition_" + path.stem
-    return type(name, (), {"test_round_trip": test_round_trip, "__doc__": f"{path.name}, student edition"})
+    return type(name, (), {"test_run_all_unsolved": test_run_all_unsolved, "__doc__": f"{path.name}, student edition"})
 
 
 for _path in NOTEBOOKS:
     _cls = _test_class(_path)
     globals()[_cls.__name__] = _cls
+
+
+def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_path):
+    from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
+    setup = ("class CheckError(AssertionError):\n    pass\n\n"
+             "def check_double(fn):\n    try:\n        fn(2)\n    except NotImplementedError as exc:\n"
+             "        raise CheckError(f'not written yet ({exc})') from None\n    print('PASS  double')")
+    nb = new_notebook(cells=[
+        md("# 99 · t"), code(setup),
+        md("### Exercise 1: double"),
+        code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+        code("check_double(double)"),
+        code("print(double(21))"),  # unguarded use of the exercise: crashes when unsolved
+    ])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    path = tmp_path / "99_t.ipynb"
+    nbformat.write(nb, path)
+    report = student.run_unsolved(path, timeout=60)
+    (res,) = report.exercises
+    assert res.problems == [] and res.stub_message == "CheckError: not written yet (Exercise 1: double)"
+    assert len(report.problems) == 1 and report.problems[0].startswith("cell 5 crashes when nothing is solved: "
+                                                                         "NotImplementedError")
 
 
 def test_every_notebook_is_covered():

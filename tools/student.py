@@ -642,6 +642,61 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
     return report
 
 
+def _error(cell) -> tuple[str, str] | None:
+    """(ename, evalue) of the error a cell's outputs hold, if any."""
+    for out in cell.get("outputs", []):
+        if out.output_type == "error":
+            return out.ename, out.evalue
+    return None
+
+
+def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> Report:
+    """"Run all" on the untouched student edition, as a student who solved nothing would,
+    going on after every error. Each stub must raise the NotImplementedError naming its
+    exercise, each check must fail with a CheckError, and every other cell must either
+    run or stop at once with ExerciseNotSolved (``lab.require``): an unsolved exercise
+    never crashes a later cell inside PyTorch or labsupport. (That the solutions pass
+    their checks, nbval proves on the solved sources.)
+    """
+    from nbclient import NotebookClient
+
+    path = Path(path)
+    source = nbformat.read(path, as_version=4)
+    ed = make_edition(source, path)
+    nb = ed.notebook
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and _is_skip(source.cells[i]):
+            cell.source = ""  # as under nbval: the %tensorboard launcher is not run
+    report = Report(path, [ExerciseResult(e.label, e.cell, e.check_cell) for e in ed.exercises])
+    roles = {r.cell: ("exercise", r) for r in report.exercises}
+    roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
+    start = time.perf_counter()
+    client.execute()
+    report.seconds = time.perf_counter() - start
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        error = _error(cell)
+        role, res = roles.get(i, (None, None))
+        if role == "exercise":
+            res.stub_raised = error and f"{error[0]}: {error[1]}"
+            if error is not None and (error[0] != "NotImplementedError" or res.label not in error[1]):
+                res.problems.append(f"the stub cell should define its stub or raise "
+                                    f"NotImplementedError({res.label!r}), but raised {res.stub_raised}")
+        elif role == "check":
+            res.stub_message = error and f"{error[0]}: {error[1]}"
+            if error is None:
+                res.problems.append("the check passed on the unsolved stub")
+            elif error[0] not in ("CheckError", "ExerciseNotSolved"):
+                res.problems.append(f"on the stub, the check raised {res.stub_message} instead of a CheckError")
+        elif error is not None and error[0] != "ExerciseNotSolved":
+            report.problems.append(f"cell {i} crashes when nothing is solved: {error[0]}: {error[1][:200]} "
+                                   f"(start it with lab.require(...) if it uses an exercise's result)")
+    return report
+
+
 def summary(report: Report) -> str:
     """A readable account of a :func:`verify` run (used by the CLI and the tests)."""
     lines = [f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
