@@ -33,6 +33,7 @@ help:
 	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/ (one notebook: NB=06_optim; port: TB_PORT=6007)"
 	@echo "make clean-runs   delete every TensorBoard run under runs/ (nothing outside it)"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
+	@echo "make grade SUBMISSIONS=dir [OUT=grades] [JOBS=2]  grade handed-in notebooks (docs/instructors.md)"
 
 install: $(STAMP)
 
@@ -107,6 +108,14 @@ clean-runs:
 regenerate: $(STAMP)
 	LAB_RUNS_DIR=$(REGEN_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
 	    $(BIN)/python tools/regenerate.py notebooks/*.ipynb
+
+# Grades a folder of submissions (one sub-folder per student) into $(OUT)/: grades.csv,
+# feedback/, results.jsonl and a log. Each notebook runs in its own sandboxed kernel, $(JOBS) at a time.
+OUT ?= grades
+.PHONY: grade
+grade: $(STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder> [OUT=grades] [JOBS=2]" >&2; exit 2; }
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python tools/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
