@@ -425,8 +425,8 @@ def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float
                          hint="a loop that never ends (a while whose condition never changes?), or "
                               "far more work than the exercise needs") from None
     except NotImplementedError as exc:
-        raise CheckError(f"{what} is not written yet ({exc})", hint="fill in the exercise cell "
-                         "above, run it, then run this check again") from None
+        raise CheckError(f"{what} is not written yet ({exc}): fill in the exercise cell above, "
+                         f"run it, then run this check again") from None
     except CheckError:
         raise
     except Exception as exc:
@@ -489,8 +489,8 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
     the explanation for each typical wrong answer. Numbers count within ``rel``."""
     __tracebackhide__ = True
     if got is None or got is Ellipsis:
-        raise CheckError(f"{name}: no prediction yet", hint="write your answer between the solution "
-                         "markers above and run that cell first")
+        raise CheckError(f"{name}: no prediction yet: write your answer between the solution "
+                         f"markers above and run that cell first")
     if choices is not None:
         if isinstance(got, str):
             got = got.strip().lower()
