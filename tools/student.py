@@ -3,6 +3,7 @@
     python tools/student.py build   [--src notebooks] [--out student] [--force]   # make student
     python tools/student.py prepare [--src notebooks] [--out student]             # make lab
     python tools/student.py verify  notebooks/01_tensors.ipynb [...]              # round trip
+    python tools/student.py unsolved notebooks/01_tensors.ipynb [...]             # Run all, nothing solved
 
 ``build`` writes every student notebook. In a code cell, each block between the
 lines ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub::
@@ -730,6 +731,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     p.add_argument("notebooks", nargs="+", type=Path)
     p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     p.add_argument("--whole", action="store_true", help="also run the cells after the last check")
+    p = sub.add_parser("unsolved", help="Run all on the untouched student edition (what make test checks)")
+    p.add_argument("notebooks", nargs="+", type=Path)
     args = parser.parse_args(list(argv) if argv is not None else None)
     try:
         if args.command == "build":
@@ -741,7 +744,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     status = 0
     for nb in args.notebooks:
-        report = verify(nb, timeout=args.timeout, whole=args.whole)
+        report = (run_unsolved(nb) if args.command == "unsolved"
+                  else verify(nb, timeout=args.timeout, whole=args.whole))
         print(summary(report), flush=True)
         status |= bool(report.all_problems)
     return status
