@@ -103,7 +103,11 @@ def graded(tmp_path_factory):
     _write(sub / "blank", name, ed)
     _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
     _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    pass"))
-    _write(sub / "crash", name, _set(answered, "### Exercise 2", "import os\nos._exit(3)"))
+    crash = _set(answered, "### Exercise 2", "import os\nos._exit(3)")
+    _write(sub / "crash", name, _set(crash, "### Exercise 1", "def double(x):\n    return 2 * abs(x)"))
+    extra = tmp / "extra"
+    extra.mkdir()
+    (extra / "99_tiny.py").write_text(EXTRA)
     edited = nbformat.from_dict(json.loads(json.dumps(answered)))
     del edited.cells[7]  # exercise 2's cell deleted; exercise 1's cell copied, an older attempt above it
     edited.cells.insert(4, nbformat.v4.new_code_cell("def double(x):\n    return 0"))
@@ -120,13 +124,18 @@ def graded(tmp_path_factory):
     real = nbformat.read(REAL, as_version=4)
     _write(sub / "real_full", "notebook1.ipynb", real)
     _write(sub / "real_blank", "01_tensors.ipynb", student.make_edition(real, REAL).notebook)
-    cfg = grade.Config(src=str(src_dir), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096)
+    cfg = grade.Config(src=str(src_dir), extra=str(extra), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096)
     t0 = time.perf_counter()
     table = grade.grade(sub, out, jobs=2, cfg=cfg)
     seconds = time.perf_counter() - t0
     time.sleep(1.0)  # give the hostile student's background process its chance to strike
     return {"table": table, "out": out, "tmp": tmp, "seconds": seconds, "real": grade.load_source(REAL)}
 
+
+EXTRA = '''\
+def extra_99_1(ns):
+    assert ns["double"](-5) == -10, "SECRET: double(-5) should be -10"
+'''
 
 HOSTILE = '''\
 import os, pathlib, subprocess, sys
@@ -180,6 +189,10 @@ def test_the_gradebook_has_one_column_per_exercise(graded):
     assert header == ["student", "notebook", *real_ids, "99.1", "99.2", "99.3", "score", "max_score", "status"]
     assert (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text().startswith("<!doctype html>")
     assert list((graded["out"] / "logs").glob("grade-*.log"))
+    with open(graded["out"] / "gradebook.csv", newline="") as f:
+        book = {r["student"]: r for r in csv.DictReader(f)}
+    assert book["(points possible)"]["99_tiny"] == "3" and book["wrong"]["99_tiny"] == "2"
+    assert book["real_full"]["99_tiny"] == "0" and book["real_full"]["total"] == book["real_full"]["01_tensors"]
 
 
 def test_full_marks_and_zero(graded):
@@ -216,8 +229,24 @@ def test_an_infinite_loop_times_out_and_grading_goes_on(graded):
 
 
 def test_a_kernel_crash_costs_only_its_exercise(graded):
-    assert _points(_rows(graded)["crash", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    assert _points(_rows(graded)["crash", "99_tiny"])[1:] == ["0", "1", "1", "3", "ok"]
     assert "the kernel died" in _feedback(graded, "crash")
+
+
+def test_instructor_only_cases_count_but_stay_hidden(graded):
+    assert _rows(graded)["crash", "99_tiny"]["99.1"] == "0"  # its check passed; the extra case did not
+    text = _feedback(graded, "crash")
+    assert "PASS  scale by 2" in text and "an additional test of your instructor failed" in text
+    assert "SECRET" not in text and "-10" not in text
+    assert "SECRET" in _results(graded, "crash")["99.1"]["detail"]
+
+
+def test_points_per_exercise(tmp_path):
+    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
+    (tmp_path / "99_tiny.py").write_text("POINTS = {'99.2': 2.5}")
+    src = grade.load_source(tmp_path / "99_tiny.ipynb", tmp_path)
+    assert [e.id for e in src.exercises] == ["99.1", "99.2", "99.3"] and src.max_score() == 4.5
+    assert [w.id for w in src.written] == ["99.4"]
 
 
 def test_a_deleted_and_a_duplicated_exercise_cell(graded):

@@ -29,7 +29,8 @@ Kernels write nothing the grader reads back: results travel over the kernel
 protocol, and only this process writes OUT, after the kernels have ended.
 
 Output in OUT: ``grades.csv`` (one row per student and notebook, one column per
-exercise id), ``feedback/<student>/<notebook>.md`` and ``.html``,
+exercise id), ``gradebook.csv`` (one row per student, one column per notebook: for an
+LMS import), ``feedback/<student>/<notebook>.md`` and ``.html``,
 ``results.jsonl`` (one line per exercise, with timings and the instructor-only
 details), ``executed/<student>/<notebook>.ipynb`` (the rebuilt notebook with its
 outputs) and ``logs/grade-<time>.log``.
@@ -662,7 +663,28 @@ def write_outputs(out: Path, graded: list[dict], rows: list[dict], sources: dict
                                 restval="")
         writer.writeheader()
         writer.writerows(table)
+    write_gradebook(out / "gradebook.csv", table, sources)
     return table
+
+
+def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -> None:
+    """One row per student, one column per notebook (its score) and the total: the shape an
+    LMS gradebook import (Canvas, Moodle) expects. A notebook not handed in scores 0."""
+    names = sorted({r["notebook"] for r in table if r["notebook"] in sources})
+    students = sorted({r["student"] for r in table})
+    best = {}
+    for r in table:
+        if r["notebook"] in sources:
+            key = (r["student"], r["notebook"])
+            best[key] = max(best.get(key, 0.0), float(r["score"] or 0))
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student", *names, "total"])
+        writer.writerow(["(points possible)", *(f"{sources[n].max_score():g}" for n in names),
+                         f"{sum(sources[n].max_score() for n in names):g}"])
+        for s in students:
+            scores = [best.get((s, n), 0.0) for n in names]
+            writer.writerow([s, *(f"{x:g}" for x in scores), f"{sum(scores):g}"])
 
 
 def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = None) -> list[dict]:
