@@ -1,117 +1,81 @@
-"""Checks for notebook 00 (hardware): the peak-FLOPs formula and the roofline.
-
-Example:
-    >>> import labsupport as lab
-    >>> lab.check_roofline(lambda intensity, peak, bandwidth: min(peak, intensity * bandwidth))
-    PASS  roofline: min(peak, intensity x bandwidth) on 5 test cases
-"""
+"""Checks of notebook 00 (hardware); each reference is computed here, at check time."""
 from __future__ import annotations
 
 import math
 from typing import Any, Callable
 
-from .core import CheckError, call_student, describe, passed
+from .core import CheckError, check_prediction, describe, exercise, first_mistake, fmt, passed, run_student
 
-__all__ = ["check_cpu_peak_flops", "check_roofline"]
+_near = lambda x: lambda got: math.isclose(got, x, rel_tol=1e-6)  # noqa: E731
+
+__all__ = ["check_titan_tensor_peak", "check_cpu_peak_flops", "check_matmul_size_prediction", "check_roofline"]
 
 
 def _number(value: Any, name: str) -> float:
-    __tracebackhide__ = True
-    try:
-        import torch
-
-        if isinstance(value, torch.Tensor) and value.numel() == 1:
-            value = value.item()
-    except ImportError:  # pragma: no cover
-        pass
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CheckError(f"{name}: expected a number (int or float), got {describe(value)}")
-    if not math.isfinite(value):
-        raise CheckError(f"{name}: expected a finite number, got {value!r}")
+    if hasattr(value, "item") and getattr(value, "numel", lambda: getattr(value, "size", 0))() == 1:
+        value = value.item()   # a 0-d tensor or a numpy scalar
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise CheckError(f"{name} must be a finite number", expected="an int or float", got=describe(value),
+                         hint="did the cell that sets it run, and does your function end with `return`?")
     return float(value)
 
 
-def _close(a: float, b: float, rel: float = 1e-9) -> bool:
-    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-300)
+@exercise("00.1", "the tensor cores' peak")
+def check_titan_tensor_peak(titan_tensor_peak: Any) -> None:
+    """Check the Titan RTX's dense fp16 tensor-core peak (FLOP/s). Example: ``check_titan_tensor_peak(x)``"""
+    from ..hardware import TITAN_RTX as t
+    got = _number(titan_tensor_peak, "titan_tensor_peak")
+    per_clock = t["sms"] * t["tensor_cores_per_sm"] * t["fp16_fma_per_tensor_core_per_cycle"] * 2
+    ref, fp32 = per_clock * t["boost_clock_ghz"] * 1e9, t["sms"] * t["cuda_cores_per_sm"] * 2 * t["boost_clock_ghz"] * 1e9
+    if not math.isclose(got, ref, rel_tol=1e-3):
+        raise CheckError("titan_tensor_peak is not the Titan RTX's tensor-core peak", expected=f"{fmt(ref)} FLOP/s",
+                         got=f"{fmt(got)} FLOP/s", hint=first_mistake(got, [
+            (_near(ref / 2), "exactly half: a multiply-add is 2 FLOP; Turing has 8 tensor cores per SM (Hopper: 4)"),
+            (_near(per_clock * t["base_clock_ghz"] * 1e9), "that uses the base clock; peak figures use the boost clock"),
+            (_near(ref / t["sms"]), "that is one SM: the chip has 72 of them"),
+            (lambda g: min(abs(g * s / ref - 1) for s in (1e9, 1e12)) < 1e-3, "give FLOP/s, not GFLOP/s or TFLOP/s")]))
+    passed(f"Titan RTX tensor cores: {fmt(ref / 1e12)} TFLOP/s, {ref / fp32:.0f}x its CUDA cores' fp32")
 
 
+@exercise("00.2", "a CPU's peak")
 def check_cpu_peak_flops(cpu_peak_flops: Callable) -> None:
-    """Check ``cpu_peak_flops(cores, clock_ghz, simd_bits, fma_units)`` returns the
-    peak fp32 FLOP/s: cores x clock (in Hz) x FMA units x fp32 lanes (simd_bits / 32)
-    x 2 (an FMA is a multiply and an add).
-
-    The reference is the formula written out independently, on four machines
-    (an Arm core with four 128-bit FMA units, a 2-core AVX-512 laptop, an 8-core
-    AVX2 desktop, a 64-core server). Recognises the usual slips: no factor 2 for the FMA, bits
-    instead of lanes, fp64 lanes (/64), the FMA units left out, and the clock
-    left in GHz.
-
-    Example:
-        >>> check_cpu_peak_flops(lambda c, ghz, bits, u: c * ghz * 1e9 * u * bits / 32 * 2)
-        PASS  cpu_peak_flops: cores x clock x FMA units x lanes x 2 on 4 machines
-    """
-    __tracebackhide__ = True
-    machines = [(1, 2.0, 128, 4), (2, 2.6, 512, 2), (8, 3.5, 256, 2), (64, 2.25, 256, 2)]
-    for cores, ghz, bits, units in machines:
-        got = call_student(cpu_peak_flops, cores, ghz, bits, units,
-                           what="your cpu_peak_flops(cores, clock_ghz, simd_bits, fma_units)")
-        got = _number(got, "peak FLOP/s")
-        expected = cores * ghz * 1e9 * units * (bits // 32) * 2
-        if _close(got, expected):
-            continue
-        args = f"(cores={cores}, clock_ghz={ghz}, simd_bits={bits}, fma_units={units})"
-        slips = [
-            (expected / 2, "it is exactly half. An FMA (fused multiply-add) counts as 2 FLOP, and an "
-                           "fp32 lane is 32 bits wide (lanes = simd_bits / 32, not / 64)"),
-            (cores * ghz * 1e9 * units * bits * 2, "simd_bits is a width in bits: an fp32 lane is "
-                                                   "32 bits, so lanes = simd_bits / 32"),
-            (expected / units, "each core has fma_units FMA units working in parallel: multiply by fma_units"),
-            (expected / 1e9, "clock_ghz is in GHz: multiply by 1e9 to get cycles per second"),
-        ]
-        for value, why in slips:
-            if _close(got, value):
-                raise CheckError(f"cpu_peak_flops{args} returned {got:.4g}; expected {expected:.4g}: {why}.")
-        raise CheckError(f"cpu_peak_flops{args} returned {got:.4g}; expected {expected:.4g} "
-                         f"= cores x clock_ghz x 1e9 x fma_units x (simd_bits / 32) x 2.")
-    passed("cpu_peak_flops: cores x clock x FMA units x lanes x 2 on 4 machines")
+    """Check ``cpu_peak_flops(cores, clock_ghz, simd_bits, fma_units)``. Example: ``check_cpu_peak_flops(f)``"""
+    for c, ghz, bits, u in [(1, 2.0, 128, 4), (2, 2.6, 512, 2), (8, 3.5, 256, 2), (64, 2.25, 256, 2)]:
+        got = _number(run_student(cpu_peak_flops, c, ghz, bits, u, what="your cpu_peak_flops"), "peak FLOP/s")
+        ref = c * ghz * 1e9 * u * bits / 32 * 2
+        if not math.isclose(got, ref, rel_tol=1e-6):
+            raise CheckError(f"cpu_peak_flops(cores={c}, clock_ghz={ghz}, simd_bits={bits}, fma_units={u}) is wrong",
+                             expected=fmt(ref), got=fmt(got), hint=first_mistake(got, [
+                (_near(ref / 2), "exactly half: an FMA is 2 FLOP, and an fp32 lane is 32 bits (not 64)"),
+                (_near(ref * 32), "simd_bits is a width in bits: one fp32 lane is 32 of them"),
+                (_near(ref / u), "each core has fma_units FMA units working side by side"),
+                (_near(ref / 1e9), "clock_ghz is in GHz: a cycle per second is 1 Hz")]))
+    passed("cpu_peak_flops: right on 4 machines")
 
 
+@exercise("00.3", "which size gets closer to the peak")
+def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
+    """Time a 16 and a 1024 fp32 matmul on ``device``, judge ``prediction``. Example: ``check_...(16)``"""
+    from ..hardware import measure_matmul
+    rates = {n: measure_matmul(n, "fp32", device, min_run_time=0.05).flops_per_s for n in (16, 1024)}
+    check_prediction("which size gets closer to the peak", prediction, max(rates, key=rates.get), choices=(16, 1024),
+                     why="a 16 x 16 product is 8 kFLOP, done in a few hundred cycles: the fixed cost of "
+                         "each call (Python, dispatch, a GPU kernel launch) is paid back only by a lot of work",
+                     mistakes={16: "small matrices do fit in the cache, but that is not what limits them."})
+
+
+@exercise("00.4", "the roofline")
 def check_roofline(roofline: Callable) -> None:
-    """Check ``roofline(intensity, peak, bandwidth)``: the best FLOP/s a kernel of
-    arithmetic ``intensity`` (FLOP per byte) can reach on a machine with compute
-    ``peak`` (FLOP/s) and memory ``bandwidth`` (bytes/s): ``min(peak, intensity x bandwidth)``.
-
-    Test cases lie on both sides of the ridge point (peak / bandwidth) and on it.
-    Recognises ``max`` instead of ``min`` and a missing roof on either side.
-
-    Example:
-        >>> check_roofline(lambda i, p, b: min(p, i * b))
-        PASS  roofline: min(peak, intensity x bandwidth) on 5 test cases
-    """
-    __tracebackhide__ = True
-    cases = [(0.083, 1e12, 1e11), (1000.0, 1e12, 1e11), (10.0, 1e12, 1e11),
-             (0.25, 6.7e13, 4.8e12), (300.0, 9.9e14, 4.8e12)]
-    results = []
-    for intensity, peak, bandwidth in cases:
-        got = call_student(roofline, intensity, peak, bandwidth,
-                           what="your roofline(intensity, peak, bandwidth)")
-        results.append(_number(got, "attainable FLOP/s"))
-    wrong = [(c, got) for c, got in zip(cases, results) if not _close(got, min(c[1], c[0] * c[2]))]
-    if wrong:
-        # A slip shows in the pattern over all cases (on one case, max and "no cap" agree).
-        slips = [
-            (lambda i, p, b: max(p, i * b), "that is the larger of the two roofs; a kernel is held "
-                                            "back by whichever limit it hits first: take the min"),
-            (lambda i, p, b: i * b, "a kernel can never beat the compute peak, however high its "
-                                    "intensity: cap intensity x bandwidth at peak"),
-            (lambda i, p, b: p, "with little arithmetic per byte, memory sets the pace: the limit "
-                                "is intensity x bandwidth when that is below the peak"),
-        ]
-        why = next((text for fn, text in slips
-                    if all(_close(got, fn(*c)) for c, got in zip(cases, results))),
-                   "attainable FLOP/s = min(peak, intensity x bandwidth)")
-        (intensity, peak, bandwidth), got = wrong[0]
-        args = f"(intensity={intensity:g}, peak={peak:g}, bandwidth={bandwidth:g})"
-        raise CheckError(f"roofline{args} returned {got:.4g}; expected "
-                         f"{min(peak, intensity * bandwidth):.4g}: {why}.")
-    passed(f"roofline: min(peak, intensity x bandwidth) on {len(cases)} test cases")
+    """Check ``roofline(intensity, peak, bandwidth)`` both sides of the ridge. Example: ``check_roofline(f)``"""
+    cases = [(0.083, 1e12, 1e11), (1000.0, 1e12, 1e11), (10.0, 1e12, 1e11), (0.25, 6.7e13, 4.8e12)]
+    got = [_number(run_student(roofline, *c, what="your roofline"), "attainable FLOP/s") for c in cases]
+    ref = [min(p, i * b) for i, p, b in cases]
+    k = next((k for k, (g, r) in enumerate(zip(got, ref)) if not math.isclose(g, r, rel_tol=1e-6)), None)
+    if k is not None:
+        pattern = lambda f: lambda g: all(math.isclose(x, f(*c), rel_tol=1e-6) for x, c in zip(g, cases))  # noqa: E731
+        raise CheckError(f"roofline(intensity={cases[k][0]:g}, peak={cases[k][1]:g}, bandwidth={cases[k][2]:g})"
+                         " is wrong", expected=fmt(ref[k]), got=fmt(got[k]), hint=first_mistake(got, [
+            (pattern(lambda i, p, b: max(p, i * b)), "that is the higher roof; the lower limit is the one that holds"),
+            (pattern(lambda i, p, b: i * b), "no kernel beats the compute peak, however much it computes per byte"),
+            (pattern(lambda i, p, b: p), "with few FLOP per byte, memory cannot feed the peak")]))
+    passed(f"roofline: right on {len(cases)} cases, on both sides of the ridge point")
