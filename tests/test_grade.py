@@ -89,6 +89,10 @@ def graded(tmp_path_factory):
     src_dir.mkdir()
     source = tiny_source()
     nbformat.write(source, src_dir / "99_tiny.ipynb")
+    broken = new_notebook(cells=[md("# 98 · Broken"), code("raise ImportError('no labsupport here')"),
+                                 md("### Exercise 1: one"), code("one = None\n### BEGIN SOLUTION\none = 1\n"
+                                                                 "### END SOLUTION"), code("check_one(one)")])
+    nbformat.write(broken, src_dir / "98_broken.ipynb")
     shutil_copy = (src_dir / "01_tensors.ipynb")
     shutil_copy.write_bytes(REAL.read_bytes())
     ed = student.make_edition(source, "99_tiny.ipynb").notebook
@@ -98,9 +102,10 @@ def graded(tmp_path_factory):
     answered = _set(ed, "### Exercise 1", "def double(x):\n    return x + x")
     answered = _set(answered, "### Exercise 2", "def triple(x):\n    return x * 3")
     answered = _set(answered, "### Exercise 3", "prediction = 'error'")
-    answered.cells[13].source = "Because *I* say so."
+    answered.cells[13].source = "Because *I* say so. <script>alert(1)</script>"
     _write(sub / "answered", name, answered)
     _write(sub / "blank", name, ed)
+    _write(sub / "blank", "98.ipynb", student.make_edition(broken, "98_broken.ipynb").notebook)
     _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
     _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    pass"))
     crash = _set(answered, "### Exercise 2", "import os\nos._exit(3)")
@@ -159,6 +164,10 @@ except OSError:
 code = "import time, pathlib\\nfor _ in range(40):\\n    time.sleep(0.25)\\n    try:\\n        " \\
        "pathlib.Path({out!r}, 'grades.csv').write_text('hacked')\\n    except OSError:\\n        pass"
 subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+try:
+    os.kill(os.getppid(), 9)  # the grader's worker: the rest of the class would be lost
+except OSError:
+    pass
 
 def double(x):
     return 2 * x if not attempts else -1'''
@@ -186,7 +195,8 @@ def test_the_gradebook_has_one_column_per_exercise(graded):
     with open(graded["out"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
     real_ids = [e.id for e in graded["real"].exercises]
-    assert header == ["student", "notebook", *real_ids, "99.1", "99.2", "99.3", "score", "max_score", "status"]
+    assert header == ["student", "notebook", *real_ids, "98.1", "99.1", "99.2", "99.3", "score", "max_score",
+                      "status"]
     assert (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text().startswith("<!doctype html>")
     assert list((graded["out"] / "logs").glob("grade-*.log"))
     with open(graded["out"] / "gradebook.csv", newline="") as f:
@@ -207,13 +217,15 @@ def test_full_marks_and_zero(graded):
 
 def test_written_answers_are_collected_verbatim_and_not_scored(graded):
     text = _feedback(graded, "answered")
-    assert "not scored" in text and "Because *I* say so." in text
+    assert "not scored" in text and "Because *I* say so. <script>alert(1)</script>" in text
+    html = (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
     assert "_(no answer)_" in _feedback(graded, "blank")
     for who in ("answered", "blank", "wrong"):  # nothing of the reference answer leaks
         assert "the reference says so" not in _feedback(graded, who)
     written = [r for r in map(json.loads, (graded["out"] / "results.jsonl").read_text().splitlines())
                if r["student"] == "answered" and r["points"] is None]
-    assert [w["answer"] for w in written] == ["Because *I* say so."]
+    assert [w["answer"] for w in written] == ["Because *I* say so. <script>alert(1)</script>"]
 
 
 def test_one_wrong_exercise_loses_exactly_its_points(graded):
@@ -259,6 +271,11 @@ def test_renamed_files_and_two_copies_are_matched_by_content(graded):
     text = _feedback(graded, "twocopies")
     assert "graded `homework final.ipynb`: matched to 99_tiny by content" in text
     assert "also handed in and not graded: `99_tiny (old).ipynb`" in text
+
+
+def test_a_source_whose_setup_fails_is_not_ok(graded):
+    row = _rows(graded)["blank", "98_broken"]
+    assert row["98.1"] == "0" and row["status"].startswith("the notebook's setup (cell 1) failed: ImportError")
 
 
 def test_a_file_that_is_not_json(graded):

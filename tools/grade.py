@@ -397,7 +397,8 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     kernel = Kernel(cfg, scratch)
     t_start = time.perf_counter()
     clean: list[int] = []       # cells that ran without error: replayed after a restart
-    broken = ""
+    broken = setup_error = ""
+    first = min([e.cell for e in src.exercises], default=0)
     try:
         kernel.start()
         for i in order:
@@ -425,6 +426,9 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
                 continue
             if outcome == "ok":
                 clean.append(i)
+            elif kind == "scaffold" and i < first and not setup_error:  # the source's own setup failed:
+                err = _error(nb.cells[i])                                # no grade below means anything
+                setup_error = f"the notebook's setup (cell {i}) failed: {err['ename']}: {err['evalue']}"[:300]
             if kind == "exercise":
                 err = _error(nb.cells[i])
                 res["exercise_error"] = f"{err['ename']}: {err['evalue']}" if err else ""
@@ -440,7 +444,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
             res["feedback"] = ("not graded: " + broken) if broken else "not graded: no check cell follows it"
     return {"results": list(results.values()), "written": written, "executed": nbformat.writes(nb),
             "seconds": round(time.perf_counter() - t_start, 3), "kernel_starts": kernel.starts,
-            "error": broken}
+            "error": broken or setup_error}
 
 
 def _judge(res: dict, cell, outcome: str, kernel: Kernel, ex: Exercise, src: Source) -> None:
@@ -514,7 +518,8 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
     jobs, rows = [], []
     for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         chosen: dict[str, list[tuple[float, float, Path, str, str]]] = {}
-        files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+        files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+                       and not p.is_symlink())  # a link could point into another student's folder
         if not files:
             rows.append({"student": folder.name, "notebook": "", "status": "no notebook handed in"})
         for path in files:
@@ -608,7 +613,7 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
 def feedback_html(markdown_text: str, title: str) -> str:
     try:
         import mistune
-        body = mistune.html(markdown_text)
+        body = mistune.create_markdown(escape=True)(markdown_text)  # a student's <script> stays text
     except ImportError:
         body = f"<pre>{html.escape(markdown_text)}</pre>"
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>\n"

@@ -13,8 +13,10 @@ Before the kernel starts, this launcher
 * on Linux 5.13+ with Landlock, restricts the kernel and every process it starts to
   reading the ``read`` paths and writing the ``write`` paths (the scratch folder): the
   submissions folder, the gradebook and other students' scratch folders are neither
-  readable nor writable, and (Landlock ABI 4+) the only TCP it may use is binding the
-  five ports of its own connection file: no outgoing connection, so no download either.
+  readable nor writable; (Landlock ABI 4+) the only TCP it may use is binding the
+  five ports of its own connection file: no outgoing connection, so no download either;
+  (ABI 6+) it cannot signal a process outside its sandbox (kill the grader, or another
+  student's kernel).
 
 Where Landlock is missing it says so on stderr (the grader logs it) and goes on: the
 limits on memory and time, and the scratch working folder, still hold.
@@ -37,10 +39,12 @@ _FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE   # the rights that apply to 
 _ABI1_ALL = (1 << 13) - 1                            # execute ... make_sym
 _TRUNCATE = 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1   # ABI 6: no signal, no abstract socket outside the sandbox
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -64,8 +68,9 @@ def landlock(read: list[str], write: list[str], ports: list[int]) -> str:
         return f"Landlock is not available ({os.strerror(ctypes.get_errno())})"
     fs = _ABI1_ALL | (_TRUNCATE if abi >= 3 else 0)
     net = (_BIND_TCP | _CONNECT_TCP) if abi >= 4 else 0
-    attr = _RulesetAttr(fs, net)
-    size = ctypes.sizeof(attr) if abi >= 4 else ctypes.sizeof(ctypes.c_uint64)
+    scoped = (_SCOPE_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0
+    attr = _RulesetAttr(fs, net, scoped)
+    size = 8 * (3 if abi >= 6 else 2 if abi >= 4 else 1)
     fd = libc.syscall(_CREATE, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if fd < 0:
         return f"Landlock ruleset refused ({os.strerror(ctypes.get_errno())})"
