@@ -1,9 +1,15 @@
-"""`make lab` serves the student edition: JupyterLab on 127.0.0.1, token auth on.
+"""`make lab` serves the student edition, and a notebook in it finds the lab's own tools.
 
-Starts the real target on a free loopback port (LAB_PORT) with a known token
-(JUPYTER_TOKEN), reads the served folder through Jupyter's REST API until the
-notebooks are listed, then stops the whole process group (make and JupyterLab).
+Starts the real target, as the user who runs the tests (root in most containers: no
+extra flag needed), on a free loopback port (LAB_PORT) with a known token
+(JUPYTER_TOKEN) and a PATH without the venv, as a fresh shell has. Through the
+running server it reads the served folder (REST API), starts a kernel and runs a
+notebook's ``%tensorboard`` cell in it (jupyter_client on the connection file the
+server wrote): the magic must find ``tensorboard`` on the kernel's PATH and start
+it. Then TensorBoard, the kernel and `make lab` are stopped, and no process of
+theirs may be left.
 """
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +23,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = ROOT / ".venv" / "bin"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 STARTUP_S = 120  # a cold JupyterLab on a busy 2-core machine takes 5-30 s
 
@@ -27,10 +34,32 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def get(url: str, token: str | None = None):
-    req = urllib.request.Request(url, headers={"Authorization": f"token {token}"} if token else {})
+def request(url: str, token: str | None = None, method: str = "GET"):
+    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None,
+                                 headers={"Authorization": f"token {token}"} if token else {})
     with urllib.request.urlopen(req, timeout=10) as resp:
-        return resp.status, json.loads(resp.read().decode())
+        return resp.status, json.loads(resp.read().decode() or "null")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            children.setdefault(int(stat.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -51,48 +80,116 @@ def stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def test_make_lab_serves_the_student_notebooks(tmp_path):
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`make lab` running; yields (base url, token, student folder, log file, runtime dir)."""
+    tmp = tmp_path_factory.mktemp("lab")
     port, token = free_port(), "lab-test-" + os.urandom(8).hex()
-    out = tmp_path / "student"
-    log = tmp_path / "make_lab.log"
-    env = dict(os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"))
+    out, log, runtime = tmp / "student", tmp / "make_lab.log", tmp / "runtime"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and Path(p).resolve() != VENV_BIN.resolve())
+    env = dict(os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(runtime), PATH=path,
+               LAB_RUNS_DIR=str(tmp / "runs"))
+    env.pop("LAB_ARGS", None)
     with open(log, "wb") as sink:
         proc = subprocess.Popen(["make", "--no-print-directory", "-o", ".venv/.installed", "lab",
-                                 f"LAB_PORT={port}", f"STUDENT_DIR={out}",
-                                 # JupyterLab refuses to run as root unless told (CI containers often are root)
-                                 "LAB_ARGS=--allow-root" if os.geteuid() == 0 else "LAB_ARGS="],
+                                 f"LAB_PORT={port}", f"STUDENT_DIR={out}"],
                                 cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    family: set[int] = set()
     try:
-        listed, last = None, "no answer yet"
-        deadline = time.monotonic() + STARTUP_S
+        last, deadline = "no answer yet", time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 pytest.fail(f"`make lab` exited with status {proc.returncode} before serving:\n{log.read_text()[-3000:]}")
             try:
-                status, body = get(f"{base}/api/contents/", token)
-                listed = sorted(item["name"] for item in body["content"])
-                if all(p.name in listed for p in NOTEBOOKS):
-                    break
-                last = f"listing {listed}"
-            except (OSError, ValueError, KeyError) as exc:
+                request(f"{base}/api/status", token)
+                break
+            except (OSError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.5)
         else:
-            pytest.fail(f"`make lab` did not serve the notebooks on {base} within {STARTUP_S} s "
-                        f"(last: {last}). Its output:\n{log.read_text()[-3000:]}")
-
-        assert [p.name for p in NOTEBOOKS if p.name in listed] == [p.name for p in NOTEBOOKS]
-        # what is served is the student edition, generated by `make lab` itself
-        _, nb = get(f"{base}/api/contents/{NOTEBOOKS[0].name}", token)
-        assert nb["content"]["metadata"]["labsupport"]["edition"] == "student"
-        assert (out / NOTEBOOKS[0].name).is_file()
-        # token authentication is on: no token, no listing
-        with pytest.raises(urllib.error.HTTPError) as denied:
-            get(f"{base}/api/contents/")
-        assert denied.value.code in (401, 403)
+            pytest.fail(f"`make lab` did not answer on {base} within {STARTUP_S} s (last: {last}). "
+                        f"Its output:\n{log.read_text()[-3000:]}")
+        yield base, token, out, log, runtime, family, proc.pid
+        family |= descendants(proc.pid)
     finally:
         stop(proc)
-    with pytest.raises(OSError):  # and it is gone
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and any(alive(p) for p in family):
+            time.sleep(0.2)
+        left = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+                for p in family if alive(p)}
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not left, f"left running after `make lab` was stopped: {left}"
+    with pytest.raises(OSError):  # and the port is free again
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_make_lab_serves_the_student_notebooks_as_root_too(lab):
+    base, token, out, log, *_ = lab
+    _, body = request(f"{base}/api/contents/", token)
+    listed = sorted(item["name"] for item in body["content"])
+    assert [p.name for p in NOTEBOOKS if p.name in listed] == [p.name for p in NOTEBOOKS], listed
+    # what is served is the student edition, generated by `make lab` itself, with its README
+    _, nb = request(f"{base}/api/contents/{NOTEBOOKS[0].name}", token)
+    assert nb["content"]["metadata"]["labsupport"]["edition"] == "student"
+    assert (out / NOTEBOOKS[0].name).is_file()
+    assert "student edition" in (out / "README.md").read_text().lower()
+    # token authentication is on: no token, no listing
+    with pytest.raises(urllib.error.HTTPError) as denied:
+        request(f"{base}/api/contents/")
+    assert denied.value.code in (401, 403)
+    said = "running as root" in log.read_text() or "you are root" in log.read_text()
+    assert said == (os.geteuid() == 0), "make lab should say so exactly when it adds --allow-root"
+
+
+def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorboard(lab, tmp_path):
+    from jupyter_client import BlockingKernelClient
+
+    base, token, _, _, runtime, family, make_pid = lab
+    _, kernel = request(f"{base}/api/kernels", token, method="POST")
+    connection = runtime / f"kernel-{kernel['id']}.json"
+    deadline = time.monotonic() + 60
+    while not connection.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    client = BlockingKernelClient(connection_file=str(connection))
+    client.load_connection_file()
+    client.start_channels(hb=False)   # the heartbeat can lag on a loaded machine: wait on kernel_info only
+    outputs: list[dict] = []
+
+    def run(code: str) -> str:
+        outputs.clear()
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: outputs.append(m))
+        shown = ("stream", "display_data", "update_display_data", "execute_result")
+        text = "".join(m["content"]["text"] if m["msg_type"] == "stream" else json.dumps(m["content"]["data"])
+                       for m in outputs if m["msg_type"] in shown)
+        assert reply["content"]["status"] == "ok", f"{code!r} failed: {reply['content']} {text}"
+        return text
+
+    try:
+        client.wait_for_ready(timeout=60)
+        found = json.loads(run("import json, shutil\n"
+                               "print(json.dumps({n: shutil.which(n) for n in ('tensorboard', 'pip', 'python')}))"))
+        assert found == {n: str(VENV_BIN / n) for n in found}, f"the kernel's PATH finds {found}"
+
+        logdir, port = tmp_path / "runs", free_port()
+        logdir.mkdir()
+        shown = run(f"%load_ext tensorboard\n%tensorboard --logdir {logdir} --host 127.0.0.1 --port {port}")
+        assert "Could not find" not in shown and "ERROR:" not in shown, shown
+        assert str(port) in shown, f"no TensorBoard frame for port {port}: {shown}"
+        status, runs = request(f"http://127.0.0.1:{port}/data/runs")
+        assert status == 200 and runs == []
+        pids = json.loads(run("from tensorboard import manager\n"
+                              f"print(json.dumps([i.pid for i in manager.get_all() if i.port == {port}]))"))
+        assert len(pids) == 1, pids
+        family |= descendants(make_pid) | {pids[0]} | descendants(pids[0])
+        # TensorBoard started by the magic outlives its kernel by design: stop it as a student would
+        run(f"import os, signal\nos.kill({pids[0]}, signal.SIGTERM)")
+    finally:
+        client.stop_channels()
+        with contextlib.suppress(OSError):
+            request(f"{base}/api/kernels/{kernel['id']}", token, method="DELETE")

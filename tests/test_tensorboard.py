@@ -325,8 +325,8 @@ def test_server_lists_runs_tags_and_a_scalar_series(tensorboard, runs_root):
     histogram_tags = _get(f"{tensorboard.url}/data/plugin/histograms/tags")
     assert {f"{stem}/weights/w1", f"{stem}/grads/w1"} <= set(histogram_tags.get(name, {}))
     # every chart is in its notebook's section; no one-point hparam/* chart anywhere
-    for run, tags in scalar_tags.items():
-        assert all(t.startswith(run.split("/")[0] + "/") and "hparam" not in t for t in tags), (run, tags)
+    for served, tags in scalar_tags.items():
+        assert all(t.startswith(served.split("/")[0] + "/") and "hparam" not in t for t in tags), (served, tags)
 
     query = urllib.parse.urlencode({"run": name, "tag": f"{stem}/loss"})
     series = _get(f"{tensorboard.url}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value]]

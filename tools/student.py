@@ -18,8 +18,9 @@ cell below reads is set to ``None`` first, so the check answers "got None"
 instead of a NameError. In a markdown cell the block becomes
 ``Your answer here``. Every code cell loses its stored outputs (a PASS line or
 a finished loss curve would spoil the exercise; nbgrader clears them too) and
-its ``nbval-*`` tags. Other files under the source folder (images, README.md)
-are copied as they are.
+its ``nbval-*`` tags. Other files under the source folder (images) are copied
+as they are, except that the repository's ``student/README.md`` comes from
+``docs/student_README.md`` (``notebooks/README.md`` is the instructors' map).
 
 A student's work is never lost. ``build`` overwrites a student file only when
 it is still exactly what was generated last time (the hashes are kept in
@@ -68,6 +69,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".generated.json"
 BACKUP_DIR = "backup"
+# student/README.md is written for students (what the folder is, how to start, what the checks
+# say); notebooks/README.md is the instructors' map and stays in notebooks/.
+STUDENT_README = ROOT / "docs" / "student_README.md"
 STUB_COMMENT = "# YOUR CODE HERE"
 ANSWER_PLACEHOLDER = "Your answer here"
 EDITION = "student"
@@ -422,7 +426,10 @@ def _backup(out: Path, rel: Path) -> Path:
 def _generate_all(src_dir: Path) -> dict[Path, bytes]:
     if not src_dir.is_dir():
         raise FileNotFoundError(f"no source folder {src_dir}")
-    return {rel: generate(src_dir / rel) for rel in source_files(src_dir)}
+    files = {rel: generate(src_dir / rel) for rel in source_files(src_dir)}
+    if src_dir.resolve() == (ROOT / "notebooks").resolve() and STUDENT_README.is_file():
+        files[Path("README.md")] = STUDENT_README.read_bytes()
+    return files
 
 
 def build(src_dir: Path, out: Path, force: bool = False, log=print) -> int:
