@@ -59,8 +59,7 @@ def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
     from ..hardware import measure_matmul
     rates = {n: measure_matmul(n, "fp32", device, min_run_time=0.05).flops_per_s for n in (16, 1024)}
     check_prediction("which size gets closer to the peak", prediction, max(rates, key=rates.get), choices=(16, 1024),
-                     why="a 16 x 16 product is 8 kFLOP, done in a few hundred cycles: the fixed cost of "
-                         "each call (Python, dispatch, a GPU kernel launch) is paid back only by a lot of work",
+                     why="16 x 16 is 8 kFLOP: too little work to pay each call's fixed cost (dispatch, a kernel launch)",
                      mistakes={16: "small matrices do fit in the cache, but that is not what limits them."})
 
 
