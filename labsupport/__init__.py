@@ -16,7 +16,7 @@ notebook only writes ``import labsupport as lab``.
 * ``paths``      lab_folder: runs/ and data/ beside notebooks/ and student/
 * ``hardware``   cpu_info, gpu_info, time_per_call, matmul_sweep (notebook 00)
 * ``distributed`` run_data_parallel: DDP workers as real processes, gloo or NCCL (notebook 10)
-* ``autograd_graph`` print_graph, graph_lines, graph_nodes (walk grad_fn to the leaves)
+* ``autograd_graph`` print_graph, graph_nodes (walk grad_fn to the leaves)
 * ``pretrained`` load_pretrained (offline-first), imagenet_topk, pretrain_digits_cnn (notebook 08)
 * ``slowdata``   SlowDataset, SyntheticImages, time_loader: DataLoader workers (notebook 07)
 * ``mnist``      load_mnist, data_dir: MNIST/FashionMNIST only if present or LAB_DOWNLOAD=1

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import labsupport as lab
+from labsupport.autograd_graph import _lines
 
 
 def two_layer():
@@ -33,7 +34,7 @@ def test_two_layer_graph_from_loss_to_leaves(capsys):
 
 def test_graph_lines_match_next_functions():
     loss, w1, w2 = two_layer()
-    lines = lab.graph_lines(loss)
+    lines = _lines(loss)
     # walk next_functions by hand: each node's children are printed right below it
     node, depth = loss.grad_fn, 0
     while node is not None and type(node).__name__ != "AccumulateGrad":
@@ -47,7 +48,7 @@ def test_graph_lines_match_next_functions():
 def test_shared_node_is_printed_once():
     w = torch.ones(3, requires_grad=True)
     h = w.exp()
-    lines = lab.graph_lines((h * h).sum(), names={"w": w})
+    lines = _lines((h * h).sum(), names={"w": w})
     assert lines == ["SumBackward0",
                      "└─ MulBackward0",
                      "   ├─ ExpBackward0",
@@ -60,7 +61,7 @@ def test_max_depth_cuts_long_chains():
     t = w
     for _ in range(50):
         t = t.sin()
-    lines = lab.graph_lines(t, max_depth=3)
+    lines = _lines(t, max_depth=3)
     assert lines == ["SinBackward0", "└─ SinBackward0", "   └─ SinBackward0", "      └─ ..."]
     assert len(lab.graph_nodes(t)) == 50
 
@@ -86,7 +87,7 @@ def test_custom_function_is_one_node():
 
 def test_leaf_and_detached_tensors():
     w = torch.ones(2, 3, requires_grad=True)
-    assert lab.graph_lines(w, names={"w": w}) == ["leaf w (2, 3) (no grad_fn: nothing computed it)"]
+    assert _lines(w, names={"w": w}) == ["leaf w (2, 3) (no grad_fn: nothing computed it)"]
     assert lab.graph_nodes(w) == []
     for no_graph in (torch.ones(3), (w * 2).detach()):
         with pytest.raises(ValueError, match="not part of an autograd graph"):
@@ -108,8 +109,8 @@ def test_bad_inputs(value, kind):
 def test_bad_names_and_depth():
     loss, w1, _ = two_layer()
     with pytest.raises(TypeError, match="names must be a dict"):
-        lab.graph_lines(loss, names=[w1])
+        _lines(loss, names=[w1])
     with pytest.raises(ValueError, match="max_depth must be a positive int"):
-        lab.graph_lines(loss, max_depth=0)
+        _lines(loss, max_depth=0)
     # names that are not tensors are ignored, not fatal
-    assert lab.graph_lines(loss, names={"w1": w1, "note": "text"})[0] == "SumBackward0"
+    assert _lines(loss, names={"w1": w1, "note": "text"})[0] == "SumBackward0"
