@@ -37,8 +37,8 @@ outputs) and ``logs/grade-<time>.log``.
 
 Instructor-only cases: ``grading/extra/<notebook stem>.py`` (``--extra`` picks
 another folder) may define ``extra_<id with _ for .>(ns)`` (e.g. ``extra_02_1``),
-called with the kernel's namespace after the exercise's check passed; raising
-anything fails the exercise. Its message goes to results.jsonl only; the feedback
+called with the kernel's namespace after the last check, for each exercise whose own
+check passed; raising anything fails the exercise. Its message goes to results.jsonl only; the feedback
 says "an additional test of your instructor failed". It may also define
 ``POINTS = {"02.1": 2}``.
 """
@@ -266,11 +266,13 @@ class Config:
     memory_mb: int = 4096
     landlock: bool = True
     scratch_root: str = ""
+    private: tuple[str, ...] = ()   # the submissions and the output folder
 
 
 def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
-           if k in ("PATH", "LANG", "LC_ALL", "TZ", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_VEC_ISA_OK")}
+           if k in ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
+                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_VEC_ISA_OK")}
     data = ROOT / "data"
     env.update(HOME=str(scratch), TMPDIR=str(scratch / "tmp"), MPLCONFIGDIR=str(scratch / "mpl"),
                IPYTHONDIR=str(scratch / "ipython"), XDG_CACHE_HOME=str(scratch / "cache"),
@@ -283,7 +285,9 @@ def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
     readable = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev",
                 sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
                 str(ROOT / "labsupport"), str(data), env["TORCH_HOME"]]
-    readable += [p for p in sys.path if p and os.path.isdir(p) and Path(p).resolve() != ROOT]
+    private = [Path(p).resolve() for p in cfg.private]  # never readable, whatever contains them
+    readable += [p for p in sys.path if p and os.path.isdir(p) and Path(p).resolve() != ROOT
+                 and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)]
     readable += [str(src / rel) for rel in edition.source_files(src) if rel.suffix != ".ipynb"]
     env["LAB_GRADE_SANDBOX"] = json.dumps({"memory_mb": cfg.memory_mb, "landlock": cfg.landlock,
                                            "read": readable, "write": [str(scratch), "/dev/null", "/dev/shm"],
@@ -312,14 +316,14 @@ class Kernel:
         for sub in ("tmp", "mpl", "ipython", "cache", "runs"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         # cells run at index 0 of a throwaway notebook: their outputs land in the cell passed in
-        self.client = NotebookClient(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell()]), kernel_name=KERNEL_NAME, allow_errors=True,
-                                     record_timing=False, startup_timeout=120,
+        self.client = NotebookClient(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell()]),
+                                     kernel_name=KERNEL_NAME, allow_errors=True, record_timing=False, startup_timeout=120,
                                      resources={"metadata": {"path": str(self.scratch)}})
         self.client.km = self.client.create_kernel_manager()
         self.client.start_new_kernel(env=self.env, cwd=str(self.scratch))
         self.client.start_new_kernel_client()
         self.starts += 1
-        self.run(nbformat.v4.new_code_cell(_PREAMBLE), -1, 60)
+        self.run(nbformat.v4.new_code_cell(_PREAMBLE), -1, 60, hidden=True)
 
     def stop(self) -> None:
         if self.client is not None:
@@ -329,15 +333,16 @@ class Kernel:
                 pass
             self.client = None
 
-    def run(self, cell, index: int, timeout: float) -> tuple[str, float]:
-        """Execute ``cell`` (outputs land in it); return ("ok" | "error" | "timeout" | "dead", seconds)."""
+    def run(self, cell, index: int, timeout: float, hidden: bool = False) -> tuple[str, float]:
+        """Execute ``cell`` (outputs land in it); return ("ok" | "error" | "timeout" | "dead", seconds).
+        A ``hidden`` cell stays out of the kernel's history (``In``, ``_ih``)."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
         self.client.timeout = int(timeout)
         cell.outputs = []
         t0 = time.perf_counter()
         try:
-            self.client.execute_cell(cell, 0)
+            self.client.execute_cell(cell, 0, store_history=not hidden)
         except CellTimeoutError:
             return "timeout", time.perf_counter() - t0
         except DeadKernelError:
@@ -375,8 +380,8 @@ def _result(ex: Exercise, points: float, student_id: str, notebook: str) -> dict
             "note": "", "seconds": 0.0, "flags": []}
 
 
-def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
-    """Rebuild ``sub`` on ``src`` and run it in a fresh sandboxed kernel; the per-exercise results."""
+def _plan(src: Source, sub, student_id: str):
+    """The rebuilt notebook, a blank result per exercise, each graded cell's role, the cells to run."""
     nb, slots, written = rebuild(src, sub)
     results = {ex.id: _result(ex, src.points.get(ex.id, 1.0), student_id, src.name) for ex in src.exercises}
     role: dict[int, tuple[str, Exercise]] = {}
@@ -393,9 +398,34 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     last = max([e.check_cell or e.cell for e in src.exercises], default=-1)
     order = [i for i, c in enumerate(nb.cells[:last + 1])
              if c.cell_type == "code" and not edition._is_skip(src.notebook.cells[i])]
+    return nb, results, written, role, order
+
+
+def _lost(res: dict, outcome: str, kind: str, cfg: Config) -> None:
+    """An exercise whose cell ran out of time or killed its kernel."""
+    what = "your exercise cell" if kind == "exercise" else "its check"
+    if outcome == "timeout":
+        res.update(status="timeout", feedback=f"timed out after {cfg.timeout:g} s while running {what}")
+    else:
+        res.update(status="crashed", feedback=f"the kernel died while running {what} (os._exit, a crash in "
+                                              f"native code, or the memory limit of {cfg.memory_mb} MB)")
+
+
+def _restart(kernel: Kernel, nb, clean: list[int]) -> None:
+    """A fresh kernel, brought to the state before the lost cell by replaying the clean ones."""
+    kernel.stop()
+    kernel.start()
+    for j in clean:
+        again, _ = kernel.run(nb.cells[j], j, kernel.cfg.cell_timeout)
+        if again in ("timeout", "dead"):
+            raise RuntimeError(f"replaying cell {j} after a restart: {again}")
+
+
+def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
+    """Rebuild ``sub`` on ``src`` and run it in a fresh sandboxed kernel; the per-exercise results."""
+    nb, results, written, role, order = _plan(src, sub, student_id)
     scratch = Path(tempfile.mkdtemp(prefix="s-", dir=cfg.scratch_root or None))
-    kernel = Kernel(cfg, scratch)
-    t_start = time.perf_counter()
+    kernel, t_start = Kernel(cfg, scratch), time.perf_counter()
     clean: list[int] = []       # cells that ran without error: replayed after a restart
     broken = setup_error = ""
     first = min([e.cell for e in src.exercises], default=0)
@@ -404,7 +434,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
         for i in order:
             kind, ex = role.get(i, ("scaffold", None))
             res = results[ex.id] if ex else None
-            if res is not None and (res["status"] in ("missing", "timeout", "crashed")):
+            if res is not None and res["status"] in ("missing", "timeout", "crashed"):
                 continue
             limit = cfg.timeout + (10 if kind == "check" else 0) if ex else cfg.cell_timeout
             outcome, secs = kernel.run(nb.cells[i], i, limit)
@@ -412,17 +442,8 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
                 res["seconds"] = round(res["seconds"] + secs, 3)
             if outcome in ("timeout", "dead"):
                 if res is not None:
-                    what = "your exercise cell" if kind == "exercise" else "its check"
-                    res.update(status="timeout" if outcome == "timeout" else "crashed", feedback=(
-                        f"timed out after {limit:g} s while running {what}" if outcome == "timeout" else
-                        f"the kernel died while running {what} (os._exit, a crash in native code, or the "
-                        f"memory limit of {cfg.memory_mb} MB)"))
-                kernel.stop()
-                kernel.start()
-                for j in clean:
-                    again, _ = kernel.run(nb.cells[j], j, cfg.cell_timeout)
-                    if again in ("timeout", "dead"):
-                        raise RuntimeError(f"replaying cell {j} after a restart: {again}")
+                    _lost(res, outcome, kind, cfg)
+                _restart(kernel, nb, clean)
                 continue
             if outcome == "ok":
                 clean.append(i)
@@ -433,7 +454,9 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
                 err = _error(nb.cells[i])
                 res["exercise_error"] = f"{err['ename']}: {err['evalue']}" if err else ""
             elif kind == "check":
-                _judge(res, nb.cells[i], outcome, kernel, ex, src)
+                _judge(res, nb.cells[i], outcome)
+        if src.extra:
+            _extras(kernel, src, results)
     except Exception as exc:  # the kernel would not start, or its state could not be rebuilt
         broken = f"{type(exc).__name__}: {exc}"
     finally:
@@ -447,8 +470,8 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
             "error": broken or setup_error}
 
 
-def _judge(res: dict, cell, outcome: str, kernel: Kernel, ex: Exercise, src: Source) -> None:
-    """Score one exercise from its check cell's outputs (and the extra cases)."""
+def _judge(res: dict, cell, outcome: str) -> None:
+    """Score one exercise from its check cell's outputs."""
     err = _error(cell)
     passes = [line.strip() for line in _stdout(cell).splitlines() if line.startswith("PASS")]
     stub = (res.get("exercise_error", "").startswith("NotImplementedError")
@@ -464,17 +487,26 @@ def _judge(res: dict, cell, outcome: str, kernel: Kernel, ex: Exercise, src: Sou
     own = res.get("exercise_error", "")
     if res["status"] == "fail" and own and not own.startswith("NotImplementedError"):
         res["feedback"] += f"\n(your exercise cell itself raised {own})"
-    fn = f"extra_{ex.id.replace('.', '_')}"
-    if res["status"] == "pass" and src.extra and re.search(rf"^def {fn}\b", src.extra, re.M):
+
+
+def _extras(kernel: Kernel, src: Source, results: dict) -> None:
+    """The instructor's extra cases of every exercise that passed its check. They run after the
+    last check, in hidden cells, so no student code runs after them that could echo them back."""
+    for ex in src.exercises:
+        res, fn = results[ex.id], f"extra_{ex.id.replace('.', '_')}"
+        if res["status"] != "pass" or not re.search(rf"^def {fn}\b", src.extra, re.M):
+            continue
         probe = nbformat.v4.new_code_cell(
-            f"def _grade_extra():\n    _ns = {{}}\n    exec(compile({src.extra!r}, '<instructor cases>', 'exec'), _ns)\n"
-            f"    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra")
-        outcome, secs = kernel.run(probe, -1, kernel.cfg.timeout)
+            f"def _grade_extra():\n    _ns = {{}}\n    exec(compile({src.extra!r}, '<instructor cases>', 'exec'), _ns)"
+            f"\n    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra")
+        outcome, secs = kernel.run(probe, -1, kernel.cfg.timeout, hidden=True)
         res["seconds"] = round(res["seconds"] + secs, 3)
         bad = _error(probe)
         if outcome != "ok" or bad is not None:
             res.update(status="fail", points=0.0, detail=f"extra cases: {_message(bad) if bad else outcome}",
                        feedback=res["feedback"] + "\nbut an additional test of your instructor failed")
+        if outcome in ("timeout", "dead"):
+            return
 
 
 # --------------------------------------------------------------------------- a whole class
@@ -709,6 +741,7 @@ def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = N
         log.info("grading %s into %s: %d source notebook(s), %d worker(s), %g s per exercise, %d MB per kernel, "
                  "sandbox: %s", submissions, out, len(sources), jobs, cfg.timeout, cfg.memory_mb, sandbox_state(cfg))
         todo, rows = collect(submissions, sources, log)
+        cfg = Config(**{**asdict(cfg), "private": (str(submissions), str(out))})
         graded = run_jobs(todo, cfg, jobs, log)
         table = write_outputs(out, graded, rows, sources)
         log.info("done: %d row(s) in grades.csv in %.1f s", len(table), time.perf_counter() - t0)
