@@ -6,7 +6,7 @@ notebook only writes ``import labsupport as lab``.
 * ``seeding``    seed_everything, make_generator, seed_worker
 * ``device``     pick_device, print_environment, check_versions
 * ``data``       lecture_data, lecture_weights, DigitsDataset
-* ``models``     TwoLayerNet, ParallelBlock, DigitsCNN, count_parameters
+* ``models``     DigitsCNN, count_parameters
 * ``checks``     the exercises' checks (CheckError, check_close, ...)
 * ``training``   digits_loaders, fit, evaluate (after notebook 07 has taught the loop)
 * ``tb``         TensorBoard writers under runs/<notebook>/<run>, read_scalars

@@ -1,59 +1,11 @@
-"""Models the notebooks share.
-
-* :class:`TwoLayerNet` and :class:`ParallelBlock`: the lecture's nn.Module examples.
-* :class:`DigitsCNN`: a small CNN for the 8x8 digits (notebooks 07, 08, 10).
-
-Example:
-    >>> import torch
-    >>> net = TwoLayerNet(1000, 100, 10)
-    >>> net(torch.randn(64, 1000)).shape
-    torch.Size([64, 10])
-"""
+"""Models the notebooks share: :class:`DigitsCNN`, a small CNN for the 8x8 digits (notebooks 07-10),
+and :func:`count_parameters` (05-08)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-__all__ = ["TwoLayerNet", "ParallelBlock", "DigitsCNN", "count_parameters"]
-
-
-class TwoLayerNet(nn.Module):
-    """``Linear(D_in, H) -> ReLU -> Linear(H, D_out)``, as in the lecture.
-
-    Example:
-        >>> TwoLayerNet(4, 3, 2)(torch.zeros(5, 4)).shape
-        torch.Size([5, 2])
-    """
-
-    def __init__(self, D_in: int, H: int, D_out: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(D_in, H)
-        self.linear2 = nn.Linear(H, D_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h_relu = self.linear1(x).clamp(min=0)
-        return self.linear2(h_relu)
-
-
-class ParallelBlock(nn.Module):
-    """Two linear layers applied to the same input, their outputs multiplied
-    element-wise and passed through a ReLU (the lecture's example of a
-    module that is not a plain sequence).
-
-    Example:
-        >>> ParallelBlock(4, 3)(torch.zeros(5, 4)).shape
-        torch.Size([5, 3])
-    """
-
-    def __init__(self, D_in: int, D_out: int) -> None:
-        super().__init__()
-        self.linear1 = nn.Linear(D_in, D_out)
-        self.linear2 = nn.Linear(D_in, D_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h1 = self.linear1(x)
-        h2 = self.linear2(x)
-        return (h1 * h2).clamp(min=0)
+__all__ = ["DigitsCNN", "count_parameters"]
 
 
 class DigitsCNN(nn.Module):

@@ -1,287 +1,218 @@
-"""Checks of notebook 05 (nn.Module): the reference passes, each known mistake is named."""
+"""Checks of notebook 05 (nn.Module): the reference passes, each named mistake is named, bad input is a CheckError."""
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import labsupport as lab
+import labsupport.checks.core as core
 
 
-# ------------------------------------------------------------------ check_residual_block
+# ------------------------------------------------------------------ check_my_linear
 
-class ResidualBlock(nn.Module):
-    def __init__(self, D, H):
+class MyLinear(nn.Module):
+    def __init__(self, D_in, D_out):
         super().__init__()
-        self.fc1 = nn.Linear(D, H)
-        self.fc2 = nn.Linear(H, D)
+        self.weight = nn.Parameter(torch.randn(D_out, D_in))
+        self.bias = nn.Parameter(torch.zeros(D_out))
 
     def forward(self, x):
-        return x + self.fc2(torch.relu(self.fc1(x)))
+        return x @ self.weight.t() + self.bias
 
 
-def residual_variant(forward=None, init=None):
-    """A ResidualBlock subclass with a replaced forward and/or __init__."""
-    body = {}
-    if forward is not None:
-        body["forward"] = forward
-    if init is not None:
-        body["__init__"] = init
-    return type("ResidualBlock", (ResidualBlock,), body)
+def linear_variant(init=None, forward=None):
+    return type("MyLinear", (MyLinear,), {k: v for k, v in (("__init__", init), ("forward", forward)) if v})
 
 
-def test_residual_block_passes(capsys):
-    lab.check_residual_block(ResidualBlock)
-    assert capsys.readouterr().out == ("PASS  ResidualBlock: output shape, parameter count and forward "
-                                       "values match the spec on 2 sizes\n")
-
-
-def test_residual_block_any_equivalent_forward_passes(capsys):
-    alt = residual_variant(forward=lambda self, x: self.fc2(self.fc1(x).clamp(min=0)) + x)
-    lab.check_residual_block(alt)
-    assert capsys.readouterr().out.startswith("PASS  ResidualBlock")
-
-
-def _init_plain_list(self, D, H):
+def _plain(self, i, o):
     nn.Module.__init__(self)
-    self.layers = [nn.Linear(D, H), nn.Linear(H, D)]
+    self.weight, self.bias = torch.randn(o, i, requires_grad=True), nn.Parameter(torch.zeros(o))
 
 
-def _init_no_bias(self, D, H):
+def _transposed(self, i, o):
     nn.Module.__init__(self)
-    self.fc1, self.fc2 = nn.Linear(D, H, bias=False), nn.Linear(H, D, bias=False)
+    self.weight, self.bias = nn.Parameter(torch.randn(i, o)), nn.Parameter(torch.zeros(o))
 
 
-def _init_extra(self, D, H):
-    ResidualBlock.__init__(self, D, H)
-    self.scale = nn.Parameter(torch.ones(1))
-
-
-def _init_no_super(self, D, H):
-    self.fc1 = nn.Linear(D, H)
-
-
-def _init_swapped(self, D, H):
+def _no_bias(self, i, o):
     nn.Module.__init__(self)
-    self.fc1, self.fc2 = nn.Linear(D, D), nn.Linear(D, D)
+    self.weight, self.bias = nn.Parameter(torch.randn(o, i)), None
 
 
-def _forward_in_place(self, x):
-    x += self.fc2(torch.relu(self.fc1(x)))
+def _frozen(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i), requires_grad=False)
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
+def _no_super(self, i, o):
+    self.weight = nn.Parameter(torch.randn(o, i))
+
+
+def _no_super_tensor(self, i, o):
+    self.weight = torch.randn(o, i)
+
+
+def _sleep(self, x):
+    while True:
+        pass
+
+
+LINEAR_MISTAKES = [
+    (linear_variant(init=_plain), "a plain tensor is not registered"),
+    (linear_variant(init=_transposed), r"weight is \(in, out\)"),
+    (linear_variant(init=_no_bias), "the bias is missing"),
+    (linear_variant(init=_frozen), "requires_grad=False"),
+    (linear_variant(init=_no_super), r"super\(\).__init__\(\)"),
+    (linear_variant(init=_no_super_tensor), r"super\(\).__init__\(\)"),
+    (linear_variant(forward=lambda self, x: x @ self.weight), "transpose"),
+    (linear_variant(forward=lambda self, x: x @ self.weight.t()), "the bias is not added"),
+    (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).detach()), "no gradient"),
+    (linear_variant(forward=lambda self, x: x @ self.weight.t() * float("nan")), "not finite"),
+]
+
+
+def test_my_linear_passes(capsys):
+    lab.check_my_linear(MyLinear)
+    assert capsys.readouterr().out.startswith("PASS  MyLinear")
+
+
+@pytest.mark.parametrize("variant, fragment", LINEAR_MISTAKES)
+def test_my_linear_names_each_mistake(variant, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        lab.check_my_linear(variant)
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (None, "got None"), ([MyLinear], "got list"), (MyLinear(2, 3), "instance of it"), (np.zeros(2), "numpy"),
+    (int, "must be a subclass"),
+    (linear_variant(forward=lambda self, x: None), "got None"),
+    (linear_variant(forward=lambda self, x: (x @ self.weight.t()).tolist()), "got list"),
+    (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).float()), "dtype"),
+    (linear_variant(forward=lambda self, x: 1 / 0), "ZeroDivisionError"),
+    (linear_variant(forward=lambda self, x: (_ for _ in ()).throw(NotImplementedError("Exercise 1"))),
+     "not written yet"),
+])
+def test_my_linear_bad_input(bad, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        lab.check_my_linear(bad)
+
+
+def test_never_returning_forward_is_stopped(monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.3)
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_my_linear(linear_variant(forward=_sleep))
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_residual_stack(stack_variant(forward=_sleep))
+
+
+# ------------------------------------------------------------------ check_layer_list_prediction
+
+def test_list_prediction():
+    lab.check_layer_list_prediction(1000 * 100 + 100 + 100 * 10 + 10)
+    with pytest.raises(lab.CheckError, match="counts the hidden layers too"):
+        lab.check_layer_list_prediction(101110 + 3 * (100 * 100 + 100))
+    with pytest.raises(lab.CheckError, match="registered"):
+        lab.check_layer_list_prediction(0)
+    for bad in (None, "many", [1], float("nan")):
+        with pytest.raises(lab.CheckError):
+            lab.check_layer_list_prediction(bad)
+
+
+# ------------------------------------------------------------------ check_residual_stack
+
+class Block(nn.Module):
+    def __init__(self, D, H):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(D, H), nn.Linear(H, D)
+
+    def forward(self, h):
+        return h + self.fc2(torch.relu(self.fc1(h)))
+
+
+class ResidualStack(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def stack_variant(init=None, forward=None):
+    return type("ResidualStack", (ResidualStack,), {k: v for k, v in (("__init__", init), ("forward", forward)) if v})
+
+
+def _branch(self, x):
+    for b in self.blocks:
+        x = b.fc2(torch.relu(b.fc1(x)))
     return x
 
 
-def _forward_detached(self, x):
-    return (x + self.fc2(torch.relu(self.fc1(x)))).detach()
+def _relu_after_sum(self, x):
+    for b in self.blocks:
+        x = torch.relu(b(x))
+    return x
 
 
-def _forward_no_fc2(self, x):
-    return torch.relu(self.fc1(x))
+def _outer(self, x):
+    return x + _branch(self, x)
 
 
-@pytest.mark.parametrize("variant, fragment", [
-    (residual_variant(forward=lambda self, x: self.fc2(torch.relu(self.fc1(x)))),
-     "the residual connection is missing"),
-    (residual_variant(forward=lambda self, x: x + self.fc2(self.fc1(x))), "the ReLU between the two layers is missing"),
-    (residual_variant(forward=lambda self, x: torch.relu(x + self.fc2(torch.relu(self.fc1(x))))),
-     "no ReLU on the sum"),
-    (residual_variant(forward=lambda self, x: x + torch.relu(self.fc2(torch.relu(self.fc1(x))))),
-     "ReLU after fc2"),
-    (residual_variant(forward=lambda self, x: x - self.fc2(torch.relu(self.fc1(x)))), "does not match"),
-    (residual_variant(forward=_forward_in_place), "changed its input x in place"),
-    (residual_variant(forward=_forward_detached), "does not require grad"),
-    (residual_variant(forward=_forward_no_fc2), r"has shape \(4, 3\); expected \(4, 5\)"),
-    (residual_variant(forward=lambda self, x: None), "got None"),
-    (residual_variant(forward=lambda self, x: (x + self.fc2(torch.relu(self.fc1(x)))).double()), "dtype torch.float64"),
-    (residual_variant(forward=lambda self, x: (x + self.fc2(torch.relu(self.fc1(x)))).tolist()), "got list"),
-    (residual_variant(forward=lambda self, x: (x + self.fc2(torch.relu(self.fc1(x)))).detach().numpy()), "got numpy"),
-    (residual_variant(forward=lambda self, x: x + self.fc2(torch.relu(self.fc1(x))) * float("nan")), "NaN"),
-    (residual_variant(init=_init_plain_list), "plain Python list"),
-    (residual_variant(init=_init_no_bias), "no bias"),
-    (residual_variant(init=_init_extra), "has 39 parameters; the spec gives 38"),
-    (residual_variant(init=_init_no_super), r"Call super\(\).__init__\(\) first"),
-    (residual_variant(init=_init_swapped), r"fc1 is nn.Linear\(5, 5\); expected nn.Linear\(5, 3\)"),
-])
-def test_residual_block_mistakes(variant, fragment):
+def _in_place(self, x):
+    for b in self.blocks:
+        x += b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _fresh_layer(self, x):
+    return ResidualStack.forward(self, x) + nn.Linear(x.shape[1], x.shape[1])(x)
+
+
+def _python_list(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = [Block(D, H) for _ in range(depth)]
+
+
+def _repeated(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList([Block(D, H)] * depth)
+
+
+def _no_super_stack(self, D, H, depth):
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
+
+
+STACK_MISTAKES = [
+    (stack_variant(forward=_branch), "no residual"),
+    (stack_variant(forward=_relu_after_sum), "a ReLU after the sum"),
+    (stack_variant(forward=_outer), "one residual around the whole stack"),
+    (stack_variant(forward=_in_place), "in place"),
+    (stack_variant(forward=_fresh_layer), "created inside forward"),
+    (stack_variant(init=_python_list), "plain Python list"),
+    (stack_variant(init=_repeated), "shares its weights"),
+    (stack_variant(init=_no_super_stack), r"super\(\).__init__\(\)"),
+    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).detach()), "no gradient"),
+    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x) * float("nan")), "not finite"),
+    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x)[None]), "extra leading dimension"),
+]
+
+
+def test_residual_stack_passes(capsys):
+    lab.check_residual_stack(ResidualStack)
+    assert capsys.readouterr().out.startswith("PASS  ResidualStack")
+
+
+@pytest.mark.parametrize("variant, fragment", STACK_MISTAKES)
+def test_residual_stack_names_each_mistake(variant, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_residual_block(variant)
+        lab.check_residual_stack(variant)
 
 
-def _stub_forward(self, x):
-    raise NotImplementedError("Exercise 1: a residual block")
-
-
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"),
-    (ResidualBlock(3, 2), "got an instance of it"),
-    ([ResidualBlock], "got list"),
-    (np.zeros(3), "got numpy.ndarray"),
-    (int, "must be a subclass of torch.nn.modules.module.Module"),
-    (residual_variant(forward=_stub_forward), r"not written yet \(Exercise 1: a residual block\)"),
-    (residual_variant(init=lambda self, D, H: (_ for _ in ()).throw(NotImplementedError("Exercise 1"))),
-     "not written yet"),
-])
-def test_residual_block_bad_inputs(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_residual_block(bad)
-
-
-# ------------------------------------------------------------------ check_shared_mlp
-
-class SharedMLP(nn.Module):
-    def __init__(self, D_in, H, D_out, depth):
-        super().__init__()
-        self.depth = depth
-        self.input_layer = nn.Linear(D_in, H)
-        self.hidden_layer = nn.Linear(H, H)
-        self.output_layer = nn.Linear(H, D_out)
-
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for _ in range(self.depth):
-            h = torch.relu(self.hidden_layer(h))
-        return self.output_layer(h)
-
-
-def test_shared_mlp_passes(capsys):
-    lab.check_shared_mlp(SharedMLP)
-    assert capsys.readouterr().out == ("PASS  SharedMLP: one hidden layer shared by all uses (same parameter "
-                                       "count for depth 1, 3 and 4); forward values and gradients match\n")
-
-
-class SharedViaModuleList(SharedMLP):
-    """The same object repeated in a ModuleList is still one shared layer: accepted."""
-
-    def __init__(self, D_in, H, D_out, depth):
-        super().__init__(D_in, H, D_out, depth)
-        self.repeats = nn.ModuleList([self.hidden_layer] * depth)
-
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for layer in self.repeats:
-            h = torch.relu(layer(h))
-        return self.output_layer(h)
-
-
-def test_shared_mlp_module_list_of_one_layer_passes(capsys):
-    lab.check_shared_mlp(SharedViaModuleList)
-    assert capsys.readouterr().out.startswith("PASS  SharedMLP")
-
-
-class NotShared(SharedMLP):
-    """One new hidden layer per repetition: the classic way to miss the sharing."""
-
-    def __init__(self, D_in, H, D_out, depth):
-        nn.Module.__init__(self)
-        self.input_layer = nn.Linear(D_in, H)
-        self.hidden = nn.ModuleList([nn.Linear(H, H) for _ in range(depth)])
-        self.output_layer = nn.Linear(H, D_out)
-
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for layer in self.hidden:
-            h = torch.relu(layer(h))
-        return self.output_layer(h)
-
-
-class NewLayerInForward(SharedMLP):
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for _ in range(self.depth):
-            h = torch.relu(nn.Linear(h.shape[1], h.shape[1])(h))
-        return self.output_layer(h)
-
-
-class LayersOnlyInForward(nn.Module):
-    def __init__(self, D_in, H, D_out, depth):
-        super().__init__()
-        self.sizes, self.depth = (D_in, H, D_out), depth
-
-    def forward(self, x):
-        D_in, H, D_out = self.sizes
-        return nn.Linear(H, D_out)(torch.relu(nn.Linear(D_in, H)(x)))
-
-
-class UsedOnce(SharedMLP):
-    def forward(self, x):
-        return self.output_layer(torch.relu(self.hidden_layer(torch.relu(self.input_layer(x)))))
-
-
-class OffByOne(SharedMLP):
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for _ in range(self.depth - 1):
-            h = torch.relu(self.hidden_layer(h))
-        return self.output_layer(h)
-
-
-class NoHiddenRelu(SharedMLP):
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        for _ in range(self.depth):
-            h = self.hidden_layer(h)
-        return self.output_layer(h)
-
-
-class CopiedWeights(SharedMLP):
-    """Uses a detached copy of the hidden weights: same values, but gradients never reach them."""
-
-    def forward(self, x):
-        w, b = self.hidden_layer.weight.detach().clone(), self.hidden_layer.bias
-        h = torch.relu(self.input_layer(x))
-        for _ in range(self.depth):
-            h = torch.relu(torch.nn.functional.linear(h, w, b))
-        return self.output_layer(h)
-
-
-class FirstUseOnly(SharedMLP):
-    """Uses the layer for the first repetition only, then a detached copy: the gradient misses uses."""
-
-    def forward(self, x):
-        h = torch.relu(self.input_layer(x))
-        w = self.hidden_layer.weight
-        for i in range(self.depth):
-            h = torch.relu(torch.nn.functional.linear(h, w if i == 0 else w.detach(), self.hidden_layer.bias))
-        return self.output_layer(h)
-
-
-class MissingAttribute(SharedMLP):
-    def __init__(self, D_in, H, D_out, depth):
-        nn.Module.__init__(self)
-        self.depth = depth
-        self.input_layer = nn.Linear(D_in, H)
-        self.middle = nn.Linear(H, H)
-        self.output_layer = nn.Linear(H, D_out)
-
-
-@pytest.mark.parametrize("variant, fragment", [
-    (NotShared, r"weights are not shared: .* depth=4\) has 173 parameters, 3 hidden layer\(s\) more"),
-    (NewLayerInForward, "a layer is created inside forward"),
-    (LayersOnlyInForward, "has no parameters. Layers created inside forward"),
-    (UsedOnce, r"applies hidden_layer 1 time\(s\); the spec applies it depth=3 times"),
-    (OffByOne, r"applies hidden_layer 0 time\(s\); the spec applies it depth=1 times"),
-    (NoHiddenRelu, "no ReLU after hidden_layer"),
-    (CopiedWeights, "hidden_layer.weight has no gradient"),
-    (FirstUseOnly, "not the sum over its 3 uses"),
-    (MissingAttribute, "has no attribute 'hidden_layer'"),
-])
-def test_shared_mlp_mistakes(variant, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_shared_mlp(variant)
-
-
-class Stub(nn.Module):
-    def __init__(self, *args):
-        raise NotImplementedError("Exercise 2: weight sharing")
-
-
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"),
-    (SharedMLP(2, 3, 4, 1), "got an instance"),
-    ("SharedMLP", "got str"),
-    (Stub, r"not written yet \(Exercise 2: weight sharing\)"),
-    (type("SharedMLP", (SharedMLP,), {"forward": lambda self, x: [1.0]}), "got list"),
-    (type("SharedMLP", (SharedMLP,), {"forward": lambda self, x: torch.zeros(8, 3, 1)}), "shape"),
-])
-def test_shared_mlp_bad_inputs(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_shared_mlp(bad)
+@pytest.mark.parametrize("bad", [None, [ResidualStack], ResidualStack(2, 2, 1), "ResidualStack",
+                                 stack_variant(forward=lambda self, x: x.numpy())])
+def test_residual_stack_bad_input(bad):
+    with pytest.raises(lab.CheckError):
+        lab.check_residual_stack(bad)
