@@ -25,13 +25,13 @@ def test_check_error_reads_expected_got_hint_in_that_order():
 def test_failed_check_renders_as_a_short_block_in_ipython(capsys):
     from IPython.core.interactiveshell import InteractiveShell
     shell = InteractiveShell.instance()
-    shell.run_cell("import labsupport as lab, torch\n"
-                   "lab.check_close('y', torch.zeros(2), torch.ones(2))")
+    shell.run_cell("import torch\nfrom labsupport.checks import core\n"
+                   "core.compare('y', torch.zeros(2), torch.ones(2))")
     out = capsys.readouterr().out
     assert "CHECK FAILED" in out and "y does not match the reference" in out
     assert "Traceback" not in out and "core.py" not in out
     assert len(out.strip().splitlines()) <= 6
-    shell.run_cell("lab.show_traceback()")
+    shell.run_cell("import labsupport as lab\nlab.show_traceback()")
     full = capsys.readouterr().out
     assert "Traceback" in full and "core.py" in full  # the full traceback stays available
     InteractiveShell.clear_instance()
@@ -174,17 +174,17 @@ def test_run_cases_names_a_mistake_in_one_of_several_outputs():
 def test_check_prediction(capsys):
     kw = dict(choices=("error", "no error"), why="backward frees the graph.",
               mistakes={"no error": "the graph is not kept after backward()."})
-    assert "no prediction yet" in message(lab.check_prediction, "q", None, "error", **kw)
-    assert "must be one of the choices" in message(lab.check_prediction, "q", "maybe", "error", **kw)
-    err = message(lab.check_prediction, "q", "No Error ", "error", **kw)
+    assert "no prediction yet" in message(core.check_prediction, "q", None, "error", **kw)
+    assert "must be one of the choices" in message(core.check_prediction, "q", "maybe", "error", **kw)
+    err = message(core.check_prediction, "q", "No Error ", "error", **kw)
     assert "Expected 'error'; got 'no error'" in err and "the graph is not kept" in err
-    lab.check_prediction("q", " Error", "error", **kw)
+    core.check_prediction("q", " Error", "error", **kw)
     assert capsys.readouterr().out == "PASS  q: 'error' is right. backward frees the graph.\n"
-    lab.check_prediction("n", 101, 100, why="close enough.")
-    assert "must be a number" in message(lab.check_prediction, "n", "100", 100, why="")
-    assert "must be a number" in message(lab.check_prediction, "n", float("nan"), 100, why="")
-    assert "not what happens" in message(lab.check_prediction, "n", 120, 100, why="")
-    lab.check_prediction("s", torch.Size([2, 3]), (2, 3), why="shapes.")
+    core.check_prediction("n", 101, 100, why="close enough.")
+    assert "must be a number" in message(core.check_prediction, "n", "100", 100, why="")
+    assert "must be a number" in message(core.check_prediction, "n", float("nan"), 100, why="")
+    assert "not what happens" in message(core.check_prediction, "n", 120, 100, why="")
+    core.check_prediction("s", torch.Size([2, 3]), (2, 3), why="shapes.")
 
 
 # ----------------------------------------------------------------- gradients

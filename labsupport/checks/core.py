@@ -1,23 +1,12 @@
-"""The check engine: one way to run a student's code, validate it, compare it and
-name the mistake.
+"""The check engine: run a student's code, validate what comes back, compare it with a
+reference computed at check time, and name the mistake.
 
-Every check in the lab follows the same contract:
-
-* the reference is computed at check time by an independent method;
-* a failure raises :class:`CheckError`, shown in Jupyter as a short block (what
-  was expected, what came, the likely mistake, the exercise), never a traceback;
-* a success prints one stable ``PASS`` line and marks the exercise solved, so
-  later cells that call :func:`require` may run.
-
-A check is data where it can be: the seeded cases, the reference, and a list of
-known mistakes ``(wrong answer or predicate, what to tell the student)``.
-:func:`run_cases` runs such a spec; :func:`compare` and :func:`run_student` are
-the two steps every procedural check (training loops, DDP) uses too.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> lab.check_close("a", torch.ones(2, 3), torch.ones(2, 3))
-    PASS  a: matches the reference (max rel. error 0 < 1e-05)
+A failure raises :class:`CheckError`, shown in Jupyter as a short block (what was
+expected, what came, the likely mistake, the exercise), never a traceback; a success
+prints one stable ``PASS`` line and marks the exercise solved for :func:`require`.
+A check is data where it can be: seeded cases, a reference, and known mistakes
+``(wrong answer or predicate, what to tell the student)``, run by :func:`run_cases`;
+procedural checks (training loops, DDP) use :func:`run_student` and :func:`compare`.
 """
 from __future__ import annotations
 
@@ -34,8 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-__all__ = ["CheckError", "require", "show_traceback", "check_close", "check_gradients",
-           "check_prediction"]
+__all__ = ["CheckError", "require", "show_traceback", "check_gradients"]
 
 #: Seconds a student's function may run inside a check ($LAB_TIME_LIMIT overrides).
 TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
@@ -64,15 +52,11 @@ class CheckError(AssertionError):
         super().__init__(self._text())
 
     def _text(self) -> str:
-        parts = [self.message.rstrip(".") if (self.expected or self.got or self.hint) else self.message]
-        if self.expected is not None:
-            parts.append(f"Expected {self.expected}")
-        if self.got is not None:
-            parts.append(f"got {self.got}" if self.expected is not None else f"Got {self.got}")
-        text = parts[0] + (". " + "; ".join(parts[1:]) if len(parts) > 1 else "")
-        if self.hint:
-            text += f". Likely mistake: {self.hint}"
-        return text
+        facts = "; ".join(f"{k} {v}" for k, v in (("expected", self.expected), ("got", self.got)) if v is not None)
+        text = self.message
+        if facts or self.hint:
+            text = text.rstrip(".") + (". " + facts[0].upper() + facts[1:] if facts else "")
+        return text + (f". Likely mistake: {self.hint}" if self.hint else "")
 
     def _render_traceback_(self) -> list[str]:
         """What IPython shows instead of the traceback (see IPython's showtraceback)."""
@@ -311,21 +295,6 @@ def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, 
     return rel_error(got, expected)
 
 
-def check_close(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5,
-                atol: float = 1e-8, hint: str | None = None) -> None:
-    """Compare a tensor with a reference computed in the notebook; print PASS or raise.
-
-    Example:
-        >>> check_close("y", torch.tensor([1.0]), torch.tensor([1.0]))
-        PASS  y: matches the reference (max rel. error 0 < 1e-05)
-    """
-    __tracebackhide__ = True
-    if not isinstance(expected, torch.Tensor):
-        raise CheckError(f"the reference for {name} must be a tensor", got=describe(expected))
-    err = compare(name, got, expected, rtol=rtol, atol=atol, hint=hint)
-    passed(f"{name}: matches the reference (max rel. error {bound(err)} < {rtol:g})")
-
-
 # --------------------------------------------------------------------------- running student code
 
 # PyTorch's error texts, and what they usually mean in a student's code.
@@ -441,9 +410,6 @@ def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float
     return result
 
 
-call_student = run_student  # the earlier name, until every check module moved to the engine
-
-
 def run_cases(fn: Any, cases: Sequence[tuple], reference: Callable[..., Any], *, what: str,
               outputs: Sequence[str] = ("the result",), mistakes: Callable[..., list] | None = None,
               rtol: float = 1e-5, atol: float = 1e-8, inplace_hint: str | None = None,
@@ -515,27 +481,19 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
 
 # --------------------------------------------------------------------------- gradients
 
-def numeric_gradient(f: Callable[[], Any], x: torch.Tensor, h: float = 1e-6,
-                     indices: Sequence[tuple[int, ...]] | None = None) -> torch.Tensor:
-    """Central differences of the scalar ``f()`` with respect to ``x`` (nudged in
-    place and restored); only at ``indices`` if given (the rest stay 0)."""
-    __tracebackhide__ = True
-    grad = torch.zeros_like(x)
-    positions = indices if indices is not None else list(
-        map(tuple, torch.cartesian_prod(*[torch.arange(s) for s in x.shape]).reshape(x.numel(), -1).tolist())
-        if x.dim() else [()])
-    with torch.no_grad():
-        for idx in positions:
-            old = x[idx].item()
-            try:
-                x[idx] = old + h
-                plus = _scalar(f())
-                x[idx] = old - h
-                minus = _scalar(f())
-            finally:
-                x[idx] = old
-            grad[idx] = (plus - minus) / (2 * h)
-    return grad
+def _central_difference(f: Callable[[], Any], x: torch.Tensor, i: tuple, h: float) -> float:
+    """(f(x + h e_i) - f(x - h e_i)) / 2h, with x[i] restored even if f raises."""
+    old = x[i].item()
+    try:
+        with torch.no_grad():
+            x[i] = old + h
+            plus = _scalar(f())
+            x[i] = old - h
+            minus = _scalar(f())
+    finally:
+        with torch.no_grad():
+            x[i] = old
+    return (plus - minus) / (2 * h)
 
 
 def _scalar(value: Any) -> float:
@@ -574,11 +532,9 @@ def check_gradients(f: Callable[[], Any], params: Mapping[str, torch.Tensor],
             raise CheckError(f"parameter {name} must be float64", got=str(p.dtype),
                              hint="in float32 central differences drown in rounding error")
         g = expect_tensor(grads[name], f"gradient of {name}", shape=tuple(p.shape))
-        flat = torch.randperm(p.numel(), generator=gen)[:min(num_samples, p.numel())]
-        idx = [tuple(int(i) for i in torch.unravel_index(k, tuple(p.shape))) for k in flat]
-        num = numeric_gradient(f, p, h=h, indices=idx)
-        for i in idx:
-            a, b = float(g[i]), float(num[i])
+        for k in torch.randperm(p.numel(), generator=gen)[:min(num_samples, p.numel())]:
+            i = tuple(int(j) for j in torch.unravel_index(k, tuple(p.shape)))
+            a, b = float(g[i]), _central_difference(f, p, i, h)
             err = abs(a - b) / max(abs(a) + abs(b), 1e-10)
             if not err <= tol:
                 raise CheckError(f"gradient of {name} is wrong at index {i} (rel. error {fmt(err)} > {tol:g})",
