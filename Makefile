@@ -87,11 +87,11 @@ nbval: $(STAMP)
 	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 # Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).
-# --load_fast=false: TensorBoard reads the event files itself instead of starting a
-# separate data-server process, which could outlive a Ctrl-C; our runs are small.
+# Ctrl-C stops TensorBoard and its data-server child alike (tests/test_tensorboard.py checks
+# that none survives); the data server also shows a rerun's replaced run without a restart.
 tensorboard: $(STAMP)
 	@test -d $(RUNS_DIR)/$(NB) || echo "make tensorboard: no $(RUNS_DIR)/$(NB) yet; runs appear once a notebook logs them"
-	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_PORT) --load_fast=false
+	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_PORT)
 
 # Empties runs/ and touches nothing else: refuses when runs is a symbolic link or
 # not a folder, and neither find nor rm follows links found inside runs/.

@@ -512,7 +512,7 @@ def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
     def dry_run(*args: str) -> str:
         return subprocess.run([MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", "tensorboard", *args],
                               capture_output=True, text=True, timeout=60, env=_env_without_runs_dir()).stdout
-    assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006 --load_fast=false\b", dry_run())
+    assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006$", dry_run(), re.M)
     assert "--logdir runs/06_optim --host 127.0.0.1 --port 6123" in dry_run("TB_PORT=6123", "NB=06_optim")
     assert "--logdir /srv/logs --host" in dry_run("LAB_RUNS_DIR=/srv/logs")
 
@@ -546,9 +546,35 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
+    def log(losses):
+        with lab.tb_writer("06_optim", "adam", root=tmp_path / "runs") as writer:
+            for step, loss in enumerate(losses):
+                writer.add_scalar("loss", loss, step)
+
+    def served():
+        query = urllib.parse.urlencode({"run": "06_optim/adam", "tag": "06_optim/loss"})
+        return [(step, value) for _, step, value in _get(f"{server.url}/data/plugin/scalars/scalars?{query}")]
+
+    log([3.0, 2.0, 1.0])
+    server = TensorBoardServer(tmp_path / "runs", tmp_path / "tb.log")
+    try:
+        server.wait_for_runs({"06_optim/adam"})
+        log([9.0, 8.0])                                 # the student runs the cell again
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while served() != [(0, 9.0), (1, 8.0)] and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert served() == [(0, 9.0), (1, 8.0)], "the open TensorBoard should show the new run only"
+    finally:
+        server.stop()
+
+
 @needs_make
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
-def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(runs_root, tmp_path):
+def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
+    runs_root = tmp_path / "runs"
+    with lab.tb_writer("02_manual_backprop", "manual-sgd", root=runs_root) as writer:
+        writer.add_scalar("loss", 1.0, 0)
     port = _free_port()
     log = open(tmp_path / "make_tensorboard.log", "wb")
     # a terminal's Ctrl-C sends SIGINT to the whole foreground process group: make and its children
