@@ -9,11 +9,11 @@ notebook only writes ``import labsupport as lab``.
 * ``models``     DigitsCNN, count_parameters
 * ``checks``     the exercises' checks (CheckError, check_close, ...)
 * ``training``   digits_loaders, fit, evaluate (after notebook 07 has taught the loop)
-* ``tb``         TensorBoard writers under runs/<notebook>/<run>, read_scalars
+* ``tb``         tb_writer (runs/<notebook>/<run>, replaced on rerun; tags under the notebook), tb_hint
 * ``plotting``   plot_losses
 * ``timing``     Timer, time_fn
 * ``checkpoint`` save_checkpoint (atomic), load_checkpoint (weights_only)
-* ``paths``      lab_folder: runs/ and data/ beside notebooks/ and student/
+* ``paths``      (internal) runs/ beside notebooks/ and student/, or $LAB_RUNS_DIR
 * ``hardware``   cpu_info, gpu_info, time_per_call, matmul_sweep (notebook 00)
 * ``distributed`` run_data_parallel: DDP workers as real processes, gloo or NCCL (notebook 10)
 * ``autograd_graph`` print_graph, graph_nodes (walk grad_fn to the leaves)
