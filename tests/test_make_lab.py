@@ -193,3 +193,13 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         client.stop_channels()
         with contextlib.suppress(OSError):
             request(f"{base}/api/kernels/{kernel['id']}", token, method="DELETE")
+
+
+def test_the_docs_give_one_test_command_the_makefiles():
+    # a pytest command line copied into a document drifts from the Makefile's; the documents
+    # name `make test` (or another make target) and `make -n test` prints the real one
+    docs = [ROOT / "README.md", ROOT / "docs" / "ci" / "github-actions.yml", *sorted((ROOT / "docs").glob("*.md"))]
+    for doc in docs:
+        copied = [line for line in doc.read_text().splitlines() if "pytest" in line and "--nbval" in line]
+        assert not copied, f"{doc.relative_to(ROOT)} spells out a test command; say `make test` instead: {copied}"
+    assert "make test" in (ROOT / "README.md").read_text()
