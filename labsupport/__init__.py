@@ -18,8 +18,7 @@ notebook only writes ``import labsupport as lab``.
 * ``distributed`` run_data_parallel: DDP workers as real processes, gloo or NCCL (notebook 10)
 * ``autograd_graph`` print_graph, graph_nodes (walk grad_fn to the leaves)
 * ``pretrained`` load_pretrained (offline-first), imagenet_topk, pretrain_digits_cnn (notebook 08)
-* ``slowdata``   SlowDataset, SyntheticImages, time_loader: DataLoader workers (notebook 07)
-* ``mnist``      load_mnist, data_dir: MNIST/FashionMNIST only if present or LAB_DOWNLOAD=1
+* ``slowdata``   SlowDataset, SyntheticImages, time_loader, worker_speedup: DataLoader workers (notebook 07)
 
 Example:
     >>> import labsupport as lab
@@ -42,6 +41,5 @@ from .distributed import *  # noqa: F401,F403
 from .autograd_graph import *  # noqa: F401,F403
 from .pretrained import *  # noqa: F401,F403
 from .slowdata import *  # noqa: F401,F403
-from .mnist import *  # noqa: F401,F403
 
 __version__ = "0.2.0"

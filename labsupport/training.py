@@ -1,18 +1,20 @@
-"""Small training helpers for notebooks that have already written the loop by hand
-(notebook 07 teaches it; 08 and 10 reuse it from here).
+"""The training loop of notebook 07, for the notebooks that follow (08, 10).
+
+``fit`` is a copy of notebook 07's cell ``def fit`` (section 1), kept identical by
+tests/test_training_logs.py. ``evaluate`` measures accuracy only: it is not the
+answer to 07's Exercise 2 (mean loss and accuracy), which students write.
 
 Example:
     >>> import torch, labsupport as lab
-    >>> train, val = lab.digits_loaders(batch_size=64)
-    >>> model = lab.DigitsCNN()
-    >>> opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    >>> history = lab.fit(model, train, opt, epochs=1)          # doctest: +SKIP
-    >>> lab.evaluate(model, val) > 0.5                            # doctest: +SKIP
-    True
+    >>> train, val = lab.digits_loaders(64)
+    >>> len(train.dataset), len(val.dataset)
+    (1438, 359)
 """
 from __future__ import annotations
 
-from typing import Callable
+import functools
+import inspect
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -24,50 +26,46 @@ from .seeding import make_generator
 
 __all__ = ["digits_loaders", "fit", "evaluate"]
 
+_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "model": (lambda v: isinstance(v, nn.Module), "an nn.Module"),
+    "loader": (lambda v: hasattr(v, "__iter__") and not isinstance(v, (str, torch.Tensor)),
+               "a DataLoader (or another iterable of (inputs, targets) batches)"),
+    "optimizer": (lambda v: isinstance(v, torch.optim.Optimizer), "a torch.optim optimizer"),
+    "epochs": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
+    "loss_fn": (callable, "a function (outputs, targets) -> loss"),
+    "writer": (lambda v: v is None or hasattr(v, "add_scalar"), "None or a TensorBoard writer"),
+}
 
-def digits_loaders(batch_size: int = 64, *, seed: int = 0, val_fraction: float = 0.2,
-                   train_transform: Callable | None = None,
+
+def _refuse_bad_arguments(fn: Callable) -> Callable:
+    """Answer a bad argument with one sentence before ``fn`` starts."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        for name, value in signature.bind(*args, **kwargs).arguments.items():
+            ok, want = _RULES.get(name, (lambda v: True, ""))
+            if not ok(value):
+                error = ValueError if isinstance(value, int) and name == "epochs" else TypeError
+                raise error(f"{fn.__name__}: {name} must be {want}, got {type(value).__name__} {value!r:.60}")
+        return fn(*args, **kwargs)
+    return run
+
+
+def digits_loaders(batch_size: int = 64, *, seed: int = 0, train_transform: Callable | None = None,
                    num_workers: int = 0) -> tuple[DataLoader, DataLoader]:
-    """Train and validation DataLoaders over :class:`DigitsDataset`, shuffled by a
-    seeded generator (the training order is the same on every run).
-
-    Example:
-        >>> train, val = digits_loaders(32)
-        >>> len(train.dataset), len(val.dataset)
-        (1438, 359)
-    """
-    train = DigitsDataset("train", val_fraction=val_fraction, seed=seed, transform=train_transform)
-    val = DigitsDataset("val", val_fraction=val_fraction, seed=seed)
-    return (DataLoader(train, batch_size=batch_size, shuffle=True, generator=make_generator(seed),
-                       num_workers=num_workers),
-            DataLoader(val, batch_size=256, shuffle=False, num_workers=num_workers))
+    """Train (shuffled by a seeded generator) and validation loaders over lab.DigitsDataset."""
+    train = DigitsDataset("train", seed=seed, transform=train_transform)
+    return (DataLoader(train, batch_size, shuffle=True, generator=make_generator(seed), num_workers=num_workers),
+            DataLoader(DigitsDataset("val", seed=seed), 256, num_workers=num_workers))
 
 
-def fit(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, *, epochs: int = 1,
-        device: torch.device | str = "cpu", loss_fn: Callable = F.cross_entropy,
-        writer=None, progress: bool = False) -> list[float]:
-    """Train ``model`` for ``epochs`` over ``loader``; return the loss of every step.
-
-    Each step: batch to ``device``, forward, loss, ``zero_grad``, ``backward``,
-    ``step``. With a TensorBoard ``writer`` the loss is logged per step under
-    ``loss/train``; with ``progress`` a tqdm bar shows the epochs.
-
-    Example:
-        >>> from labsupport.models import DigitsCNN
-        >>> model = DigitsCNN()
-        >>> losses = fit(model, digits_loaders()[0], torch.optim.SGD(model.parameters(), lr=0.1))
-        >>> len(losses)      # one loss per batch: 1438 images in batches of 64
-        23
-    """
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}")
+@_refuse_bad_arguments
+def fit(model, loader, optimizer, epochs=1, device="cpu", loss_fn=F.cross_entropy, writer=None):
+    """Train model for epochs over loader; return the loss of every step."""
     model.to(device).train()
-    losses: list[float] = []
-    epoch_iter = range(epochs)
-    if progress:
-        from tqdm.auto import tqdm
-        epoch_iter = tqdm(epoch_iter, desc="epochs")
-    for _ in epoch_iter:
+    losses = []
+    for epoch in range(epochs):
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
             loss = loss_fn(model(inputs), targets)
@@ -80,23 +78,16 @@ def fit(model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, 
     return losses
 
 
+@_refuse_bad_arguments
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, device: torch.device | str = "cpu") -> float:
-    """Classification accuracy of ``model`` over ``loader`` (in eval mode, no gradients).
-
-    Example:
-        >>> from labsupport.models import DigitsCNN
-        >>> 0.0 <= evaluate(DigitsCNN(), digits_loaders()[1]) <= 1.0
-        True
-    """
-    was_training = model.training
+def evaluate(model: nn.Module, loader: Any, device: torch.device | str = "cpu") -> float:
+    """Accuracy of ``model`` over ``loader``, measured in eval mode (its mode is restored)."""
+    was_training, hits, seen = model.training, 0, 0
     model.to(device).eval()
-    correct = total = 0
     for inputs, targets in loader:
-        preds = model(inputs.to(device)).argmax(dim=1)
-        correct += int((preds == targets.to(device)).sum())
-        total += len(targets)
+        hits += int((model(inputs.to(device)).argmax(dim=1) == targets.to(device)).sum())
+        seen += len(targets)
     model.train(was_training)
-    if total == 0:
-        raise ValueError("the loader is empty")
-    return correct / total
+    if seen == 0:
+        raise ValueError("evaluate: the loader gave no batches, so there is no accuracy to measure")
+    return hits / seen

@@ -1,198 +1,193 @@
-"""Checks of notebook 07 (data loading): a Dataset written from its spec."""
-import numpy as np
+"""Checks of notebook 07: evaluate and train (one test per named mistake, from one spec),
+the workers prediction (measured), and the capstone on held-out digits."""
+import time
+
 import pytest
 import torch
-from torch.utils.data import Dataset
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
 import labsupport as lab
+import labsupport.checks.core as core
+import labsupport.checks.datasets as ds
+
+DEVICE = lab.pick_device()
 
 
-class SlidingWindows(Dataset):
-    def __init__(self, series, window, transform=None):
-        self.series, self.window, self.transform = series, window, transform
-
-    def __len__(self):
-        return len(self.series) - self.window
-
-    def __getitem__(self, index):
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} windows")
-        inputs = self.series[index:index + self.window]
-        if self.transform is not None:
-            inputs = self.transform(inputs)
-        return inputs, self.series[index + self.window]
-
-
-def test_reference_passes(capsys):
-    lab.check_window_dataset(SlidingWindows)
-    assert capsys.readouterr().out == ("PASS  SlidingWindows: length, items, negative and out-of-range "
-                                       "indices, transform and DataLoader batches all match the spec\n")
+def make_evaluate(eval_mode=True, no_grad=True, back_to_train=True, per_batch=False, count=False,
+                  percent=False, tensors=False):
+    """A student's evaluate with the listed mistakes switched on."""
+    def evaluate(model, loader):
+        _ = model.eval() if eval_mode else None
+        loss_sum, correct, total, batches = 0.0, 0, 0, 0
+        with torch.set_grad_enabled(not no_grad):
+            for images, labels in loader:
+                images, labels = images.to(DEVICE), labels.to(DEVICE)
+                logits = model(images)
+                loss = F.cross_entropy(logits, labels, reduction="mean" if per_batch else "sum")
+                loss_sum += loss.item()
+                correct += (logits.argmax(1) == labels).sum().item()
+                total, batches = total + len(labels), batches + 1
+        _ = model.train() if back_to_train else None
+        loss = loss_sum / (batches if per_batch else total)
+        acc = correct if count else correct / total * (100 if percent else 1)
+        return (torch.tensor(loss), torch.tensor(acc)) if tensors else (loss, acc)
+    return evaluate
 
 
-def with_getitem(getitem):
-    return type("SlidingWindows", (SlidingWindows,), {"__getitem__": getitem})
+def make_train(train_mode=True, zero_grad=True, step=True, sched_per_epoch=False, epoch_steps=False,
+               tensors=False, returns=True, evaluate=make_evaluate()):
+    """A student's train with the listed mistakes switched on."""
+    def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+        history, n = {"loss": [], "val_loss": [], "val_acc": []}, 0
+        for epoch in range(epochs):
+            _ = model.train() if train_mode or epoch == 0 else None
+            correct = seen = 0
+            for images, labels in train_loader:
+                images, labels = images.to(DEVICE), labels.to(DEVICE)
+                logits = model(images)
+                loss = F.cross_entropy(logits, labels)
+                _ = optimizer.zero_grad() if zero_grad else None
+                loss.backward()
+                _ = optimizer.step() if step else None
+                n += 1
+                writer.add_scalar("lr", scheduler.get_last_lr()[0], n)
+                _ = scheduler.step() if not sched_per_epoch else None
+                history["loss"].append(loss if tensors else loss.item())
+                writer.add_scalar("loss/train", loss.item(), n)
+                correct, seen = correct + (logits.argmax(1) == labels).sum().item(), seen + len(labels)
+            _ = scheduler.step() if sched_per_epoch else None
+            val_loss, val_acc = evaluate(model, val_loader)
+            history["val_loss"].append(val_loss)
+            history["val_acc"].append(val_acc)
+            at = epoch + 1 if epoch_steps else n
+            for tag, value in (("accuracy/train", correct / seen), ("accuracy/val", val_acc), ("loss/val", val_loss)):
+                writer.add_scalar(tag, value, at)
+        return history if returns else None
+    return train
 
 
-def with_len(length):
-    return type("SlidingWindows", (SlidingWindows,), {"__len__": length})
+def test_the_reference_passes(capsys):
+    lab.check_training_loop(make_evaluate(), make_train())
+    assert capsys.readouterr().out.startswith("PASS  evaluate and train:")
 
 
-def _no_negative(self, index):
-    if index >= len(self):
-        raise IndexError(index)
-    return self.series[index:index + self.window], self.series[index + self.window]
+LOOP_MISTAKES = [
+    (dict(eval_mode=False), {}, "model.eval() is missing"),
+    (dict(no_grad=False), {}, "torch.no_grad() is missing"),
+    (dict(back_to_train=False), {}, "call model.train() at its end"),
+    (dict(per_batch=True), {}, "the mean of batch means"),
+    (dict(count=True), {}, "the number right"),
+    (dict(percent=True), {}, "not a percentage"),
+    (dict(tensors=True), {}, "use .item()"),
+    ({}, dict(train_mode=False, evaluate=make_evaluate(back_to_train=False)), "model.train() is missing at the"),
+    ({}, dict(step=False), "optimizer.step() ran 0 times"),
+    ({}, dict(sched_per_epoch=True), "the scheduler steps once per epoch"),
+    ({}, dict(zero_grad=False), "optimizer.zero_grad() is missing"),
+    ({}, dict(tensors=True), "use .item()"),
+    ({}, dict(returns=False), "return history"),
+    ({}, dict(epoch_steps=True), "not the epoch number"),
+]
 
 
-def _no_range_check(self, index):
-    if index < 0:
-        index += len(self)
-    return self.series[index:index + self.window], self.series[index + self.window]
+@pytest.mark.parametrize("eval_flags, train_flags, fragment", LOOP_MISTAKES, ids=lambda v: str(v)[:40])
+def test_each_loop_mistake_is_named(eval_flags, train_flags, fragment):
+    evaluate = make_evaluate(**eval_flags)
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(evaluate, make_train(**train_flags))
+    assert fragment in str(err.value)
 
 
-def _value_error(self, index):
-    if not -len(self) <= index < len(self):
-        raise ValueError("out of range")
-    return SlidingWindows.__getitem__(self, index)
+def _raises(*args, **kwargs):
+    raise RuntimeError("boom")
 
 
-def _target_slice(self, index):
-    inputs, _ = SlidingWindows.__getitem__(self, index)
-    i = index % len(self)
-    return inputs, self.series[i + self.window:i + self.window + 1]
+def _never(*args, **kwargs):
+    while True:
+        pass
 
 
-def _target_item(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs, target.item()
+BAD = [None, [1, 2], 3.5, "evaluate", _raises, _never, lambda *a: (float("nan"), float("nan"))]
 
 
-def _transform_both(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    if self.transform is not None:
-        target = self.transform(target)
-    return inputs, target
+@pytest.mark.parametrize("bad", BAD, ids=["None", "list", "float", "str", "raises", "never", "nan"])
+def test_bad_answers_to_the_loop_check_are_check_errors(bad, monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    for args in ((bad, make_train()), (make_evaluate(), bad)):
+        with pytest.raises(core.CheckError):
+            lab.check_training_loop(*args)
 
 
-def _transform_ignored(self, index):
-    saved, self.transform = self.transform, None
-    try:
-        return SlidingWindows.__getitem__(self, index)
-    finally:
-        self.transform = saved
+# ---------------------------------------------------------------- the workers prediction
+
+@pytest.mark.parametrize("answer", [("faster", "faster"), ("not faster", "not faster"), ("not faster", "faster"),
+                                    None, "faster", ["fast", "slow"], float("nan"), ("faster",)])
+def test_wrong_or_malformed_predictions_fail(answer, monkeypatch):
+    monkeypatch.setattr(ds, "worker_speedup", lambda mode: 1.9 if mode == "sleep" else 1.0)
+    with pytest.raises(core.CheckError):
+        lab.check_workers_prediction(answer)
 
 
-def _wrong_target(self, index):
-    inputs, _ = SlidingWindows.__getitem__(self, index)
-    i = index % len(self)
-    return inputs, self.series[i + self.window - 1]
+def test_the_prediction_is_measured(capsys):
+    lab.check_workers_prediction(["faster", "not faster"])       # a list counts like a tuple
+    assert "('faster', 'not faster') is right" in capsys.readouterr().out
 
 
-def _random(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs + 0.01 * torch.randn(inputs.shape), target
+def test_spin_workers_on_one_core_do_not_help():
+    assert lab.worker_speedup("spin", items=8, delay=0.01) < 1.4
 
 
-def _in_place(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    if self.transform is not None:
-        i = index % len(self)
-        self.series[i:i + self.window] *= 1.0001  # modifies the caller's series
-    return inputs, target
+# ---------------------------------------------------------------- the capstone
+
+def make_capstone(epochs=3, eval_mode=True, estimate="val", sleep=0.0, nan=False):
+    """A quick capstone solution (an MLP) with the listed mistakes switched on."""
+    def train_capstone(images, labels):
+        torch.manual_seed(0)
+        val, fit = torch.arange(200), torch.arange(200, len(labels))
+        model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 10))
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        for _ in range(epochs):
+            for x, y in DataLoader(TensorDataset(images[fit], labels[fit]), 32, shuffle=True):
+                loss = F.cross_entropy(model(x), y)
+                opt.zero_grad(), loss.backward(), opt.step()
+        time.sleep(sleep)
+        _ = model.eval() if eval_mode else None
+        part = fit if estimate == "train" else val
+        with torch.no_grad():
+            acc = (model(images[part]).argmax(1) == labels[part]).float().mean().item()
+            _ = [p.fill_(float("nan")) for p in model.parameters()] if nan else None
+        return model, acc
+    return train_capstone
 
 
-def _list_inputs(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs.tolist(), target
+def test_a_good_capstone_passes(capsys):
+    result = lab.check_capstone(make_capstone(epochs=60))
+    assert capsys.readouterr().out == "PASS  capstone: held-out accuracy >= 97% within the 30 s CPU budget\n"
+    assert result["accuracy"] >= 0.97 and 0 < result["cpu_seconds"] < 30
 
 
-def _numpy_inputs(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs.numpy(), target
-
-
-def _float64(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs.double(), target.double()
-
-
-def _dict_item(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return {"inputs": inputs, "target": target}
-
-
-def _nan(self, index):
-    inputs, target = SlidingWindows.__getitem__(self, index)
-    return inputs * float("nan"), target
-
-
-def _stub(self, index):
-    raise NotImplementedError("Exercise 1: a Dataset from its spec")
-
-
-@pytest.mark.parametrize("variant, fragment", [
-    (with_len(lambda self: len(self.series) - self.window + 1), r"len\(.*\) is 18; expected 17\. The last window"),
-    (with_len(lambda self: len(self.series) - self.window - 1), r"is 16; expected 17: the last window"),
-    (with_len(lambda self: len(self.series)), r"is 20; expected len\(series\) - window = 17"),
-    (with_getitem(_no_negative), r"\[-1\] is not item 16 .*Negative indices count from the end"),
-    (with_getitem(_no_range_check), r"\[-18\] returned tuple .*expected IndexError"),
-    (with_getitem(_value_error), r"raised ValueError: out of range; expected IndexError"),
-    (with_getitem(_target_slice), r"the target has shape \(1,\); expected a 0-d tensor"),
-    (with_getitem(_target_item), "the target is a Python float"),
-    (with_getitem(_transform_both), "the transform was applied to the target too"),
-    (with_getitem(_transform_ignored), "the inputs are the raw window"),
-    (with_getitem(_wrong_target), r"expected series\[0 \+ 3\]"),
-    (with_getitem(_random), "gives a different item the second time"),
-    (with_getitem(_in_place), r"with a transform\[0\] modified the series it was given \(in place\)"),
-    (with_getitem(_list_inputs), "got list"),
-    (with_getitem(_numpy_inputs), "got numpy"),
-    (with_getitem(_float64), "dtype torch.float64"),
-    (with_getitem(_dict_item), r"should be a tuple \(inputs, target\), got dict"),
-    (with_getitem(_nan), "NaN"),
-    (with_getitem(_stub), r"not written yet \(Exercise 1: a Dataset from its spec\)"),
+@pytest.mark.parametrize("flags, fragment", [
+    (dict(eval_mode=False), "training mode"),
+    (dict(epochs=1), "below the target"),
+    (dict(epochs=30, estimate="train"), "measured on images the model trained on"),
+    (dict(nan=True), "not finite"),
 ])
-def test_mistakes(variant, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_window_dataset(variant)
+def test_each_capstone_mistake_is_named(flags, fragment):
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(make_capstone(**flags))
+    assert fragment in str(err.value)
 
 
-class NoTransformArgument(SlidingWindows):
-    def __init__(self, series, window):
-        super().__init__(series, window)
+def test_the_capstone_time_budget(monkeypatch):
+    monkeypatch.setattr(ds, "BUDGET", 0.01)
+    with pytest.raises(core.CheckError, match="at most 0.01 s of CPU time"):
+        lab.check_capstone(make_capstone(epochs=1))
 
 
-class CollateBreaks(SlidingWindows):
-    """Windows of varying length: each item is right alone but default_collate cannot stack them."""
-
-    def __getitem__(self, index):
-        inputs, target = super().__getitem__(index)
-        return (inputs if index != 5 else inputs[:-1]), target
-
-
-def test_missing_transform_argument():
-    with pytest.raises(lab.CheckError, match="raised TypeError"):
-        lab.check_window_dataset(NoTransformArgument)
-
-
-def test_a_loader_that_cannot_collate_is_reported():
-    with pytest.raises(lab.CheckError, match=r"iterating DataLoader\(.*raised RuntimeError"):
-        lab.check_window_dataset(CollateBreaks)
-
-
-class Stub(Dataset):
-    def __init__(self, series, window, transform=None):
-        raise NotImplementedError("Exercise 1: a Dataset from its spec")
-
-
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"),
-    (SlidingWindows(torch.zeros(5), 2), "got an instance of it"),
-    (torch.utils.data.TensorDataset, "raised AttributeError"),
-    (list, "must be a subclass of torch.utils.data.dataset.Dataset"),
-    (np.arange(3), "got numpy"),
-    (Stub, r"not written yet \(Exercise 1"),
-])
-def test_bad_inputs(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_window_dataset(bad)
+@pytest.mark.parametrize("bad", [None, [1, 2], "model", _raises, _never, lambda x, y: (nn.Linear(64, 10), 0.9),
+                                 lambda x, y: (None, 0.9), lambda x, y: nn.Flatten()])
+def test_bad_capstone_answers_are_check_errors(bad, monkeypatch):
+    monkeypatch.setattr(ds, "BUDGET", 0.2)
+    with pytest.raises(core.CheckError):
+        lab.check_capstone(bad)

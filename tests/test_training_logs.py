@@ -7,6 +7,7 @@ TensorBoard's reader (``tb_events.read_scalars``, tags without the notebook pref
 there, steps strictly increase, and the logged loss falls.
 """
 import math
+import re
 from pathlib import Path
 
 import nbformat
@@ -77,12 +78,9 @@ def test_06_optimizer_runs_log_loss_lr_and_hparams(runs_dir):
 
 
 def test_07_digits_training_logs_loss_accuracy_and_lr(runs_dir):
-    evaluate_cell, train_cell = notebook_code("07_data_loading.ipynb", "def evaluate(", "def train(")
-    from tqdm.auto import tqdm
-
-    ns = {"torch": torch, "F": F, "lab": lab, "tqdm": tqdm, "device": torch.device("cpu")}
-    exec(evaluate_cell, ns)
-    exec(train_cell, ns)
+    (loop_cell,) = notebook_code("07_data_loading.ipynb", "def train(")
+    ns = {"torch": torch, "F": F, "lab": lab, "device": torch.device("cpu")}
+    exec(loop_cell, ns)
     lab.seed_everything(0)
     train_loader, val_loader = lab.digits_loaders(64)
     model = lab.DigitsCNN()
@@ -108,3 +106,35 @@ def test_07_digits_training_logs_loss_accuracy_and_lr(runs_dir):
     lrs = [v for _, v in scalars["lr"]]
     peak = lrs.index(max(lrs))
     assert 0 < peak < n - 1 and lrs[-1] < lrs[peak] / 100, "one cycle: the learning rate rises, then falls"
+
+
+def test_lab_fit_is_the_fit_of_notebook_07():
+    # CODE_GUIDE rule 2: labsupport.training.fit is a copy of 07's taught cell (only the
+    # decorator that refuses bad arguments is added); the copy must not drift.
+    import ast
+    import inspect
+
+    import labsupport.training as training
+
+    (cell,) = notebook_code("07_data_loading.ipynb", "def fit(")
+    taught = next(n for n in ast.parse(cell).body if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    copy = ast.parse(inspect.getsource(training)).body
+    kept = next(n for n in copy if isinstance(n, ast.FunctionDef) and n.name == "fit")
+    kept.decorator_list = []
+    assert ast.dump(kept) == ast.dump(taught)
+
+
+@pytest.mark.parametrize("call, error, fragment", [
+    (lambda: lab.fit(None, [], torch.optim.SGD([torch.zeros(1, requires_grad=True)], 0.1)), TypeError,
+     "fit: model must be an nn.Module"),
+    (lambda: lab.fit(nn.Linear(2, 2), "data", torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)), TypeError,
+     "fit: loader must be a DataLoader"),
+    (lambda: lab.fit(nn.Linear(2, 2), [], "adam"), TypeError, "fit: optimizer must be a torch.optim optimizer"),
+    (lambda: lab.fit(nn.Linear(2, 2), [], torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1), epochs=0),
+     ValueError, "fit: epochs must be a whole number >= 1"),
+    (lambda: lab.evaluate(nn.Linear(2, 2), []), ValueError, "the loader gave no batches"),
+    (lambda: lab.evaluate("model", []), TypeError, "evaluate: model must be an nn.Module"),
+])
+def test_training_helpers_answer_bad_arguments_in_one_sentence(call, error, fragment):
+    with pytest.raises(error, match=re.escape(fragment)):
+        call()

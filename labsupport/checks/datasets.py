@@ -1,194 +1,165 @@
-"""Checks for notebook 07 (data loading): a map-style ``Dataset`` written from a spec.
-
-The spec, ``SlidingWindows(series, window, transform=None)`` over a 1-D float
-tensor: item ``i`` is ``(inputs, target)`` with ``inputs = series[i:i+window]``
-(after ``transform``) and ``target = series[i+window]`` as a 0-d tensor; there
-are ``len(series) - window`` items; negative indices count from the end and
-out-of-range indices raise ``IndexError``.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> from torch.utils.data import Dataset
-    >>> class SlidingWindows(Dataset):
-    ...     def __init__(self, series, window, transform=None):
-    ...         self.series, self.window, self.transform = series, window, transform
-    ...     def __len__(self):
-    ...         return len(self.series) - self.window
-    ...     def __getitem__(self, i):
-    ...         if i < 0:
-    ...             i += len(self)
-    ...         if not 0 <= i < len(self):
-    ...             raise IndexError(f"index out of range for {len(self)} windows")
-    ...         inputs = self.series[i:i + self.window]
-    ...         if self.transform is not None:
-    ...             inputs = self.transform(inputs)
-    ...         return inputs, self.series[i + self.window]
-    >>> lab.check_window_dataset(SlidingWindows)
-    PASS  SlidingWindows: length, items, negative and out-of-range indices, transform and DataLoader batches all match the spec
-"""
+"""Checks for notebook 07: evaluate and train written by hand,
+the workers prediction (measured here), and the capstone on held-out digits."""
 from __future__ import annotations
 
-from typing import Any
+import copy
+import time
+from types import SimpleNamespace
+
+try:
+    import resource
+except ImportError:  # Windows: the children's CPU time is not counted
+    resource = None
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-from .core import CheckError, call_student, describe, expect_tensor, passed, rel_error
-from .modules import expect_class
+from ..data import digits_split, load_digits_tensors
+from ..device import pick_device
+from ..slowdata import worker_speedup
+from .core import CheckError, check_prediction, compare, describe, exercise, expect_tensor, passed, run_student
 
-__all__ = ["check_window_dataset"]
-
-
-class _Scale:
-    """The check's transform: multiply by a constant (a class, so it pickles)."""
-
-    def __init__(self, factor: float) -> None:
-        self.factor = factor
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.factor
+__all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
+TARGET, BUDGET = 0.97, 30.0  # the capstone: held-out accuracy, and CPU seconds on one thread
+_t = lambda v: torch.tensor(float(v), dtype=torch.float64)  # noqa: E731
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal shapes, dtypes and values (NaN equal to NaN)."""
-    return a.shape == b.shape and a.dtype == b.dtype and bool(torch.all((a == b) | (a != a) & (b != b)))
+def _data(seed: int, n: int) -> DataLoader:
+    g = torch.Generator().manual_seed(seed)
+    return DataLoader(TensorDataset(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 10, (n,), generator=g)), 32)
 
 
-def _item(ds: Any, index: int, label: str) -> tuple[torch.Tensor, torch.Tensor]:
-    __tracebackhide__ = True
-    item = call_student(ds.__getitem__, index, what=f"{label}[{index}]")
-    if not isinstance(item, tuple) or len(item) != 2:
-        raise CheckError(f"{label}[{index}] should be a tuple (inputs, target), got {describe(item)}.")
-    return item
+@torch.no_grad()
+def _loss_acc(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    was, _, dev = model.training, model.eval(), pick_device()
+    logits, _ = model(x.to(dev)), model.train(was)
+    return F.cross_entropy(logits, y.to(dev)).item(), (logits.argmax(1) == y.to(dev)).double().mean().item()
 
 
-def _expect_item(item: tuple, index: int, series: torch.Tensor, window: int, label: str,
-                 factor: float = 1.0, live: torch.Tensor | None = None) -> None:
-    """Compare ``item`` with the spec's item ``index`` of ``series`` (an untouched copy);
-    ``live`` is the tensor the dataset holds, which must still equal it."""
-    __tracebackhide__ = True
-    if live is not None and not torch.equal(live, series):
-        raise CheckError(f"{label}[{index}] modified the series it was given (in place): read from "
-                         f"it, never write to it; a transform must return a new tensor.")
-    inputs, target = item
-    n = len(series) - window
-    i = index + n if index < 0 else index
-    want_inputs, want_target = series[i:i + window] * factor, series[i + window]
-    name = f"{label}[{index}]"
-    if isinstance(target, (float, int)) and not isinstance(target, bool):
-        raise CheckError(f"{name}: the target is a Python {type(target).__name__}; expected a 0-d "
-                         f"float32 tensor. Return series[i + window] as it is (no .item()).")
-    if isinstance(target, torch.Tensor) and target.shape == (1,):
-        raise CheckError(f"{name}: the target has shape (1,); expected a 0-d tensor (shape ()). "
-                         f"Index with series[i + window] instead of slicing series[i + window:i + window + 1].")
-    expect_tensor(inputs, f"{name}'s inputs", shape=(window,), dtype=torch.float32)
-    expect_tensor(target, f"{name}'s target", shape=(), dtype=torch.float32)
-    if rel_error(target, want_target) > 1e-6:
-        if factor != 1.0 and rel_error(target, want_target * factor) < 1e-6:
-            raise CheckError(f"{name}: the transform was applied to the target too; apply it to the "
-                             f"inputs (the window) only.")
-        raise CheckError(f"{name}: the target is {float(target):.4g}; expected series[{i} + {window}] = "
-                         f"{float(want_target):.4g} (the value right after the window).")
-    if rel_error(inputs, want_inputs) > 1e-6:
-        if factor != 1.0 and rel_error(inputs, want_inputs / factor) < 1e-6:
-            raise CheckError(f"{name}: the inputs are the raw window; the transform given to the "
-                             f"constructor must be applied to them (if transform is not None).")
-        raise CheckError(f"{name}: the inputs are not series[{i}:{i} + {window}].")
+def _train(model, loader, val, train=None, zero_grad=True):
+    """Two epochs of the student's train (-> history, writer log, steps, scheduler steps) or the reference's."""
+    opt, steps, dev, history, log = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), [], pick_device(), {}, {}
+    sched, _ = torch.optim.lr_scheduler.StepLR(opt, 2, 0.7), opt.register_step_post_hook(lambda *a: steps.append(1))
+    if train is not None:
+        writer = SimpleNamespace(add_scalar=lambda tag, value, step=None, *a, **k: log.setdefault(tag, []).append(step))
+        return run_student(train, model, loader, val, opt, sched, 2, writer, what="train"), log, len(steps), sched.last_epoch
+    for _ in range(2):
+        model.train()
+        for x, y in loader:
+            loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
+            _ = opt.zero_grad() if zero_grad else None
+            loss.backward(), opt.step(), sched.step(), history.setdefault("loss", []).append(loss.item())
+        for key, value in zip(("val_loss", "val_acc"), _loss_acc(model, *val.dataset.tensors)):
+            history.setdefault(key, []).append(value)
+    return history, torch.cat([p.detach().double().flatten() for p in model.parameters()])
 
 
-def check_window_dataset(SlidingWindows: Any) -> None:
-    """Check a ``SlidingWindows(series, window, transform=None)`` Dataset class
-    against its spec (see the module docstring).
+def _numbers(got, n: int, what: str) -> list[float]:
+    if not (isinstance(got, (tuple, list)) and len(got) == n and all(type(v) in (int, float) for v in got)):
+        raise CheckError(f"{what} must be {n} Python numbers", got=describe(got), hint="use .item() on tensors")
+    return list(got)
 
-    Exercises ``__len__`` (recognises the off-by-one in both directions),
-    ``__getitem__`` at the start, middle and end, negative indices, out-of-range
-    indices (which must raise ``IndexError``), repeated access (same item
-    twice), the transform (on the inputs only), that the series is not
-    modified, and a ``DataLoader`` over the dataset (batch shapes and order).
 
-    Example:
-        >>> check_window_dataset(None)          # the exercise cell has not run yet
-        Traceback (most recent call last):
-        ...
-        labsupport.checks.core.CheckError: expected the class SlidingWindows, got None. Write the class in the exercise cell above and run that cell, then run this check again.
-    """
-    __tracebackhide__ = True
-    cls = expect_class(SlidingWindows, Dataset, "SlidingWindows")
-    for case, (length, window) in enumerate([(20, 3), (13, 5)]):
-        series = torch.randn(length, generator=torch.Generator().manual_seed(70 + case))
-        original = series.clone()
-        label = f"SlidingWindows(series of {length}, window={window})"
-        ds = call_student(cls, series, window, what=label)
-        n = length - window
-        got_len = call_student(len, ds, what=f"len({label})")
-        if got_len == n + 1:
-            raise CheckError(f"len({label}) is {got_len}; expected {n}. The last window "
-                             f"series[{n}:{length}] has no next value to predict, so it is not an item: "
-                             f"len(series) - window.")
-        if got_len == n - 1:
-            raise CheckError(f"len({label}) is {got_len}; expected {n}: the last window "
-                             f"series[{n - 1}:{length - 1}] with target series[{length - 1}] is missing.")
-        if got_len != n:
-            raise CheckError(f"len({label}) is {got_len}; expected len(series) - window = {n}.")
-        first, again = _item(ds, 3, label), _item(ds, 3, label)
-        if all(isinstance(t, torch.Tensor) for t in first + again) and not (
-                _same(first[0], again[0]) and _same(first[1], again[1])):
-            raise CheckError(f"{label}[3] gives a different item the second time: items must depend "
-                             f"on the index only (no randomness or state in __getitem__ here).")
-        for index in (0, n // 2, n - 1):
-            _expect_item(_item(ds, index, label), index, original, window, label, live=series)
-        for index in (-1, -n):  # the same items as n - 1 and 0, which passed just above
-            try:
-                _expect_item(_item(ds, index, label), index, original, window, label, live=series)
-            except CheckError as err:
-                raise CheckError(f"{label}[{index}] is not item {index + n} ({err}). Negative indices "
-                                 f"count from the end, like a list's: start __getitem__ with "
-                                 f"`if index < 0: index += len(self)`.") from None
-        for index in (n, n + 5, -n - 1):
-            try:
-                item = ds[index]
-            except IndexError:
-                continue
-            except Exception as exc:  # noqa: BLE001 - report whatever the student's code raised
-                raise CheckError(f"{label}[{index}] raised {type(exc).__name__}: {exc}; expected "
-                                 f"IndexError for an index out of range (there are {n} items).") from None
-            raise CheckError(f"{label}[{index}] returned {describe(item)}; expected IndexError (there "
-                             f"are only {n} items, valid indices {-n}..{n - 1}). Without it a plain "
-                             f"`for item in dataset` never stops. Raise IndexError when the index is "
-                             f"out of range.")
-        if not torch.equal(series, original):
-            raise CheckError(f"{label} modified the series it was given; read from it, never write to it.")
-        # the transform, on the inputs only
-        factor = 10.0
-        tds = call_student(cls, series, window, transform=_Scale(factor),
-                           what=f"SlidingWindows(series, {window}, transform=...)")
-        for index in (0, n - 1, -2):
-            _expect_item(_item(tds, index, label + " with a transform"), index, original, window,
-                         label + " with a transform", factor=factor, live=series)
-        if not torch.equal(series, original):
-            raise CheckError(f"{label} with a transform modified the series: the transform must get "
-                             f"the window, and must not change the series in place.")
-        # a DataLoader over it: batches, in order
-        batch = 4
-        loader = DataLoader(ds, batch_size=batch, shuffle=False)
-        got_inputs, got_targets = [], []
-        try:
-            for inputs, targets in loader:
-                got_inputs.append(inputs)
-                got_targets.append(targets)
-        except Exception as exc:  # noqa: BLE001
-            raise CheckError(f"iterating DataLoader({label}, batch_size={batch}) raised "
-                             f"{type(exc).__name__}: {exc}") from None
-        want_batches = -(-n // batch)
-        if len(got_inputs) != want_batches:
-            raise CheckError(f"DataLoader(batch_size={batch}) over {label} gave {len(got_inputs)} "
-                             f"batches; expected {want_batches} for {n} items.")
-        if tuple(got_inputs[0].shape) != (batch, window) or tuple(got_targets[0].shape) != (batch,):
-            raise CheckError(f"the first batch has inputs {tuple(got_inputs[0].shape)} and targets "
-                             f"{tuple(got_targets[0].shape)}; expected ({batch}, {window}) and ({batch},).")
-        all_inputs, all_targets = torch.cat(got_inputs), torch.cat(got_targets)
-        want_inputs = series.unfold(0, window, 1)[:n]
-        if not torch.equal(all_inputs, want_inputs) or not torch.equal(all_targets, series[window:]):
-            raise CheckError(f"the DataLoader's batches over {label} are not the windows in order.")
-    passed("SlidingWindows: length, items, negative and out-of-range indices, transform and "
-           "DataLoader batches all match the spec")
+@exercise("07.1", "evaluate and train")
+def check_training_loop(evaluate, train) -> None:
+    """evaluate(model, loader) -> (mean loss, accuracy) on a batch-norm model with a short last batch;
+    train(model, train_loader, val_loader, optimizer, scheduler, 2, writer) -> history, against a reference."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(72)
+        model = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 10))
+    model, loader, val, spy = model.to(pick_device()), _data(1, 90), _data(2, 40), SimpleNamespace(seen=[])
+    model.register_forward_hook(lambda m, i, o: spy.seen.append((m.training, torch.is_grad_enabled())))
+    want, x, y = _loss_acc(model, *loader.dataset.tensors), *loader.dataset.tensors
+    means = [sum(v) / len(v) for v in zip(*[_loss_acc(model, *b) for b in loader])]
+    spy.seen = []
+    got = _numbers(run_student(evaluate, model, loader, what="evaluate(model, loader)"), 2, "evaluate's result")
+    for bad, hint in [(any(t for t, _ in spy.seen), "model.eval() is missing: batch norm used the batch's statistics"),
+                      (any(g for _, g in spy.seen), "torch.no_grad() is missing: it builds graphs nobody uses"),
+                      (not model.training, "evaluate leaves the model in eval mode: call model.train() at its end")]:
+        if bad:
+            raise CheckError("evaluate does not measure the model as it should", hint=hint)
+    compare("evaluate's mean loss", _t(got[0]), _t(want[0]), rtol=1e-4, mistakes=[(_t(means[0]), "the mean of "
+            "batch means weighs the short last batch like full ones: sum per-image losses, divide by the count")])
+    compare("evaluate's accuracy", _t(got[1]), _t(want[1]), rtol=1e-4, mistakes=[(_t(want[1] * len(y)), "that is "
+            "the number right: divide by the count"), (_t(want[1] * 100), "a fraction, not a percentage")])
+    start, spy.seen = copy.deepcopy(model), []
+    history, log, steps, sched_steps = _train(model, loader, val, train=train)
+    n = 2 * len(loader)  # steps in two epochs
+    for bad, hint in [(not all(t for t, g in spy.seen if g), "model.train() is missing at the start of each epoch"),
+                      (steps != n, f"optimizer.step() ran {steps} times for {n} batches"),
+                      (sched_steps == 2, "the scheduler steps once per epoch: step it after every batch"),
+                      (sched_steps != n, f"scheduler.step() ran {sched_steps} times for {n} batches"),
+                      (not isinstance(history, dict), "train must end with `return history`")]:
+        if bad:
+            raise CheckError("train does not train as it should", hint=hint)
+    (ref, weights), (_, unzeroed) = _train(copy.deepcopy(start), loader, val), _train(start, loader, val, zero_grad=False)
+    compare("the trained weights", torch.cat([p.detach().double().flatten() for p in model.parameters()]), weights,
+            rtol=1e-4, atol=1e-6, mistakes=[(unzeroed, "optimizer.zero_grad() is missing: gradients add up")])
+    for key, k in (("loss", n), ("val_loss", 2), ("val_acc", 2)):
+        compare(f"history[{key!r}]", torch.tensor(_numbers(history.get(key), k, f"history[{key!r}]")).double(),
+                torch.tensor(ref[key]).double(), rtol=1e-4, atol=1e-6)
+    for tag, want_steps in [(t, list(range(1, n + 1))) for t in ("loss/train", "lr")] + [
+            (t, [n // 2, n]) for t in ("accuracy/train", "accuracy/val", "loss/val")]:
+        if log.get(tag) != want_steps:
+            raise CheckError(f"the steps logged under {tag!r} are wrong", expected=str(want_steps), got=str(log.get(tag)),
+                             hint="log at the step count, not the epoch number, so curves line up")
+    passed("evaluate and train: modes, no_grad, per-image means, zero_grad/step, scheduler per batch, logs")
+
+
+@exercise("07.2", "do workers help? (predict, then run)")
+def check_workers_prediction(prediction) -> None:
+    """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
+    actual = tuple("faster" if worker_speedup(mode) > 1.4 else "not faster" for mode in ("sleep", "spin"))
+    words = ("faster", "not faster")
+    check_prediction("2 workers on one core (sleep, spin)", tuple(prediction) if isinstance(prediction, list)
+                     else prediction, actual, choices=[(a, b) for a in words for b in words],
+                     why="A sleeping read leaves the core free for the other worker; a spinning one needs "
+                         "the core itself, so workers help only while there are idle cores.",
+                     mistakes={("faster", "faster"): "Two spinning workers share one core: no more CPU than one.",
+                               ("not faster", "not faster"): "While one worker sleeps, the other can read."})
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its finished children (DataLoader workers)."""
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN) if resource else None
+    return time.process_time() + (kids.ru_utime + kids.ru_stime if kids else 0.0)
+
+
+@torch.no_grad()
+def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    dev = next(model.parameters(), torch.empty(0)).device
+    out = expect_tensor(run_student(model, x.to(dev), what="your model"), "the model's output", shape=(len(y), 10))
+    return (out.argmax(1).cpu() == y).double().mean().item()
+
+
+@exercise("07.3", "the capstone: 97% on held-out digits")
+def check_capstone(train_capstone) -> dict:
+    """Run train_capstone(images, labels) -> (model, validation accuracy) on one thread, timing its CPU;
+    measure the model on digits it never saw (a split the check makes)."""
+    images, labels = load_digits_tensors()
+    seen, held = digits_split(len(labels), 0.2, seed=2026)
+    threads, start, _ = torch.get_num_threads(), _cpu_seconds(), torch.set_num_threads(1)
+    try:
+        got = run_student(train_capstone, images[seen], labels[seen], what="train_capstone", timeout=3 * BUDGET + 1)
+    finally:
+        seconds, _ = _cpu_seconds() - start, torch.set_num_threads(threads)
+    if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
+        raise CheckError("train_capstone must return (model, accuracy)", got=describe(got))
+    model, estimate = got[0], _numbers(got[1:], 1, "your validation accuracy")[0]
+    if any(m.training for m in model.modules()):
+        raise CheckError("the model came back in training mode", hint="call model.eval() before you measure "
+                         "(and return): dropout and batch norm act differently in training mode")
+    acc, fitted = _accuracy(model, images[held], labels[held]), _accuracy(model, images[seen], labels[seen])
+    if seconds > BUDGET:
+        raise CheckError("training took too long", expected=f"at most {BUDGET:g} s of CPU time",
+                         got=f"{seconds:.0f} s", hint="fewer epochs or a smaller network")
+    on_train = estimate >= fitted and estimate - acc > 0.02
+    if acc < TARGET or on_train:
+        raise CheckError("the held-out accuracy is below the target" if acc < TARGET else "your estimate is off",
+                         expected=f">= {TARGET:.0%}", got=f"{acc:.1%} (your estimate {estimate:.1%})",
+                         hint="your estimate matches the training images' accuracy: it was measured on images "
+                              "the model trained on; keep a validation part aside" if on_train else None)
+    passed(f"capstone: held-out accuracy >= {TARGET:.0%} within the {BUDGET:g} s CPU budget")
+    return {"accuracy": acc, "estimate": estimate, "cpu_seconds": seconds}
