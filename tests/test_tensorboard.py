@@ -517,6 +517,16 @@ def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
     assert "--logdir /srv/logs --host" in dry_run("LAB_RUNS_DIR=/srv/logs")
 
 
+@needs_make
+@pytest.mark.parametrize("target", ["test", "unit", "nbval", "regenerate"])
+def test_tests_and_regenerate_log_outside_the_students_runs(target):
+    recipe = subprocess.run([MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
+                            capture_output=True, text=True, timeout=60, env=_env_without_runs_dir()).stdout
+    folder = re.search(r"\bLAB_RUNS_DIR=(\S+)", recipe)
+    assert folder, f"`make {target}` does not set LAB_RUNS_DIR: {recipe}"
+    assert Path(folder.group(1)).is_relative_to(ROOT / "build"), folder.group(1)
+
+
 def _env_without_runs_dir() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "LAB_RUNS_DIR"}
 
