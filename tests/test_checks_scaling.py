@@ -1,108 +1,103 @@
-"""Checks of notebook 10: the references pass, each known mistake is named, bad inputs get a message."""
+"""Checks of notebook 10: the references pass, each listed mistake is named, bad inputs get a CheckError."""
+import time
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 import labsupport as lab
-from labsupport.checks import scaling
+from labsupport.checks import core
 
 
-# ----------------------------------------------------------------------------- autocast
+# ----------------------------------------------------------------------------- 10.1 Module.to prediction
 
-def autocast_forward(model, inputs, targets):
-    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16):
-        logits = model(inputs)
-        loss = F.cross_entropy(logits, targets)
-    return logits, loss
+def test_to_prediction_is_measured(capsys):
+    lab.check_to_prediction("same")
+    assert capsys.readouterr().out.startswith("PASS  Module.to: 'same' is right.")
 
 
-def test_autocast_reference_passes(capsys):
-    lab.check_autocast_forward(autocast_forward)
-    assert capsys.readouterr().out.startswith("PASS  autocast:")
-
-
-def no_autocast(model, inputs, targets):
-    logits = model(inputs)
-    return logits, F.cross_entropy(logits, targets)
-
-
-def wrong_device_type(model, inputs, targets):
-    with torch.autocast(device_type="cuda" if inputs.device.type == "cpu" else "cpu",
-                        dtype=torch.bfloat16, enabled=False):
-        logits = model(inputs)
-        loss = F.cross_entropy(logits, targets)
-    return logits, loss
-
-
-def model_to_bf16(model, inputs, targets):
-    model.to(torch.bfloat16)
-    logits = model(inputs.to(torch.bfloat16))
-    return logits, F.cross_entropy(logits.float(), targets)
-
-
-def loss_outside(model, inputs, targets):
-    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16):
-        logits = model(inputs)
-    return logits, F.cross_entropy(logits, targets)
-
-
-def softmax_first(model, inputs, targets):
-    with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16):
-        logits = model(inputs)
-        loss = F.cross_entropy(logits.softmax(dim=1), targets)
-    return logits, loss
-
-
-def under_no_grad(model, inputs, targets):
-    with torch.no_grad():
-        return autocast_forward(model, inputs, targets)
-
-
-def takes_a_step(model, inputs, targets):
-    logits, loss = autocast_forward(model, inputs, targets)
-    loss.backward()
-    with torch.no_grad():
-        for p in model.parameters():
-            p -= 0.1 * p.grad
-    return logits, loss
-
-
-def stub(*args):
-    raise NotImplementedError("Exercise 1: autocast_forward")
-
-
-@pytest.mark.parametrize("wrong, fragment", [
-    (no_autocast, "did not run under autocast"),
-    (wrong_device_type, "device type must match"),
-    (model_to_bf16, "Don't convert the model"),
-    (loss_outside, "inside the autocast block"),
-    (softmax_first, "no softmax first"),
-    (under_no_grad, "does not require grad"),
-    (takes_a_step, "not take an optimizer step"),
-    (stub, "not written yet"),
-    (lambda m, x, y: None, "a pair \\(logits, loss\\), got None"),
-    (lambda m, x, y: (m(x).detach().numpy(), torch.tensor(1.0)), "numpy"),
-    (lambda m, x, y: (m(x)[:4], torch.tensor(1.0)), "shape"),
-    (lambda m, x, y: (m(x), torch.tensor(float("nan"))), "NaN"),
-    (lambda m, x, y: [m(x)], "a pair"),
-    ("not a function", "function"),
-])
-def test_autocast_mistakes(wrong, fragment):
+@pytest.mark.parametrize("answer, fragment", [("new", "usual reason given for the rule"), ("maybe", "one of the choices"),
+                                              (None, "no prediction yet"), (3, "one of the choices")])
+def test_to_prediction_mistakes(answer, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_autocast_forward(wrong)
+        lab.check_to_prediction(answer)
 
 
-# ----------------------------------------------------------------------------- data parallel by hand
+# ----------------------------------------------------------------------------- 10.2 GradScaler step
 
-def data_parallel_grads(model, inputs, targets, world_size):
-    n, total = len(inputs) // world_size, None
-    for r in range(world_size):
-        model.zero_grad()
-        F.cross_entropy(model(inputs[r * n:(r + 1) * n]), targets[r * n:(r + 1) * n]).backward()
-        grads = [p.grad.clone() for p in model.parameters()]
-        total = grads if total is None else [a + b for a, b in zip(total, grads)]
-    return [t / world_size for t in total]
+def _forward(model, inputs, targets, dtype, autocast=True):
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype, enabled=autocast):
+        return F.cross_entropy(model(inputs), targets)
+
+
+def amp_step(model, optimizer, scaler, inputs, targets, dtype, *, zero=True, scaled=True, via_scaler=True,
+             update=True, autocast=True):
+    loss = _forward(model, inputs, targets, dtype, autocast)
+    if zero:
+        optimizer.zero_grad(set_to_none=True)
+    (scaler.scale(loss) if scaled else loss).backward()
+    scaler.step(optimizer) if via_scaler else optimizer.step()
+    if update:
+        scaler.update()
+    return loss.detach()
+
+
+def test_amp_step_reference_passes(capsys):
+    lab.check_amp_step(amp_step)
+    assert capsys.readouterr().out.startswith("PASS  amp_step: the step on inf gradients was skipped")
+
+
+def _variant(**wrong):
+    return lambda *args: amp_step(*args, **wrong)
+
+
+def never_returns(*args):
+    while True:
+        time.sleep(0.01)
+
+
+AMP_MISTAKES = [
+    (_variant(via_scaler=False, update=False), "optimizer.step\\(\\) stepped on the scaled"),
+    (_variant(via_scaler=False), "No inf checks were recorded"),
+    (_variant(zero=False), "the third step was skipped too: zero the gradients"),
+    (_variant(scaled=False), "did not use scaler.scale"),
+    (_variant(update=False), "call scaler.update"),
+    (_variant(autocast=False), "under torch.autocast"),
+    (lambda *a: [amp_step(*a)], "must return the loss"),
+    (lambda *a: None, "must return the loss"),
+    (None, "not a function"),
+    ([1, 2], "not a function"),
+    (lambda *a: (_ for _ in ()).throw(NotImplementedError("Exercise 2")), "not written yet"),
+    (lambda *a: 1 / 0, "ZeroDivisionError"),
+    (lambda m, *a: [p.data.fill_(float("nan")) for p in m.parameters()] and torch.tensor(0.0), "or inf gradients"),
+]
+
+
+@pytest.mark.parametrize("wrong, fragment", AMP_MISTAKES)
+def test_amp_step_names_the_mistake(wrong, fragment):
+    with pytest.raises(lab.CheckError, match=fragment):
+        lab.check_amp_step(wrong)
+
+
+def test_amp_step_stops_a_function_that_never_returns(monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_amp_step(never_returns)
+
+
+# ----------------------------------------------------------------------------- 10.3 data parallel by hand
+
+def data_parallel_grads(model, inputs, targets, world_size, *, start=lambda r, n: r * n, ranks=None,
+                        reduction="mean", zero=True, scale=None, clone=True):
+    n, kept = len(inputs) // world_size, []
+    for r in range(world_size if ranks is None else ranks(world_size)):
+        if zero:
+            model.zero_grad(set_to_none=clone)
+        s = start(r, n)
+        F.cross_entropy(model(inputs[s:s + n]), targets[s:s + n], reduction=reduction).backward()
+        kept.append([p.grad.clone() if clone else p.grad for p in model.parameters()])
+    return [sum(gs) / (world_size if scale is None else scale) for gs in zip(*kept)]
 
 
 def test_data_parallel_reference_passes(capsys):
@@ -110,57 +105,42 @@ def test_data_parallel_reference_passes(capsys):
     assert capsys.readouterr().out.startswith("PASS  data_parallel_grads:")
 
 
-def summed(model, inputs, targets, world_size):
-    return [g * world_size for g in data_parallel_grads(model, inputs, targets, world_size)]
+def _dp(**wrong):
+    return lambda *args: data_parallel_grads(*args, **wrong)
 
 
-def by_reference(model, inputs, targets, world_size):
-    n, kept = len(inputs) // world_size, []
-    for r in range(world_size):
-        model.zero_grad(set_to_none=False)
-        F.cross_entropy(model(inputs[r * n:(r + 1) * n]), targets[r * n:(r + 1) * n]).backward()
-        kept.append([p.grad for p in model.parameters()])      # no clone: overwritten next time
-    return [sum(gs) / world_size for gs in zip(*kept)]
-
-
-def first_shard_only(model, inputs, targets, world_size):
-    n = len(inputs) // world_size
-    model.zero_grad()
-    F.cross_entropy(model(inputs[:n]), targets[:n]).backward()
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def wrong_split(model, inputs, targets, world_size):
-    model.zero_grad()
-    F.cross_entropy(model(inputs[::2]), targets[::2]).backward()
-    return [p.grad.clone() for p in model.parameters()]
-
-
-def steps(model, inputs, targets, world_size):
-    grads = data_parallel_grads(model, inputs, targets, world_size)
-    with torch.no_grad():
-        for p, g in zip(model.parameters(), grads):
-            p -= g
-    return grads
-
-
-@pytest.mark.parametrize("wrong, fragment", [
-    (summed, "SUM of the"),
-    (by_reference, "the last shard's gradient alone"),
-    (first_shard_only, "shard 0's shard's gradient alone"),
-    (wrong_split, "do not match the whole-batch gradient"),
-    (steps, "weights changed"),
-    (lambda m, x, y, w: None, "got None"),
-    (lambda m, x, y, w: torch.zeros(3), "one gradient tensor per parameter"),
-    (lambda m, x, y, w: [torch.zeros(1)], "expected 8 gradients"),
+DP_MISTAKES = [
+    (_dp(scale=1), "gradients summed, not averaged"),
+    (_dp(reduction="sum"), "wrong loss reduction"),
+    (_dp(zero=False), "gradients not zeroed between shards"),
+    (_dp(ranks=lambda w: w - 1), "a shard was dropped"),
+    (_dp(start=lambda r, n: r), "the shards overlap"),
+    (_dp(clone=False), "one shard's gradient alone"),
+    (_dp(ranks=lambda w: 1, scale=1), "one shard's gradient alone"),
+    (_dp(start=lambda r, n: 0), "one shard's gradient alone"),
+    (_dp(start=lambda r, n: r * n + 1), "world_size equal contiguous shards"),
+    (lambda m, x, y, w: None, "one gradient per parameter"),
+    (lambda m, x, y, w: torch.zeros(3), "one gradient per parameter"),
+    (lambda m, x, y, w: [torch.zeros(1)], "a list of 8 tensors"),
     (lambda m, x, y, w: [np.zeros(1)] * 8, "numpy"),
     (lambda m, x, y, w: [torch.zeros(1)] * 8, "shape"),
     (lambda m, x, y, w: [torch.full_like(p, float("nan")) for p in m.parameters()], "NaN"),
-    (lambda m, x, y, w: (_ for _ in ()).throw(NotImplementedError("Exercise 2")), "not written yet"),
-])
-def test_data_parallel_mistakes(wrong, fragment):
+    (lambda m, x, y, w: (_ for _ in ()).throw(NotImplementedError("Exercise 3")), "not written yet"),
+    (lambda m, x, y, w: {}["x"], "KeyError"),
+    ("not a function", "not a function"),
+]
+
+
+@pytest.mark.parametrize("wrong, fragment", DP_MISTAKES)
+def test_data_parallel_names_the_mistake(wrong, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
         lab.check_data_parallel_grads(wrong)
+
+
+def test_data_parallel_stops_a_function_that_never_returns(monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_data_parallel_grads(never_returns)
 
 
 # ----------------------------------------------------------------------------- real DDP (synthesised results)
@@ -183,34 +163,25 @@ def test_ddp_check_accepts_the_one_process_step(reference, capsys):
     assert "PASS  DDP: 2 workers on 1/2 of the batch" in capsys.readouterr().out
 
 
-def test_ddp_check_names_drifted_replicas(reference):
-    other = {k: v + 1e-3 for k, v in reference.items()}
-    with pytest.raises(lab.CheckError, match="replicas drifted apart"):
-        lab.check_ddp_equivalence(result_with([reference, other]))
+def test_ddp_check_names_each_mistake(reference):
+    half = float32(lab.sgd_step_state(0, 16, 0.1, shard=(0, 2)))
+    summed = float32(lab.sgd_step_state(0, 16, 0.2))
+    for states, fragment in [([reference, {k: v + 1e-3 for k, v in reference.items()}], "drifted apart"),
+                             ([half, half], "not averaged"), ([summed, summed], "summed, not averaged"),
+                             ([{k: v + 1e-2 for k, v in reference.items()}] * 2, "differ from one process's step")]:
+        with pytest.raises(lab.CheckError, match=fragment):
+            lab.check_ddp_equivalence(result_with(states))
 
 
-def test_ddp_check_names_a_step_on_one_half(reference):
-    half = float32(scaling._step_on_shard(result_with([reference] * 2), shard=0))
-    with pytest.raises(lab.CheckError, match="not averaged"):
-        lab.check_ddp_equivalence(result_with([half, half]))
-
-
-def test_ddp_check_names_summed_gradients():
-    summed_state = float32(lab.sgd_step_state(0, 16, 0.2))
-    with pytest.raises(lab.CheckError, match="summed across workers"):
-        lab.check_ddp_equivalence(result_with([summed_state, summed_state]))
-
-
-def test_ddp_check_gives_the_error_otherwise(reference):
-    off = {k: v + 1e-2 for k, v in reference.items()}
-    with pytest.raises(lab.CheckError, match="differ from one process's step"):
-        lab.check_ddp_equivalence(result_with([off, off]))
+def test_ddp_check_fails_on_nan_parameters(reference):
+    nan = {k: torch.full_like(v, float("nan")) for k, v in reference.items()}
+    with pytest.raises(lab.CheckError, match="NaN"):
+        lab.check_ddp_equivalence(result_with([nan, nan]))
 
 
 @pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"),
-    ([1, 2], "list of length 2"),
-    ({"states": []}, "keys world_size"),
+    (None, "Got None"), ([1, 2], "list of length 2"), ({"states": []}, "keys world_size"),
+    ({"world_size": "2", "batch_size": 16, "lr": 0.1, "seed": 0, "states": []}, "keys world_size"),
 ])
 def test_ddp_check_rejects_what_is_not_a_result(bad, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
@@ -218,13 +189,8 @@ def test_ddp_check_rejects_what_is_not_a_result(bad, fragment):
 
 
 def test_ddp_check_rejects_broken_states(reference):
-    with pytest.raises(lab.CheckError, match="one state per worker"):
-        lab.check_ddp_equivalence(result_with([reference]))
-    with pytest.raises(lab.CheckError, match="not a DigitsCNN state dict"):
-        lab.check_ddp_equivalence(result_with([reference, {"w": torch.zeros(1)}]))
-    nan = dict(reference, **{"classifier.2.bias": torch.full((10,), float("nan"))})
-    with pytest.raises(lab.CheckError, match="NaN"):
-        lab.check_ddp_equivalence(result_with([reference, nan]))
-    short = dict(reference, **{"classifier.2.bias": torch.zeros(3)})
-    with pytest.raises(lab.CheckError, match="shape"):
-        lab.check_ddp_equivalence(result_with([reference, short]))
+    for states, fragment in [([reference], "one DigitsCNN state dict per worker"), (None, "per worker"),
+                             ([reference, {"w": torch.zeros(1)}], "per worker"),
+                             ([reference, dict(reference, **{"classifier.2.bias": torch.zeros(3)})], "shape")]:
+        with pytest.raises(lab.CheckError, match=fragment):
+            lab.check_ddp_equivalence(result_with(states))

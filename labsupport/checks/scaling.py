@@ -1,272 +1,119 @@
-"""Checks for notebook 10 (scaling up): mixed precision, data parallelism by hand,
-and real DistributedDataParallel against one process.
-
-Example:
-    >>> import torch, torch.nn.functional as F, labsupport as lab
-    >>> def autocast_forward(model, inputs, targets):
-    ...     with torch.autocast(device_type=inputs.device.type, dtype=torch.bfloat16):
-    ...         logits = model(inputs)
-    ...         loss = F.cross_entropy(logits, targets)
-    ...     return logits, loss
-    >>> lab.check_autocast_forward(autocast_forward)
-    PASS  autocast: logits in bfloat16, loss in float32, weights still float32, loss within 2% of float32
-"""
-from __future__ import annotations
-
-import copy
-import math
+"""Checks for notebook 10 (scaling up): Module.to, autocast with GradScaler, data parallelism, DDP."""
 from typing import Any, Callable, Mapping
-
 import torch
 import torch.nn.functional as F
+from .core import (CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed,
+                   rel_error, run_student)
 
-from .core import CheckError, call_student, describe, expect_tensor, passed
+__all__ = ["check_to_prediction", "check_amp_step", "check_data_parallel_grads", "check_ddp_equivalence"]
 
-__all__ = ["check_autocast_forward", "check_data_parallel_grads", "check_ddp_equivalence"]
-
-
-def _digits_cnn(seed: int, dtype: torch.dtype = torch.float32, device: Any = "cpu"):
+def _cnn(seed: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     from ..models import DigitsCNN
-
-    torch.manual_seed(seed)
-    return DigitsCNN().to(device=device, dtype=dtype)
-
+    return torch.manual_seed(seed) and DigitsCNN().to(dtype)
 
 def _batch(n: int, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return torch.rand(n, 1, 8, 8, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g)
 
+def _near(a: Mapping, b: Mapping, rtol: float = 1e-4, atol: float = 1e-6) -> bool:  # every tensor of b, in a
+    return all(torch.allclose(a[k].double(), b[k].double(), rtol=rtol, atol=atol) for k in b)
 
-# ----------------------------------------------------------------------------- autocast
+def _grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list:
+    return list(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
 
-def check_autocast_forward(autocast_forward: Callable, device: torch.device | str = "cpu") -> None:
-    """Check ``autocast_forward(model, inputs, targets) -> (logits, loss)`` runs the
-    forward pass and the loss under ``torch.autocast`` with bfloat16.
+def _flat(tensors: Any) -> torch.Tensor: return torch.cat([t.detach().double().flatten() for t in tensors])  # noqa
 
-    Expected: logits in bfloat16 (autocast ran the convolutions and linear
-    layers in bf16), the loss in float32 (autocast runs cross-entropy in fp32),
-    the model's weights untouched and still float32, and the loss within 2% of
-    a float32 forward pass (the reference, computed here without autocast).
-    Runs on ``device`` (the CPU by default; bf16 autocast works on both).
+@exercise("10.1", "does Module.to keep the Parameter objects?")
+def check_to_prediction(prediction: Any) -> None:
+    """Predict-then-run: after ``model.to(...)``, is ``model.weight`` the object it was before?"""
+    before, _ = (model := torch.nn.Linear(2, 2)).weight, model.to(torch.float64)   # a real conversion, on any machine
+    check_prediction("Module.to", prediction, "same" if model.weight is before else "new", choices=("same", "new"),
+                     why="Module.to swaps each parameter's data in place, so an optimizer built earlier holds the "
+                         "live parameters; the hazard is optimizer state or a loaded state_dict on the old device.",
+                     mistakes={"new": "That belief is the usual reason given for the rule, but it is not why."})
 
-    Example:
-        >>> check_autocast_forward(lambda m, x, y: (m(x), F.cross_entropy(m(x), y)))  # doctest: +SKIP
-        CheckError: logits have dtype torch.float32; expected torch.bfloat16. ...
-    """
-    __tracebackhide__ = True
-    device = torch.device(device)
-    model = _digits_cnn(0, device=device)
-    with torch.no_grad():  # spread the logits, so a softmax before the loss shows
-        model.classifier[-1].weight.mul_(20.0)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    x, y = _batch(16, 1)
-    x, y = x.to(device), y.to(device)
-    with torch.no_grad():
-        ref_loss = float(F.cross_entropy(model(x), y))
-    got = call_student(autocast_forward, model, x, y, what="your autocast_forward(model, inputs, targets)")
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
-        raise CheckError(f"expected a pair (logits, loss), got {describe(got)}. "
-                         f"End with `return logits, loss`.")
-    logits, loss = got
-    logits = expect_tensor(logits, "logits", shape=(16, 10), device=device)
-    loss = expect_tensor(loss, "loss", shape=(), device=device)
-    weights = [p for p in model.parameters()]
-    if any(p.dtype != torch.float32 for p in weights):
-        raise CheckError(f"the model's weights are now {weights[0].dtype}; expected torch.float32. "
-                         f"Don't convert the model (model.to(torch.bfloat16) / .half()): autocast "
-                         f"keeps fp32 master weights and casts each operation's inputs instead.")
-    if logits.dtype != torch.bfloat16:
-        raise CheckError(f"logits have dtype {logits.dtype}; expected torch.bfloat16. The forward "
-                         f"pass did not run under autocast: wrap it in `with torch.autocast("
-                         f"device_type=inputs.device.type, dtype=torch.bfloat16):` (the device "
-                         f"type must match where the data is, here {device.type!r}).")
-    if loss.dtype != torch.float32:
-        raise CheckError(f"loss has dtype {loss.dtype}; expected torch.float32. Compute the loss "
-                         f"inside the autocast block: autocast runs cross_entropy in float32, "
-                         f"while a loss taken outside it on bf16 logits stays bf16.")
-    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, before[k])]
-    if changed:
-        raise CheckError(f"the weights changed ({changed[0]}, ...): autocast_forward should only "
-                         f"compute logits and loss, not take an optimizer step.")
-    rel = abs(float(loss.detach()) - ref_loss) / abs(ref_loss)
-    if rel > 0.02:
-        raise CheckError(f"loss is {float(loss.detach()):.4g}; expected about {ref_loss:.4g} (the float32 "
-                         f"loss, within 2%). Use F.cross_entropy(logits, targets) with its default "
-                         f"mean reduction on the model's raw logits (no softmax first).")
-    if not loss.requires_grad:
-        raise CheckError("the loss does not require grad: don't compute it under torch.no_grad(); "
-                         "the training step calls loss.backward() on it.")
-    passed("autocast: logits in bfloat16, loss in float32, weights still float32, "
-           "loss within 2% of float32")
+def _amp_reference(batches: list, scale: float = 1024.0) -> list[tuple[dict, float]]:
+    model, out = _cnn(3), []     # loss scaling by hand: on inf/NaN skip the step and halve, else step and double
+    for x, y in batches:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            grads = torch.autograd.grad(F.cross_entropy(model(x), y) * scale, list(model.parameters()))
+        if finite := all(bool(torch.isfinite(g).all()) for g in grads):
+            [p.data.sub_(0.1 * g / scale) for p, g in zip(model.parameters(), grads)]
+        out.append(({k: v.clone() for k, v in model.state_dict().items()}, scale := scale * (2 if finite else 0.5)))
+    return out
 
+@exercise("10.2", "a training step with GradScaler")
+def check_amp_step(amp_step: Callable) -> None:
+    """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: 3 steps, the 2nd on inf (fp16 overflow)."""
+    (x1, y1), (x3, y3), model = _batch(16, 5), _batch(16, 6), _cnn(3)
+    ref = _amp_reference(batches := [(x1, y1), (torch.full_like(x1, float("inf")), y1), (x3, y3)])
+    opt, init = torch.optim.SGD(model.parameters(), lr=0.1), {k: v.clone() for k, v in model.state_dict().items()}
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    for i, (x, y) in enumerate(batches):
+        if not isinstance(loss := run_student(amp_step, model, opt, scaler, x, y, torch.bfloat16, what="amp_step"),
+                          torch.Tensor) or loss.dim() != 0:
+            raise CheckError("amp_step must return the loss", expected="a 0-dim tensor", got=describe(loss))
+        state, step = model.state_dict(), ("first", "second (inf gradients)", "third")[i]
+        if not _near(state, ref[i][0]):
+            raise CheckError(f"the weights after the {step} step differ from the reference", hint=first_mistake(
+                state, [(lambda s: not all(torch.isfinite(v).all() for v in s.values()) or not _near(s, init, 0, 1.0),
+                         "optimizer.step() stepped on the scaled (1024x) or inf gradients: scaler.step(optimizer) "
+                         "unscales them and skips a step on inf"),
+                        (lambda s: i == 2 and _near(s, ref[0][0]), "the third step was skipped too: zero the "
+                         "gradients every step, or the skipped step's inf stays in .grad")])
+                or "run the forward pass and the loss under torch.autocast(inputs.device.type, dtype=dtype)")
+        if scaler.get_scale() != ref[i][1]:
+            raise CheckError(f"the scale after the {step} step is {scaler.get_scale():g}, expected {ref[i][1]:g}",
+                             hint="call scaler.update() after scaler.step(optimizer)")
+    passed("amp_step: the step on inf gradients was skipped and the scale halved; the others stepped and doubled it")
 
-# ----------------------------------------------------------------------------- data parallel by hand
-
-def _full_batch_grads(model, x, y) -> list[torch.Tensor]:
-    loss = F.cross_entropy(model(x), y)
-    return [g.detach() for g in torch.autograd.grad(loss, list(model.parameters()))]
-
-
-def _max_rel(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    num = max(float((u - v).abs().max()) for u, v in zip(a, b))
-    den = max(float(v.abs().max()) for v in b)
-    return num / max(den, 1e-30)
-
-
+@exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
-    """Check ``data_parallel_grads(model, inputs, targets, world_size)``: split the
-    batch into ``world_size`` equal shards, compute each shard's mean-loss
-    gradient (one "worker" each), and return their **average**, one tensor per
-    parameter in ``model.parameters()`` order.
+    """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
+    for case, (n, ws) in enumerate([(12, 2), (12, 3)]):
+        model, (x, y), k = _cnn(10 + case, torch.float64), _batch(n, 20 + case, torch.float64), n // ws
+        want, mean = _grads(model, x, y), lambda gs: [sum(g) / ws for g in zip(*gs)]
+        shards = [_grads(model, x[r * k:(r + 1) * k], y[r * k:(r + 1) * k]) for r in range(ws)]
+        got = run_student(data_parallel_grads, model, x, y, ws, what="your data_parallel_grads(...)")
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            raise CheckError("one gradient per parameter", expected=f"a list of {len(want)} tensors",
+                             got=describe(got))
+        got = [expect_tensor(g, f"gradient {i}", shape=w.shape).double() for i, (g, w) in enumerate(zip(got, want))]
+        if rel_error(_flat(got), _flat(want)) > 1e-6:
+            raise CheckError(f"the averaged gradients differ from the whole-batch gradient (world_size {ws})", hint=(
+                first_mistake(got, [
+                    ([sum(g) for g in zip(*shards)], "gradients summed, not averaged: each shard's loss is already "
+                     "a mean, so divide the sum by world_size, as DDP does"),
+                    ([g * k for g in want], "wrong loss reduction: reduction='sum' scales each shard's gradient by "
+                     "the shard size; keep F.cross_entropy's mean"),
+                    (mean([[sum(g) for g in zip(*shards[:r + 1])] for r in range(ws)]), "gradients not zeroed "
+                     "between shards: backward() adds to .grad"),
+                    (mean(shards[:-1]), "a shard was dropped: range(world_size) covers every rank"),
+                    (mean([_grads(model, x[r:r + k], y[r:r + k]) for r in range(ws)]), "the shards overlap: rank r "
+                     "starts at r * shard, not at r"),
+                    (lambda g: any(rel_error(_flat(g), _flat(s)) < 1e-6 for s in shards), "one shard's gradient "
+                     "alone: keep a copy (p.grad.clone()) of every shard's gradients and average them all")])
+                or "world_size equal contiguous shards, the mean loss of each, the average of their gradients"))
+    passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
 
-    The reference is autograd's gradient of the mean cross-entropy over the
-    whole batch, in float64: with equal shards the average of the shards' mean
-    gradients equals it exactly (up to rounding). Recognises a sum instead of
-    an average, only one shard used, and gradients stored by reference
-    (``p.grad`` instead of ``p.grad.clone()``, overwritten by the next shard).
-
-    Example:
-        >>> def data_parallel_grads(model, inputs, targets, world_size):
-        ...     n, total = len(inputs) // world_size, None
-        ...     for r in range(world_size):
-        ...         model.zero_grad()
-        ...         F.cross_entropy(model(inputs[r*n:(r+1)*n]), targets[r*n:(r+1)*n]).backward()
-        ...         g = [p.grad.clone() for p in model.parameters()]
-        ...         total = g if total is None else [a + b for a, b in zip(total, g)]
-        ...     return [t / world_size for t in total]
-        >>> check_data_parallel_grads(data_parallel_grads)
-        PASS  data_parallel_grads: the average of the shards' gradients equals the whole-batch gradient (world_size 2 and 3)
-    """
-    __tracebackhide__ = True
-    worst = 0.0
-    for case, (n, world_size) in enumerate([(12, 2), (12, 3)]):
-        model = _digits_cnn(10 + case, torch.float64)
-        x, y = _batch(n, 20 + case, torch.float64)
-        before = [p.detach().clone() for p in model.parameters()]
-        expected = _full_batch_grads(model, x, y)
-        shard_grads = []
-        for r in range(world_size):
-            s = slice(r * n // world_size, (r + 1) * n // world_size)
-            shard_grads.append(_full_batch_grads(model, x[s], y[s]))
-        model.zero_grad(set_to_none=True)
-        got = call_student(data_parallel_grads, model, x, y, world_size,
-                           what="your data_parallel_grads(model, inputs, targets, world_size)")
-        if any(not torch.equal(p.detach(), b) for p, b in zip(model.parameters(), before)):
-            raise CheckError("the model's weights changed: data_parallel_grads should only compute "
-                             "gradients, not take an optimizer step.")
-        if isinstance(got, torch.Tensor) or not isinstance(got, (list, tuple)):
-            raise CheckError(f"expected a list with one gradient tensor per parameter "
-                             f"({len(expected)}), got {describe(got)}")
-        if len(got) != len(expected):
-            raise CheckError(f"expected {len(expected)} gradients (one per parameter, in "
-                             f"model.parameters() order), got {len(got)}")
-        got = [expect_tensor(g, f"gradient {i}", shape=tuple(e.shape))
-               for i, (g, e) in enumerate(zip(got, expected))]
-        got = [g.detach().to(torch.float64) for g in got]
-        err = _max_rel(got, expected)
-        worst = max(worst, err)
-        if err < 1e-6:
-            continue
-        summed = [sum(gs) for gs in zip(*shard_grads)]
-        if _max_rel(got, summed) < 1e-6:
-            raise CheckError(f"the gradients are {world_size}x too large: that is the SUM of the "
-                             f"{world_size} shards' gradients. Each shard's loss is already a mean, "
-                             f"so average them (divide by world_size), as DDP does.")
-        for r, gs in enumerate(shard_grads):
-            if _max_rel(got, gs) < 1e-6:
-                which = "the last" if r == world_size - 1 else f"shard {r}'s"
-                raise CheckError(f"the result equals {which} shard's gradient alone. Average over "
-                                 f"all shards; if you kept p.grad itself, store p.grad.clone() "
-                                 f"(zero_grad/backward reuse or replace the .grad tensors).")
-        raise CheckError(f"the averaged gradients do not match the whole-batch gradient "
-                         f"(max rel. error {err:.3g} > 1e-06, world_size={world_size}). Give each "
-                         f"shard inputs[r*n//world_size:(r+1)*n//world_size], use the mean "
-                         f"cross-entropy, and zero the gradients before each shard's backward().")
-    passed("data_parallel_grads: the average of the shards' gradients equals the whole-batch "
-           "gradient (world_size 2 and 3)")
-
-
-# ----------------------------------------------------------------------------- real DDP
-
-def _state_error(got: Mapping[str, torch.Tensor], ref: Mapping[str, torch.Tensor],
-                 atol: float, rtol: float) -> tuple[float, float]:
-    """Largest |got - ref| and the largest excess over atol + rtol*|ref|, over all tensors."""
-    worst_abs, worst_excess = 0.0, -math.inf
-    for k, r in ref.items():
-        d = (got[k].double() - r.double()).abs()
-        worst_abs = max(worst_abs, float(d.max()))
-        worst_excess = max(worst_excess, float((d - atol - rtol * r.double().abs()).max()))
-    return worst_abs, worst_excess
-
-
-def check_ddp_equivalence(result: Any, *, atol: float = 1e-5, rtol: float = 1e-4) -> None:
-    """Check the result of :func:`labsupport.run_data_parallel`: after one SGD
-    step, every worker (each on its own slice of the batch, gradients averaged
-    by DistributedDataParallel) holds the same weights, and those are the
-    weights ONE process gets from the same step on the WHOLE batch.
-
-    The reference is recomputed here, in float64 on the CPU, with plain
-    autograd and no torch.distributed. Tolerance: ``|ddp - ref| <= atol +
-    rtol * |ref|`` for every weight. Names the likely mistake: replicas that
-    drifted apart (no DDP), a step on one worker's half only (no averaging), or
-    a step with the summed gradient.
-
-    Example:
-        >>> import labsupport as lab
-        >>> check_ddp_equivalence(lab.run_data_parallel(world_size=2))     # doctest: +SKIP
-        PASS  DDP: 2 workers on 1/2 of the batch each end the step with the weights of 1 process on the whole batch (tolerance 1e-05)
-    """
-    __tracebackhide__ = True
+def check_ddp_equivalence(result: Any) -> None:
+    """``lab.run_data_parallel``'s workers after one DDP step against ONE process's SGD step (float64, CPU)."""
     from ..distributed import sgd_step_state
-
-    need = ("world_size", "batch_size", "lr", "seed", "states")
-    if not isinstance(result, Mapping) or any(k not in result for k in need):
-        raise CheckError(f"expected the dict returned by lab.run_data_parallel(...) (keys "
-                         f"{', '.join(need)}), got {describe(result)}")
-    states = result["states"]
-    ws = result["world_size"]
-    if not isinstance(states, (list, tuple)) or len(states) != ws or ws < 1:
-        raise CheckError(f"expected one state per worker ({ws}), got {describe(states)}")
-    ref = sgd_step_state(result["seed"], result["batch_size"], result["lr"])
-    for r, state in enumerate(states):
-        if not isinstance(state, Mapping) or set(state) != set(ref):
-            raise CheckError(f"worker {r}'s state is not a DigitsCNN state dict: got {describe(state)}")
-        for k, v in state.items():
-            expect_tensor(v, f"worker {r}'s {k}", shape=tuple(ref[k].shape))
-    for r in range(1, ws):
-        diff, _ = _state_error(states[r], states[0], 0.0, 0.0)
-        if diff > atol:
-            raise CheckError(f"worker {r}'s weights differ from worker 0's by up to {diff:.3g}: the "
-                             f"replicas drifted apart. Each worker stepped on its own gradient; wrap "
-                             f"the model in DistributedDataParallel so backward() averages gradients.")
-    worst, excess = _state_error(states[0], ref, atol, rtol)
-    if excess > 0:
-        if ws > 1:
-            half = _step_on_shard(result, shard=0)
-            if _state_error(states[0], half, atol, rtol)[1] <= 0:
-                raise CheckError("the weights equal a step on worker 0's slice alone: the gradients "
-                                 "were not averaged across workers (is the model wrapped in DDP?).")
-            summed = sgd_step_state(result["seed"], result["batch_size"], result["lr"] * ws)
-            if _state_error(states[0], summed, atol, rtol)[1] <= 0:
-                raise CheckError(f"the step is {ws}x too large: the gradients were summed across "
-                                 f"workers instead of averaged.")
-        raise CheckError(f"the workers' weights differ from one process's step on the whole batch "
-                         f"by up to {worst:.3g} (tolerance atol={atol:g}, rtol={rtol:g}).")
-    who = f"{ws} workers on 1/{ws} of the batch each end" if ws > 1 else "1 worker ends"
-    passed(f"DDP: {who} the step with the weights of 1 process on the whole batch (tolerance {atol:g})")
-
-
-def _step_on_shard(result: Mapping[str, Any], shard: int) -> dict[str, torch.Tensor]:
-    """One process's SGD step (float64, CPU) on worker ``shard``'s slice only:
-    what a worker ends with when gradients are NOT averaged."""
-    from ..distributed import digits_batch, shard_batch
-
-    torch.manual_seed(result["seed"])
-    model = _digits_cnn(result["seed"], torch.float64)
-    x, y = digits_batch(result["batch_size"], result["seed"])
-    x, y = shard_batch(x, y, shard, result["world_size"])
-    grads = torch.autograd.grad(F.cross_entropy(model(x.double()), y), list(model.parameters()))
-    with torch.no_grad():
-        for p, g in zip(model.parameters(), grads):
-            p -= result["lr"] * g
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    keys = ("world_size", "batch_size", "lr", "seed", "states")
+    if not isinstance(result, Mapping) or any(not isinstance(result.get(k), t) for k, t in zip(keys, (int,) * 2 + (float, int))):
+        raise CheckError(f"expected what lab.run_data_parallel returns (keys {', '.join(keys)})", got=describe(result))
+    ws, states, args, lr = result["world_size"], result.get("states"), (result["seed"], result["batch_size"]), result["lr"]
+    ref = sgd_step_state(*args, lr)
+    if not isinstance(states, list) or len(states) != ws or not states or any(
+            not isinstance(s, Mapping) or set(s) != set(ref) for s in states):
+        raise CheckError(f"expected one DigitsCNN state dict per worker ({ws})", got=describe(states))
+    [expect_tensor(v, f"worker {r}'s {k}", shape=tuple(ref[k].shape)) for r, s in enumerate(states) for k, v in s.items()]
+    if not all(_near(s, states[0]) for s in states):
+        raise CheckError("the replicas drifted apart", hint="each worker stepped on its own gradient: use DDP")
+    if not _near(states[0], ref):
+        raise CheckError("the workers' weights differ from one process's step on the whole batch", hint=first_mistake(
+            states[0], [(lambda s: ws > 1 and _near(s, sgd_step_state(*args, lr, shard=(0, ws))), "the gradients "
+                         "were not averaged across workers (a step on worker 0's slice alone)"),
+                        (lambda s: ws > 1 and _near(s, sgd_step_state(*args, lr * ws)), f"the step is {ws}x too "
+                         "large: gradients summed, not averaged")]))
+    passed(f"DDP: {ws} workers on 1/{ws} of the batch each end the step with one process's weights (whole batch)")
