@@ -45,6 +45,7 @@ says "an additional test of your instructor failed". It may also define
 from __future__ import annotations
 
 import argparse
+import compileall
 import concurrent.futures as cf
 import copy
 import csv
@@ -740,6 +741,8 @@ def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = N
         sources = _sources(cfg)
         log.info("grading %s into %s: %d source notebook(s), %d worker(s), %g s per exercise, %d MB per kernel, "
                  "sandbox: %s", submissions, out, len(sources), jobs, cfg.timeout, cfg.memory_mb, sandbox_state(cfg))
+        # Kernels cannot write bytecode (the sandbox): compile labsupport once, here, instead of in each kernel.
+        compileall.compile_dir(str(ROOT / "labsupport"), quiet=1)
         todo, rows = collect(submissions, sources, log)
         cfg = Config(**{**asdict(cfg), "private": (str(submissions), str(out))})
         graded = run_jobs(todo, cfg, jobs, log)
