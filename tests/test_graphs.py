@@ -1,4 +1,4 @@
-"""Notebook 09's checks (script vs trace, export round trip), and the proof that a
+"""Notebook 09's checks (script vs trace, torch.cond, fullgraph), and the proof that a
 saved TorchScript file and a saved ExportedProgram run in a fresh Python process
 that never imports the code defining the model."""
 import subprocess
@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import labsupport as lab
+from labsupport.checks import core
 
 EXAMPLE = torch.tensor([3.0, -1.0])   # needs two halvings, as in the notebook
 
@@ -63,6 +64,17 @@ def returns_list(x):
     return halve_until_small(x).tolist()
 
 
+def halve_by_max(x):
+    while x.max() > 1:
+        x = x / 2
+    return x
+
+
+def never_returns(x):
+    while True:
+        pass
+
+
 def stub(x):
     raise NotImplementedError("Exercise 1: script vs trace")
 
@@ -72,26 +84,27 @@ def halvers():
     return _script(halve_until_small), _trace(halve_until_small)
 
 
-def test_halvings_needed_is_exact_at_powers_of_two():
-    assert [lab.halvings_needed(m) for m in (0.0, 1.0, 1.0001, 2.0, 2.5, 4.0, 64.0, 65.0)] == [0, 0, 1, 1, 2, 2, 6, 7]
-
-
 def test_script_vs_trace_passes_the_reference(halvers, capsys):
     lab.check_script_vs_trace(halve_until_small, *halvers)
     assert capsys.readouterr().out == (
-        "PASS  script vs trace: the scripted loop matches the reference on 6 fresh inputs (0 to 6 "
-        "halvings); the trace replays a fixed number of halvings and is wrong on 5 of 6\n")
+        "PASS  script vs trace: the scripted loop matches the reference on 7 fresh inputs (0 to 6 "
+        "halvings); the trace replays a fixed number of halvings and is wrong on 6 of 7\n")
 
 
 @pytest.mark.parametrize("eager, message", [
-    (halve_once, "halved once where 2 halvings were needed (largest |x| = 4): use a `while` loop, not `if`"),
-    (halve_while_at_least_one, "halves once too often (largest |x| = 1 needs 0)"),
+    (halve_by_max, "it compares x.max(), not x.abs().max(): a large negative value never counts"),
+    (halve_once, "it halved once: use a `while` loop, not `if`"),
+    (halve_while_at_least_one, "it halves once too often"),
     (halve_in_place, "changed its input x in place"),
-    (shrink_wrongly, "expected it divided by 2 (largest |x| 0.85)"),
-    (returns_list, "returned list of length 4 for an input of shape (4,)"),
+    (shrink_wrongly, "halve_until_small is wrong for an input whose largest |x| is 1.7"),
+    (returns_list, "is not a tensor"),
+    (lambda x: x.double(), "wrong dtype"),
+    (lambda x: x * float("nan"), "not finite"),
+    (lambda x: 1 / 0, "ZeroDivisionError"),
     (stub, "is not written yet (Exercise 1: script vs trace)"),
-    (None, "halve_until_small: expected your eager function, got None. Write the function in the exercise cell"),
-    (3.0, "halve_until_small: expected your eager function, got float 3.0."),
+    (None, "is not a function"),
+    (3.0, "is not a function"),
+    ([halve_until_small], "is not a function"),
 ])
 def test_script_vs_trace_names_eager_mistakes(halvers, eager, message):
     with pytest.raises(lab.CheckError) as info:
@@ -99,14 +112,20 @@ def test_script_vs_trace_names_eager_mistakes(halvers, eager, message):
     assert message in str(info.value)
 
 
+def test_script_vs_trace_stops_a_loop_that_never_ends(halvers, monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_script_vs_trace(never_returns, *halvers)
+
+
 def test_script_vs_trace_names_swapped_or_missing_versions(halvers):
     scripted, traced = halvers
     cases = [
-        ((None, traced), "scripted_halve: expected a TorchScript function, got None"),
-        ((halve_until_small, traced), "It is a plain Python function: pass it through torch.jit.script"),
-        ((traced, traced), "scripted_halve has no loop in its graph (no prim::Loop): it looks traced"),
-        ((scripted, scripted), "traced_halve still contains the loop (prim::Loop): it was scripted"),
-        ((scripted, [1, 2]), "traced_halve: expected a TorchScript function (what torch.jit.trace returns), got list"),
+        ((None, traced), "scripted_halve is not a TorchScript function"),
+        ((halve_until_small, traced), "pass it through torch.jit.script"),
+        ((traced, traced), "it was traced, not scripted"),
+        ((scripted, scripted), "it was scripted, not traced"),
+        ((scripted, [1, 2]), "traced_halve is not a TorchScript function"),
         ((_script(shrink_wrongly), traced), "scripted_halve disagrees with the reference"),
     ]
     for (s, t), message in cases:
@@ -116,71 +135,107 @@ def test_script_vs_trace_names_swapped_or_missing_versions(halvers):
 
 
 def test_a_trace_that_happens_to_be_right_everywhere_is_refused():
-    # A loop-free "trace" that is always right can only come from tracing something else.
     def exact(x):
         return x / 2.0 ** torch.clamp(torch.ceil(torch.log2(x.abs().max())), min=0)
     with pytest.raises(lab.CheckError, match="right on every fresh input"):
         lab.check_script_vs_trace(halve_until_small, _script(halve_until_small), _trace(exact))
 
 
-# ---------------------------------------------------------------- export round trip
+# ---------------------------------------------------------------- a Gate with torch.cond
 
-def export_and_reload(model, example, path):
-    batch = torch.export.Dim("batch")
-    program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-    torch.export.save(program, path)
-    return torch.export.load(path)
+class CondGate(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3)
 
-
-def static_batch(model, example, path):
-    program = torch.export.export(model, (example,))
-    torch.export.save(program, path)
-    return torch.export.load(path)
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
 
 
-def returns_module(model, example, path):
-    return export_and_reload(model, example, path).module()
+class IfGate(CondGate):
+    def forward(self, x):
+        h = self.linear(x)
+        return h.relu() if h.sum() > 0 else -h
 
 
-def never_saved(model, example, path):
-    return torch.export.export(model, (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+class WhereGate(CondGate):
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.where(h.sum() > 0, h.relu(), -h)
 
 
-def other_model(model, example, path):
-    torch.manual_seed(123)
-    return export_and_reload(lab.DigitsCNN().eval(), example, path)
+class SwappedGate(CondGate):
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: -h, lambda h: h.relu(), (h,))
 
 
-def test_export_roundtrip_passes_the_reference(capsys):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        lab.check_export_roundtrip(export_and_reload)
-    assert [str(w.message) for w in caught] == []   # nothing leaks into the notebook's stderr
-    assert capsys.readouterr().out == (
-        "PASS  export round trip: the reloaded program matches the eager model on batches of 3, 4 "
-        "and 9 (torch.allclose, rtol 1e-05); the saved file loads on its own\n")
+class NoLinear(nn.Module):
+    def forward(self, x):
+        return x
+
+
+class Broken(CondGate):
+    def __init__(self):
+        raise RuntimeError("boom")
+
+
+class NanGate(CondGate):
+    def forward(self, x):
+        return self.linear(x) * float("nan")
+
+
+def test_cond_gate_passes_the_reference(capsys):
+    lab.check_cond_gate(CondGate)
+    assert capsys.readouterr().out.startswith("PASS  CondGate: matches Gate on both branches")
 
 
 @pytest.mark.parametrize("student, message", [
-    (static_batch, "fails on a batch of 3 images"),
-    (returns_module, "returned a GraphModule (program.module())"),
-    (lambda model, example, path: model, "returned the eager model"),
-    (never_saved, "nothing was saved at the path given (digits_cnn.pt2)"),
-    (other_model, "disagrees with the eager model on a batch of 3"),
-    (lambda model, example, path: None, "must return a torch.export.ExportedProgram, got None"),
-    (lambda model, example, path: "file.pt2", "got str of length 8"),
-    (lambda m, e, p: (_ for _ in ()).throw(NotImplementedError("Exercise 2: export")),
-     "is not written yet (Exercise 2: export)"),
+    (IfGate, "torch.export refused CondGate"),
+    (WhereGate, "torch.where computes both branches"),
+    (SwappedGate, "the two branches are swapped"),
+    (NoLinear, "has no .linear"),
+    (CondGate(), "expected your module class itself"),
+    (None, "expected your module class itself"),
+    ([CondGate], "expected your module class itself"),
+    (Broken, "raised RuntimeError: boom"),
+    (NanGate, "not finite"),
 ])
-def test_export_roundtrip_names_the_mistake(student, message):
+def test_cond_gate_names_the_mistake(student, message, capfd):
     with pytest.raises(lab.CheckError) as info:
-        lab.check_export_roundtrip(student)
+        lab.check_cond_gate(student)
     assert message in str(info.value)
+    assert capfd.readouterr().err == ""          # a refused export prints nothing into the notebook
 
 
-def test_static_batch_message_says_how_to_fix_it():
-    with pytest.raises(lab.CheckError, match=r"only accepts the example's batch size, 4\. Mark dimension 0"):
-        lab.check_export_roundtrip(static_batch)
+class Endless(CondGate):
+    def forward(self, x):
+        while True:
+            pass
+
+
+def test_cond_gate_stops_a_forward_that_never_returns(monkeypatch):
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    with pytest.raises(lab.CheckError, match="did not return within"):
+        lab.check_cond_gate(Endless)
+
+
+# ---------------------------------------------------------------- fullgraph prediction
+
+def test_fullgraph_prediction_is_measured(capsys):
+    lab.check_fullgraph_prediction("error")
+    assert capsys.readouterr().out.startswith("PASS  fullgraph=True: 'error' is right.")
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("correct", "Without fullgraph=True it would be"), ("wrong", "That is tracing"),
+    ("maybe", "one of the choices"), (None, "no prediction yet"), (1, "one of the choices"),
+])
+def test_fullgraph_prediction_names_the_mistake(answer, message):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_prediction(answer)
+    assert message in str(info.value)
 
 
 # ---------------------------------------------------------------- serialization without the code

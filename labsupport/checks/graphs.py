@@ -1,247 +1,110 @@
-"""Checks for notebook 09 (static and dynamic graphs): TorchScript's script vs
-trace on data-dependent control flow, and a torch.export round trip.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> def export_and_reload(model, example, path):
-    ...     batch = torch.export.Dim("batch")
-    ...     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-    ...     torch.export.save(program, path)
-    ...     return torch.export.load(path)
-    >>> lab.check_export_roundtrip(export_and_reload)
-    PASS  export round trip: the reloaded program matches the eager model on batches of 3, 4 and 9 (torch.allclose, rtol 1e-05); the saved file loads on its own
-"""
-from __future__ import annotations
-
-import tempfile
+"""Checks for notebook 09 (static and dynamic graphs): script vs trace, torch.cond, torch.compile(fullgraph)."""
+import contextlib
+import io
+import logging
 import warnings
-from pathlib import Path
 from typing import Any, Callable
-
 import torch
-from torch import nn
+from .core import CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed, run_student
 
-from .core import CheckError, call_student, describe, passed, rel_error
+__all__ = ["check_script_vs_trace", "check_cond_gate", "check_fullgraph_prediction"]
 
-__all__ = ["halvings_needed", "check_script_vs_trace", "check_export_roundtrip"]
+def _halvings(m: float) -> int:
+    return 0 if m <= 1.0 else 1 + _halvings(m / 2.0)
 
-# Largest |x| of each fresh input: 0, 0, 1, 2, 3 and 6 halvings are needed.
-_SCALES = (0.5, 1.0, 1.7, 4.0, 6.0, 50.0)
-
-
-def halvings_needed(max_abs: float) -> int:
-    """How many times a tensor whose largest ``|x|`` is ``max_abs`` must be halved
-    until that is at most 1 (0 when it already is), by exact float arithmetic.
-
-    Example:
-        >>> [halvings_needed(m) for m in (0.5, 1.0, 1.5, 4.0, 50.0)]
-        [0, 0, 1, 2, 6]
-    """
-    n = 0
-    while max_abs > 1.0:
-        max_abs /= 2.0
-        n += 1
-    return n
-
-
-def _fresh_inputs() -> list[torch.Tensor]:
+def _inputs() -> list[torch.Tensor]:     # largest |x| 0.5 to 50 (0-6 halvings); the last one's is negative
     g = torch.Generator().manual_seed(90)
-    xs = []
-    for scale in _SCALES:
-        x = torch.randn(4, generator=g)
-        xs.append(x / x.abs().max() * scale)  # largest |x| is exactly `scale`
-    return xs
-
-
-def _is_torchscript(obj: Any) -> bool:
-    return isinstance(obj, (torch.jit.ScriptFunction, torch.jit.ScriptModule))
-
-
-def _as_torchscript(obj: Any, name: str, how: str) -> Any:
-    __tracebackhide__ = True
-    if obj is None:
-        raise CheckError(f"{name}: expected a TorchScript function, got None. Did the exercise "
-                         f"cell run and assign {name}?")
-    if not _is_torchscript(obj):
-        hint = (f" It is a plain Python function: pass it through {how}."
-                if callable(obj) else "")
-        raise CheckError(f"{name}: expected a TorchScript function (what {how} returns), got "
-                         f"{describe(obj)}.{hint}")
-    return obj
-
-
-def _has_loop(fn: Any) -> bool:
-    return "prim::Loop" in str(fn.graph)
-
+    xs = [(x := torch.randn(4, generator=g)) / x.abs().max() * s for s in (0.5, 1.0, 1.7, 4.0, 6.0, 50.0)]
+    return xs + [torch.tensor([-8.0, 0.5, 1.5, -0.25])]
 
 def _run(fn: Any, x: torch.Tensor, what: str) -> torch.Tensor:
-    __tracebackhide__ = True
-    out = call_student(fn, x.clone(), what=what,
-                       inplace_hint="x /= 2 or x.div_(2) writes into the caller's tensor; "
-                                    "write x = x / 2 so it is left alone.")
-    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
-        raise CheckError(f"{what} returned {describe(out)} for an input of shape {tuple(x.shape)}; "
-                         f"expected a tensor of the same shape.")
-    return out
+    got = run_student(fn, x.clone(), what=what, inplace_hint="x /= 2 writes into the caller's tensor: x = x / 2")
+    return expect_tensor(got, f"what {what} returned", shape=tuple(x.shape), dtype=x.dtype)
 
-
+@exercise("09.1", "a loop that tracing gets wrong")
 def check_script_vs_trace(halve_until_small: Callable, scripted: Any, traced: Any) -> None:
-    """Check the eager ``halve_until_small(x)``, its ``torch.jit.script`` version and its
-    ``torch.jit.trace`` version on fresh inputs needing 0 to 6 halvings.
-
-    The reference divides by ``2 ** halvings_needed(max|x|)``, computed with
-    Python floats (exact for powers of two). The eager and scripted functions must
-    match it everywhere, and the scripted graph must hold a ``prim::Loop``; the
-    traced one must have no loop and be wrong on at least one input (tracing
-    records the example's fixed number of halvings). Names the usual mistakes:
-    ``if`` instead of ``while``, ``>=`` instead of ``>``, halving in place, and
-    the two versions swapped (traced where scripted was asked, or the reverse).
-
-    Example (the solution of notebook 09's exercise 1):
-        >>> def halve_until_small(x):
-        ...     while x.abs().max() > 1:
-        ...         x = x / 2
-        ...     return x
-        >>> import warnings
-        >>> with warnings.catch_warnings():   # TorchScript is deprecated, and tracing a loop warns
-        ...     warnings.simplefilter("ignore")
-        ...     scripted = torch.jit.script(halve_until_small)
-        ...     traced = torch.jit.trace(halve_until_small, torch.full((3,), 5.0))
-        >>> check_script_vs_trace(halve_until_small, scripted, traced)    # doctest: +ELLIPSIS
-        PASS  ...
-    """
-    __tracebackhide__ = True
-    xs = _fresh_inputs()
-    expected = [x / 2.0 ** halvings_needed(float(x.abs().max())) for x in xs]
-    if not callable(halve_until_small):
-        hint = (" Write the function in the exercise cell and run that cell first."
-                if halve_until_small is None else "")
-        raise CheckError(f"halve_until_small: expected your eager function, got "
-                         f"{describe(halve_until_small)}.{hint}")
-    for x, want in zip(xs, expected):
-        got = _run(halve_until_small, x, "your halve_until_small(x)")
-        if torch.equal(got, want):
-            continue
-        m = float(x.abs().max())
-        k = halvings_needed(m)
-        if m > 1 and k > 1 and torch.equal(got, x / 2):
-            raise CheckError(f"halve_until_small halved once where {k} halvings were needed "
-                             f"(largest |x| = {m:g}): use a `while` loop, not `if`.")
-        if torch.equal(got, want / 2):
-            raise CheckError(f"halve_until_small halves once too often (largest |x| = {m:g} needs "
-                             f"{k}): keep halving while the largest |x| is above 1 (>), not >= 1.")
-        raise CheckError(f"halve_until_small is wrong for an input whose largest |x| is {m:g}: "
-                         f"expected it divided by {2 ** k} (largest |x| {float(want.abs().max()):g}), "
-                         f"got largest |x| {float(got.abs().max()):.3g}.")
-    scripted = _as_torchscript(scripted, "scripted_halve", "torch.jit.script")
-    traced = _as_torchscript(traced, "traced_halve", "torch.jit.trace")
-    if not _has_loop(scripted):
-        raise CheckError("scripted_halve has no loop in its graph (no prim::Loop): it looks traced, "
-                         "not scripted. Make it with torch.jit.script(halve_until_small).")
-    if _has_loop(traced):
-        raise CheckError("traced_halve still contains the loop (prim::Loop): it was scripted. Make "
-                         "it with torch.jit.trace(halve_until_small, example) to see what tracing does.")
-    for x, want in zip(xs, expected):
-        got = _run(scripted, x, "scripted_halve")
-        if not torch.equal(got, want):
-            raise CheckError(f"scripted_halve disagrees with the reference on an input whose largest "
-                             f"|x| is {float(x.abs().max()):g}: script the function that passed above.")
-    wrong = 0
-    for x, want in zip(xs, expected):
-        got = _run(traced, x, "traced_halve")
-        wrong += not torch.equal(got, want)
+    """The eager loop, its ``torch.jit.script`` and its ``torch.jit.trace`` on fresh inputs needing 0 to 6 halvings."""
+    xs = _inputs()
+    want = [x / 2.0 ** _halvings(float(x.abs().max())) for x in xs]
+    for x, w in zip(xs, want):
+        if not torch.equal(got := _run(halve_until_small, x, "your halve_until_small(x)"), w):
+            hint = first_mistake(got, [
+                (x / 2 ** _halvings(float(x.max())), "it compares x.max(), not x.abs().max(): a large negative "
+                 "value never counts"),
+                (w / 2, "it halves once too often: keep halving while the largest |x| is > 1, not >= 1"),
+                (x / 2, "it halved once: use a `while` loop, not `if`")])
+            raise CheckError(f"halve_until_small is wrong for an input whose largest |x| is {float(x.abs().max()):g}",
+                             expected=f"largest |x| {float(w.abs().max()):.3g}",
+                             got=f"largest |x| {float(got.abs().max()):.3g}", hint=hint)
+    for name, obj, how in (("scripted_halve", scripted, "script"), ("traced_halve", traced, "trace")):
+        if not isinstance(obj, (torch.jit.ScriptFunction, torch.jit.ScriptModule)):
+            raise CheckError(f"{name} is not a TorchScript function", expected=f"what torch.jit.{how} returns",
+                             got=describe(obj), hint=f"pass it through torch.jit.{how}" if callable(obj) else None)
+    if "prim::Loop" not in str(scripted.graph):
+        raise CheckError("scripted_halve has no loop in its graph (no prim::Loop)", hint="it was traced, not scripted")
+    if "prim::Loop" in str(traced.graph):
+        raise CheckError("traced_halve still holds the loop (prim::Loop)", hint="it was scripted, not traced")
+    if any(not torch.equal(_run(scripted, x, "scripted_halve"), w) for x, w in zip(xs, want)):
+        raise CheckError("scripted_halve disagrees with the reference", hint="script the function that passed above")
+    wrong = sum(not torch.equal(_run(traced, x, "traced_halve"), w) for x, w in zip(xs, want))
     if wrong == 0:
-        raise CheckError("traced_halve is right on every fresh input, which a trace of a data-"
-                         "dependent loop cannot be: trace halve_until_small itself, with one example.")
-    passed(f"script vs trace: the scripted loop matches the reference on {len(xs)} fresh inputs "
-           f"(0 to {max(halvings_needed(s) for s in _SCALES)} halvings); the trace replays a fixed "
-           f"number of halvings and is wrong on {wrong} of {len(xs)}")
+        raise CheckError("traced_halve is right on every fresh input, which a trace of a data-dependent loop cannot "
+                         "be", hint="trace halve_until_small itself, with one example")
+    passed(f"script vs trace: the scripted loop matches the reference on {len(xs)} fresh inputs (0 to 6 halvings); "
+           f"the trace replays a fixed number of halvings and is wrong on {wrong} of {len(xs)}")
 
+@exercise("09.3", "a Gate that exports")
+def check_cond_gate(cond_gate_class: Any) -> None:
+    """``cond_gate_class()``: Gate's ``.linear`` and function, with ``torch.cond``; run on both branches, exported."""
+    if not isinstance(cond_gate_class, type) or not issubclass(cond_gate_class, torch.nn.Module):
+        raise CheckError("expected your module class itself (CondGate, not CondGate())", got=describe(cond_gate_class))
+    model = torch.manual_seed(0) and run_student(cond_gate_class, what="CondGate()")
+    if not isinstance(getattr(model, "linear", None), torch.nn.Linear):
+        raise CheckError("CondGate() has no .linear = nn.Linear(4, 3)", hint="keep Gate's __init__ (or subclass Gate)")
+    d = model.linear.weight.detach().sum(0)       # h.sum() grows along d: +d and -d take the two branches
+    xs = [10 * d.repeat(3, 1), -10 * d.repeat(3, 1)]
+    for x in xs:                                   # the eager module first
+        with torch.no_grad():
+            h = model.linear(x)
+            want, other = (h.relu(), -h) if h.sum() > 0 else (-h, h.relu())
+            got = expect_tensor(run_student(model, x, what="CondGate()(x)"), "CondGate()(x)", shape=tuple(want.shape))
+        if not torch.allclose(got, want, atol=1e-6):
+            raise CheckError(f"CondGate()(x) differs from Gate on a batch with h.sum() {'>' if h.sum() > 0 else '<'} 0",
+                             hint="the two branches are swapped (true_fn runs when the predicate holds)" if
+                             torch.allclose(got, other, atol=1e-6) else "h = self.linear(x), then h.relu() or -h")
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):   # a refused export
+            warnings.simplefilter("ignore")         # prints its graph: the message below says what matters
+            logging.disable(logging.CRITICAL)
+            program = torch.export.export(model, (xs[0],))
+    except Exception as exc:
+        raise CheckError(f"torch.export refused CondGate ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})",
+                         hint="a Python `if` (or .item(), bool()) on a tensor: put the branch in "
+                              "torch.cond(pred, true_fn, false_fn, (h,))") from None
+    finally:
+        logging.disable(logging.NOTSET)
+    if "torch.ops.higher_order.cond" not in str(program.graph_module.code):
+        raise CheckError("the exported graph has no cond node", hint="torch.where computes both branches and "
+                         "picks elementwise; the exercise is torch.cond, which keeps both in the graph, runs one")
+    passed("CondGate: matches Gate on both branches; torch.export keeps both in one graph (a cond node)")
 
-def _digits_model(seed: int = 0) -> nn.Module:
-    from ..models import DigitsCNN
+def _flip_if_negative(x: torch.Tensor) -> torch.Tensor:       # notebook 09's function, the experiment's subject
+    if x.sum() > 0:
+        return x
+    return -x
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return DigitsCNN().eval()
-
-
-def _batch(n: int, seed: int) -> torch.Tensor:
-    return torch.rand(n, 1, 8, 8, generator=torch.Generator().manual_seed(seed))
-
-
-def check_export_roundtrip(export_and_reload: Callable, *, batches: tuple[int, ...] = (3, 4, 9)) -> None:
-    """Check ``export_and_reload(model, example, path) -> ExportedProgram``.
-
-    The function gets a seeded :class:`DigitsCNN` in eval mode, an example batch of
-    4 images and a path in a fresh temporary folder. It must export the model with
-    a dynamic batch dimension, save the program to ``path`` and return
-    ``torch.export.load(path)``. The check loads the file a second time on its own
-    and runs both programs on fresh batches of several sizes against the eager
-    model. Names the usual mistakes: nothing saved, the eager model (or
-    ``.module()``) returned instead of the program, a batch size fixed to the
-    example's, a different model exported.
-
-    Example (the solution of notebook 09's exercise 2):
-        >>> def export_and_reload(model, example, path):
-        ...     batch = torch.export.Dim("batch")
-        ...     program = torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
-        ...     torch.export.save(program, path)
-        ...     return torch.export.load(path)
-        >>> check_export_roundtrip(export_and_reload)                     # doctest: +ELLIPSIS
-        PASS  ...
-    """
-    __tracebackhide__ = True
-    model = _digits_model()
-    example = _batch(4, seed=1)
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        # torch 2.11's torch.export.load warns about a read-only buffer it makes itself;
-        # it says nothing about the student's work, so it stays out of the check's output.
-        warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning)
-        path = Path(tmp) / "digits_cnn.pt2"
-        got = call_student(export_and_reload, model, example.clone(), str(path),
-                           what="your export_and_reload(model, example, path)")
-        if got is model or (isinstance(got, nn.Module) and not isinstance(got, torch.fx.GraphModule)):
-            raise CheckError("export_and_reload returned the eager model: return the program that "
-                             "torch.export.load(path) gives back.")
-        if isinstance(got, torch.fx.GraphModule):
-            raise CheckError("export_and_reload returned a GraphModule (program.module()); return "
-                             "the ExportedProgram itself, as torch.export.load(path) gives it.")
-        if not isinstance(got, torch.export.ExportedProgram):
-            raise CheckError(f"export_and_reload must return a torch.export.ExportedProgram, got "
-                             f"{describe(got)}")
-        if not path.is_file():
-            raise CheckError(f"nothing was saved at the path given ({path.name}): call "
-                             f"torch.export.save(program, path) before loading it back.")
-        try:
-            on_its_own = torch.export.load(str(path))
-        except Exception as exc:
-            raise CheckError(f"the file saved at path does not load with torch.export.load "
-                             f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}).") from exc
-        for which, program in (("the returned program", got), ("the saved file", on_its_own)):
-            module = program.module()
-            for n in batches:
-                x = _batch(n, seed=100 + n)
-                with torch.no_grad():
-                    want = model(x)
-                try:
-                    out = module(x)
-                except Exception as exc:
-                    if n != example.shape[0]:
-                        raise CheckError(f"{which} fails on a batch of {n} images ({type(exc).__name__}): "
-                                         f"it only accepts the example's batch size, "
-                                         f"{example.shape[0]}. Mark dimension 0 as dynamic: "
-                                         f"dynamic_shapes=({{0: torch.export.Dim('batch')}},).") from None
-                    raise CheckError(f"{which} fails on the example's own batch size "
-                                     f"({type(exc).__name__}: {exc}).") from None
-                if not isinstance(out, torch.Tensor) or out.shape != want.shape:
-                    raise CheckError(f"{which} returned {describe(out)} for a batch of {n}; "
-                                     f"expected shape {tuple(want.shape)}.")
-                err = rel_error(out, want)
-                if not torch.allclose(out, want, rtol=1e-5, atol=1e-6):
-                    raise CheckError(f"{which} disagrees with the eager model on a batch of {n} "
-                                     f"(max rel. error {err:.3g}): export the model you were given "
-                                     f"(in eval mode), not a new one.")
-    sizes = ", ".join(str(b) for b in batches[:-1]) + f" and {batches[-1]}"
-    passed(f"export round trip: the reloaded program matches the eager model on batches of "
-           f"{sizes} (torch.allclose, rtol 1e-05); the saved file loads on its own")
+@exercise("09.2", "does fullgraph=True accept a data-dependent branch?")
+def check_fullgraph_prediction(prediction: Any) -> None:
+    """Predict-then-run: ``torch.compile(flip_if_negative, fullgraph=True)`` on a negative input."""
+    try:
+        out = torch.compile(_flip_if_negative, fullgraph=True, backend="eager")(-torch.arange(1.0, 4.0))
+        actual = "correct" if torch.equal(out, torch.arange(1.0, 4.0)) else "wrong"
+    except Exception:
+        actual = "error"
+    check_prediction("fullgraph=True", prediction, actual, choices=("error", "correct", "wrong"),
+                     why="A branch on a tensor's value needs a graph break, and fullgraph=True forbids graph breaks, "
+                         "so compiling raises instead of falling back to Python.",
+                     mistakes={"correct": "Without fullgraph=True it would be: Dynamo breaks the graph at the `if`, "
+                               "runs the branch in Python and stays correct.",
+                               "wrong": "That is tracing. Dynamo guards what it captured, so it never silently "
+                               "replays the wrong branch."})
