@@ -153,8 +153,8 @@ def input_in_place(ctx, x, w, scale):
 
 @pytest.mark.parametrize("forward, backward, fragment", [
     (mm_forward, two_grads, "one value per argument of forward"),
-    (mm_forward, grad_for_scale, "not a tensor"),
-    (mm_forward, swapped, "shape of its input"),
+    (mm_forward, grad_for_scale, "not a tensor gets None"),
+    (mm_forward, swapped, "its input.s shape"),
     (save_scale, mm_backward, "save_for_backward takes tensors only"),
     (mm_forward, grad_output_in_place, "changed grad_output in place"),
     (input_in_place, mm_backward, "in place"),

@@ -1,9 +1,7 @@
-"""Checks for notebook 04 (custom autograd Functions). A Function exercise is a _Spec
-(seeded cases with a random grad_output, a torch built-in whose autograd gradients are
-the reference, the known mistakes as data), run by one runner, then gradcheck."""
+"""Checks for notebook 04: a Function exercise is a _Spec (cases with a random grad_output, a built-in
+whose autograd gradients are the reference, known mistakes as data), run by one runner, then gradcheck."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -20,19 +18,15 @@ __all__ = ["check_sigmoid_prediction", "check_softplus_function", "check_scaled_
 class _Spec:
     builtin: str                          # the reference, named in messages
     reference: Callable[..., torch.Tensor]
-    names: tuple[str, ...]                # forward's arguments after ctx
+    outputs: tuple[str, ...]              # what the runner compares: the forward output, then each gradient
     cases: Callable[[], list[tuple]]      # (*arguments, grad_output), float64 unless testing float32
     mistakes: Callable[..., list]         # (*case) -> [((output, *grads) with None for "any", or a predicate; why)]
 
 
-# What autograd says when backward returns the wrong things, and what it means.
-_AUTOGRAD_ERRORS = [
-    (r"incorrect number of gradients", "backward returns one value per argument of forward after ctx, "
-                                       "None for an argument that is not a tensor"),
-    (r"different than None at position", "backward returned a gradient for an argument that is not a tensor "
-                                         "(a Python number): return None in its place"),
-    (r"invalid gradient at index", "each gradient has the shape of its input: check the order of the "
-                                   "returned gradients and the transposes"),
+_AUTOGRAD_ERRORS = [  # what autograd says when backward returns the wrong things, and what it means
+    (r"incorrect number of gradients", "backward returns one value per argument of forward, None for a non-tensor"),
+    (r"different than None at position", "an argument that is not a tensor gets None from backward, no gradient"),
+    (r"invalid gradient at index", "each gradient has its input's shape: check the order and the transposes"),
     (r"save_for_backward can only save", "save_for_backward takes tensors only: keep a number as ctx.scale = scale")]
 
 
@@ -56,9 +50,7 @@ def _forward_backward(cls: type, *case: Any) -> tuple:
         grads = torch.autograd.grad(out, [a for a in leaves if isinstance(a, torch.Tensor)], given, allow_unused=True)
     except (RuntimeError, TypeError) as exc:
         hint = next((h for p, h in _AUTOGRAD_ERRORS if re.search(p, str(exc))), None)
-        if hint is None:
-            raise
-        raise CheckError(f"{cls.__name__}: {exc}", hint=hint) from None
+        raise CheckError(f"{cls.__name__}: {exc}", hint=hint) if hint else exc
     if not torch.equal(given, g):
         raise CheckError(f"{cls.__name__}.backward changed grad_output in place", hint="autograd may still need "
                          "it: use out-of-place operations (grad_output * mask), or work on grad_output.clone()")
@@ -74,16 +66,13 @@ def _reference(spec: _Spec, *case: Any) -> tuple:
 
 def _run_check(cls: Any, spec: _Spec) -> None:
     cls = _function(cls)
-    tensors = [n for n, a in zip(spec.names, spec.cases()[0]) if isinstance(a, torch.Tensor)]
     run_cases(lambda *case: _forward_backward(cls, *case), spec.cases(), lambda *case: _reference(spec, *case),
-                    what=f"{cls.__name__}", outputs=("the forward output", *(f"grad_{n}" for n in tensors)),
-                    mistakes=spec.mistakes, rtol=1e-6, atol=0.0, inplace_hint="use out-of-place operations "
-                    "in forward (x.abs(), not x.abs_()), so the caller's tensors stay as they were")
+              what=cls.__name__, outputs=spec.outputs, mistakes=spec.mistakes, rtol=1e-6, atol=0.0,
+              inplace_hint="use out-of-place operations in forward (x.abs(), not x.abs_()): the input is the caller's")
     args = [a.requires_grad_() if isinstance(a, torch.Tensor) else a for a in spec.cases()[0][:-1]]
     if not run_student(torch.autograd.gradcheck, cls.apply, tuple(args), raise_exception=False, what="gradcheck"):
         raise CheckError(f"torch.autograd.gradcheck fails for {cls.__name__} in float64")
-    passed(f"{cls.__name__}: forward and backward match autograd through {spec.builtin} on "
-           f"{len(spec.cases())} cases (rel. error < 1e-6); gradcheck passes")
+    passed(f"{cls.__name__}: forward and backward match autograd through {spec.builtin}; gradcheck passes")
 
 
 def _seeded(seed: int, *shapes: tuple) -> list[torch.Tensor]:
@@ -98,27 +87,18 @@ def _softplus_cases() -> list[tuple]:
 
 
 def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list:
-    y = F.softplus(x)
-    zero_where_tiny = lambda got: bool(((got[1] == 0) & (torch.sigmoid(x) > 0)).any())  # noqa: E731
     return [
         ((None, torch.sigmoid(x)), "the local derivative alone: multiply it by grad_output (the chain rule)"),
-        ((None, g * torch.sigmoid(y)), "sigmoid of the output y: the derivative is sigmoid of the INPUT x, so "
-                                       "save x (or, from the output, use 1 - exp(-y))"),
-        ((None, g * (1 - torch.exp(-x))), "1 - exp(-y) is written with the OUTPUT y = softplus(x), but you gave "
-                                          "it the input: save the output (or use sigmoid(x) with the input)"),
-        (lambda got: not torch.isfinite(got[0]).all(), "log(1 + exp(x)) overflows for large x: use the stable "
-                                                       "form max(x, 0) + log1p(exp(-|x|))"),
-        (lambda got: not torch.isfinite(got[1]).all(), "exp(x) / (1 + exp(x)) is inf / inf = NaN for large x: "
-                                                       "write the derivative so that nothing overflows"),
-        (zero_where_tiny, "1 - exp(-y) rounds to 0 when y is tiny (exp(-y) == 1.0): use -torch.expm1(-y), "
+        ((None, g * torch.sigmoid(F.softplus(x))), "sigmoid of the OUTPUT y: the derivative is sigmoid of the input x"),
+        ((None, g * (1 - torch.exp(-x))), "1 - exp(-y) wants the OUTPUT y = softplus(x), not the input x"),
+        (lambda got: not torch.isfinite(got[0]).all(), "log(1 + exp(x)) overflows for large x: use the stable form"),
+        (lambda got: not torch.isfinite(got[1]).all(), "exp(x) / (1 + exp(x)) is inf / inf = NaN for large x"),
+        (lambda got: bool(((got[1] == 0) & (torch.sigmoid(x) > 0)).any()), "1 - exp(-y) rounds to 0 when y is tiny (exp(-y) == 1.0): use -torch.expm1(-y), "
                           "or sigmoid(x) of the saved input")]
 
 
-_SOFTPLUS = _Spec("torch.nn.functional.softplus", F.softplus, ("x",), _softplus_cases, _softplus_mistakes)
-
-
-def _matmul_cases() -> list[tuple]:
-    return [(*_seeded(41 + k, (5, 4), (4, 3)), 0.37, _seeded(50 + k, (5, 3))[0]) for k in range(2)]
+_SOFTPLUS = _Spec("torch.nn.functional.softplus", F.softplus, ("the forward output", "grad_x"), _softplus_cases,
+                  _softplus_mistakes)
 
 
 def _matmul_mistakes(x, w, s, g):
@@ -129,25 +109,22 @@ def _matmul_mistakes(x, w, s, g):
             ((None, s * one.mm(w.t()), s * x.t().mm(one)), "the gradients ignore grad_output: multiply by it")]
 
 
-_SCALED_MM = _Spec("scale * torch.mm(x, w)", lambda x, w, s: s * torch.mm(x, w), ("x", "w", "scale"),
-                   _matmul_cases, _matmul_mistakes)
-
-
-def _plain_sigmoid_gradient() -> str:
-    x = torch.tensor(-1000.0, requires_grad=True)
-    (1 / (1 + torch.exp(-x))).backward()
-    value = float(x.grad)
-    return "nan" if math.isnan(value) else "inf" if math.isinf(value) else "0" if value == 0 else str(value)
+_SCALED_MM = _Spec("scale * torch.mm(x, w)", lambda x, w, s: s * torch.mm(x, w),
+                   ("the forward output", "grad_x", "grad_w"),
+                   lambda: [(*_seeded(41 + k, (5, 4), (4, 3)), 0.37, _seeded(50 + k, (5, 3))[0]) for k in range(2)],
+                   _matmul_mistakes)
 
 
 @exercise("04.1", "where the plain sigmoid breaks")
 def check_sigmoid_prediction(prediction: Any) -> None:
     """Run the plain sigmoid's backward at x = -1000 (float32) and judge the prediction."""
-    check_prediction("the plain sigmoid's gradient at x = -1000", prediction, _plain_sigmoid_gradient(),
+    x = torch.tensor(-1000.0, requires_grad=True)
+    (1 / (1 + torch.exp(-x))).backward()                                   # the experiment, run now
+    actual = {0.0: "0"}.get(float(x.grad), str(float(x.grad)).lower())     # "nan", "inf", "0" or the number
+    check_prediction("the plain sigmoid's gradient at x = -1000", prediction, actual,
                      choices=("0", "nan", "inf", "error"),
                      why="the reciprocal's derivative -1/u^2 is -0 at u = inf, exp's is inf, and -0 * inf is NaN.",
-                     mistakes={"0": "0 is the true (rounded) value, and what the Function gives: the chain of "
-                                    "small steps never computes it.",
+                     mistakes={"0": "0 is the true (rounded) value: the chain of small steps never computes it.",
                                "error": "PyTorch raises nothing for inf or NaN: they flow on silently."})
 
 
