@@ -32,7 +32,7 @@ def test_tensor_value_mistake_is_named(name, k):
     spec = SPECS[name]
     message = spec["mistakes"](*spec["cases"]()[0])[k][1]
     with pytest.raises(lab.CheckError, match="Likely mistake") as info:
-        getattr(lab, f"check_{name}")(lambda *args: spec["mistakes"](*args)[k][1 - 1])
+        getattr(lab, f"check_{name}")(lambda *args: spec["mistakes"](*args)[k][0])
     assert message in str(info.value)
 
 
@@ -48,6 +48,12 @@ def test_tensor_value_mistake_is_named(name, k):
 def test_tensor_predicate_and_code_mistakes(name, wrong, fragment):
     with pytest.raises(lab.CheckError, match=fragment):
         getattr(lab, f"check_{name}")(wrong)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_tensor_wrong_dtype_is_refused(name):
+    with pytest.raises(lab.CheckError, match="dtype"):
+        getattr(lab, f"check_{name}")(lambda *args: SOLVED[name](*args).float())
 
 
 def test_storage_prediction(capsys):
@@ -105,6 +111,8 @@ def test_backprop_references_pass(capsys):
     lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, 1e-5))
     out = capsys.readouterr().out
     assert out.count("PASS  ") == 5 and "max rel. error < 1e-08" in out
+    with pytest.raises(lab.CheckError, match="dtype"):
+        lab.check_loss_and_grads(lambda *args: tuple(t.float() for t in loss_and_grads(*args)))
 
 
 @pytest.mark.parametrize("backward, fragment", [
@@ -131,6 +139,15 @@ def test_relu_mistakes(forward, backward, fragment):
 
 TWO_LAYER = backprop._two_layer_mistakes(*backprop._randn(14, (8, 7), (8, 3), (7, 5), (5, 3)))
 
+def test_two_layer_transposed_gradient_gets_the_engine_hint():
+    with pytest.raises(lab.CheckError, match="a transpose is missing"):
+        lab.check_loss_and_grads(lambda *args: (lambda loss, g1, g2: (loss, g1.t(), g2))(*loss_and_grads(*args)))
+
+
+def test_unwritten_layer_functions_are_named():
+    with pytest.raises(lab.CheckError, match="linear_forward and linear_backward are not written yet"):
+        lab.check_linear_layer(None, None)
+
 
 @pytest.mark.parametrize("k", range(len(TWO_LAYER)))
 def test_two_layer_mistake_is_named(k):
@@ -148,7 +165,6 @@ def test_two_layer_mistake_is_named(k):
     (lambda f, w: numeric_grad(f, w, 1e-10), "eps too small"),
     (lambda f, w: numeric_grad(f, w).float(), "float32"),
     (lambda f, w: numeric_grad(f, w.float()).double(), "ran in float32"),
-    (lambda f, w: torch.full_like(w, float((f(w + 1e-6) - f(w - 1e-6)) / 2e-6)), "one entry at a time"),
     (lambda f, w: numeric_grad(f, w.add_(1e-6)), "restore w"),
 ])
 def test_gradient_checker_mistakes(wrong, fragment):
@@ -159,8 +175,12 @@ def test_gradient_checker_mistakes(wrong, fragment):
 def test_lr_prediction(capsys):
     lab.check_lr_prediction("diverges")
     assert "'diverges' is right" in capsys.readouterr().out
-    with pytest.raises(lab.CheckError, match="overshoots"):
-        lab.check_lr_prediction("falls faster")
+    for wrong in ("falls faster", "falls slower"):
+        with pytest.raises(lab.CheckError, match="overshoots"):
+            lab.check_lr_prediction(wrong)
+    for junk in (None, 1e-4, "faster"):
+        with pytest.raises(lab.CheckError):
+            lab.check_lr_prediction(junk)
 
 
 def _forever(*args):
@@ -195,3 +215,13 @@ def test_two_layer_grads_is_autograd_and_matches_the_hand_derivation():
     x, y, w1, w2 = backprop._randn(0, (4, 3), (4, 2), (3, 5), (5, 2))
     for ref, mine in zip(backprop.two_layer_grads(x, y, w1, w2), loss_and_grads(x, y, w1, w2)[1:]):
         assert torch.allclose(ref, mine)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_value_mistakes_differ_from_the_reference_and_each_other(name):
+    case = SPECS[name]["cases"]()[0]
+    values = [SPECS[name]["reference"](*case)] + [w for w, _ in SPECS[name]["mistakes"](*case)
+                                                  if isinstance(w, torch.Tensor)]
+    for i, a in enumerate(values):
+        for b in values[:i]:
+            assert a.shape != b.shape or lab.checks.core.rel_error(a, b) > 1e-3

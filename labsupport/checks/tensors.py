@@ -1,5 +1,4 @@
-"""Checks of notebook 01. A function exercise is a spec in SPECS: seeded cases, a reference computed at
-check time by a torch built-in, and known mistakes as (wrong result or predicate, what to tell)."""
+"""Checks of notebook 01: each function exercise is a spec (seeded cases, a torch reference, known mistakes)."""
 from typing import Any, Callable
 
 import torch
@@ -10,7 +9,7 @@ from .core import check_prediction, exercise, passed, run_cases
 
 def _randn(seed: int, *shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*s, generator=g) for s in shapes)
+    return tuple(torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
 
 
 AXIS, SQ = "wrong axis of a reduction: ", lambda a, b: (a[:, None, :] - b[None, :, :]).pow(2)
@@ -18,7 +17,7 @@ _above = lambda x, mean, keep=True: torch.where((x >= mean) == keep, x, 0.0)  # 
 SPECS: dict[str, dict[str, Any]] = {
     "pairwise_sq_dists": dict(id="01.1", title="pairwise squared distances", args="a, b",
         cases=lambda: [_randn(20, (4, 3), (5, 3)), _randn(21, (7, 6), (2, 6))],
-        reference=lambda a, b: torch.cdist(a.double(), b.double()).pow(2).float(),
+        reference=lambda a, b: torch.cdist(a, b).pow(2),
         mistakes=lambda a, b: [
             (torch.cdist(a, b), "these are the distances, not their squares: drop the square root"),
             (torch.cdist(b, a).pow(2), "rows must follow a and columns b: you built the transpose"),
@@ -36,7 +35,7 @@ SPECS: dict[str, dict[str, Any]] = {
             (s.max(dim=1).values, "that is each row's maximum, not the score of its label"),
             (s.gather(1, i[:, None]), "keep one number per sample: the result is (N,), not (N, 1)")]),
     "keep_above_row_mean": dict(id="01.4", title="keep what is above each row's mean", args="x",
-        cases=lambda: [_randn(40, (4, 4)), _randn(41, (3, 6))],
+        cases=lambda: [_randn(51, (4, 4)), _randn(41, (3, 6))],
         reference=lambda x: _above(x, x.mean(dim=1, keepdim=True)), mistakes=lambda x: [
             (_above(x, x.mean(dim=0, keepdim=True)), AXIS + "those are column means; a row's mean reduces dim=1"),
             (_above(x, x.mean(dim=1)), "keepdim forgotten: x.mean(dim=1) has shape (N,) and broadcasts as a row, "
@@ -67,7 +66,8 @@ SPECS: dict[str, dict[str, Any]] = {
 def _function_check(name: str, spec: dict[str, Any]) -> Callable[[Callable], None]:
     def check(fn: Callable) -> None:
         run_cases(fn, cases := spec["cases"](), spec["reference"], what=f"your {name}({spec['args']})",
-                  mistakes=spec["mistakes"], rtol=1e-4, atol=1e-5, inplace_hint=spec.get("inplace_hint"))
+                  mistakes=lambda *c: spec["mistakes"](*c) if c[0] is cases[0][0] else [],  # named on the 1st case
+                  rtol=1e-4, atol=1e-5, inplace_hint=spec.get("inplace_hint"))
         passed(f"{name}: matches the reference on {len(cases)} cases (shapes and values)")
     check.__name__ = check.__qualname__ = f"check_{name}"
     check.__doc__ = f"Exercise {spec['id']}: {spec['title']}. Example: ``lab.check_{name}({name})``."
