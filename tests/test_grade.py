@@ -107,7 +107,7 @@ def graded(tmp_path_factory):
     _write(sub / "blank", name, ed)
     _write(sub / "blank", "98.ipynb", student.make_edition(broken, "98_broken.ipynb").notebook)
     _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
-    _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    pass"))
+    _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    print('spam ' * 200)"))
     crash = _set(answered, "### Exercise 2", "import os\nos._exit(3)")
     _write(sub / "crash", name, _set(crash, "### Exercise 1", "def double(x):\n    return 2 * abs(x)"))
     extra = tmp / "extra"
@@ -238,6 +238,9 @@ def test_an_infinite_loop_times_out_and_grading_goes_on(graded):
     res = _results(graded, "loop")["99.1"]
     assert res["status"] == "timeout" and f"timed out after {TIMEOUT} s" in res["feedback"]
     assert f"timed out after {TIMEOUT} s" in _feedback(graded, "loop")
+    executed = nbformat.read(graded["out"] / "executed" / "loop" / "99_tiny.ipynb", as_version=4)
+    kept = [c for c in executed.cells if c.cell_type == "code" and c.source.startswith("while True")][0].outputs
+    assert sum(len(o.get("text", "")) for o in kept) <= grade.MAX_OUTPUT  # the print loop filled nothing
 
 
 def test_a_kernel_crash_costs_only_its_exercise(graded):
