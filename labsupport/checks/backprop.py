@@ -12,7 +12,7 @@ LOSS = lambda x, y: lambda w1, w2: (torch.relu(x @ w1) @ w2 - y).pow(2).sum()  #
 SMOOTH = lambda w: (w ** 3 / 3 + 2 * w.sin()).sum()  # noqa: E731  f'' = 2w - 2 sin w, f''' = 2 - 2 cos w
 _vjp = lambda f, inputs, dout=None: (lambda out, back: (out, *back(torch.ones_like(out) if dout is None else dout)))(
     *torch.func.vjp(f, *(t.detach() for t in inputs)))  # noqa: E731  autograd: (f(*inputs), *their grads)
-two_layer_grads = lambda x, y, w1, w2: _vjp(LOSS(x, y), (w1, w2))[1:]  # noqa: E731  (03's checks use it too)
+two_layer_grads = lambda x, y, w1, w2: _vjp(LOSS(x, y), (w1, w2))[1:]  # noqa: E731  (grad_w1, grad_w2)
 
 
 def _layer_check(name: str, ex: str, outputs: tuple, cases: list, reference: Callable, mistakes: Callable, **kw):
