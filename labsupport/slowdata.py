@@ -1,8 +1,6 @@
-"""Slow datasets for DataLoader workers (notebook 07, benchmarks/dataloader_workers.py).
-
-They live in an importable module because workers started by ``spawn`` or
-``forkserver`` receive the dataset by pickling, which stores a class by module
-and name: a class defined in a notebook (``__main__``) cannot be sent.
+"""Slow datasets for DataLoader workers (notebook 07, benchmarks/dataloader_workers.py), in an
+importable module: ``spawn``/``forkserver`` workers get the dataset by pickling, which stores a class
+by module and name, so a class defined in a notebook (``__main__``) cannot be sent.
 
 Example:
     >>> ds = SlowDataset(SyntheticImages(8, shape=(1, 4, 4)), delay=0.001)
@@ -38,12 +36,10 @@ class SlowDataset(Dataset):
         return len(self.base)
 
     def __getitem__(self, index: int) -> Any:
-        if self.mode == "sleep":
-            time.sleep(self.delay)
-        else:  # CPU time, not wall time: a spinning thread that shares its core takes longer
-            end = time.thread_time() + self.delay
-            while time.thread_time() < end:
-                pass
+        end = time.thread_time() + self.delay  # CPU time: a spinning thread that shares its core takes longer
+        _ = time.sleep(self.delay) if self.mode == "sleep" else None
+        while self.mode == "spin" and time.thread_time() < end:
+            pass
         return self.base[index]
 
 
@@ -87,7 +83,7 @@ def worker_speedup(mode: str, items: int = 24, delay: float = 0.02) -> float:
     """Epoch time with 0 workers / with 2 workers over a slow dataset, with this process (and so its
     workers) pinned to one core where the OS allows it (Linux)."""
     ds, cores = SlowDataset(SyntheticImages(items, shape=(1,)), delay, mode), getattr(os, "sched_getaffinity", None)
-    cores = cores(0) if cores else None
+    cores = cores(0) if cores else None  # the cores this process may use, to give back at the end
     with warnings.catch_warnings():  # on one core, torch warns that 2 workers are more than it suggests: we know
         warnings.filterwarnings("ignore", "This DataLoader will create")
         try:

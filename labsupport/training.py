@@ -1,15 +1,6 @@
-"""The training loop of notebook 07, for the notebooks that follow (08, 10).
-
-``fit`` is a copy of notebook 07's cell ``def fit`` (section 1), kept identical by
-tests/test_training_logs.py. ``evaluate`` measures accuracy only: it is not the
-answer to 07's Exercise 2 (mean loss and accuracy), which students write.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> train, val = lab.digits_loaders(64)
-    >>> len(train.dataset), len(val.dataset)
-    (1438, 359)
-"""
+"""The training loop for notebooks 08 and 10. ``fit`` is notebook 07's cell ``def fit`` (section 1),
+kept identical by tests/test_training_logs.py; ``evaluate`` measures accuracy only (it is not 07's
+Exercise 1, which students write). Both answer a bad argument with one sentence."""
 from __future__ import annotations
 
 import functools
@@ -26,24 +17,19 @@ from .seeding import make_generator
 
 __all__ = ["digits_loaders", "fit", "evaluate"]
 
-_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+_RULES = {  # argument -> (is it right?, what it must be); other arguments meet PyTorch's own errors
     "model": (lambda v: isinstance(v, nn.Module), "an nn.Module"),
-    "loader": (lambda v: hasattr(v, "__iter__") and not isinstance(v, (str, torch.Tensor)),
-               "a DataLoader (or another iterable of (inputs, targets) batches)"),
+    "loader": (lambda v: hasattr(v, "__iter__") and not isinstance(v, (str, torch.Tensor)), "a DataLoader"),
     "optimizer": (lambda v: isinstance(v, torch.optim.Optimizer), "a torch.optim optimizer"),
-    "epochs": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1"),
-    "loss_fn": (callable, "a function (outputs, targets) -> loss"),
-    "writer": (lambda v: v is None or hasattr(v, "add_scalar"), "None or a TensorBoard writer"),
-}
+    "epochs": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "a whole number >= 1")}
 
 
 def _refuse_bad_arguments(fn: Callable) -> Callable:
     """Answer a bad argument with one sentence before ``fn`` starts."""
-    signature = inspect.signature(fn)
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        for name, value in signature.bind(*args, **kwargs).arguments.items():
+        for name, value in inspect.signature(fn).bind(*args, **kwargs).arguments.items():
             ok, want = _RULES.get(name, (lambda v: True, ""))
             if not ok(value):
                 error = ValueError if isinstance(value, int) and name == "epochs" else TypeError
@@ -55,8 +41,8 @@ def _refuse_bad_arguments(fn: Callable) -> Callable:
 def digits_loaders(batch_size: int = 64, *, seed: int = 0, train_transform: Callable | None = None,
                    num_workers: int = 0) -> tuple[DataLoader, DataLoader]:
     """Train (shuffled by a seeded generator) and validation loaders over lab.DigitsDataset."""
-    train = DigitsDataset("train", seed=seed, transform=train_transform)
-    return (DataLoader(train, batch_size, shuffle=True, generator=make_generator(seed), num_workers=num_workers),
+    return (DataLoader(DigitsDataset("train", seed=seed, transform=train_transform), batch_size, shuffle=True,
+                       generator=make_generator(seed), num_workers=num_workers),
             DataLoader(DigitsDataset("val", seed=seed), 256, num_workers=num_workers))
 
 
@@ -82,8 +68,7 @@ def fit(model, loader, optimizer, epochs=1, device="cpu", loss_fn=F.cross_entrop
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Any, device: torch.device | str = "cpu") -> float:
     """Accuracy of ``model`` over ``loader``, measured in eval mode (its mode is restored)."""
-    was_training, hits, seen = model.training, 0, 0
-    model.to(device).eval()
+    was_training, hits, seen, _ = model.training, 0, 0, model.to(device).eval()
     for inputs, targets in loader:
         hits += int((model(inputs.to(device)).argmax(dim=1) == targets.to(device)).sum())
         seen += len(targets)

@@ -1,155 +1,84 @@
-"""Checks for notebook 08 (pretrained models): a torchvision model made ready for
-transfer learning (frozen backbone, new head, an optimizer over the head only).
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> def prepare_for_transfer(model, num_classes):
-    ...     for p in model.parameters():
-    ...         p.requires_grad_(False)
-    ...     model.fc = torch.nn.Linear(model.fc.in_features, num_classes)
-    ...     return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
-    >>> lab.check_transfer_head(prepare_for_transfer)
-    PASS  transfer head: backbone frozen (60 tensors), new Linear(512 -> N) head trainable, output (2, N), optimizer gets only the head's 2 tensors (N = 3 and 7)
-"""
+"""Checks for notebook 08: where VGG16's parameters are (predicted, then counted here), and a
+torchvision ResNet made ready for feature extraction: what is frozen stays exactly as it was."""
 from __future__ import annotations
 
 import copy
 import functools
-from typing import Callable
 
 import torch
 from torch import nn
 
-from .core import CheckError, call_student, describe, passed
+from .core import CheckError, check_prediction, describe, exercise, expect_tensor, passed, run_student
 
-__all__ = ["check_transfer_head"]
+__all__ = ["check_vgg_share_prediction", "check_transfer"]
 
-WHAT = "your prepare_for_transfer(model, num_classes)"
+
+@exercise("08.1", "where VGG16's parameters are (predict, then count)")
+def check_vgg_share_prediction(prediction) -> None:
+    """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
+    from torchvision.models import vgg16
+
+    with torch.device("meta"):
+        model = vgg16(weights=None)
+    linear = sum(p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters())
+    check_prediction("the share of VGG16's parameters in its Linear layers", prediction,
+                     round(linear / sum(p.numel() for p in model.parameters()), 2), rel=0.05,
+                     why="The first Linear layer alone maps 512 x 7 x 7 = 25088 features to 4096 outputs: "
+                         "103 M weights; the 13 convolutions hold 15 M. (Give a fraction, not a percentage.)")
 
 
 @functools.lru_cache(maxsize=1)
-def _base_resnet18() -> nn.Module:
+def _resnet18() -> nn.Module:
     from torchvision.models import resnet18
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return resnet18(weights=None)
+        return resnet18(weights=None)  # stands in for a pretrained one: same layers, batch norm included
 
 
-def _fresh_resnet18() -> nn.Module:
-    """An untrained torchvision ResNet-18 standing in for a pretrained one: a copy of
-    one seeded model (building a ResNet initialises 11M weights; copying is cheaper)."""
-    return copy.deepcopy(_base_resnet18())
+def _fail(hint: str) -> None:
+    raise CheckError("the model is not ready for feature extraction", hint=hint)
 
 
-def _short(names: list[str], n: int = 2) -> str:
-    more = f" and {len(names) - n} more" if len(names) > n else ""
-    return ", ".join(names[:n]) + more
-
-
-def check_transfer_head(prepare: Callable, *, classes: tuple[int, ...] = (3, 7)) -> None:
-    """Check ``prepare(model, num_classes) -> (model, optimizer)`` on a torchvision ResNet-18.
-
-    For each ``num_classes`` the function gets a fresh ResNet-18 and must return it
-    with every backbone parameter frozen (``requires_grad=False``), ``fc`` replaced
-    by a trainable ``nn.Linear(512, num_classes)``, and an optimizer that holds the
-    trainable parameters and nothing else. The check runs the model on a small
-    batch for the output shape and compares parameter sets by identity. Names the
-    usual mistakes: nothing frozen, head frozen too (frozen after replacing it),
-    ``fc`` not replaced, a new model built instead of adapting the given one, and
-    an optimizer made from ``model.parameters()`` or from the old head.
-
-    Example (the solution of notebook 08's exercise):
-        >>> def prepare(model, num_classes):
-        ...     for p in model.parameters():
-        ...         p.requires_grad_(False)
-        ...     model.fc = torch.nn.Linear(model.fc.in_features, num_classes)
-        ...     return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
-        >>> check_transfer_head(prepare)                                  # doctest: +ELLIPSIS
-        PASS  ...
-    """
-    __tracebackhide__ = True
-    n_frozen = 0
-    for case, num_classes in enumerate(classes):
-        model = _fresh_resnet18()
-        old_fc = model.fc
-        conv1 = model.conv1.weight.detach().clone()
-        got = call_student(prepare, model, num_classes, what=WHAT)
-        if isinstance(got, nn.Module):
-            raise CheckError("prepare_for_transfer returned only the model; expected a pair "
-                             "(model, optimizer): end with `return model, optimizer`.")
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise CheckError(f"prepare_for_transfer must return (model, optimizer), got {describe(got)}")
-        new_model, optimizer = got
-        if not isinstance(new_model, nn.Module):
-            raise CheckError(f"the first item returned must be the model (an nn.Module), got "
-                             f"{describe(new_model)}")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise CheckError(f"the second item returned must be a torch.optim optimizer, got "
-                             f"{describe(optimizer)}. Build one, e.g. torch.optim.SGD(params, lr=0.01).")
-        if not hasattr(new_model, "conv1") or not hasattr(new_model, "fc"):
-            raise CheckError(f"the model returned is a {type(new_model).__name__} without the "
-                             f"ResNet's conv1/fc: return the model you were given, adapted.")
-        if new_model.conv1.weight.shape != conv1.shape or not torch.equal(
-                new_model.conv1.weight.detach().cpu(), conv1):
-            raise CheckError("the backbone's weights are not the ones given: adapt the model passed "
-                             "in (its pretrained weights are the point), do not build a new one.")
-        head = new_model.fc
-        if head is old_fc:
-            raise CheckError(f"model.fc is still the original {old_fc.out_features}-class layer: "
-                             f"replace it, model.fc = nn.Linear(model.fc.in_features, num_classes).")
-        if not isinstance(head, nn.Linear):
-            raise CheckError(f"model.fc is a {type(head).__name__}; expected one nn.Linear "
-                             f"(in_features {old_fc.in_features}, out_features {num_classes}).")
-        if head.in_features != old_fc.in_features:
-            raise CheckError(f"the new head takes {head.in_features} inputs but the backbone gives "
-                             f"{old_fc.in_features}: use model.fc.in_features, not a guess.")
-        if head.out_features != num_classes:
-            raise CheckError(f"the new head has {head.out_features} outputs; expected num_classes = "
-                             f"{num_classes}. Did you hard-code the number of classes?")
+@exercise("08.2", "freeze, then a new head")
+def check_transfer(prepare_for_transfer, transfer_step) -> None:
+    """prepare_for_transfer(resnet, N) -> (model, optimizer), then 3 x transfer_step(model, optimizer,
+    images, labels): only the new head may change; weights and batch-norm statistics stay as they were."""
+    for n in (3, 7):
+        model = copy.deepcopy(_resnet18())
+        old_head, before = model.fc, {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
+        got = run_student(prepare_for_transfer, model, n, what="prepare_for_transfer(model, num_classes)")
+        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)
+                and isinstance(got[1], torch.optim.Optimizer)):
+            raise CheckError("prepare_for_transfer must return (model, optimizer)", got=describe(got))
+        model, optimizer = got
+        head = getattr(model, "fc", None)
+        if head is old_head or not isinstance(head, nn.Linear) or head.out_features != n or head.in_features != 512:
+            _fail(f"model.fc must be a new nn.Linear(model.fc.in_features, num_classes) = Linear(512, {n}); "
+                  f"it is {head}")
+        expect_tensor(head.weight, "the new head's weight")
         head_ids = {id(p) for p in head.parameters()}
-        named = list(new_model.named_parameters())
-        backbone_trainable = [n for n, p in named if id(p) not in head_ids and p.requires_grad]
-        if backbone_trainable:
-            frac = f"{len(backbone_trainable)} of {len(named) - len(head_ids)}"
-            raise CheckError(f"{frac} backbone parameter tensors still require grad "
-                             f"({_short(backbone_trainable)}): freeze them with "
-                             f"p.requires_grad_(False) for every parameter before adding the new head.")
-        head_frozen = [n for n, p in named if id(p) in head_ids and not p.requires_grad]
-        if head_frozen:
-            raise CheckError(f"the new head is frozen too ({_short(head_frozen)}): freeze the backbone "
-                             f"first, then replace fc; a new nn.Linear requires grad by default.")
-        x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(10 + case))
-        device = next(new_model.parameters()).device
-        was_training = new_model.training
-        new_model.eval()
-        with torch.no_grad():
-            out = call_student(new_model, x.to(device), what="the returned model")
-        new_model.train(was_training)
-        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, num_classes):
-            raise CheckError(f"the model's output for a batch of 2 images is {describe(out)}; "
-                             f"expected shape (2, {num_classes}).")
-        in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
-        opt_ids = {id(p) for p in in_optimizer}
-        trainable_ids = {id(p) for _, p in named if p.requires_grad}
-        frozen_in_opt = [n for n, p in named if id(p) in opt_ids and not p.requires_grad]
-        if frozen_in_opt:
-            raise CheckError(f"the optimizer receives {len(frozen_in_opt)} frozen parameter tensors "
-                             f"({_short(frozen_in_opt)}): give it only the trainable ones, "
-                             f"model.fc.parameters() or (p for p in model.parameters() if p.requires_grad).")
-        old_ids = {id(p) for p in old_fc.parameters()}
-        if opt_ids & old_ids:
-            raise CheckError("the optimizer holds the OLD head's parameters: create the optimizer "
-                             "after replacing model.fc, from the new layer's parameters.")
-        missing = [n for n, p in named if id(p) in trainable_ids and id(p) not in opt_ids]
-        if missing:
-            raise CheckError(f"the optimizer does not receive {_short(missing)}: it must hold every "
-                             f"trainable parameter, or the new head never learns.")
-        foreign = opt_ids - trainable_ids
-        if foreign:
-            raise CheckError(f"the optimizer holds {len(foreign)} tensor(s) that are not parameters "
-                             f"of the returned model.")
-        n_frozen = len(named) - len(head_ids)
-    passed(f"transfer head: backbone frozen ({n_frozen} tensors), new Linear(512 -> N) head "
-           f"trainable, output (2, N), optimizer gets only the head's 2 tensors "
-           f"(N = {' and '.join(str(c) for c in classes)})")
+        params = [(name, p) for name, p in model.named_parameters() if id(p) not in head_ids]
+        in_opt = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for bad, hint in [(any(p.requires_grad for _, p in params), "the backbone is not frozen: its parameters "
+                           "still require grad"), (not all(p.requires_grad for p in head.parameters()),
+                           "the head is frozen too: freeze the backbone before you replace the head"),
+                          (not head_ids <= in_opt, "the optimizer does not get the new head's parameters"),
+                          (bool(in_opt - head_ids), "the optimizer gets parameters that are not the new head's")]:
+            if bad:
+                _fail(hint)
+        g = torch.Generator().manual_seed(n)
+        w0 = head.weight.detach().clone()
+        for _ in range(3):
+            loss = run_student(transfer_step, model, optimizer, torch.randn(4, 3, 32, 32, generator=g),
+                               torch.randint(0, n, (4,), generator=g), what="transfer_step")
+            expect_tensor(torch.tensor(loss) if type(loss) in (int, float) else loss, "transfer_step's loss")
+        after = model.state_dict()
+        moved = [k for k, v in before.items() if not torch.equal(v, after[k])]
+        if any("running_" in k or "num_batches" in k for k in moved):
+            _fail("batch norm's running statistics still update: the model is in training mode in the step; "
+                  "put the frozen backbone (or the whole model) in eval mode: only the head trains")
+        if moved or torch.equal(w0, head.weight.detach()):
+            _fail(f"after 3 steps {'the backbone changed' if moved else 'the head did not change'}")
+    passed("transfer: backbone and batch-norm statistics frozen, a new trainable head, the optimizer over "
+           "the head only (N = 3 and 7)")
