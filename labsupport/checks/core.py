@@ -380,6 +380,9 @@ def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float
     advice for PyTorch's error), no return within ``timeout`` seconds, or a tensor
     argument changed in place (with ``inplace_hint``)."""
     __tracebackhide__ = True
+    if fn is None:
+        raise CheckError(f"{what} is None: run the exercise cell above first (until it is solved, "
+                         f"its name holds None)")
     if not callable(fn):
         raise CheckError(f"{what} is not a function", expected="a function", got=describe(fn),
                          hint="pass the function itself, without calling it (no parentheses)")
@@ -457,6 +460,9 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
     if got is None or got is Ellipsis:
         raise CheckError(f"{name}: no prediction yet: write your answer between the solution "
                          f"markers above and run that cell first")
+    if not isinstance(got, (str, int, float, bool, tuple, list, torch.Size)):
+        raise CheckError(f"{name}: answer with a plain value", got=describe(got),
+                         expected=" / ".join(map(repr, choices)) if choices else "a number or a word")
     if choices is not None:
         if isinstance(got, str):
             got = got.strip().lower()
