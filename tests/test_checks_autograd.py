@@ -187,3 +187,20 @@ def test_a_function_that_never_returns_is_stopped(check, monkeypatch):
 def test_two_path_bad_answers_fail_cleanly(bad):
     with pytest.raises(lab.CheckError):
         lab.check_predicted_gradients(bad)
+
+
+def test_reset_before_the_first_backward_is_named():
+    def train(x, y, w1, w2, learning_rate, steps):
+        losses = []
+        for t in range(steps):
+            w1.grad.zero_()                    # .grad is None until the first backward
+            w2.grad.zero_()
+            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+            loss.backward()
+            with torch.no_grad():
+                w1 -= learning_rate * w1.grad
+                w2 -= learning_rate * w2.grad
+            losses.append(loss.item())
+        return losses
+    with pytest.raises(lab.CheckError, match="None before the first backward"):
+        lab.check_fixed_training(train)
