@@ -102,7 +102,7 @@ def test_script_vs_trace_passes_the_reference(halvers, capsys):
     (lambda x: x * float("nan"), "not finite"),
     (lambda x: 1 / 0, "ZeroDivisionError"),
     (stub, "is not written yet (Exercise 1: script vs trace)"),
-    (None, "is not a function"),
+    (None, "halve_until_small is None"),
     (3.0, "is not a function"),
     ([halve_until_small], "is not a function"),
 ])

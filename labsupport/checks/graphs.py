@@ -9,8 +9,7 @@ from .core import CheckError, check_prediction, describe, exercise, expect_tenso
 
 __all__ = ["check_script_vs_trace", "check_cond_gate", "check_fullgraph_prediction"]
 
-def _halvings(m: float) -> int:
-    return 0 if m <= 1.0 else 1 + _halvings(m / 2.0)
+def _halvings(m: float) -> int: return 0 if m <= 1.0 else 1 + _halvings(m / 2.0)  # noqa: E704
 
 def _inputs() -> list[torch.Tensor]:     # largest |x| 0.5 to 50 (0-6 halvings); the last one's is negative
     g = torch.Generator().manual_seed(90)
@@ -24,8 +23,9 @@ def _run(fn: Any, x: torch.Tensor, what: str) -> torch.Tensor:
 @exercise("09.1", "a loop that tracing gets wrong")
 def check_script_vs_trace(halve_until_small: Callable, scripted: Any, traced: Any) -> None:
     """The eager loop, its ``torch.jit.script`` and its ``torch.jit.trace`` on fresh inputs needing 0 to 6 halvings."""
-    xs = _inputs()
-    want = [x / 2.0 ** _halvings(float(x.abs().max())) for x in xs]
+    xs, want = _inputs(), [x / 2.0 ** _halvings(float(x.abs().max())) for x in _inputs()]
+    if halve_until_small is None:
+        raise CheckError("halve_until_small is None", hint="write the function in the exercise cell, run that cell")
     for x, w in zip(xs, want):
         if not torch.equal(got := _run(halve_until_small, x, "your halve_until_small(x)"), w):
             hint = first_mistake(got, [
