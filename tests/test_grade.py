@@ -256,6 +256,15 @@ def test_instructor_only_cases_count_but_stay_hidden(graded):
     assert "SECRET" in _results(graded, "crash")["99.1"]["detail"]
 
 
+def test_every_notebook_and_its_student_edition_match_their_source():
+    sources = grade.load_sources(ROOT / "notebooks")
+    assert sources
+    for name, src in sources.items():
+        for nb in (src.notebook, src.student):
+            found, score, how = grade.match_source(nb, sources)
+            assert found is src and score > 0.9, f"{name}: {how}"
+
+
 def test_points_per_exercise(tmp_path):
     nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
     (tmp_path / "99_tiny.py").write_text("POINTS = {'99.2': 2.5}")

@@ -5,7 +5,8 @@
 
 ``handed_in/<student id>/`` holds the notebooks a student handed in: any subset of
 the series, under any file name. Each file is matched to its source in ``notebooks/``
-by content (its cell ids and markdown headings), never by name; two files that match
+by content (its headings, markdown cells, and code cells' ids with their first lines),
+never by name; two files that match
 one source: the closer match is graded, the newer file on a tie, and the feedback
 says which.
 
@@ -108,8 +109,7 @@ class Source:
     student: nbformat.NotebookNode      # the student edition: the base every rebuild starts from
     exercises: list[Exercise]
     written: list[Written]
-    cell_ids: set[str]
-    headings: set[str]
+    fingerprint: set[tuple[str, str]]
     scaffold: set[str]                  # the text of every non-exercise code cell
     extra: str = ""                     # the instructor-only cases (Python source), if any
     points: dict[str, float] = field(default_factory=dict)
@@ -123,6 +123,18 @@ def exercise_id(notebook: str, label: str) -> str:
     prefix = re.match(r"\d+", notebook)
     num = re.match(r"Exercise\s+([^:\s]+)", label)
     return f"{prefix.group(0) if prefix else notebook}.{num.group(1) if num else label}"
+
+
+def fingerprint(nb) -> set[tuple[str, str]]:
+    """What identifies a notebook whatever its file name: its headings, its markdown cells and
+    each code cell's id with its first line (cell ids alone repeat across the series: c000...)."""
+    found = {("heading", h) for h in _headings(nb)}
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found.add(("markdown", " ".join(cell.source.split())))
+        elif cell.cell_type == "code" and cell.source.strip():
+            found.add(("code", f"{cell.get('id', '')}:{_first_line(cell.source)}"))
+    return found
 
 
 def _headings(nb) -> set[str]:
@@ -153,8 +165,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
         written.append(Written(exercise_id(path.stem, label), label, i, cells[i].get("id", ""),
                                lines[:at], lines[at + 1:]))
     graded = {e.cell for e in ed.exercises}
-    src = Source(path.stem, path, nb, ed.notebook, exercises, written,
-                 {c.get("id", "") for c in cells} - {""}, _headings(ed.notebook),
+    src = Source(path.stem, path, nb, ed.notebook, exercises, written, fingerprint(ed.notebook),
                  {c.source.strip() for i, c in enumerate(cells) if c.cell_type == "code" and i not in graded})
     extra = (extra_dir / f"{path.stem}.py") if extra_dir else None
     if extra and extra.is_file():
@@ -177,19 +188,16 @@ def load_sources(src_dir: Path, extra_dir: Path | None = None) -> dict[str, Sour
 
 def match_source(nb, sources: dict[str, Source]) -> tuple[Source | None, float, str]:
     """The source notebook ``nb`` is a copy of, by content; with the score and a sentence."""
-    ids = {c.get("id", "") for c in nb.cells} - {""}
-    heads = _headings(nb)
-    best, best_score, how = None, 0.0, "no source notebook shares its cell ids or headings"
+    mine = fingerprint(nb)
+    best, best_score = None, 0.0
     for src in sources.values():
-        by_id = len(ids & src.cell_ids) / max(len(src.cell_ids), 1)
-        by_head = len(heads & src.headings) / max(len(src.headings), 1)
-        score = 0.5 * by_id + 0.5 * by_head
+        score = len(mine & src.fingerprint) / max(len(src.fingerprint), 1)
         if score > best_score:
             best, best_score = src, score
-            how = f"cell ids {by_id:.0%} and headings {by_head:.0%} of {src.name}"
-    if best_score < 0.3:
-        return None, best_score, f"not matched to any notebook ({how})"
-    return best, best_score, f"matched to {best.name} by content ({how})"
+    if best is None or best_score < 0.25:
+        near = f" (closest: {best.name}, {best_score:.0%})" if best else ""
+        return None, best_score, f"not matched to any notebook: it shares too few headings and cells{near}"
+    return best, best_score, f"matched to {best.name} by content ({best_score:.0%} of its headings and cells)"
 
 
 def _exercise_cells(sub, ex: Exercise, scaffold: set[str]) -> list[int]:
@@ -199,21 +207,23 @@ def _exercise_cells(sub, ex: Exercise, scaffold: set[str]) -> list[int]:
     for i, cell in enumerate(sub.cells):
         if cell.cell_type != "code":
             continue
-        if cell.get("id", "") == ex.cell_id and ex.cell_id:
-            found.append(i)
-            continue
         text = cell.source.strip()
-        if not text or text in scaffold or edition.exercise_label(sub.cells, i, 0) != ex.label:
+        if not text or text in scaffold:
             continue
         names = edition._assigned_names(cell.source)
-        if (ex.names and set(ex.names) & set(names)) or (not ex.names and _first_line(text) == ex.first_line):
+        alike = (ex.names and set(ex.names) & set(names)) or (not ex.names and _first_line(text) == ex.first_line)
+        under = edition.exercise_label(sub.cells, i, 0) == ex.label
+        # an id counts only with the exercise's heading or names: ids are positional (c011) and
+        # may point at another cell in an older copy of the notebook
+        if (ex.cell_id and cell.get("id", "") == ex.cell_id and (under or alike)) or (under and alike):
             found.append(i)
     return found
 
 
 def _written_answer(sub, w: Written, student_md: set[str]) -> str | None:
     """The student's answer to ``w``, verbatim, or None when the cell is gone."""
-    found = [i for i, c in enumerate(sub.cells) if c.cell_type == "markdown" and w.cell_id and c.get("id") == w.cell_id]
+    found = [i for i, c in enumerate(sub.cells) if c.cell_type == "markdown" and w.cell_id
+             and c.get("id") == w.cell_id and edition.exercise_label(sub.cells, i, 0) == w.label]
     if not found:
         found = [i for i, c in enumerate(sub.cells) if c.cell_type == "markdown"
                  and c.source.strip() not in student_md and edition.exercise_label(sub.cells, i, 0) == w.label]
@@ -764,7 +774,7 @@ def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = N
         log.info("grading %s into %s: %d source notebook(s), %d worker(s), %g s per exercise, %d MB per kernel, "
                  "sandbox: %s", submissions, out, len(sources), jobs, cfg.timeout, cfg.memory_mb, sandbox_state(cfg))
         # Kernels cannot write bytecode (the sandbox): compile labsupport once, here, instead of in each kernel.
-        compileall.compile_dir(str(ROOT / "labsupport"), quiet=1)
+        compileall.compile_dir(str(ROOT / "labsupport"), quiet=2)
         todo, rows = collect(submissions, sources, log)
         cfg = Config(**{**asdict(cfg), "private": (str(submissions), str(out))})
         graded = run_jobs(todo, cfg, jobs, log)
