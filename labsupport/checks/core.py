@@ -478,8 +478,8 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
     else:
         right = got == actual
     if not right:
-        key = got if isinstance(got, (str, int, bool, tuple)) else None
-        hint = (mistakes or {}).get(key) if key is not None else None
+        hint = next((h for k, h in (mistakes or {}).items() if k == got or (
+            isinstance(k, (int, float)) and isinstance(got, (int, float)) and math.isclose(k, got, rel_tol=rel))), None)
         raise CheckError(f"{name}: not what happens", expected=repr(actual), got=repr(got),
                          hint=(hint + " " if hint else "") + why)
     passed(f"{name}: {actual!r} is right. {why}")
