@@ -60,7 +60,7 @@ EXPECTED: dict[str, dict] = {
                         "scalars": {"loss/train", "lr", "accuracy/train", "accuracy/val", "loss/val"}},
     "08_pretrained_models": {"runs": {"scratch", "feature-extraction", "fine-tuning"},
                              "loss": "loss/train", "scalars": {"loss/train", "accuracy/val", "lr/group0"}},
-    "10_scaling_up": {"runs": {"fp32", "bf16-autocast"}, "loss": "loss/train", "scalars": {"loss/train", "lr"}},
+    "10_scaling_up": {"runs": {"fp32", "mixed-precision"}, "loss": "loss/train", "scalars": {"loss/train", "lr"}},
 }
 # The cheapest honest way to get each notebook's logs. By default the notebook itself
 # runs from the top to its %tensorboard cell (a few seconds each). Notebooks whose
