@@ -692,7 +692,8 @@ def _safe(name: str) -> str:
 
 def write_outputs(out: Path, graded: list[dict], rows: list[dict], sources: dict[str, Source]) -> list[dict]:
     """grades.csv, results.jsonl, feedback/ and executed/; returns the csv rows."""
-    ids = [e.id for s in sources.values() for e in s.exercises]
+    present = {g["notebook"] for g in graded} | {r["notebook"] for r in rows}
+    ids = [e.id for s in sources.values() if s.name in present for e in s.exercises]  # notebooks in this run
     table = []
     with open(out / "results.jsonl", "w", encoding="utf-8") as jl:
         for g in graded:
