@@ -9,8 +9,9 @@ from pathlib import Path
 import labsupport as lab
 
 ROOT = Path(__file__).resolve().parent.parent
+# What a notebook calls, or tells the student to call (`lab.show_traceback()` in a markdown cell).
 NOTEBOOK_CODE = "\n".join("".join(c["source"]) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
-                          for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "code")
+                          for c in json.loads(p.read_text())["cells"])
 NOTEBOOK_CODE += "\n".join(p.read_text() for p in (ROOT / "notebooks").glob("*.py"))
 
 
