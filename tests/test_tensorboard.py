@@ -379,9 +379,12 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (optional: apt-get install chromium)")
-def test_headless_chromium_screenshot_of_scalars(tensorboard, tmp_path):
-    shot = tmp_path / "tensorboard_scalars.png"
-    url = f"{tensorboard.url}/?darkMode=false#scalars&_smoothingWeight=0"
+@pytest.mark.parametrize("tab", ["scalars", "hparams"])
+def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
+    # look at them (LAB_SCREENSHOT_DIR): scalars has one section per notebook, its charts
+    # start open; hparams has one row per run of 06 and no hparam/* chart exists
+    shot = tmp_path / f"tensorboard_{tab}.png"
+    url = f"{tensorboard.url}/?darkMode=false#{tab}&_smoothingWeight=0"
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
