@@ -13,6 +13,8 @@ import labsupport.checks.core as core
 import labsupport.checks.datasets as ds
 
 DEVICE = lab.pick_device()
+# the "optimizer.step() never called" mistake makes torch warn about the scheduler order; that is the point
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
 
 
 def make_evaluate(eval_mode=True, no_grad=True, back_to_train=True, per_batch=False, count=False,
