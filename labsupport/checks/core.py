@@ -28,7 +28,6 @@ __all__ = ["CheckError", "require", "show_traceback", "check_gradients"]
 #: Seconds a student's function may run inside a check ($LAB_TIME_LIMIT overrides).
 TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
 
-# --------------------------------------------------------------------------- failures
 
 
 class CheckError(AssertionError):
@@ -62,16 +61,10 @@ class CheckError(AssertionError):
         """What IPython shows instead of the traceback (see IPython's showtraceback)."""
         _LAST[0] = self
         red, bold, off = "\x1b[31m", "\x1b[1m", "\x1b[0m"
-        label = self.exercise or "check"
-        lines = [f"{red}{bold}✗ CHECK FAILED{off}{red} · {label}{off}", f"  {self.message}"]
-        if self.expected is not None:
-            lines.append(f"  expected: {self.expected}")
-        if self.got is not None:
-            lines.append(f"  got:      {self.got}")
-        if self.hint:
-            lines.append(f"  {bold}likely mistake:{off} {self.hint}")
-        lines.append("  (the full traceback: run lab.show_traceback() in a new cell)")
-        return lines
+        rows = (("expected: ", self.expected), ("got:      ", self.got), (f"{bold}likely mistake:{off} ", self.hint))
+        return [f"{red}{bold}✗ CHECK FAILED{off}{red} · {self.exercise or 'check'}{off}", f"  {self.message}",
+                *(f"  {k}{v}" for k, v in rows if v is not None),
+                "  (the full traceback: run lab.show_traceback() in a new cell)"]
 
 
 class ExerciseNotSolved(CheckError):
@@ -94,10 +87,8 @@ def show_traceback() -> None:
         >>> show_traceback()   # doctest: +SKIP
     """
     err = _LAST[0]
-    if err is None:
-        print("no check has failed in this kernel yet")
-        return
-    print("".join(traceback.format_exception(type(err), err, err.__traceback__)), end="")
+    print("".join(traceback.format_exception(type(err), err, err.__traceback__)) if err
+          else "no check has failed in this kernel yet", end="" if err else "\n")
 
 
 def exercise(ex_id: str, title: str) -> Callable[[Callable], Callable]:
@@ -149,12 +140,9 @@ def passed(message: str) -> None:
     print(f"PASS  {message}")
 
 
-# --------------------------------------------------------------------------- describing values
 
 def describe(value: Any) -> str:
     """A short description: type, shape, dtype and device for tensors."""
-    if value is None:
-        return "None"
     if isinstance(value, torch.Tensor):
         return f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}, on {value.device}"
     kind = type(value).__name__
@@ -162,9 +150,7 @@ def describe(value: Any) -> str:
         return f"numpy.{kind} of shape {tuple(value.shape)}, dtype {value.dtype}"
     if isinstance(value, (list, tuple, dict, set, str)):
         return f"{kind} of length {len(value)}"
-    if isinstance(value, (int, float, complex, bool)):
-        return f"{kind} {value!r}"
-    return kind
+    return "None" if value is None else f"{kind} {value!r}" if isinstance(value, (int, float, complex, bool)) else kind
 
 
 def fmt(x: float) -> str:
@@ -172,14 +158,6 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def bound(err: float) -> str:
-    """A small error as its order of magnitude, so PASS lines stay stable."""
-    if err == 0:
-        return "0"
-    return f"1e{math.floor(math.log10(err)):d}" if err < 1 else fmt(err)
-
-
-# --------------------------------------------------------------------------- validating values
 
 def expect_tensor(value: Any, name: str, *, shape: Sequence[int] | None = None,
                   dtype: torch.dtype | None = None, device: torch.device | str | None = None,
@@ -295,7 +273,6 @@ def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, 
     return rel_error(got, expected)
 
 
-# --------------------------------------------------------------------------- running student code
 
 # PyTorch's error texts, and what they usually mean in a student's code.
 ERROR_HINTS: list[tuple[str, str]] = [
@@ -485,7 +462,6 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
     passed(f"{name}: {actual!r} is right. {why}")
 
 
-# --------------------------------------------------------------------------- gradients
 
 def _central_difference(f: Callable[[], Any], x: torch.Tensor, i: tuple, h: float) -> float:
     """(f(x + h e_i) - f(x - h e_i)) / 2h, with x[i] restored even if f raises."""
