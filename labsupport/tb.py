@@ -26,8 +26,6 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .paths import lab_folder
-
 __all__ = ["tb_writer", "tb_hint"]
 
 RUNS_DIR = "runs"  # relative to the repository, unless $LAB_RUNS_DIR says otherwise
@@ -36,8 +34,14 @@ _TAGGED = ("add_scalar", "add_scalars", "add_histogram", "add_image", "add_image
            "add_figure", "add_text", "add_audio", "add_video", "add_pr_curve", "add_mesh", "add_histogram_raw")
 
 
-def _runs_root(root: str | os.PathLike | None) -> Path:
-    return lab_folder(RUNS_DIR, root=root, env="LAB_RUNS_DIR")
+def _runs_root(root: str | os.PathLike | None = None) -> Path:
+    """``root``, else $LAB_RUNS_DIR, else ``../runs`` from a notebook folder of the repository
+    (notebooks/ and student/ share one runs/), else ``runs`` here."""
+    if root is not None or os.environ.get("LAB_RUNS_DIR"):
+        return Path(root if root is not None else os.environ["LAB_RUNS_DIR"])
+    here = Path.cwd()
+    in_repo = (here.parent / "labsupport").is_dir() and (here.parent / "notebooks").is_dir()
+    return Path("..", RUNS_DIR) if in_repo else Path(RUNS_DIR)
 
 
 def _discard(folder: Path) -> None:

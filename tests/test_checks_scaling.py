@@ -66,7 +66,7 @@ AMP_MISTAKES = [
     (_variant(autocast=False), "under torch.autocast"),
     (lambda *a: [amp_step(*a)], "must return the loss"),
     (lambda *a: None, "must return the loss"),
-    (None, "not a function"),
+    (None, "is None: run the exercise cell above first"),
     ([1, 2], "not a function"),
     (lambda *a: (_ for _ in ()).throw(NotImplementedError("Exercise 2")), "not written yet"),
     (lambda *a: 1 / 0, "ZeroDivisionError"),

@@ -82,7 +82,7 @@ def test_normalise_removes_per_run_noise():
     out = regenerate.normalise(nb)
     assert "widgets" not in out.metadata and "execution" not in out.cells[0].metadata
     assert out.cells[0].outputs[0].data[regenerate.WIDGET_VIEW]["model_id"] == "cell0-output0"
-    assert out.cells[0].outputs[1].text == "logged to ../runs/02_x/run-TIMESTAMP\n"
+    assert out.cells[0].outputs[1].text == "logged to runs/02_x/run\n"  # any location and old timestamps read alike
 
 
 def test_regenerate_keeps_ignored_outputs_of_unchanged_cells():

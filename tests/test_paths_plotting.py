@@ -1,23 +1,25 @@
-"""labsupport.paths (where runs/ and data/ live) and labsupport.plotting (loss curves)."""
+"""Where runs/ lives (labsupport.tb) and labsupport.plotting (loss curves)."""
 import os
 
 import pytest
 import torch
 
 import labsupport as lab
-from labsupport.paths import lab_folder
+from labsupport.tb import _runs_root
 
 
-def test_lab_folder_order(tmp_path, monkeypatch):
+def test_runs_folder_order(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert lab_folder("runs", root=tmp_path / "r") == tmp_path / "r"
-    monkeypatch.setenv("LAB_SOME_DIR", str(tmp_path / "env"))
-    assert lab_folder("runs", env="LAB_SOME_DIR") == tmp_path / "env"
-    assert str(lab_folder("runs")) == "runs"
+    monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
+    assert _runs_root(tmp_path / "r") == tmp_path / "r"
+    assert str(_runs_root()) == "runs"
+    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "env"))
+    assert _runs_root() == tmp_path / "env"
+    monkeypatch.delenv("LAB_RUNS_DIR")
     for name in ("labsupport", "notebooks", "student"):
         (tmp_path / name).mkdir()
-    monkeypatch.chdir(tmp_path / "student")                # beside notebooks/: the repository's folder
-    assert str(lab_folder("data")) == os.path.join("..", "data")
+    monkeypatch.chdir(tmp_path / "student")                # beside notebooks/: the repository's runs/
+    assert str(_runs_root()) == os.path.join("..", "runs")
 
 
 def test_plot_losses_draws_each_curve():

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from ..data import digits_split, load_digits_tensors
 from ..device import pick_device
 from ..slowdata import worker_speedup
+from . import core
 from .core import CheckError, check_prediction, compare, describe, exercise, expect_tensor, passed, run_student
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
@@ -144,7 +145,8 @@ def check_capstone(train_capstone) -> dict:
     seen, held = digits_split(len(labels), 0.2, seed=2026)
     threads, start, _ = torch.get_num_threads(), _cpu_seconds(), torch.set_num_threads(1)
     try:
-        got = run_student(train_capstone, images[seen], labels[seen], what="train_capstone", timeout=3 * BUDGET + 1)
+        got = run_student(train_capstone, images[seen], labels[seen], what="train_capstone",
+                          timeout=min(core.TIME_LIMIT, 2 * BUDGET))
     finally:
         seconds, _ = _cpu_seconds() - start, torch.set_num_threads(threads)
     if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
