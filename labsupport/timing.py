@@ -1,13 +1,5 @@
 """Timing helpers. Timings vary by machine: print them only in cells tagged
-``nbval-ignore-output``, and assert the property that matters inside the cell.
-
-Example:
-    >>> import torch, labsupport as lab
-    >>> with lab.Timer() as t:
-    ...     _ = torch.ones(10).sum()
-    >>> t.seconds >= 0
-    True
-"""
+``nbval-ignore-output``, and assert the property that matters inside the cell."""
 from __future__ import annotations
 
 import time

@@ -1,8 +1,4 @@
-"""Answer checks, one module per notebook, all re-exported here.
-
-``core`` holds the shared machinery (validation, closeness, numeric gradients);
-each other module holds the checks of one notebook's exercises.
-"""
+"""The exercises' checks: ``core`` is the engine; each other module holds one notebook's checks."""
 from .core import *  # noqa: F401,F403
 from .tensors import *  # noqa: F401,F403   01_tensors
 from .backprop import *  # noqa: F401,F403  02_manual_backprop

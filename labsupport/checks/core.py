@@ -171,24 +171,17 @@ def expect_tensor(value: Any, name: str, *, shape: Sequence[int] | None = None,
                          hint=f"the cell that computes {name} did not run, or your function "
                               f"does not end with `return`")
     if not isinstance(value, torch.Tensor):
-        hint = None
-        if type(value).__module__ == "numpy":
-            hint = "convert with torch.from_numpy(...), or stay in torch throughout"
-        elif isinstance(value, (list, tuple)):
-            hint = "build it with torch operations (or torch.stack / torch.tensor)"
-        elif isinstance(value, (int, float)):
-            hint = "keep the result as a tensor (drop .item() / float())"
+        hint = ("convert with torch.from_numpy(...), or stay in torch throughout" if type(value).__module__ == "numpy"
+                else "build it with torch operations (or torch.stack / torch.tensor)" if isinstance(value, (list, tuple))
+                else "keep the result as a tensor (drop .item() / float())" if isinstance(value, (int, float)) else None)
         raise CheckError(f"{name} is not a tensor", expected=want, got=describe(value), hint=hint)
     if shape is not None and tuple(value.shape) != tuple(shape):
-        hint = None
-        if len(shape) == 2 and tuple(value.shape) == tuple(shape)[::-1] and shape[0] != shape[1]:
-            hint = "a transpose is missing (or one too many)"
-        elif value.dim() == len(shape) + 1 and tuple(value.shape[1:]) == tuple(shape):
-            hint = "an extra leading dimension: did you keep a batch or stacking axis?"
-        elif value.numel() == math.prod(shape):
-            hint = "the number of elements is right: check the order of a reshape/view/permute"
-        elif value.dim() == 0 and len(shape) > 0:
-            hint = "you reduced over everything where a dimension should stay"
+        got, want = tuple(value.shape), tuple(shape)
+        hint = ("a transpose is missing (or one too many)" if len(want) == 2 and got == want[::-1] != want
+                else "an extra leading dimension: did you keep a batch or stacking axis?" if got[1:] == want
+                else "the number of elements is right: check the order of a reshape/view/permute"
+                if value.numel() == math.prod(want) else
+                "you reduced over everything where a dimension should stay" if not got and want else None)
         raise CheckError(f"{name} has the wrong shape", expected=f"shape {tuple(shape)}",
                          got=f"shape {tuple(value.shape)}", hint=hint)
     if dtype is not None and value.dtype != dtype:
@@ -275,33 +268,25 @@ def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, 
 
 
 # PyTorch's error texts, and what they usually mean in a student's code.
-ERROR_HINTS: list[tuple[str, str]] = [
-    (r"mat1 and mat2 shapes cannot be multiplied|size mismatch, got|Expected size for first two "
-     r"dimensions|inconsistent tensor size|shapes? .* cannot be multiplied",
-     "a matrix product got operands whose inner sizes differ: write each operand's shape "
-     "beside the line; a transpose (.t() / .mT) is usually missing or misplaced"),
+ERROR_HINTS: list[tuple[str, str]] = [  # (pattern in PyTorch's error, what it usually means)
+    (r"mat1 and mat2 shapes|size mismatch, got|Expected size for first two dimensions|shapes? .* cannot be multiplied",
+     "a matrix product's inner sizes differ: write each operand's shape beside the line; a transpose is missing"),
     (r"must match the size of tensor b|cannot be broadcast|not broadcastable",
      "two tensors were combined elementwise with shapes that do not broadcast: print both shapes"),
-    (r"Expected all tensors to be on the same device",
-     "tensors on different devices: create new ones with device=x.device, or move them with .to()"),
-    (r"expected (m1 and m2|scalar type|both vectors) to have the same dtype|expected scalar type|"
-     r"dtype",
-     "tensors of different dtypes: create new ones with dtype=x.dtype (or use torch.*_like)"),
-    (r"does not require grad and does not have a grad_fn",
-     "the tensor is not part of a graph: its leaves need requires_grad=True, and no "
-     "torch.no_grad() or .detach() on the way"),
-    (r"backward through the graph a second time",
-     "backward() frees the graph: recompute the forward pass each step, or pass retain_graph=True"),
-    (r"leaf Variable that requires grad is being used in an in-place",
-     "update the weights inside `with torch.no_grad():`"),
-    (r"modified by an inplace operation",
-     "an in-place operation overwrote a value autograd saved: use the out-of-place form"),
-    (r"grad can be implicitly created only for scalar outputs",
-     "backward() without an argument needs a scalar: reduce the loss, or pass gradient="),
-    (r"view size is not compatible|is not contiguous",
-     "view() needs a contiguous tensor: use reshape(), or .contiguous() first"),
-    (r"index .* is out of bounds|out of range",
-     "an index is out of range: check an off-by-one or the axis you index"),
+    (r"Expected all tensors to be on the same device", "tensors on different devices: create new ones with "
+     "device=x.device, or move them with .to()"),
+    (r"to have the same dtype|expected scalar type|dtype", "tensors of different dtypes: create new ones "
+     "with dtype=x.dtype (or use torch.*_like)"),
+    (r"does not require grad and does not have a grad_fn", "the tensor is not part of a graph: its leaves "
+     "need requires_grad=True, and no torch.no_grad() or .detach() on the way"),
+    (r"backward through the graph a second time", "backward() frees the graph: recompute the forward pass "
+     "each step, or pass retain_graph=True"),
+    (r"leaf Variable that requires grad is being used in an in-place", "update the weights inside `with torch.no_grad():`"),
+    (r"modified by an inplace operation", "an in-place operation overwrote a value autograd saved: use the out-of-place form"),
+    (r"grad can be implicitly created only for scalar outputs", "backward() without an argument needs a scalar: "
+     "reduce the loss, or pass gradient="),
+    (r"view size is not compatible|is not contiguous", "view() needs a contiguous tensor: use reshape()"),
+    (r"index .* is out of bounds|out of range", "an index is out of range: check an off-by-one or the axis you index"),
 ]
 
 
@@ -340,14 +325,10 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 def _student_line(exc: BaseException) -> str | None:
-    """The line of the student's own code (a notebook cell) where ``exc`` was raised."""
-    line = None
-    for frame, lineno in traceback.walk_tb(exc.__traceback__):
-        filename = frame.f_code.co_filename
-        if "ipykernel" in filename or filename.startswith("<"):
-            text = linecache.getline(filename, lineno).strip()
-            line = text or line
-    return line
+    """The last line of the student's own code (a notebook cell) that ``exc`` passed through."""
+    lines = [linecache.getline(f.f_code.co_filename, n).strip() for f, n in traceback.walk_tb(exc.__traceback__)
+             if "ipykernel" in f.f_code.co_filename or f.f_code.co_filename.startswith("<")]
+    return next((line for line in reversed(lines) if line), None)
 
 
 def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float | None = None,
@@ -394,12 +375,10 @@ def run_cases(fn: Any, cases: Sequence[tuple], reference: Callable[..., Any], *,
               outputs: Sequence[str] = ("the result",), mistakes: Callable[..., list] | None = None,
               rtol: float = 1e-5, atol: float = 1e-8, inplace_hint: str | None = None,
               timeout: float | None = None) -> float:
-    """The engine for function exercises. For each case (a tuple of arguments, given
-    to the student as fresh copies) compare what ``fn`` returns with
-    ``reference(*case)``, output by output. When one differs, the message names the
-    first entry of ``mistakes(*case)`` that fits: ``(wrong, message)``, where
-    ``wrong`` is the wrong result (a tuple with None for "any" when there are
-    several outputs) or a predicate on the result. Returns the worst rel. error."""
+    """The engine for function exercises: call ``fn`` on fresh copies of each case, compare with
+    ``reference(*case)`` output by output, and on a difference name the first ``(wrong result or
+    predicate, message)`` of ``mistakes(*case)`` that fits (None in a tuple: any value). Returns
+    the worst relative error."""
     __tracebackhide__ = True
     if not cases:
         raise CheckError("the check was asked to run zero cases: nothing would be tested")
