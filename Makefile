@@ -23,7 +23,7 @@ REGEN_RUNS := $(CURDIR)/build/regenerate/runs
 # Workers for the test run: one per core (CI has 2).
 JOBS ?= 2
 
-.PHONY: site test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
+.PHONY: handout site test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
 
 help:
 	@echo "make lab          open JupyterLab on 127.0.0.1:$(LAB_PORT) in $(STUDENT_DIR)/ (the student edition)"
@@ -133,3 +133,11 @@ test-oldest:
 # links to its notebook in Colab and to its student edition): see tools/site.py.
 site: $(STAMP)
 	$(BIN)/python tools/site.py --out build/site
+
+# What students get: the student edition and its README, zipped (never the repository:
+# notebooks/ and tests/ hold answers). labsupport installs itself from each setup cell.
+handout: $(STAMP)
+	rm -rf build/handout && $(BIN)/python tools/student.py build --out build/handout
+	rm -f build/handout/.generated.json build/handout.zip
+	cd build && $(abspath $(BIN))/python -m zipfile -c handout.zip handout/
+	@echo "build/handout.zip: the student edition and README.md, nothing else"

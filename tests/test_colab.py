@@ -95,6 +95,24 @@ def test_offline_says_so_in_one_line(runtime):
     assert "\n" not in message and "offline?" in message and "pip install" in message
 
 
+def test_notebook_10_fetches_the_script_it_reads_beside_it(runtime):
+    python, env, tmp = runtime
+    fake = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    (fake / "sitecustomize.py").write_text(textwrap.dedent(f"""
+        import shutil, urllib.request
+        from pathlib import Path
+        def fake_retrieve(url, name):   # no network: serve the file from this checkout, log the address
+            Path({str(tmp / "urls.txt")!r}).open("a").write(url + "\\n")
+            shutil.copy(Path({str(ROOT / "notebooks")!r}) / url.rsplit("/", 1)[1], name)
+        urllib.request.urlretrieve = fake_retrieve
+    """))
+    out = run(python, env, tmp, colab.bootstrap("10_scaling_up.ipynb"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == f"fetched ddp_train.py from {colab.TAG}"
+    assert (tmp / "ddp_train.py").read_text() == (ROOT / "notebooks" / "ddp_train.py").read_text()
+    assert (tmp / "urls.txt").read_text() == f"{colab.RAW}/ddp_train.py\n"
+
+
 def test_in_the_lab_the_block_does_nothing():
     out = subprocess.run([sys.executable, "-c", colab.BOOTSTRAP + "\nprint(lab.__name__)"],
                          capture_output=True, text=True, cwd=ROOT)

@@ -9,8 +9,9 @@ keeping the runtime's own torch (a requirement ``torch==<installed version>``
 stops pip from replacing it), and print one line saying what they did; without
 network they print one line saying so and how to fix it, then stop the cell.
 The lab's data all ships inside its dependencies (scikit-learn's digits,
-matplotlib's sample image, torchvision's weight metadata), so Colab needs no
-extra download. The one place that names the repository and tag is this file.
+matplotlib's sample image, torchvision's weight metadata); the only files a
+notebook reads beside it (BESIDE, e.g. notebook 10's ``ddp_train.py``) are fetched
+from the same tag. The one place that names the repository and tag is this file.
 """
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ REPO = "pytorch-teaching-lab/pytorch-lab"
 SITE_BRANCH = "gh-pages"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 TAG = f"v{VERSION}"
+
+#: Files a notebook reads from its own folder, fetched from the tag when it runs outside the lab.
+BESIDE = {"10_scaling_up.ipynb": ["ddp_train.py"]}
+RAW = f"https://raw.githubusercontent.com/{REPO}/{TAG}/notebooks"
 
 BEGIN = "# -- install the lab's helpers when this notebook runs outside the lab (Colab, JupyterHub) --"
 END = "# -- end of install block --"
@@ -45,6 +50,20 @@ except ModuleNotFoundError:
     where = "Colab" if importlib.util.find_spec("google.colab") else "this runtime"
     print(f"installed labsupport {VERSION} ({TAG}) for {{where}}; torch {{'kept at ' + keep[0][7:] if keep else 'installed'}}")
 {END}'''
+FETCH = '''    import os, urllib.request
+    for name in {names!r}:  # read by this notebook from its own folder
+        if not os.path.exists(name):
+            urllib.request.urlretrieve(f"{raw}/{{name}}", name)
+            print(f"fetched {{name}} from {tag}")
+'''
+
+
+def bootstrap(notebook: str = "") -> str:
+    """The install block of ``notebook``'s setup cell (with the fetch of the files it reads beside it)."""
+    names = BESIDE.get(notebook)
+    if not names:
+        return BOOTSTRAP
+    return BOOTSTRAP.replace(f"\n{END}", "\n" + FETCH.format(names=names, raw=RAW, tag=TAG) + END)
 
 
 def colab_url(notebook: str) -> str:
@@ -56,12 +75,12 @@ def setup_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return next(c for c in nb.cells if c.cell_type == "code")
 
 
-def with_bootstrap(source: str) -> str:
+def with_bootstrap(source: str, notebook: str = "") -> str:
     """``source`` with the install block first (replacing an older one) and no plain import of labsupport."""
     if BEGIN in source and END in source:
         source = source[source.index(END) + len(END):].lstrip("\n")
     lines = [line for line in source.splitlines() if line.strip() != "import labsupport as lab"]
-    return BOOTSTRAP + "\n" + "\n".join(lines)
+    return bootstrap(notebook) + "\n" + "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
@@ -73,7 +92,7 @@ def main(argv: list[str]) -> int:
         path = Path(name)
         nb = nbformat.read(path, as_version=4)
         cell = setup_cell(nb)
-        wanted = with_bootstrap(cell.source)
+        wanted = with_bootstrap(cell.source, path.name)
         if cell.source != wanted:
             stale.append(path.name)
             if argv[0] == "apply":
