@@ -146,7 +146,7 @@ def check_capstone(train_capstone) -> dict:
     threads, start, _ = torch.get_num_threads(), _cpu_seconds(), torch.set_num_threads(1)
     try:
         got = run_student(train_capstone, images[seen], labels[seen], what="train_capstone",
-                          timeout=min(core.TIME_LIMIT, 2 * BUDGET))
+                          timeout=max(5.0, min(core.TIME_LIMIT, 2 * BUDGET)))
     finally:
         seconds, _ = _cpu_seconds() - start, torch.set_num_threads(threads)
     if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):
