@@ -59,15 +59,23 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
         code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
         code("check_double(double)"),
         code("print(double(21))"),  # unguarded use of the exercise: crashes when unsolved
+        md("### Exercise 2: double again"),
+        code("def double2(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+        code("check_double(double2)"),
+        code("twice = double2(2)"),  # after the last check: found without running it
+        code("print(twice)"),        # and what depends on it, too
+        code("require_ok = 1  # lab.require(\"99.2\") would guard it\nprint(len('guarded'))"),
     ])
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     path = tmp_path / "99_t.ipynb"
     nbformat.write(nb, path)
     report = student.run_unsolved(path, timeout=60)
-    (res,) = report.exercises
-    assert res.problems == [] and res.stub_message == "CheckError: not written yet (Exercise 1: double)"
-    assert len(report.problems) == 1 and report.problems[0].startswith("cell 5 crashes when nothing is solved: "
-                                                                         "NotImplementedError")
+    first, _ = report.exercises
+    assert first.problems == [] and first.stub_message == "CheckError: not written yet (Exercise 1: double)"
+    assert report.problems[0].startswith("cell 9 uses double2, which an exercise makes, without lab.require")
+    assert report.problems[1].startswith("cell 10 uses twice, which an exercise makes")
+    assert report.problems[2].startswith("cell 5 crashes when nothing is solved: NotImplementedError")
+    assert len(report.problems) == 3 and report.tail_cells == 3
 
 
 def test_every_notebook_is_covered():

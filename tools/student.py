@@ -211,6 +211,58 @@ def _read_names(code: str) -> set[str]:
         return set(re.findall(r"[A-Za-z_]\w*", code))
 
 
+def _stored_names(code: str) -> set[str]:
+    """Names a cell binds outside its functions and classes (assignments, loops, with-as, def, class)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set()
+    found, todo = set(), list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            found.add(node.id)
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _free_names(code: str) -> set[str]:
+    """Names ``code`` reads that nothing in it binds (arguments, loop and comprehension variables,
+    assignments in any scope); IPython's %magic and !shell lines are left out."""
+    lines = [line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return set()
+    names = [n for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    bound = {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+    bound |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg)}
+    return {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound
+
+
+def unguarded_uses(cells: list, exercise_cells: set[int], after: int) -> list[str]:
+    """Cells after index ``after`` that read a value an exercise (or a cell that needs one) made,
+    without ``lab.require(...)``: statically, since "Run all" stops being informative there."""
+    tainted, problems = set(), []
+    for i, cell in enumerate(cells):
+        if cell.cell_type != "code":
+            continue
+        guarded = i in exercise_cells or "lab.require(" in cell.source
+        stored, free = _stored_names(cell.source), _free_names(cell.source)
+        used = (free - stored) & tainted  # a name the cell binds itself is its own
+        if guarded or used:
+            tainted |= stored
+        else:
+            tainted -= stored  # bound afresh by a cell that needs no exercise
+        if used and not guarded and i > after:
+            problems.append(f"cell {i} uses {', '.join(sorted(used))}, which an exercise makes, without "
+                            f"lab.require(...): it would crash while that exercise is unsolved")
+    return problems
+
+
 def _py_string(text: str) -> str:
     """``text`` as a double-quoted Python string literal."""
     return json.dumps(text, ensure_ascii=False)
@@ -676,6 +728,13 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
         if cell.cell_type == "code" and _is_skip(source.cells[i]):
             cell.source = ""  # as under nbval: the %tensorboard launcher is not run
     report = Report(path, [ExerciseResult(e.label, e.cell, e.check_cell) for e in ed.exercises])
+    # "Run all" goes as far as the last check; after it, the cells that need an exercise are found
+    # statically (nbval runs all of them on the solved source anyway).
+    last = max([e.check_cell or e.cell for e in ed.exercises], default=len(nb.cells) - 1)
+    report.problems += unguarded_uses(nb.cells, {e.cell for e in ed.exercises} |
+                                      {e.check_cell for e in ed.exercises if e.check_cell is not None}, last)
+    report.tail_cells = sum(c.cell_type == "code" for c in nb.cells[last + 1:])
+    nb.cells = nb.cells[:last + 1]
     roles = {r.cell: ("exercise", r) for r in report.exercises}
     roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,

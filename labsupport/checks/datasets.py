@@ -112,10 +112,11 @@ def check_training_loop(evaluate, train) -> None:
 @exercise("07.2", "do workers help? (predict, then run)")
 def check_workers_prediction(prediction) -> None:
     """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
-    if prediction is None:  # say so before spending seconds on the measurement
-        check_prediction("2 workers on one core (sleep, spin)", prediction, None, why="")
-    actual = tuple("faster" if worker_speedup(mode) > 1.4 else "not faster" for mode in ("sleep", "spin"))
     words = ("faster", "not faster")
+    if not (isinstance(prediction, (tuple, list)) and len(prediction) == 2 and all(w in words for w in prediction)):
+        check_prediction("2 workers on one core (sleep, spin)", prediction, ("faster", "faster"),  # refuses it
+                         choices=[(a, b) for a in words for b in words], why="")  # before seconds of measuring
+    actual = tuple("faster" if worker_speedup(mode) > 1.4 else "not faster" for mode in ("sleep", "spin"))
     check_prediction("2 workers on one core (sleep, spin)", tuple(prediction) if isinstance(prediction, list)
                      else prediction, actual, choices=[(a, b) for a in words for b in words],
                      why="A sleeping read leaves the core free for the other worker; a spinning one needs "
