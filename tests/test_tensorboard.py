@@ -37,6 +37,7 @@ import torch
 from nbclient import NotebookClient
 
 import labsupport as lab
+from procs import alive, descendants  # noqa: E402
 from tb_events import read_hparams, read_histograms, read_scalars, read_tags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -534,31 +535,6 @@ def _env_without_runs_dir() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "LAB_RUNS_DIR"}
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process below ``pid`` (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.add(child)
-            todo.append(child)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
     def log(losses):
         with lab.tb_writer("06_optim", "adam", root=tmp_path / "runs") as writer:
@@ -604,14 +580,14 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
                     break
             time.sleep(0.5)
         assert runs == ["manual-sgd"], f"not served: {runs!r}\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
-        family |= _descendants(proc.pid)
+        family |= descendants(proc.pid)
         assert family, "make started no TensorBoard"
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(_alive(p) for p in family):
+        while time.monotonic() < deadline and any(alive(p) for p in family):
             time.sleep(0.2)
-        survivors = [p for p in family if _alive(p)]
+        survivors = [p for p in family if alive(p)]
         assert not survivors, f"left running after Ctrl-C: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in survivors]}"
     finally:
         for pid in [proc.pid, *family]:   # never leave one behind, whatever failed
