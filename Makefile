@@ -123,11 +123,17 @@ clean-venv:
 # The suite on the oldest supported pair (pyproject's floors), in a second venv.
 # Not part of `make test`: it downloads another PyTorch (several GB, minutes).
 OLDEST_VENV ?= .venv-oldest
-test-oldest:
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+$(OLDEST_STAMP): pyproject.toml constraints-oldest.txt
 	@test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
 	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
 	    -c constraints-oldest.txt -e '.[lab,test]'
-	LAB_PINS=constraints-oldest.txt $(MAKE) test BIN=$(OLDEST_VENV)/bin STAMP=$(OLDEST_VENV)/bin/python
+	@touch $@
+
+# STAMP points the inner `make test` at this venv's own stamp, so it never installs the
+# current pins into the oldest venv.
+test-oldest: $(OLDEST_STAMP)
+	LAB_PINS=constraints-oldest.txt $(MAKE) -o $(OLDEST_STAMP) test BIN=$(OLDEST_VENV)/bin STAMP=$(OLDEST_STAMP)
 
 # The series as a static website in build/site/ (stored outputs, no solutions; each page
 # links to its notebook in Colab and to its student edition): see tools/site.py.

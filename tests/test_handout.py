@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_handout_holds_only_the_student_edition(tmp_path):
-    out = subprocess.run(["make", "-s", "handout", "BIN=" + str(Path(__import__("sys").executable).parent)],
+    # BIN: this venv (make test-oldest runs the suite in another); STAMP empty: never (re)install from a test.
+    out = subprocess.run(["make", "-s", "handout", "BIN=" + str(Path(__import__("sys").executable).parent), "STAMP="],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     with zipfile.ZipFile(ROOT / "build" / "handout.zip") as z:

@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -24,7 +25,7 @@ import pytest
 from procs import alive, descendants
 
 ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = ROOT / ".venv" / "bin"
+VENV_BIN = Path(sys.executable).parent  # the venv running the tests (.venv, or make test-oldest's)
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 STARTUP_S = 120  # a cold JupyterLab on a busy 2-core machine takes 5-30 s
 
@@ -73,7 +74,7 @@ def lab(tmp_path_factory):
     env.pop("LAB_ARGS", None)
     with open(log, "wb") as sink:
         proc = subprocess.Popen(["make", "--no-print-directory", "-o", ".venv/.installed", "lab",
-                                 f"LAB_PORT={port}", f"STUDENT_DIR={out}"],
+                                 f"LAB_PORT={port}", f"STUDENT_DIR={out}", f"BIN={VENV_BIN}"],
                                 cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
