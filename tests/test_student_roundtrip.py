@@ -34,6 +34,14 @@ def _unsolved(path: Path, runs: Path) -> None:
     assert not half_written, f"empty TensorBoard runs left behind: {half_written}"
 
 
+def write_tiny(nb, folder: Path) -> Path:
+    """Save a tiny test notebook (with the kernelspec nbclient needs) as folder/99_t.ipynb."""
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    path = folder / "99_t.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
 def _test_class(path: Path) -> type:
     def test_run_all_unsolved(self, tmp_path, monkeypatch):
         monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))  # the kernel inherits it
@@ -66,9 +74,7 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
         code("print(twice)"),        # and what depends on it, too
         code("require_ok = 1  # lab.require(\"99.2\") would guard it\nprint(len('guarded'))"),
     ])
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    path = tmp_path / "99_t.ipynb"
-    nbformat.write(nb, path)
+    path = write_tiny(nb, tmp_path)
     report = student.run_unsolved(path, timeout=60)
     first, _ = report.exercises
     assert first.problems == [] and first.stub_message == "CheckError: not written yet (Exercise 1: double)"
@@ -106,9 +112,7 @@ def test_verify_catches_checks_that_break_on_the_stub(tmp_path):
         code("print(double(1) + triple(1))"),
         code("raise SystemExit('cells after the last check are not run')"),
     ])
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    path = tmp_path / "99_t.ipynb"
-    nbformat.write(nb, path)
+    path = write_tiny(nb, tmp_path)
     report = student.verify(path, timeout=60)
     good, bad = report.exercises
     assert good.problems == [] and good.solved_output == "PASS  double"
@@ -129,9 +133,7 @@ def test_verify_reports_a_failing_cell_before_the_first_exercise(tmp_path):
         code("def one():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
         code("check_one(one)"),
     ])
-    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
-    path = tmp_path / "99_t.ipynb"
-    nbformat.write(nb, path)
+    path = write_tiny(nb, tmp_path)
     report = student.verify(path, timeout=60)
     assert report.problems == ["cell 1 (before the first exercise) fails: ModuleNotFoundError: "
                                "No module named 'labsupport_typo'"]
