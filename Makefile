@@ -75,7 +75,7 @@ student: $(STAMP)
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
 test: $(STAMP)
 	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
-	    tests labsupport --doctest-modules notebooks --nbval --nbval-current-env \
+	    tests labsupport --doctest-modules notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 unit: $(STAMP)
@@ -84,7 +84,7 @@ unit: $(STAMP)
 
 nbval: $(STAMP)
 	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope notebooks \
-	    --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
+	    --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 # Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).
 # Ctrl-C stops TensorBoard and its data-server child alike (tests/test_tensorboard.py checks

@@ -64,7 +64,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-import nbformat
+# jsonschema, which nbformat imports, spends ~2 s of CPU at import building an IRI grammar
+# when rfc3987-syntax is installed (jupyter-events pulls it in); notebooks have no IRI field,
+# and `make student` / `make lab` start this script often enough for the 2 s to count.
+sys.modules.setdefault("rfc3987_syntax", None)
+import nbformat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".generated.json"

@@ -58,8 +58,7 @@ def _experiment(kind: str) -> Any:  # the notebook's predict-then-run experiment
 
 def _prediction(ex_id: str, title: str, kind: str, **judge: Any) -> Callable:
     def check(prediction: Any) -> None:
-        check_prediction(title, tuple(prediction) if isinstance(prediction, list) else prediction,
-                         _experiment(kind), **judge)
+        check_prediction(title, prediction, _experiment(kind), **judge)
     check.__doc__, check.judge = f"Run exercise {ex_id}'s experiment now; judge the prediction.", judge  # type: ignore
     return exercise(ex_id, title)(check)
 

@@ -29,7 +29,6 @@ __all__ = ["CheckError", "require", "show_traceback", "check_gradients"]
 TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
 
 
-
 class CheckError(AssertionError):
     """A check failed: what was expected, what came, and the likely mistake.
 
@@ -140,7 +139,6 @@ def passed(message: str) -> None:
     print(f"PASS  {message}")
 
 
-
 def describe(value: Any) -> str:
     """A short description: type, shape, dtype and device for tensors."""
     if isinstance(value, torch.Tensor):
@@ -156,7 +154,6 @@ def describe(value: Any) -> str:
 def fmt(x: float) -> str:
     """A number in 3 significant digits (stable across machines)."""
     return f"{x:.3g}"
-
 
 
 def expect_tensor(value: Any, name: str, *, shape: Sequence[int] | None = None,
@@ -222,8 +219,7 @@ def _matches(got: Any, wrong: Any, tol: float = 1e-6) -> bool:
         if callable(wrong) and not isinstance(wrong, torch.Tensor):
             return bool(wrong(got))
         if isinstance(wrong, torch.Tensor):
-            return (isinstance(got, torch.Tensor) and got.shape == wrong.shape
-                    and rel_error(got, wrong) < tol)
+            return isinstance(got, torch.Tensor) and got.shape == wrong.shape and rel_error(got, wrong) < tol
         if isinstance(wrong, (tuple, list)):
             return (isinstance(got, (tuple, list)) and len(got) == len(wrong)
                     and all(w is None or _matches(g, w, tol) for g, w in zip(got, wrong)))
@@ -234,10 +230,7 @@ def _matches(got: Any, wrong: Any, tol: float = 1e-6) -> bool:
 
 def first_mistake(got: Any, mistakes: Sequence[tuple[Any, str]]) -> str | None:
     """The message of the first known mistake that ``got`` matches, or None."""
-    for wrong, why in mistakes:
-        if _matches(got, wrong):
-            return why
-    return None
+    return next((why for wrong, why in mistakes if _matches(got, wrong)), None)
 
 
 def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-8,
@@ -266,7 +259,6 @@ def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, 
     return rel_error(got, expected)
 
 
-
 # PyTorch's error texts, and what they usually mean in a student's code.
 ERROR_HINTS: list[tuple[str, str]] = [  # (pattern in PyTorch's error, what it usually means)
     (r"mat1 and mat2 shapes|size mismatch, got|Expected size for first two dimensions|shapes? .* cannot be multiplied",
@@ -293,10 +285,7 @@ ERROR_HINTS: list[tuple[str, str]] = [  # (pattern in PyTorch's error, what it u
 def explain_error(exc: BaseException) -> str | None:
     """The advice for a PyTorch error raised in student code, or None."""
     text = f"{type(exc).__name__}: {exc}"
-    for pattern, advice in ERROR_HINTS:
-        if re.search(pattern, text):
-            return advice
-    return None
+    return next((advice for pattern, advice in ERROR_HINTS if re.search(pattern, text)), None)
 
 
 class _TimedOut(BaseException):
@@ -331,12 +320,8 @@ def _student_line(exc: BaseException) -> str | None:
     return next((line for line in reversed(lines) if line), None)
 
 
-def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float | None = None,
-                inplace_hint: str | None = None, **kwargs: Any) -> Any:
-    """Call a student's function and turn whatever goes wrong into a CheckError:
-    not written yet (the stub), not callable, an exception (with the line and the
-    advice for PyTorch's error), no return within ``timeout`` seconds, or a tensor
-    argument changed in place (with ``inplace_hint``)."""
+def expect_function(fn: Any, what: str) -> None:
+    """Refuse None or a non-function (checks with a costly reference call it first)."""
     __tracebackhide__ = True
     if fn is None:
         raise CheckError(f"{what} is None: run the exercise cell above first (until it is solved, "
@@ -344,6 +329,16 @@ def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float
     if not callable(fn):
         raise CheckError(f"{what} is not a function", expected="a function", got=describe(fn),
                          hint="pass the function itself, without calling it (no parentheses)")
+
+
+def run_student(fn: Any, *args: Any, what: str = "your function", timeout: float | None = None,
+                inplace_hint: str | None = None, **kwargs: Any) -> Any:
+    """Call a student's function and turn whatever goes wrong into a CheckError:
+    not written yet (the stub), not callable, an exception (with the line and the
+    advice for PyTorch's error), no return within ``timeout`` seconds, or a tensor
+    argument changed in place (with ``inplace_hint``)."""
+    __tracebackhide__ = True
+    expect_function(fn, what)
     limit = TIME_LIMIT if timeout is None else timeout
     before = ([a.detach().clone() if isinstance(a, torch.Tensor) else None for a in args]
               if inplace_hint is not None else [])
@@ -407,16 +402,15 @@ def run_cases(fn: Any, cases: Sequence[tuple], reference: Callable[..., Any], *,
     return worst
 
 
-def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any] | None = None,
-                     why: str, mistakes: Mapping[Any, str] | None = None, rel: float = 0.05) -> None:
-    """Judge a predict-then-run answer: ``actual`` is what the experiment gives
-    (measured by the check), ``why`` the explanation shown either way, ``mistakes``
-    the explanation for each typical wrong answer. Numbers count within ``rel``."""
+def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None) -> Any:
+    """``got`` (a list as a tuple) if it has the form of an answer (one of ``choices``, lower-cased),
+    else a CheckError: checks that measure call it first, to refuse junk before measuring."""
     __tracebackhide__ = True
     if got is None or got is Ellipsis:
         raise CheckError(f"{name}: no prediction yet: write your answer between the solution "
                          f"markers above and run that cell first")
-    if not isinstance(got, (str, int, float, bool, tuple, list, torch.Size)):
+    got = tuple(got) if isinstance(got, list) else got
+    if not isinstance(got, (str, int, float, bool, tuple, torch.Size)):
         raise CheckError(f"{name}: answer with a plain value", got=describe(got),
                          expected=" / ".join(map(repr, choices)) if choices else "a number or a word")
     if choices is not None:
@@ -425,12 +419,22 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
         if got not in choices:
             raise CheckError(f"{name}: the answer must be one of the choices",
                              expected=" / ".join(map(repr, choices)), got=repr(got))
+    return got
+
+
+def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any] | None = None,
+                     why: str, mistakes: Mapping[Any, str] | None = None, rel: float = 0.05) -> None:
+    """Judge a predict-then-run answer: ``actual`` is what the experiment gives
+    (measured by the check), ``why`` the explanation shown either way, ``mistakes``
+    the explanation for each typical wrong answer. Numbers count within ``rel``."""
+    __tracebackhide__ = True
+    got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
             raise CheckError(f"{name}: the answer must be a number", got=describe(got))
         right = math.isclose(got, actual, rel_tol=rel, abs_tol=1e-12)
     elif isinstance(actual, tuple):
-        right = tuple(got) == actual if isinstance(got, (tuple, list, torch.Size)) else False
+        right = tuple(got) == actual if isinstance(got, tuple) else False
     else:
         right = got == actual
     if not right:
@@ -439,7 +443,6 @@ def check_prediction(name: str, got: Any, actual: Any, *, choices: Sequence[Any]
         raise CheckError(f"{name}: not what happens", expected=repr(actual), got=repr(got),
                          hint=(hint + " " if hint else "") + why)
     passed(f"{name}: {actual!r} is right. {why}")
-
 
 
 def _central_difference(f: Callable[[], Any], x: torch.Tensor, i: tuple, h: float) -> float:

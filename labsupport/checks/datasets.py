@@ -20,7 +20,8 @@ from ..data import digits_split, load_digits_tensors
 from ..device import pick_device
 from ..slowdata import worker_speedup
 from . import core
-from .core import CheckError, check_prediction, compare, describe, exercise, expect_tensor, passed, run_student
+from .core import (CheckError, check_prediction, compare, describe, exercise, expect_function, expect_tensor,
+                   passed, read_prediction, run_student)
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 TARGET, BUDGET = 0.97, 30.0  # the capstone: held-out accuracy, and CPU seconds on one thread
@@ -112,13 +113,11 @@ def check_training_loop(evaluate, train) -> None:
 @exercise("07.2", "do workers help? (predict, then run)")
 def check_workers_prediction(prediction) -> None:
     """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
-    words = ("faster", "not faster")
-    if not (isinstance(prediction, (tuple, list)) and len(prediction) == 2 and all(w in words for w in prediction)):
-        check_prediction("2 workers on one core (sleep, spin)", prediction, ("faster", "faster"),  # refuses it
-                         choices=[(a, b) for a in words for b in words], why="")  # before seconds of measuring
+    words, name = ("faster", "not faster"), "2 workers on one core (sleep, spin)"
+    choices = [(a, b) for a in words for b in words]
+    prediction = read_prediction(name, prediction, choices)  # before seconds of measuring
     actual = tuple("faster" if worker_speedup(mode) > 1.4 else "not faster" for mode in ("sleep", "spin"))
-    check_prediction("2 workers on one core (sleep, spin)", tuple(prediction) if isinstance(prediction, list)
-                     else prediction, actual, choices=[(a, b) for a in words for b in words],
+    check_prediction(name, prediction, actual, choices=choices,
                      why="A sleeping read leaves the core free for the other worker; a spinning one needs "
                          "the core itself, so workers help only while there are idle cores.",
                      mistakes={("faster", "faster"): "Two spinning workers share one core: no more CPU than one.",
@@ -142,12 +141,13 @@ def _accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
 def check_capstone(train_capstone) -> dict:
     """Run train_capstone(images, labels) -> (model, validation accuracy) on one thread, timing its CPU;
     measure the model on digits it never saw (a split the check makes)."""
+    expect_function(train_capstone, "train_capstone")
     images, labels = load_digits_tensors()
     seen, held = digits_split(len(labels), 0.2, seed=2026)
     threads, start, _ = torch.get_num_threads(), _cpu_seconds(), torch.set_num_threads(1)
     try:
         got = run_student(train_capstone, images[seen], labels[seen], what="train_capstone",
-                          timeout=max(5.0, min(core.TIME_LIMIT, 2 * BUDGET)))
+                          timeout=min(core.TIME_LIMIT, max(5.0, 2 * BUDGET)))
     finally:
         seconds, _ = _cpu_seconds() - start, torch.set_num_threads(threads)
     if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)):

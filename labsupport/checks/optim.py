@@ -7,7 +7,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .core import CheckError, check_prediction, exercise, expect_count, passed, rel_error, run_student
+from .core import CheckError, check_prediction, exercise, expect_count, passed, read_prediction, rel_error, run_student
 from .modules import expect_class
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
@@ -21,6 +21,7 @@ def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
     """Run notebook 06's sweep (each optimizer at every lr of SWEEP_LRS, ``steps`` steps) and name the winner."""
     __tracebackhide__ = True
     from ..data import lecture_data
+    prediction = read_prediction("the sweep's winner", prediction, tuple(SWEEP))  # before seconds of measuring
     (x, y), best = lecture_data(), {}
     for name, extra in SWEEP.items():
         for lr in SWEEP_LRS:

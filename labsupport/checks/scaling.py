@@ -2,7 +2,7 @@
 from typing import Any, Callable, Mapping
 import torch
 import torch.nn.functional as F
-from .core import (CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed,
+from .core import (CheckError, check_prediction, describe, exercise, expect_function, expect_tensor, first_mistake, passed,
                    rel_error, run_student)
 
 __all__ = ["check_to_prediction", "check_amp_step", "check_data_parallel_grads", "check_ddp_equivalence"]
@@ -45,6 +45,7 @@ def _amp_reference(batches: list, scale: float = 1024.0) -> list[tuple[dict, flo
 @exercise("10.2", "a training step with GradScaler")
 def check_amp_step(amp_step: Callable) -> None:
     """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: 3 steps, the 2nd on inf (fp16 overflow)."""
+    expect_function(amp_step, "amp_step")
     (x1, y1), (x3, y3), model = _batch(16, 5), _batch(16, 6), _cnn(3)
     ref = _amp_reference(batches := [(x1, y1), (torch.full_like(x1, float("inf")), y1), (x3, y3)])
     opt, init = torch.optim.SGD(model.parameters(), lr=0.1), {k: v.clone() for k, v in model.state_dict().items()}

@@ -6,7 +6,6 @@ import torch
 from .core import check_prediction, exercise, passed, run_cases
 
 
-
 def _randn(seed: int, *shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
