@@ -64,11 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-# jsonschema, which nbformat imports, spends ~2 s of CPU at import building an IRI grammar
-# when rfc3987-syntax is installed (jupyter-events pulls it in); notebooks have no IRI field,
-# and `make student` / `make lab` start this script often enough for the 2 s to count.
-sys.modules.setdefault("rfc3987_syntax", None)
-import nbformat  # noqa: E402
+import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".generated.json"
