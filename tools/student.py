@@ -263,6 +263,43 @@ def unguarded_uses(cells: list, exercise_cells: set[int], after: int) -> list[st
     return problems
 
 
+def _names(code: str) -> tuple[set[str], set[str]]:
+    """(every name ``code`` mentions, the names its imports bind)."""
+    try:
+        tree = ast.parse("\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))))
+    except SyntaxError:
+        return set(re.findall(r"[A-Za-z_]\w*", code)), set()
+    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | imported, imported
+
+
+def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
+    """Code cells up to index ``last`` that "Run all" on the unsolved edition leaves to nbval:
+    not an exercise or check (``roles``), mentioning nothing an exercise or check cell mentions
+    (modules aside) nor anything a cell that does made, and binding nothing a later cell reads:
+    a plot, a timing, a printout. They run the same whether or not anything is solved."""
+    code = [i for i, c in enumerate(cells[:last + 1]) if c.cell_type == "code"]
+    names = {i: _names(cells[i].source) for i in code}
+    modules = set().union(*(imported for _, imported in names.values())) | {"lab"}
+    tainted = set().union(*(names[i][0] for i in code if i in roles)) - modules
+    reads = {i: _free_names(cells[i].source) for i in code}
+    binds = {i: _stored_names(cells[i].source) | names[i][1] for i in code}
+    leaves = set()
+    for k, i in enumerate(code):
+        if i in roles or "lab.require(" in cells[i].source or names[i][0] & tainted:
+            tainted |= binds[i] - modules
+            continue
+        live = set(binds[i])  # what this cell made that a later cell could still read
+        for j in code[k + 1:]:
+            if reads[j] & live:
+                break
+            live -= binds[j]  # bound afresh there, before any read
+        else:
+            leaves.add(i)
+    return leaves
+
+
 def _py_string(text: str) -> str:
     """``text`` as a double-quoted Python string literal."""
     return json.dumps(text, ensure_ascii=False)
@@ -582,6 +619,7 @@ class Report:
     problems: list[str] = field(default_factory=list)
     seconds: float = 0.0
     tail_cells: int = 0  # code cells after the last check, not run (nbval runs them)
+    demo_cells: int = 0  # run_unsolved: demo cells before it that need no exercise, left to nbval
 
     @property
     def all_problems(self) -> list[str]:
@@ -716,7 +754,8 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     exercise, each check must fail with a CheckError, and every other cell must either
     run or stop at once with ExerciseNotSolved (``lab.require``): an unsolved exercise
     never crashes a later cell inside PyTorch or labsupport. (That the solutions pass
-    their checks, nbval proves on the solved sources.)
+    their checks, nbval proves on the solved sources.) Demo cells that need no exercise
+    and feed no later cell (:func:`demo_leaves`) are left to nbval too.
     """
     from nbclient import NotebookClient
 
@@ -737,6 +776,8 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     nb.cells = nb.cells[:last + 1]
     roles = {r.cell: ("exercise", r) for r in report.exercises}
     roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
+    for i in demo_leaves(nb.cells, set(roles), last):  # nbval runs them; here they would only cost time
+        nb.cells[i].source, report.demo_cells = "", report.demo_cells + 1
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
                             record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
     start = time.perf_counter()
@@ -768,7 +809,8 @@ def summary(report: Report) -> str:
     """A readable account of a :func:`verify` run (used by the CLI and the tests)."""
     lines = [f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
              f"{report.seconds:.1f} s" + (f" ({report.tail_cells} code cell(s) after the last check not run)"
-                                          if report.tail_cells else "")]
+                                          if report.tail_cells else "")
+             + (f" ({report.demo_cells} demo cell(s) left to nbval)" if report.demo_cells else "")]
     for e in report.exercises:
         lines.append(f"  {e.label} (cell {e.cell}, check cell {e.check_cell})")
         if e.stub_raised:
