@@ -69,12 +69,16 @@ student: $(STAMP)
 	$(BIN)/python tools/student.py build --out $(STUDENT_DIR) $(if $(filter 1 yes true,$(FORCE)),--force)
 
 # Unit tests, labsupport's docstring examples and nbval run in one pytest session,
-# spread over $(JOBS) workers; --dist loadscope keeps each notebook's cells in order
-# on one worker. One thread per worker: two workers share CI's two cores.
+# spread over $(JOBS) workers; each notebook's cells stay in order on one worker, the
+# longest units go first, and each TensorBoard read-back follows its notebook (conftest.py:
+# its scheduler). One thread per worker: two workers share CI's two cores.
+# $(TEST_RUNS) starts empty: the read-back must see this run's logs only.
 # TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
 test: $(STAMP)
-	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(JOBS) --dist loadscope \
+	rm -rf $(TEST_RUNS)
+	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
+	    -n $(JOBS) --dist loadscope --no-loadscope-reorder \
 	    tests labsupport --doctest-modules notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 

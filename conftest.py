@@ -1,6 +1,14 @@
-"""Test-run set-up shared by tests/, the notebooks (nbval) and labsupport's doctests:
-each test process gets its kernels from a zygote that imported torch once
-(tests/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels)."""
+"""Test-run set-up shared by tests/, the notebooks (nbval) and labsupport's doctests.
+
+- Kernels: each test process gets its kernels from a zygote that imported torch once
+  (tests/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels).
+- Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
+  takes a whole notebook, test class or module at a time; the longest go first, so that
+  both workers finish together; and a TensorBoard read-back test runs right after nbval
+  ran its notebook, on the same worker, and reads the runs that nbval's execution logged
+  (the ``nbval_runs`` fixture) instead of training again.
+"""
+import os
 import shutil
 import sys
 import tempfile
@@ -8,10 +16,22 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "tests"))
 import forkkernel  # noqa: E402
 
 ZYGOTE = pytest.StashKey[tuple]()
+# Seconds each unit took in `make test` on a 2-core machine (the durations report); the
+# longest are handed out first. A unit not listed counts as a few seconds.
+SECONDS = {"tests/test_tensorboard.py": 12, "notebooks/10_scaling_up.ipynb": 39,
+           "notebooks/07_data_loading.ipynb": 31, "tests/test_grade.py": 25, "notebooks/06_optim.ipynb": 22,
+           "tests/test_colab.py": 17, "notebooks/09_static_and_dynamic_graphs.ipynb": 15,
+           "tests/test_checks_datasets.py": 15, "tests/test_site.py": 14, "tests/test_bad_input.py": 14,
+           "notebooks/08_pretrained_models.ipynb": 14, "tests/test_slowdata.py": 12,
+           "tests/test_student_roundtrip.py::TestStudentEdition_09_static_and_dynamic_graphs": 13,
+           "tests/test_student_roundtrip.py::TestStudentEdition_07_data_loading": 11}
+READ_BACK = "tests/test_tensorboard.py::"
+_cells: dict[str, list[int]] = {}  # notebook stem -> [cells collected, cells passed] on this worker
 
 
 def pytest_configure(config):
@@ -26,3 +46,75 @@ def pytest_unconfigure(config):
     forkkernel.stop(zygote)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stem(nodeid: str) -> str | None:
+    """The stem of the notebook an nbval item executes."""
+    path = nodeid.split("::")[0]
+    return Path(path).stem if path.startswith("notebooks/") and path.endswith(".ipynb") else None
+
+
+def _read_back_stem(nodeid: str) -> str | None:
+    """The notebook a TensorBoard read-back test reads the runs of (its ``stem`` parameter)."""
+    if nodeid.startswith(READ_BACK) and nodeid.endswith("]"):
+        return nodeid[nodeid.rindex("[") + 1:-1]
+    return None
+
+
+def unit_of(nodeid: str, notebooks: set[str]) -> str:
+    """What one worker takes whole: a notebook (with the read-back tests of its runs, when
+    nbval runs it in this session), a test class, or a test module."""
+    stem = _read_back_stem(nodeid)
+    if stem in notebooks:
+        return f"notebooks/{stem}.ipynb"
+    path, _, rest = nodeid.partition("::")
+    return f"{path}::{rest.split('::')[0]}" if "::" in rest else path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order: the longest units first (SECONDS), each read-back test after its notebook's cells."""
+    notebooks = {_stem(item.nodeid) for item in items} - {None}
+    for item in items:
+        if _stem(item.nodeid):
+            _cells.setdefault(_stem(item.nodeid), [0, 0])[0] += 1
+    units: dict[str, list] = {}
+    for item in items:  # a read-back test is collected before the notebook: put it after the cells
+        units.setdefault(unit_of(item.nodeid, notebooks), []).append(item)
+    for unit in units.values():
+        unit.sort(key=lambda item: _read_back_stem(item.nodeid) is not None)
+    order = sorted(units, key=lambda unit: -SECONDS.get(unit, 0))  # stable: ties keep collection order
+    items[:] = [item for unit in order for item in units[unit]]
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope, with unit_of's units in the collection's order (--no-loadscope-reorder)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Units(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if not hasattr(self, "_notebooks"):
+                collected = next(iter(self.registered_collections.values()))
+                self._notebooks = {_stem(n) for n in collected} - {None}
+            return unit_of(nodeid, self._notebooks)
+
+    return Units(config, log)
+
+
+def pytest_runtest_logreport(report):
+    stem = Path(report.nodeid.split("::")[0]).stem if report.nodeid.startswith("notebooks/") else None
+    if stem in _cells and (report.when == "call" and report.passed or report.skipped):
+        _cells[stem][1] += 1  # a cell tagged nbval-skip counts as done
+
+
+@pytest.fixture(scope="session")
+def nbval_runs():
+    """``find(stem)``: the runs folder that nbval's execution of notebooks/<stem>.ipynb logged
+    into, earlier in this session on this worker with every cell passing; else None."""
+    def find(stem: str) -> Path | None:
+        collected, passed = _cells.get(stem, (0, -1))
+        if collected != passed:
+            return None
+        return (ROOT / "notebooks" / os.environ.get("LAB_RUNS_DIR", "../runs")).resolve()
+    return find

@@ -1,13 +1,15 @@
 """TensorBoard end to end.
 
-1. The training notebooks are executed (up to their last logging cell) with
-   ``LAB_RUNS_DIR`` pointing at a temporary folder; their event files are read back
-   with TensorBoard's own reader (tests/tb_events.py): one folder per run named as the
-   notebook named it, every tag under the notebook's name, steps strictly increasing,
-   loss falling, hyper-parameters in the HParams data only.
-2. A real TensorBoard server is started on a free loopback port over that runs
-   folder; its HTTP API must list the runs, the scalar tags and one scalar series
-   equal to what the reader saw. Then it is stopped.
+1. Each training notebook's runs are read back with TensorBoard's own reader
+   (tests/tb_events.py): one folder per run named as the notebook named it, every tag
+   under the notebook's name, steps strictly increasing, loss falling, hyper-parameters
+   in the HParams data only. Under ``make test`` these are the runs nbval's execution of
+   the notebook logged (conftest.py runs the read-back right after it, on the same
+   worker); run alone, this module executes the notebook up to its last logging cell.
+2. A real TensorBoard server is started on a free loopback port over the runs of
+   the notebooks that log every kind of data (SERVED); its HTTP API must list the
+   runs, the scalar tags and one scalar series equal to what the reader saw, the
+   graph and the hyper-parameters. Then it is stopped.
 3. Optional (skipped without a browser): headless Chromium loads the scalars
    dashboard and saves a screenshot.
 Plus: ``tb_writer`` (a rerun replaces its run, a failed run is deleted, tags are
@@ -46,7 +48,7 @@ TENSORBOARD = Path(sys.executable).with_name("tensorboard")
 STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machine
 
 # What each training notebook must log (docs/tensorboard.md has the same table).
-# "runs": the run folders' names; "loss": the scalar
+# "runs": run folders' names it must have; "loss": the scalar
 # tag that must fall (tags as the notebook writes them; on disk they start with "<notebook>/"); "scalars"/"histograms": tags every run has; "graph": add_graph
 # was called; "hparams": every run records hyper-parameters, and there are >= 2 runs.
 LECTURE_NET = {"loss": "loss", "scalars": {"loss", "lr"},
@@ -55,7 +57,7 @@ EXPECTED: dict[str, dict] = {
     "02_manual_backprop": {"runs": {"manual-sgd"}, **LECTURE_NET},
     "03_autograd": {"runs": {"autograd-sgd"}, **LECTURE_NET},
     "05_nn_module": {"runs": {"sequential-sgd"}, "loss": "loss", "scalars": {"loss"}, "graph": True},
-    "06_optim": {"runs": {"sgd", "adam-steplr"}, "loss": "loss", "hparams": True,
+    "06_optim": {"runs": {"sgd", "adam-lr0.01-steplr"}, "loss": "loss", "hparams": True,
                  "scalars": {"loss", "lr"}},
     "07_data_loading": {"runs": {"digits-cnn"}, "loss": "loss/train",
                         "scalars": {"loss/train", "lr", "accuracy/train", "accuracy/val", "loss/val"}},
@@ -70,7 +72,7 @@ EXPECTED: dict[str, dict] = {
 SHORT_RUNS: dict[str, tuple[tuple[str, ...], str]] = {
     "06_optim": (("def make_model(", "def run("), """\
 run("sgd", lambda p: torch.optim.SGD(p, lr=1e-1), steps=40)
-run("adam-steplr", lambda p: torch.optim.Adam(p, lr=1e-2), steps=40,
+run("adam-lr0.01-steplr", lambda p: torch.optim.Adam(p, lr=1e-2), steps=40,
     make_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 10, 0.5))"""),
     "07_data_loading": (("def evaluate(", "def train("), """\
 lab.seed_everything(0)
@@ -133,14 +135,24 @@ def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
 
 
 @pytest.fixture(scope="module")
-def runs_root(tmp_path_factory):
-    """A runs folder filled by every training notebook that exists (see SHORT_RUNS)."""
-    root = tmp_path_factory.mktemp("runs")
-    paths = [NOTEBOOKS / f"{stem}.ipynb" for stem in EXPECTED]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("LAB_RUNS_DIR", str(root))  # the kernel inherits it
-        execute_logging_cells([p for p in paths if p.is_file()])
-    return root
+def notebook_runs(nbval_runs, tmp_path_factory):
+    """``runs(stem)``: a runs folder holding notebooks/<stem>.ipynb's runs. Under ``make test``
+    that is the folder nbval's own execution of the notebook logged into, just before on this
+    worker (conftest.py schedules it so); otherwise the notebook's logging cells run here
+    (see SHORT_RUNS), into a folder of this module's."""
+    own = tmp_path_factory.mktemp("runs")
+
+    def runs(stem: str) -> Path:
+        if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
+            pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
+        if nbval_runs(stem) is not None:
+            return nbval_runs(stem)
+        if not (own / stem).is_dir():
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setenv("LAB_RUNS_DIR", str(own))  # the kernel inherits it
+                execute_logging_cells([NOTEBOOKS / f"{stem}.ipynb"])
+        return own
+    return runs
 
 
 def _runs_of(root: Path, stem: str) -> list[Path]:
@@ -161,19 +173,20 @@ def _first_last_tenth(values: list[float]) -> tuple[float, float]:
 # ------------------------------------------------ 1. event files, TensorBoard's reader
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
-def test_notebook_logs_read_back(runs_root, stem):
-    if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
-        pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
+def test_notebook_logs_read_back(notebook_runs, stem):
+    runs_root = notebook_runs(stem)
     spec = EXPECTED[stem]
     runs = _runs_of(runs_root, stem)
     assert runs, f"{stem} wrote no run under runs/{stem}/"
     if "runs" in spec:
         names = {r.name for r in runs}
-        assert names == spec["runs"], f"{stem}: expected runs {sorted(spec['runs'])}, got {sorted(names)}"
+        assert spec["runs"] <= names, f"{stem}: expected runs {sorted(spec['runs'])} among {sorted(names)}"
     if spec.get("hparams"):
         assert len(runs) >= 2, f"{stem} should compare >= 2 runs, found {len(runs)}"
     for run in runs:
         where = f"{stem}/{run.name}"
+        # the named runs must train well; others may diverge on purpose (06's sgd-lr2, before clipping)
+        trained = run.name in spec.get("runs", {run.name})
         assert [p for p in run.iterdir() if p.is_dir()] == [], f"{where}: a sub-folder (a second run) inside"
         scalars = read_scalars(run)  # asserts every tag starts with "<stem>/"
         assert not [t for t in scalars if t.startswith("hparam")], f"{where}: hparams copied into charts"
@@ -181,8 +194,8 @@ def test_notebook_logs_read_back(runs_root, stem):
         assert not missing, f"{where}: scalar tags {sorted(missing)} missing (has {sorted(scalars)})"
         for tag, series in scalars.items():
             _assert_strictly_increasing([s for s, _ in series], f"{where} scalar {tag!r}")
-            assert all(math.isfinite(v) for _, v in series), f"{where} scalar {tag!r} has NaN/inf"
-        if "loss" in spec:
+            assert not trained or all(math.isfinite(v) for _, v in series), f"{where} scalar {tag!r} has NaN/inf"
+        if "loss" in spec and trained:
             losses = [v for _, v in scalars[spec["loss"]]]
             assert len(losses) >= 10, f"{where}: only {len(losses)} loss points"
             first, last = _first_last_tenth(losses)
@@ -199,10 +212,8 @@ def test_notebook_logs_read_back(runs_root, stem):
 
 
 @pytest.mark.parametrize("stem", ["02_manual_backprop", "03_autograd"])
-def test_lecture_net_histograms_show_gradients_shrinking(runs_root, stem):
-    if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
-        pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
-    runs = _runs_of(runs_root, stem)
+def test_lecture_net_histograms_show_gradients_shrinking(notebook_runs, stem):
+    runs = _runs_of(notebook_runs(stem), stem)
     assert len(runs) == 1, f"expected one run of {stem}, found {[r.name for r in runs]}"
     histograms = read_histograms(runs[0])
     steps = [s for s, _ in histograms["grads/w1"]]
@@ -289,10 +300,24 @@ class TensorBoardServer:
         self._log.close()
 
 
+# What the live server is shown: the notebooks whose logs hold every kind TensorBoard
+# serves (scalars, histograms, a graph, hparams); the read-back above covers the others.
+SERVED = ("02_manual_backprop", "05_nn_module", "06_optim")
+
+
+@pytest.fixture(scope="module")
+def runs_root(notebook_runs, tmp_path_factory):
+    """One runs folder with the runs of SERVED."""
+    root = tmp_path_factory.mktemp("served")
+    for stem in SERVED:
+        shutil.copytree(notebook_runs(stem) / stem, root / stem)
+    return root
+
+
 @pytest.fixture(scope="module")
 def tensorboard(runs_root, tmp_path_factory):
     assert TENSORBOARD.is_file(), f"no tensorboard program beside {sys.executable}"
-    expected = {p.relative_to(runs_root).as_posix() for stem in EXPECTED for p in _runs_of(runs_root, stem)}
+    expected = {p.relative_to(runs_root).as_posix() for stem in SERVED for p in _runs_of(runs_root, stem)}
     for attempt in range(3):
         server = TensorBoardServer(runs_root, tmp_path_factory.mktemp("tb") / "tensorboard.log")
         try:
@@ -337,10 +362,8 @@ def test_server_lists_runs_tags_and_a_scalar_series(tensorboard, runs_root):
     assert series[-1][2] < 1e-3 * series[0][2], "the served loss series should fall > 1000x"
 
 
-def test_server_sees_every_training_notebook(tensorboard, runs_root):
-    for stem in EXPECTED:
-        if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
-            continue
+def test_server_serves_every_kind_of_log(tensorboard, runs_root):
+    for stem in SERVED:
         served = [r for r in tensorboard.runs if r.startswith(f"{stem}/")]
         assert served, f"TensorBoard lists no run of {stem}"
         if EXPECTED[stem].get("graph"):
