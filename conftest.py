@@ -1,7 +1,8 @@
 """Test-run set-up shared by tests/, the notebooks (nbval) and labsupport's doctests.
 
-- Kernels: each test process gets its kernels from a zygote that imported torch once
-  (tests/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels).
+- Kernels: every kernel of the session is forked from one zygote that imported torch
+  once (tests/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels). The controller
+  starts it; xdist's workers find it through the environment they inherit.
 - Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
   takes a whole notebook, test class or module at a time; the longest go first, so that
   both workers finish together; and a TensorBoard read-back test runs right after nbval
@@ -23,7 +24,8 @@ import forkkernel  # noqa: E402
 ZYGOTE = pytest.StashKey[tuple]()
 # Seconds each unit took in `make test` on a 2-core machine (the durations report); the
 # longest are handed out first. A unit not listed counts as a few seconds.
-SECONDS = {"tests/test_tensorboard.py": 12, "notebooks/10_scaling_up.ipynb": 39,
+SECONDS = {"tests/test_tensorboard.py": -1,  # last: its server shows the runs nbval's 02, 05, 06 logged
+           "notebooks/10_scaling_up.ipynb": 39,
            "notebooks/07_data_loading.ipynb": 31, "tests/test_grade.py": 25, "notebooks/06_optim.ipynb": 22,
            "tests/test_colab.py": 17, "notebooks/09_static_and_dynamic_graphs.ipynb": 15,
            "tests/test_checks_datasets.py": 15, "tests/test_site.py": 14, "tests/test_bad_input.py": 14,
@@ -32,12 +34,18 @@ SECONDS = {"tests/test_tensorboard.py": 12, "notebooks/10_scaling_up.ipynb": 39,
            "tests/test_student_roundtrip.py::TestStudentEdition_07_data_loading": 11}
 READ_BACK = "tests/test_tensorboard.py::"
 _cells: dict[str, list[int]] = {}  # notebook stem -> [cells collected, cells passed] on this worker
+_done = Path()  # a file per notebook whose nbval run passed whole, in this session (any worker)
 
 
 def pytest_configure(config):
-    if config.getoption("numprocesses", None) and not hasattr(config, "workerinput"):
-        return  # the xdist controller runs no test
-    folder = Path(tempfile.mkdtemp(prefix="lab-kernels-"))
+    global _done
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller's zygote and folder, by environment
+        _done = Path(os.environ["LAB_NBVAL_DONE"])
+        return
+    folder = Path(tempfile.mkdtemp(prefix="lab-tests-"))
+    _done = folder / "nbval-done"
+    _done.mkdir()
+    os.environ["LAB_NBVAL_DONE"] = str(_done)
     config.stash[ZYGOTE] = (forkkernel.start(folder), folder)
 
 
@@ -106,15 +114,16 @@ def pytest_runtest_logreport(report):
     stem = Path(report.nodeid.split("::")[0]).stem if report.nodeid.startswith("notebooks/") else None
     if stem in _cells and (report.when == "call" and report.passed or report.skipped):
         _cells[stem][1] += 1  # a cell tagged nbval-skip counts as done
+        if _cells[stem][0] == _cells[stem][1]:  # the whole notebook passed: its runs are complete
+            (_done / stem).touch()
 
 
 @pytest.fixture(scope="session")
 def nbval_runs():
     """``find(stem)``: the runs folder that nbval's execution of notebooks/<stem>.ipynb logged
-    into, earlier in this session on this worker with every cell passing; else None."""
+    into, earlier in this session (on either worker) with every cell passing; else None."""
     def find(stem: str) -> Path | None:
-        collected, passed = _cells.get(stem, (0, -1))
-        if collected != passed:
+        if not (_done / stem).exists():
             return None
         return (ROOT / "notebooks" / os.environ.get("LAB_RUNS_DIR", "../runs")).resolve()
     return find

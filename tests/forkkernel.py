@@ -4,7 +4,7 @@ Each notebook the tests execute (nbval, the student edition's Run-all, the
 TensorBoard read-back) still gets a kernel process of its own that starts with an
 empty namespace; only its start is cheaper. A stock kernel is a new Python that
 imports ipykernel and then torch: about 4 s of CPU on CI's cores, for each of some
-25 kernels. Here a *zygote* per test worker imports those modules once (and runs
+25 kernels. Here one *zygote* per test session imports those modules once (and runs
 nothing), and each kernel is a fork of it, ready in a fraction of a second.
 
 The pieces:

@@ -3,7 +3,7 @@ from typing import Any, Callable
 
 import torch
 from ..data import lecture_data, lecture_weights
-from .core import CheckError, check_prediction, describe, exercise, passed, rel_error, run_cases, run_student
+from .core import CheckError, check_prediction, describe, exercise, passed, read_prediction, rel_error, run_cases, run_student
 from .tensors import _randn
 
 __all__ = ["check_linear_layer", "check_relu_layer", "check_loss_and_grads", "check_numeric_grad", "check_lr_prediction"]
@@ -81,6 +81,7 @@ def check_numeric_grad(numeric_grad: Any) -> None:
 @exercise("02.5", "predict a larger learning rate")
 def check_lr_prediction(prediction: Any) -> None:
     """The loss after 50 steps of 1e-4 against 1e-6, measured. Example: ``check_lr_prediction("diverges")``."""
+    prediction = read_prediction("learning rate 1e-4", prediction, ("falls faster", "falls slower", "diverges"))
     (x, y), w = lecture_data(), {lr: lecture_weights() for lr in (0.0, 1e-6, 1e-4)}  # 0.0: stays at the start
     for _ in range(50):
         w = {lr: [p - lr * g for p, g in zip(ws, two_layer_grads(x, y, *ws))] for lr, ws in w.items()}

@@ -20,8 +20,7 @@ from ..data import digits_split, load_digits_tensors
 from ..device import pick_device
 from ..slowdata import worker_speedup
 from . import core
-from .core import (CheckError, check_prediction, compare, describe, exercise, expect_function, expect_tensor,
-                   passed, read_prediction, run_student)
+from .core import CheckError, check_prediction, compare, describe, exercise, expect_function, expect_tensor, passed, read_prediction, run_student  # noqa: E501
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 TARGET, BUDGET = 0.97, 30.0  # the capstone: held-out accuracy, and CPU seconds on one thread

@@ -5,7 +5,7 @@ import logging
 import warnings
 from typing import Any, Callable
 import torch
-from .core import CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed, run_student
+from .core import CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed, read_prediction, run_student
 
 __all__ = ["check_script_vs_trace", "check_cond_gate", "check_fullgraph_prediction"]
 
@@ -96,6 +96,7 @@ def _flip_if_negative(x: torch.Tensor) -> torch.Tensor:       # notebook 09's fu
 @exercise("09.2", "does fullgraph=True accept a data-dependent branch?")
 def check_fullgraph_prediction(prediction: Any) -> None:
     """Predict-then-run: ``torch.compile(flip_if_negative, fullgraph=True)`` on a negative input."""
+    prediction = read_prediction("fullgraph=True", prediction, ("error", "correct", "wrong"))  # before compiling
     try:
         out = torch.compile(_flip_if_negative, fullgraph=True, backend="eager")(-torch.arange(1.0, 4.0))
         actual = "correct" if torch.equal(out, torch.arange(1.0, 4.0)) else "wrong"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from .core import CheckError, check_prediction, describe, exercise, first_mistake, fmt, passed, run_student
+from .core import CheckError, check_prediction, describe, exercise, first_mistake, fmt, passed, read_prediction, run_student
 
 _near = lambda x: lambda got: math.isclose(got, x, rel_tol=1e-6)  # noqa: E731
 
@@ -57,6 +57,7 @@ def check_cpu_peak_flops(cpu_peak_flops: Callable) -> None:
 def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
     """Time a 16 and a 1024 fp32 matmul on ``device``, judge ``prediction``. Example: ``check_...(16)``"""
     from ..hardware import measure_matmul
+    prediction = read_prediction("which size gets closer to the peak", prediction, (16, 1024))  # before timing
     rates = {n: measure_matmul(n, "fp32", device, min_run_time=0.05).flops_per_s for n in (16, 1024)}
     check_prediction("which size gets closer to the peak", prediction, max(rates, key=rates.get), choices=(16, 1024),
                      why="16 x 16 is 8 kFLOP: too little work to pay each call's fixed cost (dispatch, a kernel launch)",

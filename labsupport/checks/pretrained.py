@@ -8,7 +8,7 @@ import functools
 import torch
 from torch import nn
 
-from .core import CheckError, check_prediction, describe, exercise, expect_tensor, passed, run_student
+from .core import CheckError, check_prediction, describe, exercise, expect_tensor, passed, read_prediction, run_student
 
 __all__ = ["check_vgg_share_prediction", "check_transfer"]
 
@@ -17,7 +17,7 @@ __all__ = ["check_vgg_share_prediction", "check_transfer"]
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     from torchvision.models import vgg16
-
+    prediction = read_prediction("the share of VGG16's parameters in its Linear layers", prediction)
     with torch.device("meta"):
         model = vgg16(weights=None)
     linear = sum(p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters())
