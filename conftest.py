@@ -24,14 +24,16 @@ import forkkernel  # noqa: E402
 ZYGOTE = pytest.StashKey[tuple]()
 # Seconds each unit took in `make test` on a 2-core machine (the durations report); the
 # longest are handed out first. A unit not listed counts as a few seconds.
-SECONDS = {"tests/test_tensorboard.py": -1,  # last: its server shows the runs nbval's 02, 05, 06 logged
-           "notebooks/10_scaling_up.ipynb": 39,
+SECONDS = {"notebooks/10_scaling_up.ipynb": 39,
            "notebooks/07_data_loading.ipynb": 31, "tests/test_grade.py": 25, "notebooks/06_optim.ipynb": 22,
            "tests/test_colab.py": 17, "notebooks/09_static_and_dynamic_graphs.ipynb": 15,
            "tests/test_checks_datasets.py": 15, "tests/test_site.py": 14, "tests/test_bad_input.py": 14,
            "notebooks/08_pretrained_models.ipynb": 14, "tests/test_slowdata.py": 12,
            "tests/test_student_roundtrip.py::TestStudentEdition_09_static_and_dynamic_graphs": 13,
-           "tests/test_student_roundtrip.py::TestStudentEdition_07_data_loading": 11}
+           "tests/test_student_roundtrip.py::TestStudentEdition_07_data_loading": 11,
+           # early, so that test_tensorboard's server can show the runs their nbval run logged
+           "notebooks/02_manual_backprop.ipynb": 30, "notebooks/05_nn_module.ipynb": 30,
+           "tests/test_tensorboard.py": 11}
 READ_BACK = "tests/test_tensorboard.py::"
 _cells: dict[str, list[int]] = {}  # notebook stem -> [cells collected, cells passed] on this worker
 _done = Path()  # a file per notebook whose nbval run passed whole, in this session (any worker)

@@ -10,6 +10,7 @@ Example:
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import warnings
@@ -79,6 +80,7 @@ def time_loader(loader: DataLoader, *, epochs: int = 1, device: torch.device | s
     return seconds
 
 
+@functools.cache  # measured once per process: notebook 07 shows the figures its check judged
 def worker_speedup(mode: str, items: int = 24, delay: float = 0.02) -> float:
     """Epoch time with 0 workers / with 2 workers over a slow dataset, with this process (and so its
     workers) pinned to one core where the OS allows it (Linux)."""

@@ -263,32 +263,48 @@ def unguarded_uses(cells: list, exercise_cells: set[int], after: int) -> list[st
     return problems
 
 
-def _names(code: str) -> tuple[set[str], set[str]]:
-    """(every name ``code`` mentions, the names its imports bind)."""
+def _names(code: str) -> tuple[set[str], set[str], set[str]]:
+    """(every name ``code`` mentions, the names its imports bind, the names it could change:
+    binds, assigns into, calls a method of, or passes to a function)."""
     try:
         tree = ast.parse("\n".join(line for line in code.splitlines() if not line.lstrip().startswith(("%", "!"))))
     except SyntaxError:
-        return set(re.findall(r"[A-Za-z_]\w*", code)), set()
+        every = set(re.findall(r"[A-Za-z_]\w*", code))
+        return every, set(), every
     imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
                 if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | imported, imported
+    changed, handed = set(imported), []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            changed.add(node.id)                                  # x = ...
+        elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
+            handed.append(node.value)                             # x.a = ..., x[i] += ...
+        elif isinstance(node, ast.Call):
+            handed += [*node.args, *(k.value for k in node.keywords)]   # f(x), f(k=x)
+            if isinstance(node.func, ast.Attribute):
+                handed.append(node.func.value)                    # x.method(...)
+    for value in handed:
+        value = value.value if isinstance(value, ast.Starred) else value
+        if isinstance(value, ast.Name):
+            changed.add(value.id)
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | imported, imported, changed
 
 
 def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
     """Code cells up to index ``last`` that "Run all" on the unsolved edition leaves to nbval:
-    not an exercise or check (``roles``), mentioning nothing an exercise or check cell mentions
-    (modules aside) nor anything a cell that does made, and binding nothing a later cell reads:
-    a plot, a timing, a printout. They run the same whether or not anything is solved."""
+    not an exercise or check (``roles``), mentioning nothing that one of those could change
+    (modules aside), nor anything a cell that does so could change, and binding nothing a later
+    cell reads: a plot, a timing, a printout. They run the same whether or not anything is solved."""
     code = [i for i, c in enumerate(cells[:last + 1]) if c.cell_type == "code"]
     names = {i: _names(cells[i].source) for i in code}
-    modules = set().union(*(imported for _, imported in names.values())) | {"lab"}
-    tainted = set().union(*(names[i][0] for i in code if i in roles)) - modules
+    modules = set().union(*(imported for _, imported, _ in names.values())) | {"lab"}
+    tainted = set().union(*(names[i][2] for i in code if i in roles)) - modules
     reads = {i: _free_names(cells[i].source) for i in code}
     binds = {i: _stored_names(cells[i].source) | names[i][1] for i in code}
     leaves = set()
     for k, i in enumerate(code):
         if i in roles or "lab.require(" in cells[i].source or names[i][0] & tainted:
-            tainted |= binds[i] - modules
+            tainted |= (binds[i] | names[i][2]) - modules
             continue
         live = set(binds[i])  # what this cell made that a later cell could still read
         for j in code[k + 1:]:

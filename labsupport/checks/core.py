@@ -289,8 +289,7 @@ def explain_error(exc: BaseException) -> str | None:
 
 
 class _TimedOut(BaseException):
-    """Raised in the student's code when its time is up (a BaseException, so that a
-    bare ``except Exception`` in the student's code cannot swallow it)."""
+    """Raised in the student's code at the time limit: a BaseException, which ``except Exception`` cannot swallow."""
 
 
 @contextlib.contextmanager
@@ -324,8 +323,7 @@ def expect_function(fn: Any, what: str) -> None:
     """Refuse None or a non-function (checks with a costly reference call it first)."""
     __tracebackhide__ = True
     if fn is None:
-        raise CheckError(f"{what} is None: run the exercise cell above first (until it is solved, "
-                         f"its name holds None)")
+        raise CheckError(f"{what} is None: run the exercise cell above first (until it is solved, its name holds None)")
     if not callable(fn):
         raise CheckError(f"{what} is not a function", expected="a function", got=describe(fn),
                          hint="pass the function itself, without calling it (no parentheses)")
