@@ -18,8 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
-__all__ = ["TITAN_RTX", "cpu_info", "gpu_info", "time_per_call", "measure_matmul", "matmul_sweep",
-           "format_rate"]
+__all__ = ["TITAN_RTX", "cpu_info", "gpu_info", "time_per_call", "measure_matmul", "matmul_sweep", "format_rate"]
 
 #: The lecture's GPU, NVIDIA Titan RTX (Turing TU102), from NVIDIA's Turing whitepaper.
 TITAN_RTX = {"name": "NVIDIA Titan RTX", "sms": 72, "cuda_cores_per_sm": 64, "tensor_cores_per_sm": 8,

@@ -16,8 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from .data import digits_split, load_digits_tensors
 from .models import DigitsCNN
 
-__all__ = ["weights_file", "load_pretrained", "grace_hopper", "imagenet_topk", "transfer_digits",
-           "pretrain_digits_cnn"]
+__all__ = ["weights_file", "load_pretrained", "grace_hopper", "imagenet_topk", "transfer_digits", "pretrain_digits_cnn"]
 
 
 def _resolve(arch: str, weights: Any):
