@@ -115,7 +115,8 @@ def check_workers_prediction(prediction) -> None:
     words, name = ("faster", "not faster"), "2 workers on one core (sleep, spin)"
     choices = [(a, b) for a in words for b in words]
     prediction = read_prediction(name, prediction, choices)  # before seconds of measuring
-    actual = tuple("faster" if worker_speedup(mode) > 1.4 else "not faster" for mode in ("sleep", "spin"))
+    # sleeping reads come close to 2x; spinning ones reach 1.5x only when two other busy programs share the core
+    actual = tuple("faster" if worker_speedup(mode) > 1.6 else "not faster" for mode in ("sleep", "spin"))
     check_prediction(name, prediction, actual, choices=choices,
                      why="A sleeping read leaves the core free for the other worker; a spinning one needs "
                          "the core itself, so workers help only while there are idle cores.",
