@@ -153,6 +153,8 @@ def _child(request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        import tempfile
+        tempfile.tempdir = None  # the zygote's imports may have cached $TMPDIR: read it again
         # ipykernel would poll its parent, which is now the zygote: parent_handle=1 turns that
         # off (and its console note with it); _watch follows the stub instead.
         sys.argv = [*request["argv"], "--IPKernelApp.parent_handle=1"]

@@ -45,6 +45,7 @@ def write_tiny(nb, folder: Path) -> Path:
 def _test_class(path: Path) -> type:
     def test_run_all_unsolved(self, tmp_path, monkeypatch):
         monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))  # the kernel inherits it
+        monkeypatch.setenv("TMPDIR", str(tmp_path))  # and its temporary files go where pytest cleans up
         _unsolved(path, tmp_path / "runs")
 
     name = "TestStudentEdition_" + path.stem

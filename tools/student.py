@@ -298,10 +298,9 @@ def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
     code = [i for i, c in enumerate(cells[:last + 1]) if c.cell_type == "code"]
     names = {i: _names(cells[i].source) for i in code}
     modules = set().union(*(imported for _, imported, _ in names.values())) | {"lab"}
-    tainted = set().union(*(names[i][2] for i in code if i in roles)) - modules
     reads = {i: _free_names(cells[i].source) for i in code}
     binds = {i: _stored_names(cells[i].source) | names[i][1] for i in code}
-    leaves = set()
+    tainted, leaves = set(), set()  # tainted: what an exercise (or a cell after one that uses it) could change
     for k, i in enumerate(code):
         if i in roles or "lab.require(" in cells[i].source or names[i][0] & tainted:
             tainted |= (binds[i] | names[i][2]) - modules
