@@ -81,7 +81,7 @@ def time_loader(loader: DataLoader, *, epochs: int = 1, device: torch.device | s
 
 
 @functools.cache  # measured once per process: notebook 07 shows the figures its check judged
-def worker_speedup(mode: str, items: int = 24, delay: float = 0.02) -> float:
+def worker_speedup(mode: str, items: int = 24, delay: float = 0.01) -> float:
     """Epoch time with 0 workers / with 2 workers over a slow dataset, with this process (and so its
     workers) pinned to one core where the OS allows it (Linux)."""
     ds, cores = SlowDataset(SyntheticImages(items, shape=(1,)), delay, mode), getattr(os, "sched_getaffinity", lambda _: None)(0)
