@@ -37,8 +37,10 @@ from pathlib import Path
 # Imported once by the zygote: what every kernel and every notebook's setup cell needs
 # (print_environment imports torchvision to catch a mismatched pair: 2 s by itself).
 # Nothing whose import-time state depends on the environment a test sets (labsupport
-# reads $LAB_*; matplotlib reads $MPLBACKEND, which ipykernel sets in the kernel).
-PRELOAD = ("torch", "torchvision", "ipykernel.kernelapp", "ipykernel.ipkernel", "tqdm.auto")
+# reads $LAB_*); matplotlib reads $MPLBACKEND at import, which ipykernel sets in every
+# kernel: the zygote sets the same value first.
+PRELOAD = ("torch", "torchvision", "ipykernel.kernelapp", "ipykernel.ipkernel", "tqdm.auto", "matplotlib.pyplot")
+INLINE = "module://matplotlib_inline.backend_inline"  # ipykernel's default backend
 CONNECT_TIMEOUT_S = 120  # the zygote's imports, on a busy 2-core machine
 
 
@@ -89,6 +91,7 @@ def _relay(pid: int, signum: int) -> None:
 def serve(path: str) -> None:
     """Import PRELOAD, then fork a kernel for each request until the parent goes away."""
     import importlib
+    os.environ.setdefault("MPLBACKEND", INLINE)
     for name in PRELOAD:
         importlib.import_module(name)
     parent = os.getppid()
