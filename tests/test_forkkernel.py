@@ -1,0 +1,74 @@
+"""tests/forkkernel.py: the kernels of the test run, forked from a zygote (conftest.py starts it).
+
+A forked kernel must behave as a stock one where a notebook can tell: a fresh namespace,
+the working folder, environment and temporary folder its client gave it, matplotlib's
+inline backend; it must stop on an interrupt, and leave no process behind. Without a
+zygote the same kernelspec starts a stock kernel.
+"""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+import forkkernel
+
+PROBE = """\
+import os, sys, tempfile, matplotlib
+print(os.getcwd(), os.environ.get("LAB_PROBE"), tempfile.gettempdir(), matplotlib.get_backend(), sep="|")
+print("zygote" if "torch" in sys.modules else "stock", "x" in dir())"""
+
+
+def run(cells, cwd, timeout=60, **kwargs):
+    nb = new_notebook(cells=[new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}},
+                            **kwargs)
+    client.execute()
+    return ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells], client
+
+
+@pytest.mark.skipif(not os.environ.get("LAB_FORK_SERVER"), reason="the run uses stock kernels (LAB_FORK_KERNELS=0)")
+def test_a_forked_kernel_gets_its_clients_folder_environment_and_temporary_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_PROBE", "seen")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    run(["x = 1"], tmp_path)  # a kernel before: its namespace must not reach the next one
+    out, _ = run([PROBE], tmp_path)
+    cwd, probe, tmp, backend = out[0].splitlines()[0].split("|")
+    assert (cwd, probe, tmp) == (str(tmp_path), "seen", str(tmp_path))
+    assert backend == forkkernel.INLINE
+    assert out[0].splitlines()[1] == "zygote False"  # torch came with the fork; `x` of the last kernel did not
+
+
+@pytest.mark.skipif(not os.environ.get("LAB_FORK_SERVER"), reason="the run uses stock kernels (LAB_FORK_KERNELS=0)")
+def test_an_interrupt_reaches_the_forked_kernel_and_no_process_is_left(tmp_path):
+    loop = "import os, time\nprint(os.getpid(), flush=True)\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')"
+    start = time.monotonic()
+    out, _ = run([loop], tmp_path, timeout=3, interrupt_on_timeout=True)
+    pid = int(out[0].split()[0])
+    assert out[0].split()[1] == "interrupted" and time.monotonic() - start < 30
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the kernel {pid} outlived its client")
+
+
+def test_without_a_zygote_the_kernelspec_starts_a_stock_kernel(tmp_path, monkeypatch):
+    monkeypatch.delenv("LAB_FORK_SERVER", raising=False)
+    out, _ = run([PROBE], tmp_path)
+    assert out[0].splitlines()[1] == "stock False"
+
+
+def test_the_stub_alone_starts_a_stock_kernel_when_the_zygote_is_gone(tmp_path):
+    env = dict(os.environ, LAB_FORK_SERVER=str(tmp_path / "gone" / "zygote.sock"))
+    proc = subprocess.run([sys.executable, forkkernel.__file__, "--help-all"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "IPKernelApp" in proc.stdout  # ipykernel_launcher answered
