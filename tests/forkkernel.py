@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -104,7 +105,6 @@ def serve(path: str) -> None:
     server.listen(16)
     os.replace(path + ".tmp", path)  # clients see the socket only once it listens
     children: dict[int, socket.socket] = {}
-    import select
     while os.getppid() == parent:
         ready, _, _ = select.select([server, wake_r], [], [], 1.0)
         if wake_r in ready:
