@@ -1,7 +1,7 @@
 """Test-run set-up shared by tests/, the notebooks (nbval) and labsupport's doctests.
 
 - Kernels: every kernel of the session is forked from one zygote that imported torch
-  once (tests/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels). The controller
+  once (tools/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels). The controller
   starts it; xdist's workers find it through the environment they inherit.
 - Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
   takes a whole notebook, test class or module at a time; the longest go first, so that
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tools"))
 import forkkernel  # noqa: E402
 
 ZYGOTE = pytest.StashKey[tuple]()

@@ -1,11 +1,13 @@
-"""tests/forkkernel.py: the kernels of the test run, forked from a zygote (conftest.py starts it).
+"""tools/forkkernel.py: kernels forked from a zygote (conftest.py starts the test run's; the grader its own).
 
 A forked kernel must behave as a stock one where a notebook can tell: a fresh namespace,
 the working folder, environment and temporary folder its client gave it, matplotlib's
 inline backend; it must stop on an interrupt, and leave no process behind. Without a
-zygote the same kernelspec starts a stock kernel.
+zygote the same kernelspec starts a stock kernel. Only the processes of the zygote's owner
+may ask it for a kernel: never a kernel, nor anything a kernel starts.
 """
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -72,3 +74,22 @@ def test_the_stub_alone_starts_a_stock_kernel_when_the_zygote_is_gone(tmp_path):
     proc = subprocess.run([sys.executable, forkkernel.__file__, "--help-all"], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "IPKernelApp" in proc.stdout  # ipykernel_launcher answered
+
+
+def test_only_the_owners_processes_may_ask_for_a_kernel():
+    # A stand-in zygote (started by this test) with a child of its own, the kernel; a stub started
+    # by this test through a shell, as the Jupyter client of a grader's worker starts it.
+    zygote = subprocess.Popen([sys.executable, "-c", "import subprocess, time\n"
+                               "kernel = subprocess.Popen(['sleep', '30'])\nprint(kernel.pid, flush=True)\n"
+                               "time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+    stub = subprocess.Popen(["sh", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True)
+    kernel, grandchild = int(zygote.stdout.readline()), int(stub.stdout.readline())
+    try:
+        allow = forkkernel.started_by(os.getpid(), zygote.pid)
+        assert allow(stub.pid) and allow(grandchild)
+        assert not allow(kernel) and not allow(zygote.pid + 10**7) and not allow(1)
+    finally:
+        for pid in (kernel, grandchild, zygote.pid, stub.pid):
+            os.kill(pid, signal.SIGKILL)
+        zygote.wait()
+        stub.wait()

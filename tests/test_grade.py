@@ -21,7 +21,7 @@ import grade  # noqa: E402
 import student  # noqa: E402
 
 REAL = ROOT / "notebooks" / "01_tensors.ipynb"
-TIMEOUT = 4
+TIMEOUT = 2
 
 SETUP = '''\
 class CheckError(AssertionError):
@@ -160,6 +160,17 @@ try:
     pathlib.Path({neighbour!r}).read_text()
     attempts.append("read a neighbour")
 except OSError:
+    pass
+try:  # a kernel of its own from the grader's zygote, outside the sandbox: refused
+    import json, socket
+    zygote = socket.socket(socket.AF_UNIX)
+    zygote.connect(os.environ["LAB_GRADE_ZYGOTE"])
+    socket.send_fds(zygote, [json.dumps({{"argv": ["-c", "pass"], "cwd": "/", "env": {{}}}}).encode()], [0, 1, 2])
+    if zygote.makefile().readline():
+        attempts.append("forked a kernel outside the sandbox")
+    else:
+        print("the zygote refused")
+except (OSError, KeyError):
     pass
 code = "import time, pathlib\\nfor _ in range(40):\\n    time.sleep(0.25)\\n    try:\\n        " \\
        "pathlib.Path({out!r}, 'grades.csv').write_text('hacked')\\n    except OSError:\\n        pass"
@@ -301,6 +312,8 @@ def test_a_hostile_submission_changes_nothing(graded):
     assert not (graded["tmp"] / "hacked.txt").exists()
     assert "Landlock ABI" in grade.sandbox_state(grade.Config()), "no Landlock here: the attacks below may succeed"
     assert _points(rows["hostile", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]  # every attempt failed
+    executed = (graded["out"] / "executed" / "hostile" / "99_tiny.ipynb").read_text()
+    assert "the zygote refused" in executed  # it was asked (the kernels were forked), and said no
     assert _results(graded, "hostile")["99.1"]["flags"], "the instructor is told to review it"
 
 

@@ -68,7 +68,8 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
         code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
         code("check_double(double)"),
         code("print(double(21))"),  # unguarded use of the exercise: crashes when unsolved
-        code("shown = 2 * 21\nprint(shown)"),  # a demo that needs no exercise and feeds no cell: left to nbval
+        code("base = 21"),  # a demo that only feeds the next one
+        code("shown = 2 * base\nprint(shown)"),  # a demo that needs no exercise and feeds no cell: both left to nbval
         md("### Exercise 2: double again"),
         code("def double2(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
         code("check_double(double2)"),
@@ -80,10 +81,10 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
     report = student.run_unsolved(path, timeout=60)
     first, _ = report.exercises
     assert first.problems == [] and first.stub_message == "CheckError: not written yet (Exercise 1: double)"
-    assert report.problems[0].startswith("cell 10 uses double2, which an exercise makes, without lab.require")
-    assert report.problems[1].startswith("cell 11 uses twice, which an exercise makes")
+    assert report.problems[0].startswith("cell 11 uses double2, which an exercise makes, without lab.require")
+    assert report.problems[1].startswith("cell 12 uses twice, which an exercise makes")
     assert report.problems[2].startswith("cell 5 crashes when nothing is solved: NotImplementedError")
-    assert len(report.problems) == 3 and report.tail_cells == 3 and report.demo_cells == 1
+    assert len(report.problems) == 3 and report.tail_cells == 3 and report.demo_cells == 2
 
 
 def test_every_notebook_is_covered():

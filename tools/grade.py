@@ -56,6 +56,8 @@ import logging
 import os
 import re
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -66,6 +68,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import student as edition  # noqa: E402  (tools/student.py: the markers, labels and the student edition)
+from grade_kernel import ZYGOTE_VARIABLE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().with_name("grade_kernel.py")
@@ -278,6 +281,8 @@ class Config:
     landlock: bool = True
     scratch_root: str = ""
     private: tuple[str, ...] = ()   # the submissions and the output folder
+    fork: bool = True               # kernels forked from one zygote per run (tools/forkkernel.py)
+    zygote: str = ""                # its socket, while it runs
 
 
 def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
@@ -303,7 +308,25 @@ def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
     env["LAB_GRADE_SANDBOX"] = json.dumps({"memory_mb": cfg.memory_mb, "landlock": cfg.landlock,
                                            "read": readable, "write": [str(scratch), "/dev/null", "/dev/shm"],
                                            "stderr": str(scratch / "kernel-stderr.txt")})
+    if cfg.zygote:
+        env[ZYGOTE_VARIABLE] = cfg.zygote
     return env
+
+
+def _start_zygote(cfg: Config, folder: Path) -> subprocess.Popen | None:
+    """The zygote of this run: torch, torchvision and ipykernel imported once, in an
+    environment like the kernels' (threads, hash seed, no bytecode); its kernels enter
+    their sandbox right after the fork (tools/grade_kernel.py serve)."""
+    if not cfg.fork or not hasattr(socket, "send_fds") or not Path("/proc/self/stat").exists():
+        return None
+    home = folder / "zygote"
+    for sub in ("tmp", "cache"):
+        (home / sub).mkdir(parents=True, exist_ok=True)
+    env = _sandbox_env(Config(**{**asdict(cfg), "zygote": ""}), home)
+    del env["LAB_GRADE_SANDBOX"]
+    with open(home / "stderr.txt", "wb") as err:
+        return subprocess.Popen([sys.executable, str(LAUNCHER), "serve", str(folder / "zygote.sock")], env=env,
+                                cwd=home, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
 
 
 # The hidden first cell: the same seed for every student (with PYTHONHASHSEED=0). The
@@ -621,26 +644,38 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
 
 def run_jobs(jobs: list[dict], cfg: Config, workers: int, log: logging.Logger) -> list[dict]:
     """Grade every job over ``workers`` processes; a job whose worker dies is reported, not lost."""
-    done = []
     with tempfile.TemporaryDirectory(prefix="lab-grade-") as tmp:
         _kernel_spec(Path(tmp))
-        cfg = Config(**{**asdict(cfg), "scratch_root": tmp})
-        with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
-            # the longest notebooks first, so that the workers finish together
-            sources = _sources(cfg)
-            jobs = sorted(jobs, key=lambda j: -sum(c.cell_type == "code" for c in sources[j["notebook"]].student.cells))
-            futures = {pool.submit(grade_job, job, cfg): job for job in jobs}
-            for fut in cf.as_completed(futures):
-                job = futures[fut]
-                try:
-                    out = fut.result()
-                except Exception as exc:  # the worker process itself died
-                    out = {**job, "text": None, "results": [], "written": [], "executed": "", "seconds": 0.0,
-                           "kernel_starts": 0, "error": f"grader worker died: {type(exc).__name__}: {exc}"}
-                log.info("%s/%s: %s in %.1f s%s", job["student"], job["notebook"],
-                         " ".join(f"{r['exercise']}={r['status']}" for r in out["results"]), out["seconds"],
-                         f" ({out['error']})" if out["error"] else "")
-                done.append(out)
+        zygote = _start_zygote(cfg, Path(tmp))
+        cfg = Config(**{**asdict(cfg), "scratch_root": tmp, "zygote": str(Path(tmp) / "zygote.sock") if zygote else ""})
+        log.info("kernels: %s", "forked from one process that imported torch once (tools/forkkernel.py)"
+                 if zygote else "a new Python each")
+        try:
+            with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
+                return _run_pool(pool, jobs, cfg, log)
+        finally:
+            if zygote is not None:
+                zygote.terminate()
+                zygote.wait()
+
+
+def _run_pool(pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: logging.Logger) -> list[dict]:
+    done = []
+    # the longest notebooks first, so that the workers finish together
+    sources = _sources(cfg)
+    jobs = sorted(jobs, key=lambda j: -sum(c.cell_type == "code" for c in sources[j["notebook"]].student.cells))
+    futures = {pool.submit(grade_job, job, cfg): job for job in jobs}
+    for fut in cf.as_completed(futures):
+        job = futures[fut]
+        try:
+            out = fut.result()
+        except Exception as exc:  # the worker process itself died
+            out = {**job, "text": None, "results": [], "written": [], "executed": "", "seconds": 0.0,
+                   "kernel_starts": 0, "error": f"grader worker died: {type(exc).__name__}: {exc}"}
+        log.info("%s/%s: %s in %.1f s%s", job["student"], job["notebook"],
+                 " ".join(f"{r['exercise']}={r['status']}" for r in out["results"]), out["seconds"],
+                 f" ({out['error']})" if out["error"] else "")
+        done.append(out)
     return sorted(done, key=lambda o: (o["student"], o["notebook"]))
 
 
@@ -804,15 +839,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", type=Path, default=ROOT / "grading" / "extra", help="instructor-only cases")
     p.add_argument("--timeout", type=float, default=60, help="seconds per exercise cell and per check cell")
     p.add_argument("--cell-timeout", type=float, default=600, help="seconds for any other cell")
-    p.add_argument("--memory-mb", type=int, default=4096, help="address-space cap per kernel (0: none)")
+    p.add_argument("--memory-mb", type=int, default=4096, help="memory (heap and private data) cap per kernel (0: none)")
     p.add_argument("--no-landlock", action="store_true", help="do not fence kernels in with Landlock")
+    p.add_argument("--no-fork", action="store_true",
+                   help="start each kernel as a new Python instead of forking it from one that imported torch once")
     args = p.parse_args(argv)
     if not args.submissions.is_dir():
         print(f"error: {args.submissions} is not a folder", file=sys.stderr)
         return 2
     cfg = Config(src=str(args.src.resolve()), extra=str(args.extra.resolve()) if args.extra.is_dir() else None,
                  timeout=args.timeout, cell_timeout=args.cell_timeout, memory_mb=args.memory_mb,
-                 landlock=not args.no_landlock)
+                 landlock=not args.no_landlock, fork=not args.no_fork)
     out = args.out.resolve()
     if out == args.submissions.resolve() or args.submissions.resolve() in out.parents:
         print("error: OUT must not be inside SUBMISSIONS", file=sys.stderr)

@@ -8,8 +8,10 @@ with the environment variable ``LAB_GRADE_SANDBOX`` holding a JSON object::
 
 Before the kernel starts, this launcher
 
-* caps the process's address space (``RLIMIT_AS``) at ``memory_mb`` (0: no cap), so a
-  runaway allocation raises MemoryError in the cell instead of taking the machine down;
+* caps the process's data (``RLIMIT_DATA``: its heap and private memory, what an
+  allocation grows) at ``memory_mb`` (0: no cap), so a runaway allocation raises
+  MemoryError in the cell instead of taking the machine down. Not its address space:
+  torch and torchvision alone map 3.6 GB of it, of which they use under 1 GB;
 * on Linux 5.13+ with Landlock, restricts the kernel and every process it starts to
   reading the ``read`` paths and writing the ``write`` paths (the scratch folder): the
   submissions folder, the gradebook and other students' scratch folders are neither
@@ -20,6 +22,12 @@ Before the kernel starts, this launcher
 
 Where Landlock is missing it says so on stderr (the grader logs it) and goes on: the
 limits on memory and time, and the scratch working folder, still hold.
+
+``python tools/grade_kernel.py serve SOCKET`` is the grader's zygote (tools/forkkernel.py):
+it imports torch, torchvision and ipykernel once; with ``$LAB_GRADE_ZYGOTE`` naming its
+socket, this launcher asks it for the kernel instead, and the forked child enters the
+sandbox above before it runs anything else. Only the grader's own processes may ask:
+a kernel (or anything it starts) is refused, whatever it sends.
 """
 from __future__ import annotations
 
@@ -40,6 +48,7 @@ _ABI1_ALL = (1 << 13) - 1                            # execute ... make_sym
 _TRUNCATE = 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1   # ABI 6: no signal, no abstract socket outside the sandbox
+ZYGOTE_VARIABLE = "LAB_GRADE_ZYGOTE"  # the socket of the grader's zygote, if it started one
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -98,16 +107,16 @@ def landlock(read: list[str], write: list[str], ports: list[int]) -> str:
     return ""
 
 
-def main() -> None:
+def enter_sandbox(connection: str) -> None:
+    """Fence this process in, as ``$LAB_GRADE_SANDBOX`` (removed from the environment) says."""
     cfg = json.loads(os.environ.pop("LAB_GRADE_SANDBOX", "{}"))
-    connection = sys.argv[sys.argv.index("-f") + 1]
     with open(connection) as f:
         info = json.load(f)
     ports = [0] + [int(info[k]) for k in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")]
     memory = int(cfg.get("memory_mb", 0))
     if memory > 0:
         limit = memory * 2**20
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     if cfg.get("stderr"):  # the kernel's own warnings go to the scratch folder, not the grader's terminal
         fd = os.open(cfg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 2)
@@ -116,10 +125,44 @@ def main() -> None:
         why = landlock(list(cfg.get("read", [])) + [connection], list(cfg.get("write", [])), ports)
         if why:
             print(f"lab-grade: {why}; file isolation is best effort", file=sys.stderr)
+
+
+def _connection(argv: list[str]) -> str:
+    return argv[argv.index("-f") + 1]
+
+
+def _stock_kernel(args: list[str]) -> None:
+    """A kernel of its own: this process enters the sandbox, then becomes the kernel."""
+    os.environ.pop(ZYGOTE_VARIABLE, None)
+    enter_sandbox(_connection(args))
     from ipykernel import kernelapp
 
-    sys.argv = [sys.argv[0]] + sys.argv[1:]
+    sys.argv = [sys.argv[0], *args]
     kernelapp.launch_new_instance()
+    sys.exit(0)
+
+
+def serve(path: str) -> None:
+    """The grader's zygote (tools/forkkernel.py): its kernels enter their sandbox right after
+    the fork; only processes of the grader that started it (not a kernel) may ask for one."""
+    import forkkernel
+
+    def enter(_request: dict) -> None:
+        os.environ.pop(ZYGOTE_VARIABLE, None)
+        enter_sandbox(_connection(sys.argv))
+
+    forkkernel.serve(path, backend="Agg", enter=enter, allow=forkkernel.started_by(os.getppid(), os.getpid()))
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["serve"]:
+        serve(sys.argv[2])
+    elif os.environ.get(ZYGOTE_VARIABLE):
+        import forkkernel
+
+        sys.exit(forkkernel.stub(sys.argv[1:], server=os.environ[ZYGOTE_VARIABLE], fallback=_stock_kernel))
+    else:
+        _stock_kernel(sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -293,25 +293,31 @@ def _names(code: str) -> tuple[set[str], set[str], set[str]]:
 def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
     """Code cells up to index ``last`` that "Run all" on the unsolved edition leaves to nbval:
     not an exercise or check (``roles``), mentioning nothing that one of those could change
-    (modules aside), nor anything a cell that does so could change, and binding nothing a later
-    cell reads: a plot, a timing, a printout. They run the same whether or not anything is solved."""
+    (modules aside), nor anything a cell that does so could change, and binding nothing that a
+    later cell still run reads: a plot, a timing, a printout, and the demo cells that only feed
+    those. They run the same whether or not anything is solved."""
     code = [i for i, c in enumerate(cells[:last + 1]) if c.cell_type == "code"]
     names = {i: _names(cells[i].source) for i in code}
     modules = set().union(*(imported for _, imported, _ in names.values())) | {"lab"}
     reads = {i: _free_names(cells[i].source) for i in code}
     binds = {i: _stored_names(cells[i].source) | names[i][1] for i in code}
-    tainted, leaves = set(), set()  # tainted: what an exercise (or a cell after one that uses it) could change
+    tainted, free = set(), []  # tainted: what an exercise (or a cell after one that uses it) could change
     for k, i in enumerate(code):
         if i in roles or "lab.require(" in cells[i].source or names[i][0] & tainted:
             tainted |= (binds[i] | names[i][2]) - modules
-            continue
-        live = set(binds[i])  # what this cell made that a later cell could still read
+        else:
+            free.append(k)
+    leaves: set[int] = set()
+    for k in reversed(free):  # the last first: whether a later cell still runs is known
+        live = set(binds[code[k]])  # what this cell made that a later cell could still read
         for j in code[k + 1:]:
+            if j in leaves:
+                continue
             if reads[j] & live:
                 break
             live -= binds[j]  # bound afresh there, before any read
         else:
-            leaves.add(i)
+            leaves.add(code[k])
     return leaves
 
 
