@@ -108,6 +108,7 @@ def graded(tmp_path_factory):
     _write(sub / "blank", "98.ipynb", student.make_edition(broken, "98_broken.ipynb").notebook)
     _write(sub / "wrong", name, _set(answered, "### Exercise 2", "def triple(x):\n    return x * 4"))
     _write(sub / "loop", name, _set(answered, "### Exercise 1", "while True:\n    print('spam ' * 200)"))
+    _write(sub / "hog", name, _set(answered, "### Exercise 2", "hog = bytearray(5 * 2**30)  # over the 4096 MB cap"))
     crash = _set(answered, "### Exercise 2", "import os\nos._exit(3)")
     _write(sub / "crash", name, _set(crash, "### Exercise 1", "def double(x):\n    return 2 * abs(x)"))
     extra = tmp / "extra"
@@ -257,6 +258,11 @@ def test_an_infinite_loop_times_out_and_grading_goes_on(graded):
 def test_a_kernel_crash_costs_only_its_exercise(graded):
     assert _points(_rows(graded)["crash", "99_tiny"])[1:] == ["0", "1", "1", "3", "ok"]
     assert "the kernel died" in _feedback(graded, "crash")
+
+
+def test_a_runaway_allocation_raises_memory_error_and_costs_only_its_exercise(graded):
+    assert _points(_rows(graded)["hog", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
+    assert "your exercise cell itself raised MemoryError" in _results(graded, "hog")["99.2"]["feedback"]
 
 
 def test_instructor_only_cases_count_but_stay_hidden(graded):
