@@ -4,6 +4,7 @@ The runtime is simulated with no network: a fresh venv that sees this venv's pac
 (torch, numpy...) but not labsupport, a fake ``pip`` that records its arguments and
 "installs" labsupport by linking this checkout, and a fake ``google.colab`` module.
 """
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -66,25 +67,13 @@ def test_setup_cell_installs_labsupport_keeps_torch_and_says_so(runtime):
     python, env, tmp = runtime
     out = run(python, env, tmp, setup_source())
     assert out.returncode == 0, out.stderr
-    import torch
+    torch = importlib.metadata.version("torch")  # the installed distribution's, as pip knows it
     first = out.stdout.splitlines()[0]
-    assert first == (f"installed labsupport {colab.VERSION} ({colab.TAG}) for this runtime; "
-                     f"torch kept at {torch.__version__}")
+    assert first == f"installed labsupport {colab.VERSION} ({colab.TAG}) for this runtime; torch kept at {torch}"
     args = json.loads((tmp / "pip.json").read_text())
     assert f"labsupport @ git+https://github.com/{colab.REPO}@{colab.TAG}" in args
-    assert f"torch=={torch.__version__}" in args  # pip is told to keep the runtime's torch
+    assert f"torch=={torch}" in args  # pip is told to keep the runtime's torch
     assert out.stdout.splitlines()[1].startswith("python ")  # then the setup cell's own environment line
-
-
-def test_in_colab_the_line_says_colab(runtime):
-    python, env, tmp = runtime
-    colab_dir = tmp / "colab_fake" / "google" / "colab"
-    colab_dir.mkdir(parents=True)
-    (colab_dir / "__init__.py").write_text("")
-    env = {**env, "PYTHONPATH": env["PYTHONPATH"] + os.pathsep + str(tmp / "colab_fake")}
-    out = run(python, env, tmp, colab.bootstrap())  # the block alone: the rest of the cell is tested above
-    assert out.returncode == 0, out.stderr
-    assert " for Colab; torch kept at " in out.stdout.splitlines()[0]
 
 
 def test_offline_says_so_in_one_line(runtime):
@@ -95,9 +84,12 @@ def test_offline_says_so_in_one_line(runtime):
     assert "\n" not in message and "offline?" in message and "pip install" in message
 
 
-def test_notebook_10_fetches_the_script_it_reads_beside_it(runtime):
+def test_in_colab_notebook_10_says_colab_and_fetches_the_script_it_reads_beside_it(runtime):
     python, env, tmp = runtime
     fake = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    colab_dir = tmp / "colab_fake" / "google" / "colab"
+    colab_dir.mkdir(parents=True)
+    (colab_dir / "__init__.py").write_text("")
     (fake / "sitecustomize.py").write_text(textwrap.dedent(f"""
         import shutil, urllib.request
         from pathlib import Path
@@ -106,8 +98,10 @@ def test_notebook_10_fetches_the_script_it_reads_beside_it(runtime):
             shutil.copy(Path({str(ROOT / "notebooks")!r}) / url.rsplit("/", 1)[1], name)
         urllib.request.urlretrieve = fake_retrieve
     """))
-    out = run(python, env, tmp, colab.bootstrap("10_scaling_up.ipynb"))
+    env = {**env, "PYTHONPATH": env["PYTHONPATH"] + os.pathsep + str(tmp / "colab_fake")}
+    out = run(python, env, tmp, colab.bootstrap("10_scaling_up.ipynb"))  # the block alone: the rest is tested above
     assert out.returncode == 0, out.stderr
+    assert " for Colab; torch kept at " in out.stdout.splitlines()[0]
     assert out.stdout.splitlines()[-1] == f"fetched ddp_train.py from {colab.TAG}"
     assert (tmp / "ddp_train.py").read_text() == (ROOT / "notebooks" / "ddp_train.py").read_text()
     assert (tmp / "urls.txt").read_text() == f"{colab.RAW}/ddp_train.py\n"

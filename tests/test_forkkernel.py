@@ -49,7 +49,7 @@ def test_a_forked_kernel_gets_its_clients_folder_environment_and_temporary_folde
 def test_an_interrupt_reaches_the_forked_kernel_and_no_process_is_left(tmp_path):
     loop = "import os, time\nprint(os.getpid(), flush=True)\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')"
     start = time.monotonic()
-    out, _ = run([loop], tmp_path, timeout=3, interrupt_on_timeout=True)
+    out, _ = run([loop], tmp_path, timeout=1, interrupt_on_timeout=True)
     pid = int(out[0].split()[0])
     assert out[0].split()[1] == "interrupted" and time.monotonic() - start < 30
     deadline = time.monotonic() + 10

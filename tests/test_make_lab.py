@@ -91,7 +91,7 @@ def lab(tmp_path_factory):
                 break
             except (OSError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.5)
+            time.sleep(0.1)
         else:
             pytest.fail(f"`make lab` did not answer on {base} within {STARTUP_S} s (last: {last}). "
                         f"Its output:\n{log.read_text()[-3000:]}")

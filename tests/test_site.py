@@ -17,14 +17,19 @@ from test_spoilers import solution_lines  # noqa: E402
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def site_module():
+    """tools/site.py (its name would shadow the standard library's ``site`` on sys.path)."""
     import importlib.util
     spec = importlib.util.spec_from_file_location("lab_site", ROOT / "tools" / "site.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
-    module.build(ROOT / "notebooks", out)
+    site_module().build(ROOT / "notebooks", out)
     return out
 
 
@@ -64,3 +69,14 @@ def test_pages_render_in_headless_chromium(built, tmp_path):
                         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400",
                         f"--screenshot={shot}", (built / page).as_uri()], capture_output=True, timeout=120)
         assert shot.is_file() and shot.stat().st_size > 20_000, f"{page} did not render"
+
+
+@pytest.mark.parametrize("markup, kept", [
+    ('<div class="highlight"><pre><span class="n">x</span> &lt; 1</pre></div>', True),
+    ('<div class="highlight"><pre><script>alert(1)</script></pre></div>', False),
+    ('<span class="n" onclick="alert(1)">x</span>', False),
+    ('<img src=x onerror="alert(1)">', False),
+])
+def test_only_markup_with_nothing_to_remove_skips_the_sanitizer(markup, kept):
+    from nbconvert.filters.strings import clean_html
+    assert site_module().sanitized(markup) == (markup if kept else clean_html(markup))

@@ -285,7 +285,7 @@ class TensorBoardServer:
                     return runs
             except OSError as err:  # not listening yet
                 error = err
-            time.sleep(0.5)
+            time.sleep(0.1)
         pytest.fail(f"TensorBoard did not come up at {self.url} within {timeout:.0f} s "
                     f"(last answer: {runs!r}, last error: {error}); expected runs {sorted(expected)}; "
                     f"its output:\n{self.output()}")
@@ -575,7 +575,7 @@ def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
         log([9.0, 8.0])                                 # the student runs the cell again
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while served() != [(0, 9.0), (1, 8.0)] and time.monotonic() < deadline:
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert served() == [(0, 9.0), (1, 8.0)], "the open TensorBoard should show the new run only"
     finally:
         server.stop()
@@ -601,7 +601,7 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
                 runs = _get(f"http://127.0.0.1:{port}/data/runs", timeout=5)
                 if runs:
                     break
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert runs == ["manual-sgd"], f"not served: {runs!r}\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
         family |= descendants(proc.pid)
         assert family, "make started no TensorBoard"

@@ -38,8 +38,11 @@ BOOTSTRAP = f'''{BEGIN}
 try:
     import labsupport as lab
 except ModuleNotFoundError:
-    import importlib, importlib.util, subprocess, sys
-    keep = [f"torch=={{importlib.import_module('torch').__version__}}"] if importlib.util.find_spec("torch") else []
+    import importlib, importlib.metadata, importlib.util, subprocess, sys
+    try:  # pip is told to keep the runtime's torch (read from its metadata: no import of torch yet)
+        keep = [f"torch=={{importlib.metadata.version('torch')}}"]
+    except importlib.metadata.PackageNotFoundError:
+        keep = []
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "-q",
                           "labsupport @ git+https://github.com/{REPO}@{TAG}", *keep], capture_output=True, text=True)
     if pip.returncode != 0:
