@@ -75,9 +75,11 @@ student: $(STAMP)
 # $(TEST_RUNS) starts empty: the read-back must see this run's logs only.
 # TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
+# PYTHONDONTWRITEBYTECODE= (empty: off): the next run reuses the compiled tests, tools and their
+# rewritten asserts (about 3 s of CPU in each worker) even where your shell turns bytecode off.
 test: $(STAMP)
 	rm -rf $(TEST_RUNS)
-	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
+	PYTHONDONTWRITEBYTECODE= LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
 	    -n $(JOBS) --dist loadscope --no-loadscope-reorder \
 	    tests labsupport --doctest-modules notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)

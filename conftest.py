@@ -9,6 +9,7 @@
   ran its notebook, on the same worker, and reads the runs that nbval's execution logged
   (the ``nbval_runs`` fixture) instead of training again.
 """
+import gc
 import os
 import shutil
 import sys
@@ -56,6 +57,9 @@ def pytest_unconfigure(config):
     forkkernel.stop(zygote)
     if folder is not None:
         shutil.rmtree(folder, ignore_errors=True)
+    # The process ends next: its last garbage collections would walk every object of torch
+    # (about 2 s of each worker's exit, while the session waits); frozen, they are skipped.
+    gc.freeze()
 
 
 def _stem(nodeid: str) -> str | None:
@@ -94,6 +98,12 @@ def pytest_collection_modifyitems(config, items):
         unit.sort(key=lambda item: _read_back_stem(item.nodeid) is not None)
     order = sorted(units, key=lambda unit: -SECONDS.get(unit, 0))  # stable: ties keep collection order
     items[:] = [item for unit in order for item in units[unit]]
+
+
+def pytest_collection_finish(session):
+    # What collection imported (torch, the test modules) lives to the end: out of the garbage
+    # collector's sight, its full collections during the run no longer walk all of it.
+    gc.freeze()
 
 
 def pytest_xdist_make_scheduler(config, log):

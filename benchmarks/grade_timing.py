@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/grade_timing.py                       # notebook 01, N = 60, 2 workers
     OMP_NUM_THREADS=1 python benchmarks/grade_timing.py notebooks/02_manual_backprop.ipynb --n 20
+    OMP_NUM_THREADS=1 python benchmarks/grade_timing.py --n 20 --no-fork    # a new Python per kernel
 
 The notebook's own run time T is one fresh kernel running the solved source from
 top to bottom with nbclient (what nbval and tools/regenerate.py do, kernel start
@@ -45,6 +46,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=60, help="submissions")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="runs of the notebook itself, each side")
+    p.add_argument("--no-fork", action="store_true", help="start each kernel as a new Python (grade.py --no-fork)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     path = args.notebook.resolve()
@@ -54,7 +56,7 @@ def main() -> int:
         for k in range(args.n):
             (sub / f"s{k:03d}").mkdir(parents=True)
             shutil.copy(path, sub / f"s{k:03d}" / path.name)
-        cfg = grade.Config(src=str(path.parent))
+        cfg = grade.Config(src=str(path.parent), fork=not args.no_fork)
         t0 = time.perf_counter()
         table = grade.grade(sub, Path(tmp) / "out", jobs=args.jobs, cfg=cfg)
         wall = time.perf_counter() - t0
@@ -62,11 +64,12 @@ def main() -> int:
     own = (before + after) / 2
     goal = 1.5 * args.n * own / args.jobs
     full = sum(r["score"] == r["max_score"] and r["status"] == "ok" for r in table)
-    figures = {"notebook": path.name, "n": args.n, "jobs": args.jobs, "own_run_s": round(own, 2),
+    figures = {"notebook": path.name, "n": args.n, "jobs": args.jobs, "fork": cfg.fork, "own_run_s": round(own, 2),
                "own_run_before_s": round(before, 2), "own_run_after_s": round(after, 2),
                "grading_wall_s": round(wall, 1), "per_submission_s": round(wall / args.n, 2),
                "goal_s": round(goal, 1), "ratio_to_goal": round(wall / goal, 2), "full_marks": full}
-    print(f"{path.name}: own run {own:.1f} s (before {before:.1f}, after {after:.1f}); grading {args.n} "
+    print(f"{path.name} ({'forked' if cfg.fork else 'stock'} kernels): own run {own:.1f} s (before {before:.1f}, "
+          f"after {after:.1f}); grading {args.n} "
           f"submissions with {args.jobs} workers: {wall:.1f} s ({wall / args.n:.2f} s each); goal "
           f"1.5 x N x T / jobs = {goal:.1f} s -> {wall / goal:.2f} of the goal; {full}/{args.n} full marks")
     if args.json:

@@ -54,6 +54,7 @@ def setup_source() -> str:
 
 
 def run(python, env, cwd, code):
+    code += "\nimport gc\ngc.freeze()  # the exit then skips collecting torch's objects: 1-2 s less"
     return subprocess.run([str(python), "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 

@@ -839,7 +839,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", type=Path, default=ROOT / "grading" / "extra", help="instructor-only cases")
     p.add_argument("--timeout", type=float, default=60, help="seconds per exercise cell and per check cell")
     p.add_argument("--cell-timeout", type=float, default=600, help="seconds for any other cell")
-    p.add_argument("--memory-mb", type=int, default=4096, help="memory (heap and private data) cap per kernel (0: none)")
+    p.add_argument("--memory-mb", type=int, default=4096,
+                   help="memory (heap and private data) cap per kernel (0: none)")
     p.add_argument("--no-landlock", action="store_true", help="do not fence kernels in with Landlock")
     p.add_argument("--no-fork", action="store_true",
                    help="start each kernel as a new Python instead of forking it from one that imported torch once")
