@@ -69,6 +69,16 @@ def test_without_a_zygote_the_kernelspec_starts_a_stock_kernel(tmp_path, monkeyp
     assert out[0].splitlines()[1] == "stock False"
 
 
+def test_the_stub_does_not_wait_for_a_zygote_that_died_before_it_listened(tmp_path):
+    path = str(tmp_path / "zygote.sock")
+    dead = forkkernel.launch([sys.executable, "-c", "raise SystemExit(1)"], path)  # it never listens
+    dead.wait()
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, forkkernel.__file__, "--help-all"], capture_output=True, text=True,
+                          env=dict(os.environ, LAB_FORK_SERVER=path), timeout=120)
+    assert proc.returncode == 0 and "IPKernelApp" in proc.stdout and time.monotonic() - start < 30
+
+
 def test_the_stub_alone_starts_a_stock_kernel_when_the_zygote_is_gone(tmp_path):
     env = dict(os.environ, LAB_FORK_SERVER=str(tmp_path / "gone" / "zygote.sock"))
     proc = subprocess.run([sys.executable, forkkernel.__file__, "--help-all"], env=env, capture_output=True,

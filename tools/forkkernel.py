@@ -72,7 +72,8 @@ def stub(args: list[str], server: str | None = None,
             sock.connect(path)
             break
         except (FileNotFoundError, ConnectionRefusedError):
-            if not path or time.monotonic() > deadline or not os.path.exists(os.path.dirname(path)):
+            if (not path or time.monotonic() > deadline or not os.path.exists(os.path.dirname(path))
+                    or not _alive(_pid_of(path))):  # a zygote that died importing never listens
                 sock.close()
                 fallback(args)
             time.sleep(0.05)
@@ -102,6 +103,14 @@ def _relay(pid: int, signum: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie does not; 0, unknown, counts as running)."""
+    if pid <= 0:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        pass
     try:
         os.kill(pid, 0)
         return True
@@ -109,6 +118,23 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+
+
+def _pid_of(path: str) -> int:
+    """The pid of the zygote serving ``path`` (written by :func:`launch`), or 0."""
+    try:
+        return int(Path(path + ".pid").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def launch(command: list[str], path: str, **popen) -> subprocess.Popen:
+    """Start a zygote (``command`` ends in ``serve path``) and note its pid beside its socket, so
+    that a stub stops waiting for a zygote that died before it listened."""
+    Path(path).unlink(missing_ok=True)
+    zygote = subprocess.Popen(command, stdin=subprocess.DEVNULL, **popen)
+    Path(path + ".pid").write_text(str(zygote.pid))
+    return zygote
 
 
 # --------------------------------------------------------------------------- the zygote
@@ -286,11 +312,9 @@ def start(folder: Path) -> subprocess.Popen | None:
     if os.environ.get("LAB_FORK_KERNELS", "1") == "0":
         os.environ.pop(SERVER_VARIABLE, None)
         return None
-    path = folder / "zygote.sock"
-    path.unlink(missing_ok=True)
-    os.environ[SERVER_VARIABLE] = str(path)
-    return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve", str(path)],
-                            stdin=subprocess.DEVNULL)
+    path = str(folder / "zygote.sock")
+    os.environ[SERVER_VARIABLE] = path
+    return launch([sys.executable, str(Path(__file__).resolve()), "serve", path], path)
 
 
 def stop(zygote: subprocess.Popen | None) -> None:

@@ -68,6 +68,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import student as edition  # noqa: E402  (tools/student.py: the markers, labels and the student edition)
+import forkkernel  # noqa: E402
 from grade_kernel import ZYGOTE_VARIABLE  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -324,9 +325,10 @@ def _start_zygote(cfg: Config, folder: Path) -> subprocess.Popen | None:
         (home / sub).mkdir(parents=True, exist_ok=True)
     env = _sandbox_env(Config(**{**asdict(cfg), "zygote": ""}), home)
     del env["LAB_GRADE_SANDBOX"]
+    path = str(folder / "zygote.sock")
     with open(home / "stderr.txt", "wb") as err:
-        return subprocess.Popen([sys.executable, str(LAUNCHER), "serve", str(folder / "zygote.sock")], env=env,
-                                cwd=home, stdin=subprocess.DEVNULL, stdout=err, stderr=err)
+        return forkkernel.launch([sys.executable, str(LAUNCHER), "serve", path], path, env=env, cwd=home,
+                                 stdout=err, stderr=err)
 
 
 # The hidden first cell: the same seed for every student (with PYTHONHASHSEED=0). The
