@@ -22,6 +22,10 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "tools"))
 import forkkernel  # noqa: E402
 
+# Every Python this run starts (workers, the zygote, the notebooks' subprocesses) skips its
+# final garbage collection: see tools/fastexit/sitecustomize.py.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tools" / "fastexit"), os.environ.get("PYTHONPATH")]))
+
 ZYGOTE = pytest.StashKey[tuple]()
 # Seconds each unit took in `make test` on a 2-core machine (the durations report); the
 # longest are handed out first. A unit not listed counts as a few seconds.

@@ -10,9 +10,13 @@ __all__ = ["check_linear_layer", "check_relu_layer", "check_loss_and_grads", "ch
 TOL, MASK = 1e-8, "ReLU mask {}: the gradient flows where h > 0 and is 0 where h < 0"
 LOSS = lambda x, y: lambda w1, w2: (torch.relu(x @ w1) @ w2 - y).pow(2).sum()  # noqa: E731
 SMOOTH = lambda w: (w ** 3 / 3 + 2 * w.sin()).sum()  # noqa: E731  f'' = 2w - 2 sin w, f''' = 2 - 2 cos w
-_vjp = lambda f, inputs, dout=None: (lambda out, back: (out, *back(torch.ones_like(out) if dout is None else dout)))(
-    *torch.func.vjp(f, *(t.detach() for t in inputs)))  # noqa: E731  autograd: (f(*inputs), *their grads)
 two_layer_grads = lambda x, y, w1, w2: _vjp(LOSS(x, y), (w1, w2))[1:]  # noqa: E731  (grad_w1, grad_w2)
+
+
+def _vjp(f: Callable, inputs: tuple, dout: torch.Tensor | None = None) -> tuple:  # autograd: (f(*inputs), *grads)
+    with torch.enable_grad():  # of sum(out * dout); torch.func.vjp, grad_outputs import dynamo, sympy (2.5 s, 1.2 s)
+        out = f(*(inputs := tuple(t.detach().requires_grad_() for t in inputs)))
+    return out.detach(), *torch.autograd.grad((out if dout is None else out * dout).sum(), inputs)
 
 
 def _layer_check(name: str, ex: str, outputs: tuple, cases: list, reference: Callable, mistakes: Callable, **kw):

@@ -80,11 +80,7 @@ _TITLES: dict[str, str] = {}   # every exercise id a check declares -> its title
 
 
 def show_traceback() -> None:
-    """Print the full traceback of the last failed check (its block hides it).
-
-    Example:
-        >>> show_traceback()   # doctest: +SKIP
-    """
+    """Print the full traceback of the last failed check, which its block hides: ``lab.show_traceback()``."""
     err = _LAST[0]
     print("".join(traceback.format_exception(type(err), err, err.__traceback__)) if err
           else "no check has failed in this kernel yet", end="" if err else "\n")
