@@ -1,8 +1,8 @@
 """Test-run set-up shared by tests/, the notebooks (nbval) and labsupport's doctests.
 
-- Kernels: every kernel of the session is forked from one zygote that imported torch
-  once (tools/forkkernel.py; ``LAB_FORK_KERNELS=0`` for stock kernels). The controller
-  starts it; xdist's workers find it through the environment they inherit.
+- Kernels and workers: every kernel of the session, and xdist's workers, are forked from
+  one zygote that imported torch once (tools/forkkernel.py; ``LAB_FORK_KERNELS=0`` for
+  stock ones). The controller starts it; the workers find it through the environment.
 - Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
   takes a whole notebook, test class or module at a time; the longest go first, so that
   both workers finish together; and a TensorBoard read-back test runs right after nbval
@@ -11,6 +11,7 @@
 """
 import gc
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -53,7 +54,12 @@ def pytest_configure(config):
     _done = folder / "nbval-done"
     _done.mkdir()
     os.environ["LAB_NBVAL_DONE"] = str(_done)
-    config.stash[ZYGOTE] = (forkkernel.start(folder), folder)
+    config.stash[ZYGOTE] = (zygote := forkkernel.start(folder), folder)
+    tx = getattr(config.option, "tx", None) or []
+    if zygote is not None and tx and set(tx) == {"popen"} and os.environ.get("LAB_FORK_WORKERS") != "0":
+        # -n N: the workers are forked from the zygote too (LAB_FORK_WORKERS=0: new Pythons)
+        python = shlex.join([sys.executable, forkkernel.__file__, "python"])
+        config.option.tx = [f"popen//python={python}"] * len(tx)
 
 
 def pytest_unconfigure(config):

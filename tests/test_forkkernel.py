@@ -103,3 +103,51 @@ def test_only_the_owners_processes_may_ask_for_a_kernel():
             os.kill(pid, signal.SIGKILL)
         zygote.wait()
         stub.wait()
+
+
+CHILD = """\
+import matplotlib, os, sys
+print(sys.argv, os.getcwd(), os.environ.get("LAB_PROBE"), repr(sys.path[0]), sep="|")
+print(os.getppid(), "__file__" in dir(sys.modules["__main__"]), matplotlib.get_backend(), input(), sep="|")
+sys.exit(3)"""
+
+
+@pytest.fixture
+def zygote(tmp_path):
+    """``start(programs)``: a zygote of this test's own (it preloads pyplot only); its socket and pid."""
+    started = []
+
+    def start(programs):
+        path = str(tmp_path / f"zygote{len(started)}.sock")
+        code = (f"import sys\nsys.path.insert(0, {os.path.dirname(forkkernel.__file__)!r})\nimport forkkernel\n"
+                f"forkkernel.serve({path!r}, preload=('matplotlib.pyplot',), programs={programs!r})")
+        started.append(forkkernel.launch([sys.executable, "-c", code], path))
+        return path, started[-1].pid
+
+    yield start
+    for process in started:
+        process.kill()
+        process.wait()
+
+
+def python_child(tmp_path, server):
+    """``python -u -c CHILD a1`` through the stub (as pytest-xdist starts a worker); its outputs and status."""
+    env = dict(os.environ, LAB_FORK_SERVER=server, LAB_PROBE="seen")
+    env.pop("MPLBACKEND", None)
+    proc = subprocess.run([sys.executable, forkkernel.__file__, "python", "-u", "-c", CHILD, "a1"], cwd=tmp_path,
+                          env=env, input="typed\n", capture_output=True, text=True, timeout=120)
+    return proc.stdout.splitlines(), proc.returncode
+
+
+def test_a_forked_python_runs_its_code_as_python_dash_c_would(tmp_path, zygote):
+    path, pid = zygote(("kernel", "python"))
+    lines, status = python_child(tmp_path, path)
+    assert lines[0] == f"['-c', 'a1']|{tmp_path}|seen|''" and status == 3
+    # forked (its parent is the zygote); a __main__ of its own; the zygote's inline backend replaced
+    assert lines[1] == f"{pid}|False|agg|typed"
+
+
+def test_a_zygote_serves_a_python_only_when_told_to(tmp_path, zygote):
+    path, pid = zygote(("kernel",))  # as the grader's: kernels only
+    lines, status = python_child(tmp_path, path)
+    assert lines[1].split("|")[0] == str(os.getpid()) and status == 3  # refused: the stub became a stock python

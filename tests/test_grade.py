@@ -162,11 +162,11 @@ try:
     attempts.append("read a neighbour")
 except OSError:
     pass
-try:  # a kernel of its own from the grader's zygote, outside the sandbox: refused
+try:  # a process of its own from the grader's zygote, outside the sandbox: refused
     import json, socket
     zygote = socket.socket(socket.AF_UNIX)
     zygote.connect(os.environ["LAB_GRADE_ZYGOTE"])
-    socket.send_fds(zygote, [json.dumps({{"argv": ["-c", "pass"], "cwd": "/", "env": {{}}}}).encode()], [0, 1, 2])
+    socket.send_fds(zygote, [json.dumps({{"program": "python", "argv": ["-c", "pass"], "cwd": "/", "env": {{}}}}).encode()], [0, 1, 2])
     if zygote.makefile().readline():
         attempts.append("forked a kernel outside the sandbox")
     else:

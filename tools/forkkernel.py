@@ -7,7 +7,9 @@ machine. A *zygote* imports those modules once and runs nothing; each kernel is 
 of it, ready in a fraction of a second. Two users:
 
 - the test run (``conftest.py``): every kernel of ``make test`` (nbval, the student
-  edition's Run-all, the TensorBoard read-back); ``LAB_FORK_KERNELS=0`` for stock ones;
+  edition's Run-all, the TensorBoard read-back), and pytest-xdist's workers, which are
+  ``python -u -c CODE`` processes (``program="python"``); ``LAB_FORK_KERNELS=0`` for stock
+  ones, ``LAB_FORK_WORKERS=0`` for stock workers;
 - the grader (``tools/grade.py``, ``tools/grade_kernel.py``): every sandboxed kernel of
   ``make grade``; each child enters its sandbox right after the fork, before any
   student code runs.
@@ -55,13 +57,18 @@ def _stock_kernel(args: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args])
 
 
+def _stock_python(args: list[str]) -> None:
+    os.execv(sys.executable, [sys.executable, *args])
+
+
 # ----------------------------------------------------------------------------- the stub
 
 def stub(args: list[str], server: str | None = None,
-         fallback: Callable[[list[str]], None] = _stock_kernel) -> int:
-    """Ask the zygote at ``server`` (default: $LAB_FORK_SERVER) for a kernel run with ``args``,
-    relay signals to it, and return its exit status. ``fallback(args)`` (which must not
-    return) runs when there is no zygote, or it does not answer."""
+         fallback: Callable[[list[str]], None] = _stock_kernel, program: str = "kernel") -> int:
+    """Ask the zygote at ``server`` (default: $LAB_FORK_SERVER) for a kernel run with ``args``
+    (``program="python"``: for ``python ARGS``, see :func:`_python`), relay signals to it,
+    and return its exit status. ``fallback(args)`` (which must not return) runs when there
+    is no zygote, or it does not answer."""
     path = server if server is not None else os.environ.get(SERVER_VARIABLE)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
@@ -77,7 +84,7 @@ def stub(args: list[str], server: str | None = None,
                 sock.close()
                 fallback(args)
             time.sleep(0.05)
-    request = {"argv": ["-m ipykernel_launcher", *args], "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = {"program": program, "argv": args, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(sock, [json.dumps(request).encode()], [0, 1, 2])
     replies = sock.makefile("r")
     line = replies.readline()
@@ -165,12 +172,14 @@ def started_by(owner: int, zygote: int) -> Callable[[int], bool]:
 
 
 def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
-          enter: Callable[[dict], None] | None = None, allow: Callable[[int], bool] | None = None) -> None:
+          enter: Callable[[dict], None] | None = None, allow: Callable[[int], bool] | None = None,
+          programs: tuple[str, ...] = ("kernel",)) -> None:
     """Import ``preload``, then fork a kernel for each request until the parent goes away.
 
-    ``allow(pid)`` (when given) decides whether the process ``pid`` may ask; a refused
-    request gets its connection closed. ``enter(request)`` runs in each child after it
-    took the requester's folder, environment and streams, before ipykernel starts.
+    ``allow(pid)`` (when given) decides whether the process ``pid`` may ask, and
+    ``programs`` what it may ask for (``"kernel"``, ``"python"``); a refused request gets
+    its connection closed. ``enter(request)`` runs in each child after it took the
+    requester's folder, environment and streams, before its program starts.
     """
     import importlib
     os.environ.setdefault("MPLBACKEND", backend)
@@ -207,7 +216,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
         _reap(children)
         if server in ready:
             conn, _ = server.accept()
-            pid = _fork(conn, [server, wake_r, wake_w, *children.values()], enter, allow)
+            pid = _fork(conn, [server, wake_r, wake_w, *children.values()], enter, allow, programs)
             if pid:
                 children[pid] = conn
             else:
@@ -216,7 +225,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
         _relay(pid, signal.SIGTERM)
 
 
-def _fork(conn: socket.socket, close: list[socket.socket], enter, allow) -> int:
+def _fork(conn: socket.socket, close: list[socket.socket], enter, allow, programs: tuple[str, ...]) -> int:
     """Fork the kernel ``conn`` asks for; its pid, or 0 when refused."""
     try:
         peer = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
@@ -227,7 +236,11 @@ def _fork(conn: socket.socket, close: list[socket.socket], enter, allow) -> int:
         conn.settimeout(None)
     except (OSError, ValueError):
         return 0
-    if len(fds) != 3:
+    try:
+        request = json.loads(message)
+    except ValueError:
+        request = {}
+    if len(fds) != 3 or request.get("program") not in programs:
         for fd in fds:
             os.close(fd)
         return 0
@@ -236,7 +249,7 @@ def _fork(conn: socket.socket, close: list[socket.socket], enter, allow) -> int:
         signal.set_wakeup_fd(-1)
         for s in (*close, conn):
             s.close()
-        _child(json.loads(message), fds, enter)  # never returns
+        _child(request, fds, enter)  # never returns
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
@@ -274,13 +287,16 @@ def _child(request: dict, fds: list[int], enter) -> None:
         os.environ.update(request["env"])
         import tempfile
         tempfile.tempdir = None  # the zygote's imports may have cached $TMPDIR: read it again
-        # ipykernel would poll its parent, which is now the zygote: parent_handle=1 turns that
-        # off (and its console note with it); the zygote ends the kernel when its stub goes.
-        sys.argv = [*request["argv"], "--IPKernelApp.parent_handle=1"]
         if enter is not None:
             enter(request)
-        from ipykernel import kernelapp
-        kernelapp.launch_new_instance()
+        if request["program"] == "python":
+            _python(request["argv"])
+        else:
+            # ipykernel would poll its parent, which is now the zygote: parent_handle=1 turns
+            # that off (and its console note with it); the zygote ends the kernel when its stub goes.
+            sys.argv = ["-m ipykernel_launcher", *request["argv"], "--IPKernelApp.parent_handle=1"]
+            from ipykernel import kernelapp
+            kernelapp.launch_new_instance()
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -296,6 +312,26 @@ def _child(request: dict, fds: list[int], enter) -> None:
             except Exception:  # noqa: BLE001
                 pass
         os._exit(code)
+
+
+def _python(argv: list[str]) -> None:
+    """Be ``python [-u] [-B] -c CODE [ARG ...]``, as execnet starts pytest-xdist's workers."""
+    import io
+    while argv[:1] in (["-u"], ["-B"]):
+        if argv[0] == "-u":  # unbuffered standard streams
+            sys.stdout, sys.stderr = (io.TextIOWrapper(open(fd, "wb", 0, closefd=False), write_through=True,
+                                                       errors="backslashreplace" if fd == 2 else None) for fd in (1, 2))
+        sys.dont_write_bytecode |= argv[0] == "-B"
+        argv = argv[1:]
+    if argv[:1] != ["-c"] or len(argv) < 2:
+        raise SystemExit(f"forkkernel: only python [-u] [-B] -c CODE is served, not {argv}")
+    if "matplotlib" in sys.modules:  # the zygote chose its kernels' backend: take this process's
+        import matplotlib
+        matplotlib.use(os.environ.get("MPLBACKEND", "agg"))
+    import types
+    main = sys.modules["__main__"] = types.ModuleType("__main__")  # a fresh one, without __file__, as with -c
+    sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
+    exec(compile(argv[1], "<string>", "exec"), main.__dict__)
 
 
 # ------------------------------------------------------------------------ for conftest
@@ -328,6 +364,8 @@ def stop(zygote: subprocess.Popen | None) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["serve"]:
-        serve(sys.argv[2])
+        serve(sys.argv[2], programs=("kernel", "python"))
+    elif sys.argv[1:2] == ["python"]:  # python ARGS, forked: pytest-xdist's workers (conftest.py)
+        sys.exit(stub(sys.argv[2:], program="python", fallback=_stock_python))
     else:
         sys.exit(stub(sys.argv[1:]))

@@ -147,9 +147,9 @@ def serve(path: str) -> None:
     the fork; only processes of the grader that started it (not a kernel) may ask for one."""
     import forkkernel
 
-    def enter(_request: dict) -> None:
+    def enter(request: dict) -> None:
         os.environ.pop(ZYGOTE_VARIABLE, None)
-        enter_sandbox(_connection(sys.argv))
+        enter_sandbox(_connection(request["argv"]))
 
     forkkernel.serve(path, backend="Agg", enter=enter, allow=forkkernel.started_by(os.getppid(), os.getpid()))
 
