@@ -1,13 +1,13 @@
 """DistributedDataParallel in real processes, for notebook 10's equivalence check.
 
-A spawned process cannot import a notebook, so the worker lives here: :func:`run_data_parallel`
-spawns it (NCCL, one GPU each, when there are enough GPUs; else gloo on the CPU), and
+A worker process cannot import a notebook, so the worker lives here: :func:`run_data_parallel`
+starts it (NCCL, one GPU each, when there are enough GPUs; else gloo on the CPU), and
 :func:`sgd_step_state` is the one-process reference. ``notebooks/ddp_train.py`` is the
 ``torchrun`` script students write.
 """
 from __future__ import annotations
 
-import datetime, os, socket, sys, tempfile, time  # noqa: E401
+import datetime, multiprocessing, os, socket, sys, tempfile, time  # noqa: E401
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,7 @@ def sgd_step_state(seed: int = 0, batch_size: int = 64, lr: float = 0.1, *, shar
 
 
 def _worker(rank: int, world: int, backend: str, port: int, outdir: str, cfg: dict[str, Any]) -> None:
-    """One spawned worker; its output goes to a log file, its results to rank<r>.pt."""
+    """One worker process; its output goes to a log file, its results to rank<r>.pt."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
     from .models import DigitsCNN
@@ -93,7 +93,7 @@ def _worker(rank: int, world: int, backend: str, port: int, outdir: str, cfg: di
 def run_data_parallel(world_size: int = 2, *, batch_size: int = 64, lr: float = 0.1, seed: int = 0,
                       train_steps: int = 0, warmup_steps: int = 3, backend: str | None = None,
                       timeout: float = 120.0) -> dict[str, Any]:
-    """Spawn ``world_size`` DDP workers that each take one SGD step on their slice of the same
+    """Start ``world_size`` DDP workers that each take one SGD step on their slice of the same
     batch (then time ``train_steps`` more). Returns ``world_size, backend, batch_size, lr, seed,
     states`` (each worker's weights), ``step_times``, ``startup_s`` and ``seconds``; raises
     RuntimeError with the workers' logs if one fails. Example:
@@ -118,8 +118,9 @@ def run_data_parallel(world_size: int = 2, *, batch_size: int = 64, lr: float = 
         port = sock.getsockname()[1]
         sock.close()
         try:
-            mp.start_processes(_worker, args=(world_size, backend, port, outdir, cfg),
-                               nprocs=world_size, join=True, start_method="spawn")
+            multiprocessing.set_forkserver_preload(["torch._dynamo", "torch.nn.parallel"])  # a server imports
+            mp.start_processes(_worker, args=(world_size, backend, port, outdir, cfg),   # these once (no CUDA
+                               nprocs=world_size, join=True, start_method="forkserver")  # yet); workers fork it
         except Exception as exc:
             logs = "".join(f"--- worker {r} ---\n" + p.read_text()[-2000:]
                            for r in range(world_size) if (p := Path(outdir, f"worker{r}.log")).exists())

@@ -230,8 +230,7 @@ def first_mistake(got: Any, mistakes: Sequence[tuple[Any, str]]) -> str | None:
 
 
 def compare(name: str, got: Any, expected: torch.Tensor, *, rtol: float = 1e-5, atol: float = 1e-8,
-            mistakes: Sequence[tuple[Any, str]] = (), hint: str | None = None,
-            dtype: bool = True) -> float:
+            mistakes: Sequence[tuple[Any, str]] = (), hint: str | None = None, dtype: bool = True) -> float:
     """Validate ``got`` against the reference ``expected`` (type, exact shape, dtype,
     device, finite), then compare values; a mismatch names the first known mistake
     it matches, else the worst element. Returns the max relative error."""
