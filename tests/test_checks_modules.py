@@ -99,7 +99,7 @@ def test_my_linear_bad_input(bad, fragment):
 
 
 def test_never_returning_forward_is_stopped(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.3)
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
     with pytest.raises(lab.CheckError, match="did not return within"):
         lab.check_my_linear(linear_variant(forward=_sleep))
     with pytest.raises(lab.CheckError, match="did not return within"):

@@ -81,7 +81,7 @@ def test_amp_step_names_the_mistake(wrong, fragment):
 
 
 def test_amp_step_stops_a_function_that_never_returns(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
+    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
     with pytest.raises(lab.CheckError, match="did not return within"):
         lab.check_amp_step(never_returns)
 
