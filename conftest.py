@@ -3,6 +3,8 @@
 - Kernels and workers: every kernel of the session, and xdist's workers, are forked from
   one zygote that imported torch once (tools/forkkernel.py; ``LAB_FORK_KERNELS=0`` for
   stock ones). The controller starts it; the workers find it through the environment.
+- Early work: torch-free work that a fixture needs (the site's build) starts in the
+  controller at once, on the core that would idle while the zygote imports torch.
 - Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
   takes a whole notebook, test class or module at a time; the longest go first, so that
   both workers finish together; and a TensorBoard read-back test runs right after nbval
@@ -13,8 +15,11 @@ import gc
 import os
 import shlex
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -28,12 +33,17 @@ import forkkernel  # noqa: E402
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tools" / "fastexit"), os.environ.get("PYTHONPATH")]))
 
 ZYGOTE = pytest.StashKey[tuple]()
+EARLY = pytest.StashKey[dict]()
+# Torch-free work the controller starts at once, on the core that idles while the zygote
+# imports torch (8 s); a fixture then takes its result (the ``early`` fixture). name ->
+# (the test module that uses it, the command writing into the folder it is given).
+EARLY_WORK = {"site": ("tests/test_site.py", lambda out: [sys.executable, str(ROOT / "tools" / "site.py"), "--out", out])}
 # Seconds each unit took in `make test` on a 2-core machine (the durations report); the
 # longest are handed out first. A unit not listed counts as a few seconds.
 SECONDS = {"notebooks/10_scaling_up.ipynb": 39,
            "notebooks/07_data_loading.ipynb": 31, "tests/test_grade.py": 25, "notebooks/06_optim.ipynb": 22,
            "tests/test_colab.py": 17, "notebooks/09_static_and_dynamic_graphs.ipynb": 15,
-           "tests/test_checks_datasets.py": 15, "tests/test_site.py": 14, "tests/test_bad_input.py": 14,
+           "tests/test_checks_datasets.py": 15, "tests/test_bad_input.py": 14,
            "notebooks/08_pretrained_models.ipynb": 14, "tests/test_slowdata.py": 12,
            "tests/test_student_roundtrip.py::TestStudentEdition_09_static_and_dynamic_graphs": 13,
            "tests/test_student_roundtrip.py::TestStudentEdition_07_data_loading": 11,
@@ -60,9 +70,30 @@ def pytest_configure(config):
         # -n N: the workers are forked from the zygote too (LAB_FORK_WORKERS=0: new Pythons)
         python = shlex.join([sys.executable, forkkernel.__file__, "python"])
         config.option.tx = [f"popen//python={python}"] * len(tx)
+    (folder / "early").mkdir()
+    os.environ["LAB_EARLY"] = str(folder / "early")
+    config.stash[EARLY] = {name: subprocess.Popen(  # each writes its exit status last: the fixture waits for it
+        ["sh", "-c", '"$@" >"$0.log" 2>&1; echo $? >"$0.status"', str(folder / "early" / name),
+         *command(str(folder / "early" / name))], stdin=subprocess.DEVNULL, start_new_session=True)
+        for name, (_, command) in EARLY_WORK.items()}
+
+
+def pytest_xdist_node_collection_finished(node, ids):
+    """Stop the early work that no collected test will use (``-k``, a single test file)."""
+    for name, process in node.config.stash.get(EARLY, {}).items():
+        if not any(i.startswith(EARLY_WORK[name][0] + "::") for i in ids):
+            _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)  # the shell and the command it runs
+    process.wait()
 
 
 def pytest_unconfigure(config):
+    for process in config.stash.get(EARLY, {}).values():
+        _stop(process)  # unfinished (an aborted run): its folder goes next
     zygote, folder = config.stash.get(ZYGOTE, (None, None))
     forkkernel.stop(zygote)
     if folder is not None:
@@ -138,6 +169,24 @@ def pytest_runtest_logreport(report):
         _cells[stem][1] += 1  # a cell tagged nbval-skip counts as done
         if _cells[stem][0] == _cells[stem][1]:  # the whole notebook passed: its runs are complete
             (_done / stem).touch()
+
+
+@pytest.fixture(scope="session")
+def early():
+    """``take(name)``: the folder the controller's early work ``name`` (EARLY_WORK) wrote,
+    once it finished; fails with its log if it failed."""
+    def take(name: str, timeout: float = 600) -> Path:
+        out = Path(os.environ["LAB_EARLY"], name)
+        status = out.with_name(name + ".status")
+        deadline = time.monotonic() + timeout
+        while not status.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not status.exists() or status.read_text().strip() != "0":
+            log = out.with_name(name + ".log")
+            pytest.fail(f"{' '.join(EARLY_WORK[name][1](str(out)))} failed or never finished:\n"
+                        f"{log.read_text()[-3000:] if log.exists() else '(no log)'}")
+        return out
+    return take
 
 
 @pytest.fixture(scope="session")

@@ -114,13 +114,13 @@ sys.exit(3)"""
 
 @pytest.fixture
 def zygote(tmp_path):
-    """``start(programs)``: a zygote of this test's own (it preloads pyplot only); its socket and pid."""
+    """``start(programs)``: a zygote of this test's own (it preloads matplotlib only); its socket and pid."""
     started = []
 
     def start(programs):
         path = str(tmp_path / f"zygote{len(started)}.sock")
         code = (f"import sys\nsys.path.insert(0, {os.path.dirname(forkkernel.__file__)!r})\nimport forkkernel\n"
-                f"forkkernel.serve({path!r}, preload=('matplotlib.pyplot',), programs={programs!r})")
+                f"forkkernel.serve({path!r}, preload=('matplotlib',), programs={programs!r})")
         started.append(forkkernel.launch([sys.executable, "-c", code], path))
         return path, started[-1].pid
 

@@ -27,10 +27,8 @@ def site_module():
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
-    site_module().build(ROOT / "notebooks", out)
-    return out
+def built(early):
+    return early("site")  # `python tools/site.py --out ...`, which the test run started first (conftest.py)
 
 
 def text_of(page: Path) -> str:
