@@ -5,9 +5,9 @@
   stock ones). The controller starts it; the workers find it through the environment.
 - Early work: torch-free work that a fixture needs (the site's build) starts in the
   controller at once, on the core that would idle while the zygote imports torch.
-- Scheduling (``make test``: ``-n 2 --dist loadscope --no-loadscope-reorder``): a worker
-  takes a whole notebook, test class or module at a time; the longest go first, so that
-  both workers finish together; and a TensorBoard read-back test runs right after nbval
+- Scheduling (``make test``: ``-n TEST_JOBS --dist loadscope --no-loadscope-reorder``): a
+  worker takes a whole notebook, test class or module at a time; the longest go first, so
+  that the workers finish together; and a TensorBoard read-back test runs right after nbval
   ran its notebook, on the same worker, and reads the runs that nbval's execution logged
   (the ``nbval_runs`` fixture) instead of training again.
 """
