@@ -242,8 +242,8 @@ def _fork(conn: socket.socket, close: list[socket.socket], enter, allow, program
     try:
         request = json.loads(message)
     except ValueError:
-        request = {}
-    if len(fds) != 3 or request.get("program") not in programs:
+        request = None
+    if len(fds) != 3 or not isinstance(request, dict) or request.get("program") not in programs:
         for fd in fds:
             os.close(fd)
         return 0
