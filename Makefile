@@ -95,12 +95,18 @@ nbval: $(STAMP)
 	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadscope notebooks \
 	    --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
-# Loopback only; a fixed port so the address stays the same (override: TB_PORT=6007).
-# Ctrl-C stops TensorBoard and its data-server child alike (tests/test_tensorboard.py checks
-# that none survives); the data server also shows a rerun's replaced run without a restart.
+# Loopback only (127.0.0.1), on the first free port from $(TB_PORT) up (an inline
+# `%tensorboard` in a notebook may hold 6006): free means that no server on 127.0.0.1
+# accepts a connection there. The URL is printed first. TensorBoard does not check the
+# Host header, so a web page can reach it by DNS rebinding: docs/tensorboard.md says how
+# to keep it local. Ctrl-C stops TensorBoard and its data-server child alike
+# (tests/test_tensorboard.py checks that none survives); the data server also shows a
+# rerun's replaced run without a restart.
 tensorboard: $(STAMP)
+	$(eval TB_FREE_PORT := $(or $(shell $(BIN)/python -c 'import socket, sys; print(next(p for p in range(int(sys.argv[1]), 65536) if socket.socket().connect_ex(("127.0.0.1", p))))' $(TB_PORT) 2>/dev/null),$(TB_PORT)))
 	@test -d $(RUNS_DIR)/$(NB) || echo "make tensorboard: no $(RUNS_DIR)/$(NB) yet; runs appear once a notebook logs them"
-	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_PORT)
+	@echo "make tensorboard: $(if $(filter-out $(TB_PORT),$(TB_FREE_PORT)),port $(TB_PORT) is in use (an inline %tensorboard?); )open http://127.0.0.1:$(TB_FREE_PORT)/"
+	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_FREE_PORT)
 
 # Empties runs/ and touches nothing else: refuses when runs is a symbolic link or
 # not a folder, and neither find nor rm follows links found inside runs/.
