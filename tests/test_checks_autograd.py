@@ -7,7 +7,7 @@ import torch
 
 import labsupport as lab
 import labsupport.checks.core as core
-from labsupport.checks import autograd as A
+from labsupport.checks import nb03_autograd as A
 
 
 # ------------------------------------------------------------------ 03.1 two paths

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import labsupport as lab
 import labsupport.checks.core as core
-import labsupport.checks.datasets as ds
+import labsupport.checks.nb07_data_loading as ds
 
 DEVICE = lab.pick_device()
 # the "optimizer.step() never called" mistake makes torch warn about the scheduler order; that is the point

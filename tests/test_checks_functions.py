@@ -7,7 +7,7 @@ import torch
 
 import labsupport as lab
 import labsupport.checks.core as core
-from labsupport.checks import functions as Fn
+from labsupport.checks import nb04_custom_functions as Fn
 
 
 def make(forward, backward, name="Fn"):

@@ -6,7 +6,7 @@ import torch
 
 import labsupport as lab
 import labsupport.checks.core as core
-from labsupport.checks.optim import _RULES
+from labsupport.checks.nb06_optim import _RULES
 
 
 class SGDMomentum(torch.optim.Optimizer):

@@ -6,8 +6,8 @@ import torch
 
 import labsupport as lab
 import labsupport.checks.core as core
-from labsupport.checks import backprop
-from labsupport.checks.tensors import SPECS
+from labsupport.checks import nb02_manual_backprop as backprop
+from labsupport.checks.nb01_tensors import SPECS
 
 SOLVED = {
     "pairwise_sq_dists": lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1),

@@ -1,13 +1,14 @@
-"""The exercises' checks: ``core`` is the engine; each other module holds one notebook's checks."""
-from .core import *  # noqa: F401,F403
-from .tensors import *  # noqa: F401,F403   01_tensors
-from .backprop import *  # noqa: F401,F403  02_manual_backprop
-from .autograd import *  # noqa: F401,F403  03_autograd
-from .functions import *  # noqa: F401,F403  04_custom_functions
-from .modules import *  # noqa: F401,F403  05_nn_module
-from .optim import *  # noqa: F401,F403  06_optim
-from .datasets import *  # noqa: F401,F403  07_data_loading
-from .pretrained import *  # noqa: F401,F403  08_pretrained_models
-from .graphs import *  # noqa: F401,F403  09_static_and_dynamic_graphs
-from .scaling import *  # noqa: F401,F403  10_scaling_up
-from .hardware import *  # noqa: F401,F403  00_hardware
+"""The exercises' checks: ``core`` is the engine; each ``nbNN_<notebook>`` module holds one notebook's checks."""
+
+from .core import *  # noqa: F403
+from .nb00_hardware import *  # noqa: F403
+from .nb01_tensors import *  # noqa: F403
+from .nb02_manual_backprop import *  # noqa: F403
+from .nb03_autograd import *  # noqa: F403
+from .nb04_custom_functions import *  # noqa: F403
+from .nb05_nn_module import *  # noqa: F403
+from .nb06_optim import *  # noqa: F403
+from .nb07_data_loading import *  # noqa: F403
+from .nb08_pretrained_models import *  # noqa: F403
+from .nb09_static_and_dynamic_graphs import *  # noqa: F403
+from .nb10_scaling_up import *  # noqa: F403

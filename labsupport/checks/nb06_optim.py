@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from .core import CheckError, check_prediction, exercise, expect_count, passed, read_prediction, rel_error, run_student
-from .modules import expect_class
+from .nb05_nn_module import expect_class
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
 SWEEP_LRS = (1e-3, 1e-2, 1e-1, 1.0)

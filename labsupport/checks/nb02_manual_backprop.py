@@ -4,7 +4,7 @@ from typing import Any, Callable
 import torch
 from ..data import lecture_data, lecture_weights
 from .core import CheckError, check_prediction, describe, exercise, passed, read_prediction, rel_error, run_cases, run_student
-from .tensors import _randn
+from .nb01_tensors import _randn
 
 __all__ = ["check_linear_layer", "check_relu_layer", "check_loss_and_grads", "check_numeric_grad", "check_lr_prediction"]
 TOL, MASK = 1e-8, "ReLU mask {}: the gradient flows where h > 0 and is 0 where h < 0"

@@ -1,0 +1,347 @@
+"""How a check talks to the student: the failure block, the hint ladder, and exercise bookkeeping.
+
+The ladder (the same for every exercise):
+
+1. The first failure of a kind says what is wrong and where: which output, which case,
+   what it should satisfy, expected against got. It does not name the mistake.
+2. The same kind of failure again names the likely mistake in words.
+3. Code (a line to look at) appears only when the student asks, ``lab.hint("03.5")``,
+   or after :data:`CODE_AFTER` failed runs of the exercise's check.
+
+A "kind" is the named :class:`Mistake` the answer matched, else the failure's message.
+``str(err)`` always holds the full text (message, expected, got, likely mistake) for
+programs such as tests and the grader; Jupyter shows the block of the current rung.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import inspect
+import os
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["CheckError", "hint", "require", "show_traceback"]
+
+#: Failed runs of one exercise's check after which the code rung is shown unasked.
+CODE_AFTER = 4
+
+#: $LAB_FEEDBACK=named starts every failure at rung 2 (the grader's feedback files use it).
+START_RUNG = 2 if os.environ.get("LAB_FEEDBACK") == "named" else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Mistake:
+    """A typical wrong answer of one exercise, and what to tell the student about it.
+
+    ``matches`` is the wrong answer itself (a tensor, a value, a tuple with None for
+    "any") or a predicate on the answer. ``why`` names the mistake in words (rung 2);
+    ``look`` points at the code (rung 3) and never contains a find-the-bug exercise's fix.
+    ``symptom`` optionally says what is visibly wrong at rung 1, without the cause.
+    """
+
+    name: str
+    matches: Any
+    why: str
+    look: str | None = None
+    symptom: str | None = None
+
+
+class CheckError(AssertionError):
+    """A check failed: what was expected, what came, and the likely mistake.
+
+    It subclasses AssertionError, so a failing check stops "Run all" (and nbval)
+    like an assert. In Jupyter it renders as a short block at the rung of the ladder
+    the student has reached; ``lab.show_traceback()`` prints the full traceback.
+
+    Example:
+        >>> err = CheckError("grad_w1 is wrong", expected="shape (4, 5)", got="shape (5, 4)",
+        ...                  hint="a transpose is missing")
+        >>> print(err)
+        grad_w1 is wrong. Expected shape (4, 5); got shape (5, 4). Likely mistake: a transpose is missing
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: str | None = None,
+        got: str | None = None,
+        hint: str | None = None,
+        look: str | None = None,
+        mistake: str | None = None,
+        usage: bool = False,
+        exercise: str | None = None,
+    ) -> None:
+        self.message = message
+        self.expected = expected
+        self.got = got
+        self.hint = hint
+        self.look = look
+        self.mistake = mistake
+        # usage=True: the answer (or the call) cannot be used at all; its advice is what the
+        # check needs from the student, shown at once, not a mistake to discover.
+        self.usage = usage
+        self.exercise = exercise
+        self.rung = 3 if usage else START_RUNG
+        super().__init__(self._text())
+
+    def kind(self) -> str:
+        """What counts as "the same failure again" on the ladder."""
+        if self.mistake:
+            return self.mistake
+        return self.message
+
+    def _text(self) -> str:
+        text = self.message
+        facts = []
+        if self.expected is not None:
+            facts.append(f"expected {self.expected}")
+        if self.got is not None:
+            facts.append(f"got {self.got}")
+        if facts or self.hint:
+            text = text.rstrip(".")
+        if facts:
+            joined = "; ".join(facts)
+            text += ". " + joined[0].upper() + joined[1:]
+        if self.hint:
+            text += f". Likely mistake: {self.hint}"
+        return text
+
+    def rendered(self, footer: bool = True) -> list[str]:
+        """The lines of the block at this error's rung, without colours."""
+        lines = [f"CHECK FAILED · {self.exercise or 'check'}", f"  {self.message}"]
+        if self.expected is not None:
+            lines.append(f"  expected: {self.expected}")
+        if self.got is not None:
+            lines.append(f"  got:      {self.got}")
+        if self.hint and (self.rung >= 2 or self.usage):
+            lines.append(f"  likely mistake: {self.hint}" if not self.usage else f"  what to do: {self.hint}")
+        if self.look and self.rung >= 3 and not self.usage:
+            lines.append(f"  look at: {self.look}")
+        if footer and not self.usage and self.exercise_id():
+            lines.append(_next_step(self))
+        return lines
+
+    def exercise_id(self) -> str | None:
+        """The exercise id ("03.5") this failure belongs to, if a check raised it."""
+        if self.exercise and self.exercise.startswith("Exercise "):
+            return self.exercise.split()[1].rstrip(":")
+        return None
+
+    def _render_traceback_(self) -> list[str]:
+        """What IPython shows instead of the traceback (see IPython's showtraceback)."""
+        _LAST[0] = self
+        red = "\x1b[31m"
+        bold = "\x1b[1m"
+        off = "\x1b[0m"
+        lines = self.rendered()
+        head = f"{red}{bold}✗ CHECK FAILED{off}{red} · {self.exercise or 'check'}{off}"
+        tail = "  (the full traceback: run lab.show_traceback() in a new cell)"
+        return [head, *lines[1:], tail]
+
+
+def _next_step(err: CheckError) -> str:
+    """The ladder's last line: what the next run, or lab.hint, will add."""
+    ex_id = err.exercise_id()
+    if err.rung == 1 and err.hint:
+        return f"  (change your code and run the check again; stuck? lab.hint({ex_id!r}) names the likely mistake)"
+    if err.rung == 2 and err.look:
+        return f"  (still stuck? lab.hint({ex_id!r}) shows where to look)"
+    return "  (fix it and run the check again)"
+
+
+class ExerciseNotSolved(CheckError):
+    """Raised by :func:`require`: a cell needs an exercise whose check has not passed."""
+
+    def _render_traceback_(self) -> list[str]:
+        _LAST[0] = self
+        return [f"\x1b[33m\x1b[1m■ STOPPED\x1b[0m\x1b[33m · {self.message}\x1b[0m"]
+
+
+@dataclasses.dataclass
+class _Ledger:
+    """What this kernel remembers about one exercise."""
+
+    failures: int = 0
+    kinds: dict[str, int] = dataclasses.field(default_factory=dict)
+    last: CheckError | None = None
+    solved: bool = False
+
+
+_LAST: list[BaseException | None] = [None]
+_LEDGER: dict[str, _Ledger] = {}
+_TITLES: dict[str, str] = {}  # every exercise id a check declares -> its title
+_CURRENT: list[str] = []  # the exercise whose check is running (predictions record under it)
+
+
+def _ledger(ex_id: str) -> _Ledger:
+    if ex_id not in _LEDGER:
+        _LEDGER[ex_id] = _Ledger()
+    return _LEDGER[ex_id]
+
+
+def reset_feedback() -> None:
+    """Forget every failure, solved exercise and committed prediction (tests use it)."""
+    from . import predictions
+
+    _LEDGER.clear()
+    _LAST[0] = None
+    predictions.COMMITTED.clear()
+
+
+def _climb(ex_id: str, err: CheckError) -> None:
+    """Count this failure and set the rung it is shown at."""
+    ledger = _ledger(ex_id)
+    ledger.failures += 1
+    kind = err.kind()
+    ledger.kinds[kind] = ledger.kinds.get(kind, 0) + 1
+    ledger.last = err
+    _LAST[0] = err
+    if err.usage:
+        return
+    rung = START_RUNG
+    if ledger.kinds[kind] >= 2:
+        rung = 2
+    if ledger.failures >= CODE_AFTER:
+        rung = 3
+    err.rung = max(err.rung, rung)
+
+
+def current_exercise() -> str | None:
+    """The id of the exercise whose check is running, if any."""
+    if _CURRENT:
+        return _CURRENT[-1]
+    return None
+
+
+@contextlib.contextmanager
+def _running(ex_id: str) -> Iterator[None]:
+    _CURRENT.append(ex_id)
+    try:
+        yield
+    finally:
+        _CURRENT.pop()
+
+
+def _called_wrongly(check: Callable, args: tuple, kwargs: dict) -> str | None:
+    """A sentence if ``check(*args, **kwargs)`` does not fit the check's signature."""
+    signature = inspect.signature(check)
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        return f"{check.__name__}{signature} was called wrongly ({exc})"
+    return None
+
+
+def exercise(ex_id: str, title: str) -> Callable[[Callable], Callable]:
+    """Declare the check of exercise ``ex_id`` (``"02.1"``): failures are labelled with it
+    and climb its hint ladder, success marks it solved for :func:`require`, and an
+    unexpected error inside the check becomes a sentence, not a traceback."""
+    _TITLES[ex_id] = title
+
+    def decorate(check: Callable) -> Callable:
+        @functools.wraps(check)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            __tracebackhide__ = True
+            label = f"Exercise {ex_id}: {title}"
+            ledger = _ledger(ex_id)
+            ledger.solved = False
+            wrong_call = _called_wrongly(check, args, kwargs)
+            if wrong_call:
+                raise CheckError(
+                    wrong_call,
+                    hint="pass what the exercise's check cell passes: run that cell as it is",
+                    usage=True,
+                    exercise=label,
+                )
+            try:
+                with _running(ex_id):
+                    result = check(*args, **kwargs)
+            except CheckError as err:
+                err.exercise = err.exercise or label
+                _climb(ex_id, err)
+                raise
+            except Exception as exc:
+                err = CheckError(
+                    f"the check could not use what it was given ({type(exc).__name__}: {exc})",
+                    hint="compare what your code returns with what the exercise asks for "
+                    "(type, shape, dtype, one value or a tuple)",
+                    usage=True,
+                    exercise=label,
+                )
+                _climb(ex_id, err)
+                raise err from exc
+            ledger.solved = True
+            return result
+
+        run.exercise_id = ex_id  # type: ignore[attr-defined]
+        return run
+
+    return decorate
+
+
+def require(*ex_ids: str) -> None:
+    """Stop this cell at once, with one line, unless the named exercises passed
+    their checks in this kernel (so an unsolved exercise never crashes later cells).
+
+    Example:
+        >>> require()   # nothing required: returns quietly
+    """
+    __tracebackhide__ = True
+    missing = [ex_id for ex_id in ex_ids if not _ledger(ex_id).solved]
+    if missing:
+        names = " and ".join(f"Exercise {ex_id} ({_TITLES.get(ex_id, 'see above')})" for ex_id in missing)
+        raise ExerciseNotSolved(
+            f"this cell uses the result of {names}: solve it and run its "
+            f"check until it says PASS, then run this cell again."
+        )
+
+
+def passed(message: str) -> None:
+    """Print the one-line success verdict every check ends with."""
+    print(f"PASS  {message}")
+
+
+def show_traceback() -> None:
+    """Print the full traceback of the last failed check, which its block hides: ``lab.show_traceback()``."""
+    err = _LAST[0]
+    if err is None:
+        print("no check has failed in this kernel yet")
+        return
+    print("".join(traceback.format_exception(type(err), err, err.__traceback__)), end="")
+
+
+def hint(ex_id: str | None = None) -> None:
+    """Show everything the ladder holds for an exercise's last failure: the likely mistake
+    and where to look (``lab.hint("03.5")``; no id: the last failed check).
+
+    Example:
+        >>> hint("98.9")
+        Exercise 98.9 has not failed a check in this kernel: run its check first.
+    """
+    from . import predictions
+
+    if ex_id is None:
+        last = _LAST[0]
+        ex_id = last.exercise_id() if isinstance(last, CheckError) else None
+        if ex_id is None:
+            print("no check has failed in this kernel yet: run an exercise's check first")
+            return
+    if not isinstance(ex_id, str):
+        print(f"lab.hint takes an exercise id such as '03.5', got {type(ex_id).__name__}")
+        return
+    if ex_id in predictions.COMMITTED:
+        predictions.explain(ex_id)
+        return
+    err = _LEDGER.get(ex_id, _Ledger()).last
+    if err is None:
+        print(f"Exercise {ex_id} has not failed a check in this kernel: run its check first.")
+        return
+    err.rung = 3
+    print("\n".join(err.rendered(footer=False)))
+    if not err.hint and not err.look:
+        print("  (no known mistake matches this answer: compare expected and got above, case by case)")

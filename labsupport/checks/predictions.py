@@ -1,0 +1,174 @@
+"""Predict, observe, explain: a prediction's check records the first valid answer, only then
+shows what happens, and asks the student to explain it.
+
+What is kept: the first committed answer of each exercise, in this kernel's memory and in
+the check cell's output (the line ``recorded answer: ...``), which the submitted notebook
+carries. A kernel restart forgets the memory, and a student can edit the stored output of
+a notebook file by hand; the grader therefore reads the recorded line of the submitted
+notebook and flags a recorded answer that differs from the answer cell.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from .feedback import CheckError, current_exercise, passed
+from .values import describe, plain
+
+
+@dataclasses.dataclass
+class Committed:
+    """A prediction the student committed: the first valid answer, and what the experiment gave."""
+
+    name: str
+    answer: Any
+    actual: Any
+    right: bool
+    why: str
+    ask: str
+    note: str | None
+
+
+#: exercise id -> its first committed prediction, for this kernel.
+COMMITTED: dict[str, Committed] = {}
+
+
+def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
+    """The answer in plain types: tensors and numpy scalars as numbers, lists as tuples, words
+    lower-cased (also inside tuples), NaN and inf as the words 'nan' and 'inf' when those are choices."""
+    if isinstance(got, torch.Tensor):
+        if got.device.type == "meta" or got.numel() != 1:
+            return got
+        got = got.detach().cpu().item()
+    elif type(got).__module__ == "numpy" and hasattr(got, "item") and getattr(got, "size", 2) == 1:
+        got = got.item()
+    if isinstance(got, torch.Size):
+        got = tuple(int(n) for n in got)
+    got = plain(got)
+    if isinstance(got, str):
+        return got.strip().lower()
+    if isinstance(got, tuple):
+        return tuple(item.strip().lower() if isinstance(item, str) else item for item in got)
+    word_choices = [c for c in choices or () if isinstance(c, str)]
+    if isinstance(got, float) and not math.isfinite(got) and word_choices:
+        word = "nan" if math.isnan(got) else ("inf" if got > 0 else "-inf")
+        if word in word_choices:
+            return word
+    return got
+
+
+def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None) -> Any:
+    """``got`` in plain types if it has the form of an answer (one of ``choices`` when given), else a
+    CheckError: checks that measure call it first, to refuse junk before measuring."""
+    __tracebackhide__ = True
+    if got is None or got is Ellipsis:
+        raise CheckError(
+            f"{name}: no prediction yet: write your answer between the solution markers above and run that cell first",
+            usage=True,
+        )
+    expected = " / ".join(map(repr, choices)) if choices else "a number, a word or a tuple of them"
+    got = _normalised(got, choices)
+    if not isinstance(got, (str, int, float, bool, tuple)):
+        raise CheckError(f"{name}: answer with a plain value", got=describe(got), expected=expected, usage=True)
+    if isinstance(got, tuple) and not all(isinstance(item, (str, int, float, bool)) for item in got):
+        raise CheckError(f"{name}: answer with plain values in the tuple", got=repr(got), expected=expected, usage=True)
+    if choices is not None:
+        if got not in _normalised_choices(choices):
+            raise CheckError(
+                f"{name}: the answer must be one of the choices", expected=expected, got=repr(got), usage=True
+            )
+    return got
+
+
+def _normalised_choices(choices: Sequence[Any]) -> list[Any]:
+    return [_normalised(choice, None) for choice in choices]
+
+
+def _same(got: Any, actual: Any, rel: float) -> bool:
+    """Does the normalised answer ``got`` equal the outcome (numbers within ``rel``)?"""
+    if isinstance(actual, bool) or isinstance(got, bool):
+        return type(got) is type(actual) and got == actual
+    if isinstance(actual, (int, float)):
+        if not isinstance(got, (int, float)) or not math.isfinite(got):
+            return False
+        return math.isclose(got, actual, rel_tol=rel, abs_tol=1e-12)
+    if isinstance(actual, tuple):
+        if not isinstance(got, tuple) or len(got) != len(actual):
+            return False
+        return all(_same(g, a, rel) for g, a in zip(got, actual))
+    return got == _normalised(actual, None)
+
+
+def _note_for(got: Any, mistakes: Mapping[Any, str] | None, rel: float) -> str | None:
+    for wrong, note in (mistakes or {}).items():
+        if _same(got, _normalised(wrong, None), rel):
+            return note
+    return None
+
+
+def check_prediction(
+    name: str,
+    got: Any,
+    actual: Any,
+    *,
+    choices: Sequence[Any] | None = None,
+    why: str,
+    mistakes: Mapping[Any, str] | None = None,
+    rel: float = 0.05,
+    ask: str | None = None,
+) -> None:
+    """Judge a predict-then-run answer. ``actual`` is what the experiment gives (measured by the
+    check), ``why`` the explanation, ``mistakes`` a note for each typical wrong answer, ``ask``
+    the question that makes the student explain. Numbers count within ``rel``.
+
+    The first valid answer is committed and kept; the outcome is shown only then. A right
+    first answer prints PASS; a wrong one prints the outcome and does not stop the notebook
+    (the record is what counts, so changing the answer cannot pass)."""
+    __tracebackhide__ = True
+    got = read_prediction(name, got, choices)
+    if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise CheckError(f"{name}: the answer must be a number", got=describe(got), usage=True)
+    ex_id = current_exercise() or name
+    question = ask or "before reading the explanation, say in one sentence why this happens"
+    record = COMMITTED.get(ex_id)
+    if record is None:
+        right = _same(got, actual, rel)
+        record = Committed(name, got, actual, right, why, question, _note_for(got, mistakes, rel))
+        COMMITTED[ex_id] = record
+        _first_verdict(record, ex_id)
+        return
+    _later_verdict(record, got, ex_id)
+
+
+def _first_verdict(record: Committed, ex_id: str) -> None:
+    if record.right:
+        passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}). {record.why}")
+        return
+    print(f"NOT RIGHT  {record.name}: what happens is {record.actual!r} (recorded answer: {record.answer!r}).")
+    print(f"  Now explain: {record.ask}. Then lab.hint({ex_id!r}) shows the explanation.")
+
+
+def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:
+    if record.right:
+        passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}). {record.why}")
+        return
+    changed = "" if got == record.answer else f"; your new answer {got!r} does not replace it"
+    print(
+        f"NOT RIGHT  {record.name}: what happens is {record.actual!r} "
+        f"(recorded answer: {record.answer!r}, your first{changed})."
+    )
+    explain(ex_id)
+
+
+def explain(ex_id: str) -> None:
+    """Print the explanation of a committed prediction (what ``lab.hint`` shows for one)."""
+    record = COMMITTED[ex_id]
+    if record.note:
+        print(f"  About {record.answer!r}: {record.note}")
+    print(f"  Why: {record.why}")

@@ -1,0 +1,278 @@
+"""Running a student's code inside a check: a time limit, errors turned into sentences,
+arguments changed in place, and the case-by-case engine for function exercises."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import linecache
+import os
+import re
+import signal
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from .feedback import CheckError
+from .values import as_mistakes, compare, describe, first_mistake, mistake_error
+
+#: Seconds a student's function may run inside a check ($LAB_TIME_LIMIT overrides).
+TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
+
+
+class TimedOut(BaseException):
+    """Raised in the student's code at the time limit: a BaseException, which ``except Exception`` cannot swallow."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Interrupt the block after ``seconds`` with :class:`TimedOut` (main thread, POSIX only;
+    elsewhere the block runs unlimited). An enclosing, earlier deadline is kept."""
+    usable = bool(seconds) and hasattr(signal, "setitimer")
+    usable = usable and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+    outer_left, _ = signal.getitimer(signal.ITIMER_REAL)
+    if outer_left and outer_left < seconds:
+        yield  # an enclosing limit ends sooner: it stays in charge
+        return
+
+    def ring(signum: int, frame: Any) -> None:
+        raise TimedOut()
+
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def stopped_after(seconds: float, what: str, why: str) -> Iterator[None]:
+    """Run the block under :func:`time_limit`; at the limit raise a TimeoutError that says
+    what was stopped and why (for helpers such as the timers and data loaders)."""
+    try:
+        with time_limit(seconds):
+            yield
+    except TimedOut:
+        raise TimeoutError(f"{what} did not finish within {seconds:g} s, so it was stopped: {why}") from None
+
+
+# PyTorch's error texts, and what they usually mean in a student's code.
+ERROR_HINTS: list[tuple[str, str]] = [
+    (
+        r"mat1 and mat2 shapes|size mismatch, got|Expected size for first two dimensions"
+        r"|shapes? .* cannot be multiplied",
+        "a matrix product's inner sizes differ: write each operand's shape beside the line",
+    ),
+    (
+        r"must match the size of tensor b|cannot be broadcast|not broadcastable",
+        "two tensors were combined elementwise with shapes that do not broadcast: print both shapes",
+    ),
+    (
+        r"Expected all tensors to be on the same device",
+        "tensors on different devices: create new ones with device=x.device, or move them with .to()",
+    ),
+    (
+        r"to have the same dtype|expected scalar type|dtype",
+        "tensors of different dtypes: create new ones with dtype=x.dtype (or use torch.*_like)",
+    ),
+    (
+        r"does not require grad and does not have a grad_fn",
+        "the tensor is not part of a graph: its leaves need requires_grad=True, and no torch.no_grad() "
+        "or .detach() on the way",
+    ),
+    (
+        r"backward through the graph a second time",
+        "backward() frees the graph: each step needs its own forward pass",
+    ),
+    (
+        r"leaf Variable that requires grad is being used in an in-place",
+        "autograd refuses in-place changes to a leaf it is recording: where should a weight update happen?",
+    ),
+    (
+        r"modified by an inplace operation",
+        "an in-place operation overwrote a value autograd saved for the backward pass",
+    ),
+    (
+        r"grad can be implicitly created only for scalar outputs",
+        "backward() without an argument needs a scalar: reduce the loss, or pass gradient=",
+    ),
+    (r"view size is not compatible|is not contiguous", "view() needs a contiguous tensor: use reshape()"),
+    (r"index .* is out of bounds|out of range", "an index is out of range: check an off-by-one or the axis you index"),
+]
+
+
+def explain_error(exc: BaseException) -> str | None:
+    """The advice for a PyTorch error raised in student code, or None."""
+    text = f"{type(exc).__name__}: {exc}"
+    for pattern, advice in ERROR_HINTS:
+        if re.search(pattern, text):
+            return advice
+    return None
+
+
+def _student_line(exc: BaseException) -> str | None:
+    """The last line of the student's own code (a notebook cell) that ``exc`` passed through."""
+    lines = []
+    for frame, number in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
+        if "ipykernel" in filename or filename.startswith("<"):
+            lines.append(linecache.getline(filename, number).strip())
+    for line in reversed(lines):
+        if line:
+            return line
+    return None
+
+
+def expect_function(fn: Any, what: str) -> None:
+    """Refuse None or a non-function (checks with a costly reference call it first)."""
+    __tracebackhide__ = True
+    if fn is None:
+        raise CheckError(
+            f"{what} is None: run the exercise cell above first (until it is solved, its name holds None)",
+            usage=True,
+        )
+    if not callable(fn):
+        raise CheckError(
+            f"{what} is not a function",
+            expected="a function",
+            got=describe(fn),
+            hint="pass the function itself, without calling it (no parentheses)",
+            usage=True,
+        )
+
+
+def _argument_names(fn: Callable, count: int) -> list[str]:
+    """The names of ``fn``'s first ``count`` positional parameters (#1, #2, ... where unknown)."""
+    names = [f"#{i + 1}" for i in range(count)]
+    with contextlib.suppress(TypeError, ValueError):
+        parameters = list(inspect.signature(fn).parameters.values())
+        for i, parameter in enumerate(parameters[:count]):
+            if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+                names[i] = parameter.name
+    return names
+
+
+def run_student(
+    fn: Any,
+    *args: Any,
+    what: str = "your function",
+    timeout: float | None = None,
+    inplace_hint: str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Call a student's function and turn whatever goes wrong into a CheckError:
+    not written yet (the stub), not callable, an exception (with the line and the
+    advice for PyTorch's error), no return within ``timeout`` seconds, or a tensor
+    argument changed in place (named by its parameter name, with ``inplace_hint``)."""
+    __tracebackhide__ = True
+    expect_function(fn, what)
+    limit = TIME_LIMIT if timeout is None else timeout
+    before = []
+    if inplace_hint is not None:
+        for a in args:
+            before.append(a.detach().clone() if isinstance(a, torch.Tensor) else None)
+    try:
+        with time_limit(limit):
+            result = fn(*args, **kwargs)
+    except TimedOut:
+        raise CheckError(
+            f"{what} did not return within {limit:g} s, so the check stopped it",
+            hint="a loop that never ends (a while whose condition never changes?), or far more work than the "
+            "exercise needs",
+            mistake="too slow",
+        ) from None
+    except NotImplementedError as exc:
+        raise CheckError(
+            f"{what} is not written yet ({exc}): fill in the exercise cell above, run it, then run this check again",
+            usage=True,
+        ) from None
+    except CheckError:
+        raise
+    except Exception as exc:
+        where = _student_line(exc)
+        message = f"{what} raised {type(exc).__name__}: {str(exc).strip()}"
+        if where:
+            message += f"\n  in your line:  {where}"
+        raise CheckError(message, hint=explain_error(exc), mistake=f"raised {type(exc).__name__}") from exc
+    names = _argument_names(fn, len(args))
+    for name, a, b in zip(names, args, before):
+        if b is not None and not torch.equal(a.detach(), b):
+            raise CheckError(
+                f"{what} changed its argument {name} in place",
+                hint=inplace_hint.format(name=name) if "{name}" in inplace_hint else inplace_hint,
+                mistake=f"changed {name} in place",
+            )
+    return result
+
+
+def _case_words(number: int, total: int, case: tuple) -> str:
+    """ "in case 2 of 3 (x: (4, 3))": which case, with its tensors' shapes."""
+    shapes = [str(tuple(a.shape)) for a in case if isinstance(a, torch.Tensor)]
+    text = f"in case {number} of {total}"
+    if shapes:
+        text += f" (inputs of shape {', '.join(shapes)})"
+    return text
+
+
+def _outputs_of(result: Any, outputs: Sequence[str], what: str) -> tuple:
+    __tracebackhide__ = True
+    if len(outputs) == 1:
+        return (result,)
+    if isinstance(result, (tuple, list)) and len(result) == len(outputs):
+        return tuple(result)
+    raise CheckError(
+        f"{what} returned the wrong number of values",
+        expected=f"a tuple ({', '.join(outputs)})",
+        got=describe(result),
+        hint="a missing `return`" if result is None else "return one value per output, in this order",
+        usage=True,
+    )
+
+
+def run_cases(
+    fn: Any,
+    cases: Sequence[tuple],
+    reference: Callable[..., Any],
+    *,
+    what: str,
+    outputs: Sequence[str] = ("the result",),
+    mistakes: Callable[..., Sequence[Any]] | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    inplace_hint: str | None = None,
+    timeout: float | None = None,
+) -> float:
+    """The engine for function exercises: call ``fn`` on fresh copies of each case, compare with
+    ``reference(*case)`` output by output, and on a difference name the first mistake of
+    ``mistakes(*case)`` that fits. Returns the worst relative error."""
+    __tracebackhide__ = True
+    if not cases:
+        raise CheckError("the check was asked to run zero cases: nothing would be tested", usage=True)
+    worst = 0.0
+    for number, case in enumerate(cases, start=1):
+        copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case)
+        result = run_student(fn, *copies, what=what, timeout=timeout, inplace_hint=inplace_hint)
+        refs = reference(*case)
+        if not isinstance(refs, tuple):
+            refs = (refs,)
+        got = _outputs_of(result, outputs, what)
+        known = as_mistakes(mistakes(*case)) if mistakes else []
+        where = _case_words(number, len(cases), case)
+        whole = got if len(outputs) > 1 else got[0]
+        for name, value, ref in zip(outputs, got, refs):
+            try:
+                worst = max(worst, compare(name, value, ref, rtol=rtol, atol=atol, where=where))
+            except CheckError as err:
+                mistake = first_mistake(whole, known)
+                if mistake is None:
+                    raise
+                raise mistake_error(f"{name} is wrong {where}", mistake, expected=err.expected, got=err.got) from None
+    return worst

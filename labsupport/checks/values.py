@@ -1,0 +1,307 @@
+"""What a check does with a student's value: describe it, normalise it, validate it, compare it.
+
+Every comparison here refuses NaN and inf, names a wrong dtype or an extra leading
+dimension as such (before autograd could cast or sum it away), refuses the meta
+device, and never trusts a subclass's own ``==``: str, int, float and tensor
+subclasses are turned into the plain type first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .feedback import CheckError, Mistake
+
+
+def describe(value: Any) -> str:
+    """A short description: type, shape, dtype and device for tensors."""
+    if isinstance(value, torch.Tensor):
+        return f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}, on {value.device}"
+    kind = type(value).__name__
+    if type(value).__module__ == "numpy" and hasattr(value, "shape"):
+        return f"numpy.{kind} of shape {tuple(value.shape)}, dtype {value.dtype}"
+    if value is None:
+        return "None"
+    if isinstance(value, (int, float, complex, bool)):
+        return f"{kind} {plain(value)!r}"
+    if isinstance(value, (list, tuple, dict, set, str)):
+        return f"{kind} of length {len(value)}"
+    return kind
+
+
+def fmt(x: float) -> str:
+    """A number in 3 significant digits (stable across machines)."""
+    return f"{x:.3g}"
+
+
+def plain(value: Any) -> Any:
+    """``value`` with str/int/float/bool subclasses turned into the plain type (whose ``==``
+    cannot lie), lists and tuples element by element; anything else unchanged."""
+    if isinstance(value, bool):
+        return bool.__bool__(value) if type(value) is not bool else value
+    if isinstance(value, int) and type(value) is not int:
+        return int.__int__(value)
+    if isinstance(value, float) and type(value) is not float:
+        return float.__float__(value)
+    if isinstance(value, str) and type(value) is not str:
+        return str.__str__(value)
+    if isinstance(value, (list, tuple)):
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+        return tuple(plain(item) for item in items)
+    return value
+
+
+def plain_tensor(value: torch.Tensor) -> torch.Tensor:
+    """A tensor subclass as a plain ``torch.Tensor`` (its overrides cannot answer for it)."""
+    if type(value) in (torch.Tensor, torch.nn.Parameter):
+        return value
+    with torch._C.DisableTorchFunction():
+        return value.as_subclass(torch.Tensor)
+
+
+def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
+    """A plain Python number from an int, a float, a 0-d tensor or a numpy scalar;
+    anything else (a bool, a string, a tensor of several elements, NaN) is refused with a sentence."""
+    __tracebackhide__ = True
+    if isinstance(value, torch.Tensor):
+        value = plain_tensor(value)
+        if value.numel() != 1:
+            raise CheckError(
+                f"{name} must be one number",
+                got=describe(value),
+                hint="reduce it to one value, then convert it with .item()",
+                usage=True,
+            )
+        if value.device.type == "meta":
+            raise CheckError(f"{name} is on the meta device, which holds no values", got=describe(value), usage=True)
+        value = value.detach().cpu().item()
+    elif type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "size", 1) == 1:
+        value = value.item()
+    value = plain(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        hint = "write the number without quotes" if isinstance(value, str) else None
+        raise CheckError(f"{name} must be a number", got=describe(value), hint=hint, usage=True)
+    if not allow_nan and not math.isfinite(value):
+        raise CheckError(f"{name} is not a finite number", got=repr(value), usage=True)
+    return value
+
+
+def expect_count(value: Any, name: str, *, minimum: int = 1, maximum: int | None = None) -> int:
+    """An argument of a check that must be a whole number in ``[minimum, maximum]`` (cases, steps)."""
+    __tracebackhide__ = True
+    value = plain(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise CheckError(f"{name} must be a whole number >= {minimum}, got {describe(value)}", usage=True)
+    if maximum is not None and value > maximum:
+        raise CheckError(
+            f"{name} must be at most {maximum} (got {value}): the check would run for minutes",
+            usage=True,
+        )
+    return value
+
+
+def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
+    if value is None:
+        return CheckError(
+            f"{name} is None",
+            expected=want,
+            got="None",
+            hint=f"the cell that computes {name} did not run, or your function does not end with `return`",
+            usage=True,
+        )
+    hint = None
+    if type(value).__module__ == "numpy":
+        hint = "convert with torch.from_numpy(...), or stay in torch throughout"
+    elif isinstance(value, (list, tuple)):
+        hint = "build it with torch operations (or torch.stack / torch.tensor)"
+    elif isinstance(value, (int, float)):
+        hint = "keep the result as a tensor (drop .item() / float())"
+    return CheckError(f"{name} is not a tensor", expected=want, got=describe(value), hint=hint, usage=True)
+
+
+def _shape_error(value: torch.Tensor, name: str, shape: tuple) -> CheckError:
+    got = tuple(value.shape)
+    if got[1:] == shape or (len(got) == len(shape) + 1 and got[0] == 1):
+        return CheckError(
+            f"{name} has an extra leading dimension",
+            expected=f"shape {shape}",
+            got=f"shape {got}",
+            hint="a batch or stacking axis was kept: the result should not have it",
+        )
+    message = f"{name} has the wrong shape"
+    hint = None
+    if len(shape) == 2 and got == shape[::-1] and got != shape:
+        hint = "a transpose is missing (or one too many)"
+    elif value.numel() == math.prod(shape):
+        hint = "the number of elements is right: check the order of a reshape/view/permute"
+    elif not got and shape:
+        hint = "you reduced over everything where a dimension should stay"
+    return CheckError(message, expected=f"shape {shape}", got=f"shape {got}", hint=hint)
+
+
+def expect_tensor(
+    value: Any,
+    name: str,
+    *,
+    shape: Sequence[int] | None = None,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    finite: bool = True,
+) -> torch.Tensor:
+    """Return ``value`` (as a plain tensor) if it has these properties, else raise a
+    CheckError naming ``name``, what was expected and what came. The meta device is always refused."""
+    __tracebackhide__ = True
+    want = "a torch.Tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
+    if not isinstance(value, torch.Tensor):
+        raise _not_a_tensor(value, name, want)
+    value = plain_tensor(value)
+    if value.device.type == "meta":
+        raise CheckError(
+            f"{name} is on the meta device, which holds shapes but no values",
+            got=describe(value),
+            hint="compute it on a real device (the CPU, or the notebook's device)",
+            usage=True,
+        )
+    if shape is not None and tuple(value.shape) != tuple(shape):
+        raise _shape_error(value, name, tuple(shape))
+    if dtype is not None and value.dtype != dtype:
+        raise CheckError(
+            f"{name} has the wrong dtype",
+            expected=str(dtype),
+            got=str(value.dtype),
+            hint="a tensor created without dtype= (or with another one), or a .float()/.half()/.double() call",
+        )
+    if device is not None and value.device.type != torch.device(device).type:
+        raise CheckError(
+            f"{name} is on the wrong device",
+            expected=str(torch.device(device)),
+            got=str(value.device),
+            hint="move it with .to(device); create new tensors with device=...",
+        )
+    if finite and (value.is_floating_point() or value.is_complex()) and not torch.isfinite(value).all():
+        nans = int(torch.isnan(value).sum())
+        infs = int(torch.isinf(value).sum())
+        raise CheckError(
+            f"{name} is not finite",
+            expected="finite numbers",
+            got=f"{nans} NaN and {infs} inf",
+            hint="a learning rate that is too large, a division by zero, or log/exp overflow",
+        )
+    return value
+
+
+def rel_error(x: torch.Tensor, y: torch.Tensor, eps: float = 1e-10) -> float:
+    """Largest ``|x - y| / max(|x| + |y|, eps)`` in float64 (inf if either is not finite)."""
+    a = plain_tensor(x).detach().double().cpu()
+    b = plain_tensor(y).detach().double().cpu()
+    if a.numel() == 0:
+        return 0.0
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return math.inf
+    return float(((a - b).abs() / (a.abs() + b.abs()).clamp(min=eps)).max())
+
+
+def as_mistakes(mistakes: Sequence[Any] | None) -> list[Mistake]:
+    """Mistakes as :class:`Mistake` objects (a ``(wrong, why)`` pair becomes one named by its text)."""
+    result = []
+    for item in mistakes or ():
+        if isinstance(item, Mistake):
+            result.append(item)
+        else:
+            wrong, why = item
+            result.append(Mistake(name=why, matches=wrong, why=why))
+    return result
+
+
+def matches(got: Any, wrong: Any, tol: float = 1e-6) -> bool:
+    """Does ``got`` equal a known wrong answer (a value, a tuple of values with None for
+    "any", or a predicate)? A predicate that cannot handle the answer does not match."""
+    try:
+        if callable(wrong) and not isinstance(wrong, torch.Tensor):
+            return bool(wrong(got))
+        if isinstance(wrong, torch.Tensor):
+            if not isinstance(got, torch.Tensor) or got.shape != wrong.shape:
+                return False
+            return rel_error(got, wrong) < tol
+        if isinstance(wrong, (tuple, list)):
+            if not isinstance(got, (tuple, list)) or len(got) != len(wrong):
+                return False
+            return all(w is None or matches(g, w, tol) for g, w in zip(got, wrong))
+        return plain(got) == wrong
+    except Exception:
+        return False
+
+
+def first_mistake(got: Any, mistakes: Sequence[Any] | None) -> Mistake | None:
+    """The first known mistake that ``got`` matches, or None."""
+    for mistake in as_mistakes(mistakes):
+        if matches(got, mistake.matches):
+            return mistake
+    return None
+
+
+def mistake_error(message: str, mistake: Mistake, **facts: Any) -> CheckError:
+    """A CheckError for an answer that matched a known mistake."""
+    return CheckError(
+        message,
+        hint=mistake.why,
+        look=mistake.look,
+        mistake=mistake.name,
+        got=facts.get("got", mistake.symptom),
+        expected=facts.get("expected"),
+    )
+
+
+def compare(
+    name: str,
+    got: Any,
+    expected: torch.Tensor,
+    *,
+    rtol: float = 1e-5,
+    atol: float = 1e-8,
+    mistakes: Sequence[Any] = (),
+    hint: str | None = None,
+    dtype: bool = True,
+    where: str = "",
+) -> float:
+    """Validate ``got`` against the reference ``expected`` (type, exact shape, dtype,
+    device, finite), then compare values; a mismatch names the first known mistake
+    it matches, else the worst element. ``where`` says which case ("in case 2").
+    Returns the max relative error."""
+    __tracebackhide__ = True
+    expected = plain_tensor(expected).detach()
+    if not torch.isfinite(expected).all():
+        raise CheckError(
+            f"the reference for {name} is not finite, so nothing can match it",
+            hint="the inputs the check was given (your earlier results?) hold NaN or inf, or are too large: "
+            "fix those first",
+            usage=True,
+        )
+    got = expect_tensor(
+        got, name, shape=tuple(expected.shape), dtype=expected.dtype if dtype else None, device=expected.device
+    )
+    g = got.detach().double().cpu()
+    e = expected.double().cpu()
+    excess = (g - e).abs() - (atol + rtol * e.abs())
+    if g.numel() == 0 or float(excess.max()) <= 0:
+        return rel_error(got, expected)
+    flat = int(excess.argmax())
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape))) if e.dim() else ()
+    message = (
+        f"{name} does not match the reference{(' ' + where) if where else ''} at element {index} "
+        f"(max abs. error {fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})"
+    )
+    mistake = first_mistake(got, mistakes)
+    error = CheckError(
+        message,
+        expected=fmt(float(e.reshape(-1)[flat])),
+        got=fmt(float(g.reshape(-1)[flat])),
+        hint=mistake.why if mistake else hint,
+        look=mistake.look if mistake else None,
+        mistake=mistake.name if mistake else None,
+    )
+    raise error
