@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import labsupport as lab
-from labsupport.checks import core
+from labsupport.checks import core, running
 
 
 def forever(*args, **kwargs):
@@ -59,7 +59,7 @@ def test_there_are_checks_to_feed():
 @pytest.mark.parametrize("junk", list(JUNK), ids=str)
 @pytest.mark.parametrize("check", CHECKS)
 def test_junk_gets_a_clear_message(check, junk, monkeypatch, capsys):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)  # the "never returns" junk waits this long
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.1)  # the "never returns" junk waits this long
     guard = threading.Timer(90, _thread.interrupt_main)  # a hang fails the test instead of stalling CI
     guard.start()
     try:

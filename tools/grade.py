@@ -295,7 +295,7 @@ def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
                IPYTHONDIR=str(scratch / "ipython"), XDG_CACHE_HOME=str(scratch / "cache"),
                LAB_RUNS_DIR=str(scratch / "runs"), LAB_DATA_DIR=str(data if data.is_dir() else scratch / "data"),
                LAB_DEVICE="cpu", CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0", LAB_TIME_LIMIT=str(int(cfg.timeout)),
-               MPLBACKEND="Agg", HF_HUB_OFFLINE="1", TORCH_HOME=os.environ.get("TORCH_HOME", str(
+               MPLBACKEND="Agg", HF_HUB_OFFLINE="1", LAB_FEEDBACK="named", TORCH_HOME=os.environ.get("TORCH_HOME", str(
                    Path.home() / ".cache" / "torch")), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                PYTHONDONTWRITEBYTECODE="1")
     src = Path(cfg.src)

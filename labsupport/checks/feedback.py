@@ -29,8 +29,12 @@ __all__ = ["CheckError", "hint", "require", "show_traceback"]
 #: Failed runs of one exercise's check after which the code rung is shown unasked.
 CODE_AFTER = 4
 
-#: $LAB_FEEDBACK=named starts every failure at rung 2 (the grader's feedback files use it).
-START_RUNG = 2 if os.environ.get("LAB_FEEDBACK") == "named" else 1
+
+def start_rung() -> int:
+    """1, or 2 where $LAB_FEEDBACK=named (the grader's feedback files name the mistake at once)."""
+    if os.environ.get("LAB_FEEDBACK") == "named":
+        return 2
+    return 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +90,7 @@ class CheckError(AssertionError):
         # check needs from the student, shown at once, not a mistake to discover.
         self.usage = usage
         self.exercise = exercise
-        self.rung = 3 if usage else START_RUNG
+        self.rung = 3 if usage else start_rung()
         super().__init__(self._text())
 
     def kind(self) -> str:
@@ -203,7 +207,7 @@ def _climb(ex_id: str, err: CheckError) -> None:
     _LAST[0] = err
     if err.usage:
         return
-    rung = START_RUNG
+    rung = start_rung()
     if ledger.kinds[kind] >= 2:
         rung = 2
     if ledger.failures >= CODE_AFTER:

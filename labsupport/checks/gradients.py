@@ -8,8 +8,9 @@ from typing import Any
 
 import torch
 
+from . import running
 from .feedback import CheckError, passed
-from .running import TIME_LIMIT, TimedOut, explain_error, time_limit
+from .running import TimedOut, explain_error, time_limit
 from .values import as_number, describe, expect_count, expect_tensor, fmt
 
 
@@ -103,7 +104,7 @@ def check_gradients(
         raise CheckError(
             f"tol={tol:g} would accept any gradient: use a relative error below 1 (1e-5 is usual)", usage=True
         )
-    limit = TIME_LIMIT if timeout is None else _positive(timeout, "timeout")
+    limit = running.TIME_LIMIT if timeout is None else _positive(timeout, "timeout")
     generator = torch.Generator().manual_seed(seed)
     try:
         with time_limit(limit):

@@ -132,8 +132,8 @@ def check_prediction(
     __tracebackhide__ = True
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
-        if isinstance(got, bool) or not isinstance(got, (int, float)):
-            raise CheckError(f"{name}: the answer must be a number", got=describe(got), usage=True)
+        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+            raise CheckError(f"{name}: the answer must be a number (finite)", got=repr(got), usage=True)
     ex_id = current_exercise() or name
     question = ask or "before reading the explanation, say in one sentence why this happens"
     record = COMMITTED.get(ex_id)

@@ -1,0 +1,91 @@
+"""The hint ladder: what and where first, the mistake's name on a repeat, code only when asked or
+after several tries; a wrongly called check says so; lab.hint shows the whole ladder."""
+
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.checks import core
+
+MISTAKES = [
+    core.Mistake(
+        name="sign flipped",
+        matches=lambda y: bool(torch.equal(y, -2 * torch.ones(2))),
+        why="the result has the opposite sign: which way does the derivative point?",
+        look="the line that computes the result's sign",
+    )
+]
+
+
+@core.exercise("99.5", "doubling, with a ladder")
+def check_double(fn):
+    """The check of a made-up exercise: fn(x) must be 2 * x."""
+    got = core.run_student(fn, torch.ones(2), what="double(x)")
+    core.compare("double(x)", got, torch.full((2,), 2.0), mistakes=MISTAKES)
+    core.passed("doubling")
+
+
+def failure(fn):
+    with pytest.raises(core.CheckError) as info:
+        check_double(fn)
+    return info.value, "\n".join(info.value.rendered())
+
+
+def test_first_failure_says_what_and_where_without_the_mistake():
+    err, shown = failure(lambda x: -2 * x)
+    assert "double(x) does not match the reference at element (0,)" in shown
+    assert "expected: 2" in shown and "got:      -2" in shown
+    assert "opposite sign" not in shown and "look at" not in shown
+    assert "lab.hint('99.5') names the likely mistake" in shown
+    assert err.mistake == "sign flipped" and "opposite sign" in str(err)  # programs see it all
+
+
+def test_the_same_mistake_again_is_named_and_code_comes_after_several_tries():
+    failure(lambda x: -2 * x)
+    _, second = failure(lambda x: -2 * x)
+    assert "likely mistake: the result has the opposite sign" in second
+    assert "look at" not in second
+    failure(lambda x: -2 * x)
+    _, fourth = failure(lambda x: -2 * x)
+    assert "look at: the line that computes the result's sign" in fourth
+
+
+def test_a_different_failure_starts_again_at_the_first_rung():
+    failure(lambda x: -2 * x)
+    _, other = failure(lambda x: 3 * x)
+    assert "likely mistake" not in other
+
+
+def test_lab_hint_shows_the_whole_ladder_on_request(capsys):
+    lab.hint("99.5")
+    assert "has not failed a check" in capsys.readouterr().out
+    failure(lambda x: -2 * x)
+    lab.hint("99.5")
+    out = capsys.readouterr().out
+    assert "likely mistake: the result has the opposite sign" in out and "look at:" in out
+    lab.hint()  # the last failed check
+    assert "opposite sign" in capsys.readouterr().out
+    lab.hint(3)
+    assert "takes an exercise id" in capsys.readouterr().out
+
+
+def test_an_answer_the_check_cannot_use_gets_its_advice_at_once():
+    _, shown = failure(None)
+    assert "is None" in shown and "look at" not in shown
+    _, shown = failure(lambda x: [1.0, 2.0])
+    assert "not a tensor" in shown and "what to do: build it with torch operations" in shown
+
+
+def test_a_wrongly_called_check_blames_the_call_not_the_answer():
+    with pytest.raises(core.CheckError) as info:
+        check_double(lambda x: x, "extra")
+    assert "was called wrongly" in str(info.value) and "your answer" not in str(info.value)
+
+
+def test_a_solved_exercise_is_required_and_a_failure_unsolves_it(capsys):
+    check_double(lambda x: 2 * x)
+    assert capsys.readouterr().out == "PASS  doubling\n"
+    lab.require("99.5")
+    failure(lambda x: x)
+    with pytest.raises(core.ExerciseNotSolved):
+        lab.require("99.5")

@@ -1,0 +1,138 @@
+"""Predict, observe, explain: the first valid answer is committed and kept, the outcome comes only
+after it, and answers are normalised (never compared with a subclass's own ==)."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.checks import core
+
+WHY = "backward() frees the graph."
+CHOICES = ("error", "doubled", "same")
+
+
+@core.exercise("99.7", "a made-up prediction")
+def check_guess(prediction):
+    """Judge a prediction of what a second backward() does."""
+    core.check_prediction(
+        "second backward",
+        prediction,
+        "error",
+        choices=CHOICES,
+        why=WHY,
+        mistakes={"doubled": "doubling is what a second forward pass gives."},
+        ask="what did the first backward() free?",
+    )
+
+
+def refused(fn, *args, **kwargs):
+    with pytest.raises(core.CheckError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_no_outcome_before_a_valid_answer(capsys):
+    assert "no prediction yet" in refused(check_guess, None)
+    assert "one of the choices" in refused(check_guess, "maybe")
+    assert "error" not in capsys.readouterr().out
+    assert core.COMMITTED == {}
+
+
+def test_wrong_then_right_keeps_the_first_answer_and_never_passes(capsys):
+    check_guess("Doubled")
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT  second backward: what happens is 'error' (recorded answer: 'doubled')")
+    assert "what did the first backward() free?" in first and "PASS" not in first
+    assert WHY not in first  # the explanation waits for the student's own
+    check_guess("error")
+    second = capsys.readouterr().out
+    assert "PASS" not in second
+    assert "recorded answer: 'doubled', your first; your new answer 'error' does not replace it" in second
+    assert core.COMMITTED["99.7"].answer == "doubled" and not core.COMMITTED["99.7"].right
+    lab.hint("99.7")
+    explained = capsys.readouterr().out
+    assert "doubling is what a second forward pass gives" in explained and WHY in explained
+
+
+def test_a_right_first_answer_passes_and_stays_right(capsys):
+    check_guess(" ERROR ")
+    assert capsys.readouterr().out == (f"PASS  second backward: 'error' is right (recorded answer: 'error'). {WHY}\n")
+    check_guess("same")
+    assert capsys.readouterr().out.startswith("PASS  second backward")
+
+
+class AlwaysEqual(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+def test_a_string_that_equals_everything_is_judged_by_its_text(capsys):
+    check_guess(AlwaysEqual("same"))
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+
+
+def judge(got, actual, **kwargs):
+    core.COMMITTED.clear()
+    core.check_prediction("q", got, actual, why="because.", **kwargs)
+
+
+@pytest.mark.parametrize(
+    "got, actual, kwargs",
+    [
+        (torch.tensor(6.0), 6.0, {}),
+        (np.float64(6.0), 6.0, {}),
+        (torch.Size([2, 3]), (2, 3), {}),
+        ([2, 3], (2, 3), {}),
+        (("Faster", "Not faster"), ("faster", "not faster"), {}),
+        (float("nan"), "nan", {"choices": ("nan", "0", "inf")}),
+        (torch.tensor(float("inf")), "inf", {"choices": ("nan", "inf")}),
+    ],
+    ids=["0-d tensor", "numpy scalar", "torch.Size", "list", "case in a tuple", "float nan", "tensor inf"],
+)
+def test_every_form_of_a_right_answer_passes(got, actual, kwargs, capsys):
+    judge(got, actual, **kwargs)
+    assert capsys.readouterr().out.startswith("PASS  q:")
+
+
+class LyingFloat(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+@pytest.mark.parametrize(
+    "got, fragment",
+    [
+        ("6", "must be a number"),
+        (True, "must be a number"),
+        (float("nan"), "must be a number"),
+        (torch.ones(2), "answer with a plain value"),
+        (torch.tensor(1.0, device="meta"), "answer with a plain value"),
+        ({"a": 1}, "answer with a plain value"),
+    ],
+)
+def test_answers_that_are_not_numbers_are_refused_with_a_sentence(got, fragment):
+    core.COMMITTED.clear()
+    assert fragment in refused(core.check_prediction, "q", got, 6.0, why="")
+    assert core.COMMITTED == {}
+
+
+def test_a_float_that_equals_everything_is_judged_by_its_value(capsys):
+    judge(LyingFloat(7.0), 6.0)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    judge(LyingFloat(6.1), 6.0)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_numbers_count_within_the_tolerance(capsys):
+    judge(101, 100)
+    assert capsys.readouterr().out.startswith("PASS")
+    judge(120, 100)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert math.isclose(core.COMMITTED["q"].answer, 120)
