@@ -33,6 +33,7 @@ help:
 	@echo "make lab-solutions  open JupyterLab in notebooks/ (the solved sources, for instructors)"
 	@echo "make student      (re)generate $(STUDENT_DIR)/ from notebooks/; FORCE=1 replaces edited copies (backed up)"
 	@echo "make test         unit tests + nbval over every notebook"
+	@echo "make lint         ruff check + ruff format --check (make format applies them)"
 	@echo "make tensorboard  TensorBoard on 127.0.0.1:$(TB_PORT) over runs/ (one notebook: NB=06_optim; port: TB_PORT=6007)"
 	@echo "make clean-runs   delete every TensorBoard run under runs/ (nothing outside it)"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
@@ -86,6 +87,16 @@ test: $(STAMP)
 	    -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder \
 	    tests labsupport --doctest-modules notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
+
+# ruff's lint and format check (settings in pyproject.toml); tests/test_style.py runs the same in `make test`.
+.PHONY: lint format
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 unit: $(STAMP)
 	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadscope \
