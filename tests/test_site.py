@@ -2,7 +2,6 @@
 import html
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import colab  # noqa: E402
+from browser import chromium_or_skip  # noqa: E402
 from test_spoilers import solution_lines  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -58,11 +58,11 @@ def test_page_has_outputs_and_links_but_no_solution(built, path):
     assert downloaded["metadata"]["labsupport"]["edition"] == "student"
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="Chromium is not installed (apt-get install chromium)")
 def test_pages_render_in_headless_chromium(built, tmp_path):
+    chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
     for page in ("index.html", f"{NOTEBOOKS[2].stem}.html"):
         shot = tmp_path / f"{page}.png"
-        subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                         "--disable-background-networking", "--disable-component-update", "--disable-sync",
                         f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400",
                         f"--screenshot={shot}", (built / page).as_uri()], capture_output=True, timeout=120)

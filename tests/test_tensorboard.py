@@ -10,8 +10,8 @@
    the notebooks that log every kind of data (SERVED); its HTTP API must list the
    runs, the scalar tags and one scalar series equal to what the reader saw, the
    graph and the hyper-parameters. Then it is stopped.
-3. Optional (skipped without a browser): headless Chromium loads the scalars
-   dashboard and saves a screenshot.
+3. Headless Chromium loads the scalars and hparams dashboards and saves a screenshot
+   (skipped without Chromium, failed under ``CI=true``: tests/browser.py).
 Plus: ``tb_writer`` (a rerun replaces its run, a failed run is deleted, tags are
 prefixed, hparams in the run's own folder), the hint line, and the Makefile's
 ``tensorboard`` (one notebook with NB=, Ctrl-C leaves no process) and ``clean-runs``.
@@ -36,11 +36,12 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
+from browser import chromium_or_skip
 from nbclient import NotebookClient
+from procs import alive, descendants  # noqa: E402
+from tb_events import read_histograms, read_hparams, read_scalars, read_tags
 
 import labsupport as lab
-from procs import alive, descendants  # noqa: E402
-from tb_events import read_hparams, read_histograms, read_scalars, read_tags
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -396,15 +397,11 @@ def test_waiting_for_a_server_that_never_answers_fails_clearly(tmp_path):
         crashed.stop()
 
 
-# --------------------------------------------- 3. optional: a headless browser screenshot
+# ------------------------------------------------------ 3. a headless browser screenshot
 
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
-
-
-@pytest.mark.skipif(CHROMIUM is None, reason="no Chromium installed (optional: apt-get install chromium)")
 @pytest.mark.parametrize("tab", ["scalars", "hparams"])
 def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
+    chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
     # look at them (LAB_SCREENSHOT_DIR): scalars has one section per notebook, its charts
     # start open; hparams has one row per run of 06 and no hparam/* chart exists
     shot = tmp_path / f"tensorboard_{tab}.png"
@@ -413,7 +410,7 @@ def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
              "--window-size=1400,1000", "--virtual-time-budget=20000"]
-    result = subprocess.run([CHROMIUM, *flags, f"--screenshot={shot}", url],
+    result = subprocess.run([chromium, *flags, f"--screenshot={shot}", url],
                             capture_output=True, text=True, timeout=120)
     assert shot.is_file() and shot.stat().st_size > 20_000, (
         f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}")
