@@ -5,31 +5,83 @@ Example:
     >>> [tuple(t.shape) for t in lecture_data(N=4, D_in=3, D_out=2)]
     [(4, 3), (4, 2)]
 """
+
 from __future__ import annotations
+
 import importlib.util
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .seeding import _check_seed
+
 __all__ = ["lecture_data", "lecture_weights", "load_digits_tensors", "digits_split", "DigitsDataset"]
 
 
+#: The most numbers one lecture tensor may hold (about 400 MB in float32): a typo such as N=10**9 is refused.
+MAX_NUMBERS = 10**8
+
+
+def _size(value: object, name: str) -> int:
+    """A size argument as an int, or a ValueError saying what it must be."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+    return int(value)
+
+
+def _device(device: object) -> torch.device:
+    """``device`` as a torch.device this machine has, or a ValueError naming it."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(
+            f"device must be a device name such as 'cpu' or 'cuda', or a torch.device, got {device!r}"
+        ) from None
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not available.get(device.type, True):
+        raise ValueError(f"device {str(device)!r} is not available on this machine: use lab.pick_device()")
+    return device
+
+
 def _randn(seed: int, *shapes: tuple[int, ...], dtype: torch.dtype, device) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)  # drawn on the CPU: every device sees the same numbers
+    """Seeded normal tensors (drawn on the CPU: every device sees the same numbers); bad arguments get one sentence."""
+    seed = _check_seed(seed)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch dtype such as torch.float32, got {dtype!r}")
+    device = _device(device)
+    for shape in shapes:
+        if shape[0] * shape[1] > MAX_NUMBERS:
+            raise ValueError(
+                f"a {shape[0]} x {shape[1]} tensor holds more than {MAX_NUMBERS:.0e} numbers: check the sizes"
+            )
+    g = torch.Generator().manual_seed(seed)
     return [torch.randn(*s, generator=g, dtype=dtype).to(device) for s in shapes]
 
-def lecture_data(N: int = 64, D_in: int = 1000, D_out: int = 10, *, seed: int = 0,
-                 dtype: torch.dtype = torch.float32, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
+
+def lecture_data(
+    N: int = 64, D_in: int = 1000, D_out: int = 10, *, seed: int = 0, dtype: torch.dtype = torch.float32, device="cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The lecture's random inputs x (N, D_in) and targets y (N, D_out). Example: ``lecture_data()``."""
+    N, D_in, D_out = _size(N, "N"), _size(D_in, "D_in"), _size(D_out, "D_out")
     return tuple(_randn(seed, (N, D_in), (N, D_out), dtype=dtype, device=device))
 
 
-def lecture_weights(D_in: int = 1000, H: int = 100, D_out: int = 10, *, seed: int = 1,
-                    dtype: torch.dtype = torch.float32, device="cpu",
-                    requires_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def lecture_weights(
+    D_in: int = 1000,
+    H: int = 100,
+    D_out: int = 10,
+    *,
+    seed: int = 1,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    requires_grad: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The lecture's random initial weights w1 (D_in, H), w2 (H, D_out). Example: ``lecture_weights()``."""
+    D_in, H, D_out = _size(D_in, "D_in"), _size(H, "H"), _size(D_out, "D_out")
+    if not isinstance(requires_grad, bool):
+        raise TypeError(f"requires_grad must be True or False, got {requires_grad!r}")
     w1, w2 = _randn(seed, (D_in, H), (H, D_out), dtype=dtype, device=device)
     return w1.requires_grad_(requires_grad), w2.requires_grad_(requires_grad)
 
@@ -54,8 +106,14 @@ class DigitsDataset(Dataset):
     """The digits as a map-style Dataset of (image (1, 8, 8), int label); split is
     "train", "val" or "all". Example: ``len(DigitsDataset("val"))`` is 359."""
 
-    def __init__(self, split: str = "train", *, val_fraction: float = 0.2, seed: int = 0,
-                 transform: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        *,
+        val_fraction: float = 0.2,
+        seed: int = 0,
+        transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         if split not in ("train", "val", "all"):
             raise ValueError(f"split must be 'train', 'val' or 'all', got {split!r}")
         self.images, self.labels = load_digits_tensors()

@@ -5,6 +5,7 @@ Example:
     >>> lab.seed_everything(0)
     0
 """
+
 from __future__ import annotations
 
 import os

@@ -1,89 +1,574 @@
-"""Checks of notebook 01: each function exercise is a spec (seeded cases, a torch reference, known mistakes)."""
-from typing import Any, Callable
+"""Checks of notebook 01: each function exercise runs seeded cases against an independent reference
+and names the typical mistakes (cases with ties at the row mean, labels without the last class, float32).
+
+Example:
+    >>> x = _tied_rows(0, (3, 4), torch.float64)
+    >>> bool((x == x.mean(dim=1, keepdim=True)).any(dim=1).all())   # every row holds its own mean
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from .core import check_prediction, exercise, passed, run_cases
+from .core import CheckError, Mistake, check_prediction, exercise, passed, rel_error, run_cases
+
+__all__ = [
+    "check_pairwise_sq_dists",
+    "check_storage_prediction",
+    "check_correct_class_scores",
+    "check_keep_above_row_mean",
+    "check_channels_first_rows",
+    "check_per_sample_matmul",
+]
+
+RTOL = 1e-4
+ATOL = 1e-5
 
 
-def _randn(seed: int, *shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+def _randn(seed: int, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
+    """Seeded normal tensors of the given shapes (drawn on the CPU)."""
     g = torch.Generator().manual_seed(seed)
-    return tuple(torch.randn(*s, generator=g, dtype=torch.float64) for s in shapes)
+    return tuple(torch.randn(*shape, generator=g, dtype=dtype) for shape in shapes)
 
 
-AXIS, SQ = "wrong axis of a reduction: ", lambda a, b: (a[:, None, :] - b[None, :, :]).pow(2)
-_above = lambda x, mean, keep=True: torch.where((x >= mean) == keep, x, 0.0)  # noqa: E731
-SPECS: dict[str, dict[str, Any]] = {
-    "pairwise_sq_dists": dict(id="01.1", title="pairwise squared distances", args="a, b",
-        cases=lambda: [_randn(20, (4, 3), (5, 3)), _randn(21, (7, 6), (2, 6))],
-        reference=lambda a, b: torch.cdist(a, b).pow(2),
-        mistakes=lambda a, b: [
-            (torch.cdist(a, b), "these are the distances, not their squares: drop the square root"),
-            (torch.cdist(b, a).pow(2), "rows must follow a and columns b: you built the transpose"),
-            (SQ(a, b).sum(0), AXIS + "sum over the coordinates (the last axis), not over a's rows"),
-            (SQ(a, b).sum(1), AXIS + "sum over the coordinates (the last axis), not over b's rows"),
-            (lambda r: r.dim() == 3, "sum the squared differences over the last axis (the coordinates)"),
-            (lambda r: r.dim() == 1, "row i met only row i: give a and b new axes so every pair meets")]),
-    "correct_class_scores": dict(id="01.3", title="the score of each sample's label", args="scores, labels",
-        cases=lambda: [(*_randn(30, (4, 4)), torch.tensor([2, 0, 3, 3])),
-                       (*_randn(31, (6, 3)), torch.tensor([1, 2, 0, 0, 1, 2]))],
-        reference=lambda s, i: s.gather(1, i[:, None]).squeeze(1), mistakes=lambda s, i: [
-            (s[:, i], "scores[:, labels] is every labelled column of every row: equal-length index tensors pair up"),
-            (s[i], "scores[labels] picks whole rows: the labels are column numbers"),
-            (s[i, torch.arange(len(i))], "rows and columns are swapped: the first index picks rows"),
-            (s.max(dim=1).values, "that is each row's maximum, not the score of its label"),
-            (s.gather(1, i[:, None]), "keep one number per sample: the result is (N,), not (N, 1)")]),
-    "keep_above_row_mean": dict(id="01.4", title="keep what is above each row's mean", args="x",
-        cases=lambda: [_randn(51, (4, 4)), _randn(41, (3, 6))],
-        reference=lambda x: _above(x, x.mean(dim=1, keepdim=True)), mistakes=lambda x: [
-            (_above(x, x.mean(dim=0, keepdim=True)), AXIS + "those are column means; a row's mean reduces dim=1"),
-            (_above(x, x.mean(dim=1)), "keepdim forgotten: x.mean(dim=1) has shape (N,) and broadcasts as a row, "
-                                       "so column j met row j's mean; keep the reduced axis (keepdim=True)"),
-            (_above(x, x.mean(dim=1, keepdim=True), False), "the mask is inverted: you kept what is below"),
-            (_above(x, x.mean()), "that is the mean of the whole tensor; each row has its own"),
-            (lambda r: r.dim() == 1, "x[mask] gathers the chosen elements into a new 1-D tensor: to keep the "
-                                     "shape, write through the mask into a clone (or use torch.where)")],
-        inplace_hint="you changed x itself: a mask assignment writes into the tensor you index, so clone first"),
-    "channels_first_rows": dict(id="01.5", title="channels-last images to channels-first rows", args="images",
-        cases=lambda: [_randn(50, (2, 4, 5, 3)), _randn(51, (3, 2, 6, 4))],
-        reference=lambda im: torch.stack([i.movedim(-1, 0).flatten() for i in im]), mistakes=lambda im: [
-            (im.reshape(len(im), -1), "that is the stored (H, W, C) order: reshape never moves elements "
-                                      "between axes; put the channel axis first with permute, then flatten"),
-            (im.transpose(1, 3).reshape(len(im), -1), "H and W are swapped: permute names, for each new "
-                                                      "position, the OLD axis that goes there"),
-            (lambda r: r.dim() == 4, "flatten each image into one row: the result is (N, C*H*W)")]),
-    "per_sample_matmul": dict(id="01.6", title="one matrix per sample", args="x, w",
-        cases=lambda: [_randn(60, (3, 4), (3, 4, 2)), _randn(61, (5, 2), (5, 2, 6))],
-        reference=lambda x, w: torch.einsum("bd,bdk->bk", x, w), mistakes=lambda x, w: [
-            (x @ w, "x @ w met every sample with every matrix (matmul broadcasts x over w's batch): "
-                    "give x an axis so each sample meets only its own matrix"),
-            (torch.einsum("bd,bdk->bk", x, w)[:, None], "drop the axis of size 1 you added (squeeze)"),
-            (x @ w[0], "every sample used the first matrix: w[b] belongs to sample b"),
-            ((x[:, :, None] * w).sum(2), AXIS + "the product sums over D, the axis x and w share")])}
+def _tied_rows(seed: int, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
+    """Whole numbers whose rows each contain their own mean exactly (a tie with the mean in every row)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-4, 5, shape, generator=g).to(torch.float64)
+    columns = shape[1]
+    for row in x:
+        row[-1] = columns * row[0] - row[:-1].sum()  # the row's sum is columns * row[0]: its mean is row[0]
+    return x.to(dtype)
 
 
-def _function_check(name: str, spec: dict[str, Any]) -> Callable[[Callable], None]:
-    def check(fn: Callable) -> None:
-        run_cases(fn, cases := spec["cases"](), spec["reference"], what=f"your {name}({spec['args']})",
-                  mistakes=lambda *c: spec["mistakes"](*c) if c[0] is cases[0][0] else [],  # named on the 1st case
-                  rtol=1e-4, atol=1e-5, inplace_hint=spec.get("inplace_hint"))
-        passed(f"{name}: matches the reference on {len(cases)} cases (shapes and values)")
-    check.__name__ = check.__qualname__ = f"check_{name}"
-    check.__doc__ = f"Exercise {spec['id']}: {spec['title']}. Example: ``lab.check_{name}({name})``."
-    return exercise(spec["id"], spec["title"])(check)
+# --------------------------------------------------------------------------- 01.1 pairwise squared distances
 
 
-globals().update({f"check_{name}": _function_check(name, spec) for name, spec in SPECS.items()})
-__all__ = [f"check_{name}" for name in SPECS] + ["check_storage_prediction"]
+def _pairwise_reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A loop over every pair of rows, in float64: independent of any broadcasting."""
+    out = torch.empty(len(a), len(b), dtype=torch.float64)
+    for i in range(len(a)):
+        for j in range(len(b)):
+            out[i, j] = ((a[i].double() - b[j].double()) ** 2).sum()
+    return out.to(a.dtype)
+
+
+def _squared_differences(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return (a[:, None, :] - b[None, :, :]) ** 2
+
+
+def _squeezes_to(expected: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer has the expected values, with extra axes of size 1."""
+
+    def extra_unit_axes(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.dim() <= expected.dim():
+            return False
+        if result.numel() != expected.numel() or result.squeeze().shape != expected.squeeze().shape:
+            return False
+        return rel_error(result.reshape(expected.shape), expected) < 1e-4
+
+    return extra_unit_axes
+
+
+def _has_three_axes(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.dim() == 3
+
+
+def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """The typical wrong answers of 01.1 for the points a and b."""
+    squares = _squared_differences(a, b)
+    cross = a @ b.T
+    norms = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]
+    return [
+        Mistake(
+            "square root taken",
+            torch.cdist(a, b),
+            why="these are the distances themselves, not their squares",
+            look="the last step: a .sqrt(), ** 0.5, torch.norm or torch.dist takes the root the exercise leaves out",
+        ),
+        Mistake(
+            "rows and columns swapped",
+            _pairwise_reference(b, a),
+            why="entry [i, j] must pair a[i] with b[j]: you built the transpose (rows follow b)",
+            look="which operand gets the new axis in position 1, and which in position 0",
+        ),
+        Mistake(
+            "summed over a's rows",
+            squares.sum(0),
+            why="the sum runs over the points of a instead of over the coordinates",
+            look="the axis of the sum: the coordinates are the last axis",
+        ),
+        Mistake(
+            "summed over b's rows",
+            squares.sum(1),
+            why="the sum runs over the points of b instead of over the coordinates",
+            look="the axis of the sum: the coordinates are the last axis",
+        ),
+        Mistake(
+            "coordinates not summed",
+            _has_three_axes,
+            why="the squared differences are there, one per coordinate, but they are not added up",
+            look="reduce the (N, M, D) tensor over its last axis",
+        ),
+        Mistake(
+            "mean instead of sum",
+            squares.mean(-1),
+            why="that is the mean of the squared differences over the coordinates; the distance adds them up",
+            look="the reduction over the last axis",
+        ),
+        Mistake(
+            "summed before squaring",
+            (a.sum(1)[:, None] - b.sum(1)[None, :]) ** 2,
+            why="the coordinates were added before squaring: square each difference first, then sum",
+            look="the order of ** 2 and .sum()",
+        ),
+        Mistake(
+            "cross term without factor 2",
+            norms - cross,
+            why="|a|^2 + |b|^2 - a.b: the expansion of (a - b)^2 has the cross term twice",
+            look="the term built from a @ b.T",
+        ),
+        Mistake(
+            "cross term with the wrong sign",
+            norms + 2 * cross,
+            why="(a - b)^2 = a^2 - 2ab + b^2: the cross term is subtracted",
+            look="the sign in front of the a @ b.T term",
+        ),
+    ]
+
+
+def _pairwise_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [
+        _randn(20, (4, 3), (5, 3)),
+        _randn(21, (7, 6), (2, 6)),
+        _randn(22, (3, 4), (3, 4)),  # square: a transposed result keeps the shape
+        _randn(23, (5, 2), (4, 2), dtype=torch.float32),
+    ]
+
+
+@exercise("01.1", "pairwise squared distances")
+def check_pairwise_sq_dists(pairwise_sq_dists: Any) -> None:
+    """Exercise 01.1: the (N, M) squared distances. Example: ``lab.check_pairwise_sq_dists(pairwise_sq_dists)``."""
+    cases = _pairwise_cases()
+    run_cases(
+        pairwise_sq_dists,
+        cases,
+        _pairwise_reference,
+        what="your pairwise_sq_dists(a, b)",
+        mistakes=_pairwise_mistakes,
+        rtol=RTOL,
+        atol=ATOL,
+    )
+    passed(f"pairwise_sq_dists: matches the reference on {len(cases)} cases (shapes and values)")
+
+
+# --------------------------------------------------------------------------- 01.2 which write reaches t
+
+
+def _storage_experiment() -> str:
+    """The notebook's experiment, run at check time: which write changed t."""
+    t = torch.arange(6.0)
+    s = t[1:4]  # the slice starts at t[1]
+    m = t[t > 2]  # the selection starts at t[3]
+    s[0] = -1.0
+    m[0] = -1.0
+    slice_reached = bool(t[1] == -1)
+    mask_reached = bool(t[3] == -1)
+    if slice_reached and mask_reached:
+        return "both"
+    if slice_reached:
+        return "slice"
+    if mask_reached:
+        return "mask"
+    return "neither"
+
+
+STORAGE_NOTES = {
+    "mask": "the mask's result is new memory: writing into m cannot reach t; the slice is the one that shares it",
+    "both": "only one of the two is a view: a boolean mask picks an irregular set, which strides cannot describe",
+    "neither": "a slice is a regular pattern, so PyTorch returns a view over t's own memory",
+}
 
 
 @exercise("01.2", "predict which write reaches t")
 def check_storage_prediction(prediction: Any) -> None:
-    """Which selection shares t's memory, measured. Example: ``check_storage_prediction("both")``."""
-    t = torch.arange(6.0)
-    s, m = t[1:4], t[t > 2]     # the slice starts at t[1], the selection at t[3]
-    s[0], m[0] = -1.0, -1.0
-    actual = [["neither", "mask"], ["slice", "both"]][bool(t[1] == -1)][bool(t[3] == -1)]
-    check_prediction("which write reaches t", prediction, actual, choices=("slice", "mask", "both", "neither"),
-                     why="a slice is a view (same memory, other strides); a boolean mask gathers the chosen "
-                         "elements into new memory: a copy.")
+    """Exercise 01.2: which selection shares t's memory, measured. Example: ``lab.check_storage_prediction(prediction)``."""
+    check_prediction(
+        "which write reaches t",
+        prediction,
+        _storage_experiment(),
+        choices=("slice", "mask", "both", "neither"),
+        why="a slice is a view (same memory, other strides); a boolean mask gathers the chosen elements "
+        "into new memory: a copy.",
+        mistakes=STORAGE_NOTES,
+        ask="which of s and m shares t's memory, and what in the way each was made decides it",
+    )
+
+
+# --------------------------------------------------------------------------- 01.3 the score of each label
+
+
+def _class_scores_reference(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return scores.gather(1, labels[:, None])[:, 0]
+
+
+def _rows_and_columns_swapped(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
+    """scores[labels, arange(N)], where the sizes let it run at all."""
+    n = len(labels)
+    if n > scores.shape[1] or int(labels.max()) >= scores.shape[0]:
+        return []
+    return [
+        Mistake(
+            "rows and columns swapped",
+            scores[labels, torch.arange(n)],
+            why="the labels went into the row position: the first index picks rows (samples), the second columns",
+            look="the order of the two index tensors",
+        )
+    ]
+
+
+def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
+    """The typical wrong answers of 01.3 for this case."""
+    return [
+        Mistake(
+            "one column per label for every row",
+            scores[:, labels],
+            why="scores[:, labels] gives every row all the labelled columns (N, N): the two indices must pair up, "
+            "one row index per label",
+            look="index the rows with a tensor of the sample numbers too",
+        ),
+        Mistake(
+            "labels index the rows",
+            scores[labels],
+            why="scores[labels] picks whole rows: the labels are column numbers",
+            look="give the rows their own index tensor, and the labels the column position",
+        ),
+        *_rows_and_columns_swapped(scores, labels),
+        Mistake(
+            "row maximum",
+            scores.max(dim=1).values,
+            why="that is each row's largest score, not the score of its label",
+            look="pick the column labels[i] in row i, whatever its value",
+        ),
+        Mistake(
+            "kept a size-1 axis",
+            _squeezes_to(_class_scores_reference(scores, labels)),
+            why="the values are right, but an axis of size 1 is still there: one number per sample is asked, (N,)",
+            look="remove the axis of size 1 (squeeze, or index it with 0)",
+        ),
+    ]
+
+
+def _class_scores_cases() -> tuple[list[tuple], list[tuple]]:
+    """Cases whose labels contain every class, then the same scores with the last class missing."""
+    (s1,) = _randn(30, (4, 4))
+    (s2,) = _randn(31, (6, 3))
+    (s3,) = _randn(32, (5, 4), dtype=torch.float32)
+    every_class = [
+        (s1, torch.tensor([2, 0, 3, 3])),
+        (s2, torch.tensor([1, 2, 0, 0, 1, 2])),
+        (s3, torch.tensor([3, 1, 0, 2, 1])),
+    ]
+    last_missing = [
+        (s1, torch.tensor([2, 0, 1, 1])),
+        (s2, torch.tensor([1, 0, 0, 1, 1, 0])),
+    ]
+    return every_class, last_missing
+
+
+def _classes_from_labels(err: CheckError) -> CheckError:
+    """The failure of an answer that passed while the labels held every class, and not otherwise."""
+    return CheckError(
+        "your correct_class_scores(scores, labels) passed every case whose labels contain all classes "
+        "0..C-1, then failed on the same scores with labels that never use the last class",
+        got=err.message.splitlines()[0].replace("your correct_class_scores(scores, labels) ", ""),
+        hint="the number of classes is taken from the labels (one_hot(labels) without num_classes, "
+        "labels.max() + 1, unique): it counts only up to the largest label present",
+        look="the number of classes is scores.shape[1], whatever the labels contain",
+        mistake="classes counted from labels",
+    )
+
+
+@exercise("01.3", "the score of each sample's label")
+def check_correct_class_scores(correct_class_scores: Any) -> None:
+    """Exercise 01.3: entry i is scores[i, labels[i]]. Example: ``lab.check_correct_class_scores(correct_class_scores)``."""
+    every_class, last_missing = _class_scores_cases()
+    options = dict(
+        what="your correct_class_scores(scores, labels)",
+        mistakes=_class_scores_mistakes,
+        rtol=RTOL,
+        atol=ATOL,
+    )
+    run_cases(correct_class_scores, every_class, _class_scores_reference, **options)
+    try:
+        run_cases(correct_class_scores, last_missing, _class_scores_reference, **options)
+    except CheckError as err:
+        if err.usage or err.mistake == "too slow":
+            raise
+        raise _classes_from_labels(err) from None
+    total = len(every_class) + len(last_missing)
+    passed(f"correct_class_scores: matches the reference on {total} cases, some without the last class")
+
+
+# --------------------------------------------------------------------------- 01.4 keep what is above the row mean
+
+
+def _keep(x: torch.Tensor, mean: torch.Tensor, *, keep_ties: bool = True, above: bool = True) -> torch.Tensor:
+    """x where it is above (or below) ``mean``, 0 elsewhere; ties kept or not."""
+    if above:
+        mask = x >= mean if keep_ties else x > mean
+    else:
+        mask = x < mean
+    return torch.where(mask, x, torch.zeros_like(x))
+
+
+def _keep_reference(x: torch.Tensor) -> torch.Tensor:
+    return _keep(x, x.mean(dim=1, keepdim=True))
+
+
+def _is_bool(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.dtype == torch.bool
+
+
+def _is_one_dimensional(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.dim() == 1
+
+
+def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
+    """The typical wrong answers of 01.4 for this x."""
+    row_mean = x.mean(dim=1, keepdim=True)
+    mistakes = [
+        Mistake(
+            "ties set to 0",
+            _keep(x, row_mean, keep_ties=False),
+            why="an entry equal to its row's mean was set to 0: the prompt keeps entries at or above the mean, "
+            "so only those strictly below go",
+            look="the comparison in the mask: < against <=, > against >=",
+        ),
+        Mistake(
+            "column means",
+            _keep(x, x.mean(dim=0, keepdim=True)),
+            why="those are column means (dim=0); a row's mean reduces along the row, dim=1",
+            look="the dim= of the mean",
+        ),
+        Mistake(
+            "inverted mask",
+            _keep(x, row_mean, above=False),
+            why="the mask is inverted: what is below the mean was kept, what is above set to 0",
+            look="the direction of the comparison in the mask",
+        ),
+        Mistake(
+            "mean of the whole tensor",
+            _keep(x, x.mean()),
+            why="that is the mean of the whole tensor; each row has its own",
+            look="the mean needs a dim=",
+        ),
+        Mistake(
+            "replaced by the mean",
+            torch.where(x >= row_mean, x, row_mean),
+            why="the entries below the mean were raised to the mean (a clamp at the mean): they are to become 0",
+            look="what the entries below the mean are replaced with",
+        ),
+        Mistake(
+            "mask returned",
+            _is_bool,
+            why="that is the mask itself: the result keeps x's values where the mask is True",
+            look="use the mask to choose between x and 0",
+        ),
+        Mistake(
+            "mask as numbers",
+            (x >= row_mean).to(x.dtype),
+            why="that is the mask as 1s and 0s: the result keeps x's values where the mask is True",
+            look="multiply by x, or use the mask to choose between x and 0",
+        ),
+        Mistake(
+            "selected elements only",
+            _is_one_dimensional,
+            why="x[mask] gathers the chosen elements into a new 1-D tensor: the result keeps x's shape",
+            look="write through the mask into a copy of x, or use torch.where",
+        ),
+    ]
+    if x.shape[0] == x.shape[1]:  # only a square x lets a (N,) mean broadcast without an error
+        mistake = Mistake(
+            "keepdim forgotten",
+            _keep(x, x.mean(dim=1)),
+            why="the (N,) row means broadcast as a row, so column j was compared with row j's mean",
+            look="keep the reduced axis: the mean must have shape (N, 1)",
+        )
+        mistakes.insert(1, mistake)
+    return mistakes
+
+
+def _keep_cases() -> list[tuple[torch.Tensor]]:
+    return [
+        (_tied_rows(41, (4, 4), torch.float64),),
+        _randn(43, (3, 6)),
+        (_tied_rows(42, (5, 3), torch.float32),),
+    ]
+
+
+@exercise("01.4", "keep what is above each row's mean")
+def check_keep_above_row_mean(keep_above_row_mean: Any) -> None:
+    """Exercise 01.4: entries below their row's mean set to 0. Example: ``lab.check_keep_above_row_mean(keep_above_row_mean)``."""
+    cases = _keep_cases()
+    run_cases(
+        keep_above_row_mean,
+        cases,
+        _keep_reference,
+        what="your keep_above_row_mean(x)",
+        mistakes=_keep_mistakes,
+        rtol=RTOL,
+        atol=ATOL,
+        inplace_hint="the prompt asks to leave x unchanged: assigning through a mask (x[mask] = 0) or an in-place "
+        "method (masked_fill_, mul_) writes into {name} itself",
+    )
+    passed(f"keep_above_row_mean: matches the reference on {len(cases)} cases, some with ties at the row mean")
+
+
+# --------------------------------------------------------------------------- 01.5 channels-first rows
+
+
+def _channels_first_reference(images: torch.Tensor) -> torch.Tensor:
+    """Channel by channel, each (H, W) plane flattened row by row."""
+    rows = []
+    for image in images:
+        planes = [image[:, :, c].reshape(-1) for c in range(image.shape[-1])]
+        rows.append(torch.cat(planes))
+    return torch.stack(rows)
+
+
+def _has_four_axes(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.dim() == 4
+
+
+def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
+    """The typical wrong answers of 01.5 for this batch."""
+    n = len(images)
+    return [
+        Mistake(
+            "reshape without permute",
+            images.reshape(n, -1),
+            why="that is the stored (H, W, C) order: reshape never moves elements between axes",
+            look="put the channel axis before H and W (permute), then flatten",
+        ),
+        Mistake(
+            "H and W swapped",
+            images.permute(0, 3, 2, 1).reshape(n, -1),
+            why="each channel's values came out column by column: H and W traded places",
+            look="permute lists, for each new position, the OLD axis that goes there: (N, C, H, W) from (N, H, W, C)",
+        ),
+        Mistake(
+            "inverse permutation",
+            images.permute(0, 2, 3, 1).reshape(n, -1),
+            why="the permutation was read backwards: it says where each old axis goes, but permute takes, for each "
+            "new position, the old axis that goes there",
+            look="the numbers in permute(...): new position k holds old axis dims[k]",
+        ),
+        Mistake(
+            "batch axis moved",
+            images.permute(3, 0, 1, 2).reshape(n, -1),
+            why="the channel axis went in front of the batch axis: the rows no longer hold one image each",
+            look="the first number in permute(...): the batch axis stays first",
+        ),
+        Mistake(
+            "not flattened",
+            _has_four_axes,
+            why="the axes are in the right order but each image is still (C, H, W): one row per image is asked",
+            look="flatten everything after the batch axis",
+        ),
+        Mistake(
+            "batch flattened too",
+            _is_one_dimensional,
+            why="everything was flattened into one long row: one row per image is asked, (N, C*H*W)",
+            look="keep the batch axis when flattening",
+        ),
+    ]
+
+
+def _channels_first_cases() -> list[tuple[torch.Tensor]]:
+    return [
+        _randn(50, (2, 4, 5, 3)),
+        _randn(51, (3, 2, 6, 4)),
+        _randn(52, (2, 3, 3, 2), dtype=torch.float32),
+    ]
+
+
+@exercise("01.5", "channels-last images to channels-first rows")
+def check_channels_first_rows(channels_first_rows: Any) -> None:
+    """Exercise 01.5: (N, H, W, C) to (N, C*H*W). Example: ``lab.check_channels_first_rows(channels_first_rows)``."""
+    cases = _channels_first_cases()
+    run_cases(
+        channels_first_rows,
+        cases,
+        _channels_first_reference,
+        what="your channels_first_rows(images)",
+        mistakes=_channels_first_mistakes,
+        rtol=RTOL,
+        atol=ATOL,
+    )
+    passed(f"channels_first_rows: matches the reference on {len(cases)} cases (shapes and values)")
+
+
+# --------------------------------------------------------------------------- 01.6 one matrix per sample
+
+
+def _per_sample_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.stack([x[b] @ w[b] for b in range(len(x))])
+
+
+def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
+    """The typical wrong answers of 01.6 for this case."""
+    return [
+        Mistake(
+            "every sample with every matrix",
+            x @ w,
+            why="x @ w met every sample with every matrix (matmul broadcast x over w's batch): (B, B, K)",
+            look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b]",
+        ),
+        Mistake(
+            "kept a size-1 axis",
+            _squeezes_to(_per_sample_reference(x, w)),
+            why="the values are right, but an axis of size 1 is still there: the result is (B, K)",
+            look="remove the size-1 axis from the product",
+        ),
+        Mistake(
+            "one matrix for all samples",
+            x @ w[0],
+            why="every sample used the first matrix: w[b] belongs to sample b",
+            look="the batch axis of w must stay",
+        ),
+        Mistake(
+            "summed over K",
+            (x[:, :, None] * w).sum(2),
+            why="the product sums over D, the axis x and w share, not over K",
+            look="the axis of the sum",
+        ),
+    ]
+
+
+def _per_sample_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [
+        _randn(60, (3, 4), (3, 4, 2)),
+        _randn(61, (5, 2), (5, 2, 6)),
+        _randn(62, (4, 3), (4, 3, 5), dtype=torch.float32),
+    ]
+
+
+@exercise("01.6", "one matrix per sample")
+def check_per_sample_matmul(per_sample_matmul: Any) -> None:
+    """Exercise 01.6: row b is x[b] @ w[b]. Example: ``lab.check_per_sample_matmul(per_sample_matmul)``."""
+    cases = _per_sample_cases()
+    run_cases(
+        per_sample_matmul,
+        cases,
+        _per_sample_reference,
+        what="your per_sample_matmul(x, w)",
+        mistakes=_per_sample_mistakes,
+        rtol=RTOL,
+        atol=ATOL,
+    )
+    passed(f"per_sample_matmul: matches the reference on {len(cases)} cases (shapes and values)")

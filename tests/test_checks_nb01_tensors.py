@@ -1,0 +1,446 @@
+"""Checks of notebook 01: correct variants pass, every listed mistake is named (the value mistakes' tests are
+generated from the check's own lists), the issue's wrong PASSes fail, and bad answers get one sentence."""
+
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import labsupport as lab
+from labsupport.checks import nb01_tensors as nb01
+from labsupport.checks import running
+from labsupport.checks.values import rel_error
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name -> (check, reference, the check's mistakes function, its cases)
+SPECS = {
+    "pairwise_sq_dists": (
+        lab.check_pairwise_sq_dists,
+        nb01._pairwise_reference,
+        nb01._pairwise_mistakes,
+        nb01._pairwise_cases,
+    ),
+    "correct_class_scores": (
+        lab.check_correct_class_scores,
+        nb01._class_scores_reference,
+        nb01._class_scores_mistakes,
+        lambda: nb01._class_scores_cases()[0],
+    ),
+    "keep_above_row_mean": (lab.check_keep_above_row_mean, nb01._keep_reference, nb01._keep_mistakes, nb01._keep_cases),
+    "channels_first_rows": (
+        lab.check_channels_first_rows,
+        nb01._channels_first_reference,
+        nb01._channels_first_mistakes,
+        nb01._channels_first_cases,
+    ),
+    "per_sample_matmul": (
+        lab.check_per_sample_matmul,
+        nb01._per_sample_reference,
+        nb01._per_sample_mistakes,
+        nb01._per_sample_cases,
+    ),
+}
+
+
+def _keep_with_where(x):
+    return torch.where(x >= x.mean(dim=1, keepdim=True), x, torch.zeros_like(x))
+
+
+def _keep_with_clone(x):
+    out = x.clone()
+    out[x < x.sum(dim=1, keepdim=True) / x.shape[1]] = 0
+    return out
+
+
+def _keep_with_masked_fill(x):
+    return x.masked_fill(x - x.mean(dim=-1, keepdim=True) < 0, 0.0)
+
+
+def _class_scores_with_one_hot(scores, labels):
+    return (scores * F.one_hot(labels, num_classes=scores.shape[1])).sum(dim=1)
+
+
+def _pairwise_by_expansion(a, b):
+    return (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
+
+
+CORRECT = {
+    "pairwise_sq_dists": [
+        lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1),
+        lambda a, b: (a.unsqueeze(1) - b.unsqueeze(0)).pow(2).sum(dim=2),
+        _pairwise_by_expansion,
+        lambda a, b: torch.cdist(a, b) ** 2,
+    ],
+    "correct_class_scores": [
+        lambda s, i: s[torch.arange(len(i)), i],
+        lambda s, i: s.gather(1, i[:, None]).squeeze(1),
+        lambda s, i: s.gather(1, i.unsqueeze(1)).squeeze(),
+        _class_scores_with_one_hot,
+        lambda s, i: s[F.one_hot(i, s.shape[1]).bool()],
+    ],
+    "keep_above_row_mean": [
+        lambda x: x * (x >= x.mean(1, keepdim=True)),
+        _keep_with_where,
+        _keep_with_clone,
+        _keep_with_masked_fill,
+    ],
+    "channels_first_rows": [
+        lambda im: im.permute(0, 3, 1, 2).reshape(im.shape[0], -1),
+        lambda im: im.permute(0, 3, 1, 2).flatten(1),
+        lambda im: im.movedim(-1, 1).contiguous().view(len(im), -1),
+        lambda im: torch.stack([i.permute(2, 0, 1).flatten() for i in im]),
+    ],
+    "per_sample_matmul": [
+        lambda x, w: (x.unsqueeze(1) @ w).squeeze(1),
+        lambda x, w: torch.einsum("bd,bdk->bk", x, w),
+        lambda x, w: torch.bmm(x[:, None, :], w)[:, 0],
+        lambda x, w: (x[:, :, None] * w).sum(1),
+        lambda x, w: torch.diagonal(x @ w, dim1=0, dim2=1).T,
+    ],
+}
+
+CORRECT_CASES = [(name, k) for name, variants in CORRECT.items() for k in range(len(variants))]
+
+
+@pytest.mark.parametrize("name, k", CORRECT_CASES)
+def test_correct_variants_pass(name, k, capsys):
+    SPECS[name][0](CORRECT[name][k])
+    assert capsys.readouterr().out.startswith(f"PASS  {name}")
+
+
+def _value_mistakes():
+    """(exercise, mistake name) for every mistake that is a value in some case."""
+    found = []
+    for name, (_, _, mistakes, cases) in SPECS.items():
+        for case in cases():
+            for mistake in mistakes(*case):
+                if isinstance(mistake.matches, torch.Tensor) and (name, mistake.name) not in found:
+                    found.append((name, mistake.name))
+    return found
+
+
+VALUE_MISTAKES = _value_mistakes()
+
+
+@pytest.mark.parametrize("name, mistake", VALUE_MISTAKES)
+def test_value_mistake_is_named(name, mistake):
+    check, reference, mistakes, _ = SPECS[name]
+
+    def wrong(*args):
+        for m in mistakes(*args):
+            if m.name == mistake and isinstance(m.matches, torch.Tensor):
+                return m.matches
+        return reference(*args)
+
+    with pytest.raises(lab.CheckError) as info:
+        check(wrong)
+    assert info.value.mistake == mistake
+    assert info.value.hint in str(info.value)
+
+
+# the mistakes that are predicates, handed in as students write them
+PREDICATE_MISTAKES = [
+    ("pairwise_sq_dists", "coordinates not summed", lambda a, b: (a[:, None, :] - b[None, :, :]) ** 2),
+    ("correct_class_scores", "kept a size-1 axis", lambda s, i: s.gather(1, i[:, None])),
+    ("per_sample_matmul", "kept a size-1 axis", lambda x, w: x.unsqueeze(1) @ w),
+    ("per_sample_matmul", "kept a size-1 axis", lambda x, w: w.transpose(1, 2) @ x[:, :, None]),
+    ("keep_above_row_mean", "mask returned", lambda x: x >= x.mean(1, keepdim=True)),
+    ("keep_above_row_mean", "selected elements only", lambda x: x[x >= x.mean(1, keepdim=True)]),
+    ("channels_first_rows", "not flattened", lambda im: im.permute(0, 3, 1, 2)),
+    ("channels_first_rows", "batch flattened too", lambda im: im.permute(0, 3, 1, 2).reshape(-1)),
+]
+
+
+@pytest.mark.parametrize("name, mistake, wrong", PREDICATE_MISTAKES)
+def test_predicate_mistake_is_named(name, mistake, wrong):
+    with pytest.raises(lab.CheckError) as info:
+        SPECS[name][0](wrong)
+    assert info.value.mistake == mistake
+
+
+def test_every_listed_mistake_has_a_test():
+    listed = set()
+    for name, (_, _, mistakes, cases) in SPECS.items():
+        for case in cases():
+            listed |= {(name, m.name) for m in mistakes(*case)}
+    tested = set(VALUE_MISTAKES) | {(name, mistake) for name, mistake, _ in PREDICATE_MISTAKES}
+    assert listed == tested
+
+
+def _differ(a, b):
+    return a.shape != b.shape or rel_error(a, b) > 1e-3
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_value_mistakes_differ_from_the_reference_and_each_other(name):
+    """In each case, the mistakes that are wrong there differ from each other (so the name is the right one);
+    each mistake is wrong in some case (ties only where a row holds its mean)."""
+    _, reference, mistakes, cases = SPECS[name]
+    wrong_somewhere = set()
+    for case in cases():
+        right = reference(*case)
+        values = [(m.name, m.matches) for m in mistakes(*case) if isinstance(m.matches, torch.Tensor)]
+        values = [(n, v) for n, v in values if _differ(v, right)]
+        wrong_somewhere |= {n for n, _ in values}
+        for i, (_, a) in enumerate(values):
+            for _, b in values[:i]:
+                assert _differ(a, b)
+    assert wrong_somewhere == {m for n, m in VALUE_MISTAKES if n == name}
+
+
+# --------------------------------------------------------------------------- the issue's wrong PASSes
+
+
+def test_one_hot_without_num_classes_is_caught_and_named():
+    """01.3: every old case held the last class, so one_hot(labels) without num_classes passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(lambda s, i: (s * F.one_hot(i)).sum(1))
+    assert info.value.mistake == "classes counted from labels"
+    assert "num_classes" in info.value.hint
+    assert "num_classes" not in info.value.message  # rung 1 says what and where, not the cause
+
+
+def test_classes_from_the_largest_label_are_caught():
+    def by_max_label(scores, labels):
+        mask = torch.arange(int(labels.max()) + 1) == labels[:, None]
+        return scores[mask]
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(by_max_label)
+    assert info.value.mistake == "classes counted from labels"
+
+
+def test_some_cases_miss_the_last_class():
+    every_class, last_missing = nb01._class_scores_cases()
+    for scores, labels in every_class:
+        assert scores.shape[1] - 1 in labels.tolist()
+    for scores, labels in last_missing:
+        assert scores.shape[1] - 1 not in labels.tolist()
+
+
+def test_strict_comparison_drops_ties_and_is_named():
+    """01.4: random floats never tie with the mean, so `>` for `>=` passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_keep_above_row_mean(lambda x: x * (x > x.mean(1, keepdim=True)))
+    assert info.value.mistake == "ties set to 0"
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_keep_above_row_mean(lambda x: torch.where(x <= x.mean(1, keepdim=True), 0.0, x))
+    assert info.value.mistake == "ties set to 0"
+
+
+def test_cases_hold_ties_and_the_prompt_says_where_ties_go():
+    ties = [case[0] for case in nb01._keep_cases() if (case[0] == case[0].mean(1, keepdim=True)).any()]
+    assert len(ties) >= 2
+    nb = nbformat.read(ROOT / "notebooks" / "01_tensors.ipynb", as_version=4)
+    prompt = next(c.source for c in nb.cells if c.source.startswith("### Exercise 4"))
+    assert "at or above" in prompt
+
+
+def test_changing_x_in_place_names_x():
+    def in_place(x):
+        x[x < x.mean(1, keepdim=True)] = 0
+        return x
+
+    with pytest.raises(lab.CheckError, match="changed its argument x in place") as info:
+        lab.check_keep_above_row_mean(in_place)
+    assert "leave x unchanged" in info.value.hint
+
+
+def test_a_float32_case_catches_a_hard_coded_dtype():
+    def hard_coded(a, b):
+        out = torch.zeros(len(a), len(b), dtype=torch.float64)
+        out += ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+        return out
+
+    with pytest.raises(lab.CheckError, match="wrong dtype"):
+        lab.check_pairwise_sq_dists(hard_coded)
+
+
+def test_rung_one_hides_the_cause_and_the_code(capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_channels_first_rows(lambda im: im.reshape(len(im), -1))
+    first = "\n".join(info.value.rendered())
+    assert info.value.rung == 1
+    assert info.value.hint not in first and "permute" not in first
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_channels_first_rows(lambda im: im.reshape(len(im), -1))
+    assert info.value.hint in "\n".join(info.value.rendered())
+    assert info.value.look not in "\n".join(info.value.rendered())
+    lab.hint("01.5")
+    assert info.value.look in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- 01.2, a prediction
+
+
+def test_storage_prediction_right_first(capsys):
+    lab.check_storage_prediction("Slice ")
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  which write reaches t: 'slice' is right (recorded answer: 'slice')")
+
+
+def test_storage_prediction_wrong_then_right_keeps_the_first_answer(capsys):
+    lab.check_storage_prediction("both")
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and "recorded answer: 'both'" in first
+    assert "Now explain: which of s and m shares t's memory" in first
+    assert "a boolean mask gathers" not in first  # the explanation waits for lab.hint
+    lab.check_storage_prediction("slice")
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 'both'" in second
+    assert nb01.STORAGE_NOTES["both"] in second
+    assert lab.checks.core.COMMITTED["01.2"].answer == "both"
+
+
+class LyingStr(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [None, "view", 3, 2.5, float("nan"), ["slice"], np.array(["slice", "mask"]), torch.zeros(2), LyingStr("junk")],
+    ids=repr,
+)
+def test_storage_prediction_junk_is_refused_and_not_recorded(junk, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_storage_prediction(junk)
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+    assert "01.2" not in lab.checks.core.COMMITTED
+
+
+def test_storage_prediction_called_wrongly():
+    with pytest.raises(lab.CheckError, match="called wrongly"):
+        lab.check_storage_prediction()
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def _forever(*args):
+    while True:
+        pass
+
+
+def _raises(*args):
+    raise ValueError("my own bug")
+
+
+class AlwaysEqual(torch.Tensor):
+    """A tensor subclass that claims to equal anything."""
+
+    def __eq__(self, other):
+        return True
+
+    __hash__ = torch.Tensor.__hash__
+
+
+BAD_RESULTS = {
+    "None": None,
+    "list": [[1.0, 2.0]],
+    "numpy": np.zeros((4, 5)),
+    "float": 3.5,
+    "wrong shape": torch.zeros(3, 3, 3, dtype=torch.float64),
+    "int dtype": torch.zeros(4, 5, dtype=torch.int64),
+    "nan": torch.full((4, 5), float("nan"), dtype=torch.float64),
+    "inf": torch.full((4, 5), float("inf"), dtype=torch.float64),
+    "meta": torch.zeros(4, 5, device="meta", dtype=torch.float64),
+    "empty": torch.zeros(0),
+    "lying subclass": torch.zeros(4, 5, dtype=torch.float64).as_subclass(AlwaysEqual),
+    "tuple": (torch.zeros(4, 5), torch.zeros(4, 5)),
+}
+BAD_FUNCTIONS = {"raises": _raises, "never returns": _forever, "takes no argument": lambda: None}
+BAD_ANSWERS = {"None": None, "string": "pairwise_sq_dists", "number": 3, "tensor": torch.zeros(2), "class": Exception}
+
+
+def _bad_inputs():
+    cases = [(kind, lambda *a, r=result: r) for kind, result in BAD_RESULTS.items()]
+    cases += list(BAD_FUNCTIONS.items())
+    cases += [(f"answer {kind}", answer) for kind, answer in BAD_ANSWERS.items()]
+    return cases
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("kind, answer", _bad_inputs(), ids=[kind for kind, _ in _bad_inputs()])
+def test_bad_input_gets_one_sentence(name, kind, answer, monkeypatch, capsys):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError) as info:
+        SPECS[name][0](answer)
+    text = str(info.value)
+    assert "PASS" not in capsys.readouterr().out
+    assert text and "Traceback" not in text and "could not use" not in text
+    assert "\n" not in info.value.message.split("\n  in your line:")[0]
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_never_returning_is_stopped_with_a_sentence(name, monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError, match=r"did not return within 0.2 s"):
+        SPECS[name][0](_forever)
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_wrong_dtype_is_named(name):
+    check, reference, _, _ = SPECS[name]
+    with pytest.raises(lab.CheckError, match="dtype"):
+        check(lambda *args: reference(*args).to(torch.float16))
+
+
+# --------------------------------------------------------------------------- the helpers notebook 01 calls
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"N": 0}, "N must be a whole number >= 1"),
+        ({"N": -3}, "N must be a whole number >= 1"),
+        ({"N": 2.5}, "N must be a whole number"),
+        ({"D_in": "1000"}, "D_in must be a whole number"),
+        ({"D_out": True}, "D_out must be a whole number"),
+        ({"N": 10**6, "D_in": 10**6}, "more than"),
+        ({"dtype": torch.int64}, "dtype must be a floating-point torch dtype"),
+        ({"dtype": "float32"}, "dtype must be a floating-point torch dtype"),
+        ({"device": "gpu0"}, "device must be a device name"),
+        ({"device": 3.5}, "device must be a device name"),
+        ({"seed": -1}, "a seed must be a whole number"),
+        ({"seed": "0"}, "a seed must be a whole number"),
+    ],
+)
+def test_lecture_data_bad_arguments_get_one_sentence(kwargs, fragment):
+    with pytest.raises((ValueError, TypeError), match=fragment):
+        lab.lecture_data(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"H": 0}, "H must be a whole number >= 1"),
+        ({"D_in": None}, "D_in must be a whole number"),
+        ({"requires_grad": "yes"}, "requires_grad must be True or False"),
+        ({"dtype": torch.bool}, "dtype must be a floating-point torch dtype"),
+        ({"seed": 2**40}, "a seed must be a whole number"),
+    ],
+)
+def test_lecture_weights_bad_arguments_get_one_sentence(kwargs, fragment):
+    with pytest.raises((ValueError, TypeError), match=fragment):
+        lab.lecture_weights(**kwargs)
+
+
+def test_unavailable_device_is_named(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="not available on this machine"):
+        lab.lecture_data(device="cuda")
+
+
+def test_lecture_helpers_still_give_the_lecture_numbers():
+    x, y = lab.lecture_data(N=4, D_in=3, D_out=2, seed=np.int64(0))
+    w1, w2 = lab.lecture_weights(D_in=3, H=5, D_out=2, requires_grad=True, device=torch.device("cpu"))
+    assert x.shape == (4, 3) and y.shape == (4, 2) and w1.requires_grad and w2.shape == (5, 2)
+    assert torch.equal(x, lab.lecture_data(N=4, D_in=3, D_out=2)[0])

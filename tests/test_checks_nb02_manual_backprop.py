@@ -1,0 +1,516 @@
+"""Checks of notebook 02: correct variants pass (the lecture's in-place ReLU backward, a w restored 1 ulp off),
+every listed mistake is named, the rule "no autograd" is checked by behaviour, and bad answers get one sentence."""
+
+import numpy as np
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.checks import core, running
+from labsupport.checks import nb02_manual_backprop as nb02
+
+
+def linear_forward(x, w):
+    return x @ w, (x, w)
+
+
+def linear_backward(dout, cache):
+    x, w = cache
+    return dout @ w.t(), x.t() @ dout
+
+
+def relu_forward(h):
+    return h.clamp(min=0), h
+
+
+def relu_backward(dout, h):
+    return dout * (h > 0)
+
+
+def lecture_relu_backward(dout, h):
+    """The lecture's own line: it writes into dout."""
+    dout[h < 0] = 0
+    return dout
+
+
+def loss_and_grads(x, y, w1, w2):
+    h, c1 = linear_forward(x, w1)
+    h_relu, c2 = relu_forward(h)
+    y_pred, c3 = linear_forward(h_relu, w2)
+    dh_relu, g2 = linear_backward(2 * (y_pred - y), c3)
+    return ((y_pred - y) ** 2).sum(), linear_backward(relu_backward(dh_relu, c2), c1)[1], g2
+
+
+def numeric_grad(f, w, eps=1e-6, one_sided=False, divisor=2.0):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        e = e.view(w.shape)
+        if one_sided:
+            grad.view(-1)[i] = (f(w + e) - f(w)) / eps
+        else:
+            grad.view(-1)[i] = (f(w + e) - f(w - e)) / (divisor * eps)
+    return grad
+
+
+def numeric_grad_restoring(f, w, eps=1e-6):
+    """+eps, -2eps, +eps on w itself: w comes back 1 ulp off, which the prompt allows."""
+    grad = torch.zeros_like(w)
+    flat = w.view(-1)
+    for i in range(w.numel()):
+        flat[i] += eps
+        plus = f(w)
+        flat[i] -= 2 * eps
+        minus = f(w)
+        flat[i] += eps
+        grad.view(-1)[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
+def numeric_grad_scaffold(f, w, eps=None):
+    """The scaffold's signature, with eps=None handled."""
+    eps = 1e-6 if eps is None else eps
+    return numeric_grad(f, w, eps)
+
+
+# --------------------------------------------------------------------------- correct answers
+
+
+def test_references_pass(capsys):
+    lab.check_linear_layer(linear_forward, linear_backward)
+    lab.check_relu_layer(relu_forward, relu_backward)
+    lab.check_loss_and_grads(loss_and_grads)
+    lab.check_numeric_grad(numeric_grad)
+    out = capsys.readouterr().out
+    assert out.count("PASS  ") == 4 and "max rel. error < 1e-08" in out
+
+
+def test_lecture_relu_backward_that_writes_into_dout_passes(capsys):
+    """02.2: the lecture's `dout[h < 0] = 0` got "keep h intact"; the prompt does not forbid it."""
+    lab.check_relu_layer(relu_forward, lecture_relu_backward)
+    assert capsys.readouterr().out.startswith("PASS  relu layer")
+
+
+def test_forward_in_place_with_a_cache_of_the_output_passes(capsys):
+    def in_place_forward(h):
+        h.clamp_(min=0)
+        return h, h  # the cache holds max(h, 0), whose signs still tell where h > 0
+
+    lab.check_relu_layer(in_place_forward, relu_backward)
+    assert capsys.readouterr().out.startswith("PASS  relu layer")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        lambda f, w: numeric_grad(f, w, 1e-5),
+        lambda f, w: numeric_grad(f, w, 1e-4),
+        numeric_grad_restoring,
+        numeric_grad_scaffold,
+    ],
+    ids=["eps 1e-5", "eps 1e-4", "restored 1 ulp off", "eps=None default"],
+)
+def test_checker_variants_pass(variant, capsys):
+    """02.4: restoring w by +eps, -2eps, +eps leaves it 1 ulp off, which was refused."""
+    lab.check_numeric_grad(variant)
+    assert capsys.readouterr().out.startswith("PASS  numeric_grad")
+
+
+def test_restoring_really_leaves_w_an_ulp_off():
+    w = nb02._checker_cases()[0][1].clone()
+    before = w.clone()
+    numeric_grad_restoring(nb02._smooth, w)
+    assert not torch.equal(w, before) and float((w - before).abs().max()) < 1e-15
+
+
+def test_backward_returning_a_list_or_a_one_tuple_passes(capsys):
+    lab.check_linear_layer(linear_forward, lambda dout, c: [dout @ c[1].t(), c[0].t() @ dout])
+    lab.check_relu_layer(lambda h: [h.relu(), h], lambda dout, h: (dout * (h > 0),))
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+# --------------------------------------------------------------------------- the rule: no autograd
+
+
+def autograd_loss_and_grads(x, y, w1, w2):
+    w1 = w1.clone().requires_grad_()
+    w2 = w2.clone().requires_grad_()
+    loss = ((x @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
+    loss.backward()
+    return loss.detach(), w1.grad, w2.grad
+
+
+def autograd_grad_loss_and_grads(x, y, w1, w2):
+    with torch.enable_grad():
+        w1 = w1.clone().requires_grad_()
+        w2 = w2.clone().requires_grad_()
+        loss = ((x @ w1).clamp(min=0) @ w2 - y).pow(2).sum()
+        try:  # a student's own error handling cannot hide it
+            grads = torch.autograd.grad(loss, (w1, w2))
+        except Exception:
+            grads = (w1, w2)
+    return loss.detach(), *grads
+
+
+def autograd_numeric_grad(f, w):
+    w = w.clone().requires_grad_()
+    f(w).backward()
+    return w.grad
+
+
+@pytest.mark.parametrize("fn", [autograd_loss_and_grads, autograd_grad_loss_and_grads])
+def test_two_layer_with_autograd_is_refused(fn):
+    """02.3: computed with autograd, against the exercise's rule, it passed."""
+    with pytest.raises(lab.CheckError, match="called autograd") as info:
+        lab.check_loss_and_grads(fn)
+    assert info.value.mistake == "used autograd"
+    assert "torch.no_grad()" in info.value.message
+
+
+def test_checker_with_autograd_is_refused():
+    with pytest.raises(lab.CheckError, match="called autograd"):
+        lab.check_numeric_grad(autograd_numeric_grad)
+
+
+def test_layer_backward_with_autograd_is_refused():
+    def forward(x, w):
+        w = w.clone().requires_grad_()
+        out = x @ w
+        return out, (x, w, out)
+
+    def backward(dout, cache):
+        x, w, out = cache
+        return torch.autograd.grad(out, (x, w), dout)
+
+    with pytest.raises(lab.CheckError, match="called autograd"):
+        lab.check_linear_layer(forward, backward)
+
+
+# --------------------------------------------------------------------------- mistakes, one test each
+
+
+def _table(cases, compute):
+    """compute(*case) for every case, worked out here: the student's code runs where autograd is refused."""
+    return [(case, compute(*case)) for case in cases]
+
+
+def _look_up(table, *args):
+    for case, value in table:
+        if all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(args, case)):
+            return value
+    raise LookupError("not one of the check's cases")
+
+
+def _layer_student(reference, mistakes, cases, name):
+    """A forward and backward that give the reference except where the named mistake says otherwise."""
+
+    def wrong_or_right(*case):
+        right = reference(*case)
+        wrong = next((m.matches for m in mistakes(*case) if m.name == name), None)
+        if wrong is None:
+            return right
+        return tuple(r if m is None else m for r, m in zip(right, wrong))
+
+    table = _table(cases, wrong_or_right)
+
+    def forward(*inputs):
+        return _look_up(table, *inputs)[0], inputs
+
+    def backward(dout, cache):
+        grads = _look_up(table, *cache, dout)[1:]
+        return grads if len(grads) > 1 else grads[0]
+
+    return forward, backward
+
+
+LAYERS = {
+    "linear": (lab.check_linear_layer, nb02._linear_reference, nb02._linear_mistakes, nb02._linear_cases),
+    "relu": (lab.check_relu_layer, nb02._relu_reference, nb02._relu_mistakes, nb02._relu_cases),
+}
+
+
+def _layer_mistake_names():
+    names = []
+    for layer, (_, _, mistakes, cases) in LAYERS.items():
+        for case in cases():
+            names += [(layer, m.name) for m in mistakes(*case) if (layer, m.name) not in names]
+    return names
+
+
+@pytest.mark.parametrize("layer, name", _layer_mistake_names())
+def test_layer_mistake_is_named(layer, name):
+    check, reference, mistakes, cases = LAYERS[layer]
+    forward, backward = _layer_student(reference, mistakes, cases(), name)
+    with pytest.raises(lab.CheckError) as info:
+        check(forward, backward)
+    assert info.value.mistake == name
+
+
+@pytest.mark.parametrize(
+    "backward, fragment",
+    [
+        (lambda dout, c: (dout @ c[1], c[0].t() @ dout), "dx without transpose"),
+        (lambda dout, c: (dout @ c[1].t(), dout.t() @ c[0]), "dw transposed"),
+        (lambda dout, c: (dout @ c[1].t(), c[0] @ dout), "raised RuntimeError"),  # raised inside the student's code
+    ],
+)
+def test_linear_mistakes_as_students_write_them(backward, fragment):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_linear_layer(linear_forward, backward)
+    assert info.value.mistake == fragment
+
+
+def test_forward_that_overwrites_h_is_named_with_the_argument():
+    """02.2: the wrong answer's cause is the forward's in-place write into h, named from the signature."""
+
+    def forward(pre_activation):
+        pre_activation[pre_activation < 0] = 0
+        return pre_activation, pre_activation
+
+    with pytest.raises(lab.CheckError, match="changed its argument pre_activation in place") as info:
+        lab.check_relu_layer(forward, lecture_relu_backward)
+    assert info.value.mistake == "forward changed its input"
+
+
+TWO_LAYER_CASE = nb02._two_layer_cases()[0]
+TWO_LAYER = [m.name for m in nb02._two_layer_mistakes(*TWO_LAYER_CASE)]
+
+
+@pytest.mark.parametrize("name", [n for n in TWO_LAYER if n != "loss not reduced"])
+def test_two_layer_mistake_is_named(name):
+    def wrong_values(*case):
+        good = loss_and_grads(*case)
+        mistake = next(m for m in nb02._two_layer_mistakes(*case) if m.name == name)
+        return tuple(g if m is None else m for g, m in zip(good, mistake.matches))
+
+    table = _table(nb02._two_layer_cases(), wrong_values)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(lambda *args: _look_up(table, *args))
+    assert info.value.mistake == name
+
+
+def test_two_layer_loss_not_reduced_is_named():
+    def wrong(x, y, w1, w2):
+        loss, g1, g2 = loss_and_grads(x, y, w1, w2)
+        return (torch.relu(x @ w1) @ w2 - y) ** 2, g1, g2
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(wrong)
+    assert info.value.mistake == "loss not reduced"
+
+
+def test_two_layer_transposed_gradient_gets_the_engine_hint():
+    def transposed(*args):
+        loss, g1, g2 = loss_and_grads(*args)
+        return loss, g1.t(), g2
+
+    with pytest.raises(lab.CheckError, match="a transpose is missing"):
+        lab.check_loss_and_grads(transposed)
+
+
+def _float32_inside(f, w):
+    return numeric_grad(f, w.float()).double()
+
+
+def _every_entry_at_once(f, w, eps=1e-6):
+    return torch.full_like(w, float((f(w + eps) - f(w - eps)) / (2 * eps)))
+
+
+def _rows_only(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    for i in range(len(w)):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = (f(w + e.view(w.shape)) - f(w - e.view(w.shape))) / (2 * eps)
+    return grad
+
+
+def _precedence(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = (f(w + e.view(w.shape)) - f(w - e.view(w.shape))) / 2 * eps
+    return grad
+
+
+def _eps_none(f, w, eps=None):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = (f(w + e.view(w.shape)) - f(w - e.view(w.shape))) / (2 * eps)
+    return grad
+
+
+def _not_restored(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    flat = w.view(-1)
+    for i in range(w.numel()):
+        flat[i] += eps
+        plus = f(w)
+        flat[i] -= 2 * eps
+        minus = f(w)
+        grad.view(-1)[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
+CHECKER_MISTAKES = {
+    "result not float64": lambda f, w: numeric_grad(f, w).float(),
+    "f evaluated in float32": _float32_inside,
+    "not shaped like w": lambda f, w: numeric_grad(f, w).reshape(-1),
+    "several entries nudged at once": _every_entry_at_once,
+    "not every entry visited": _rows_only,
+    "factor 2: divided by eps": lambda f, w: numeric_grad(f, w, divisor=1.0),
+    "factor 1/2": lambda f, w: numeric_grad(f, w, divisor=4.0),
+    "wrong sign": lambda f, w: -numeric_grad(f, w),
+    "wrong sign and factor 2": lambda f, w: numeric_grad(f, w, divisor=-1.0),
+    "divided by 2, times eps": _precedence,
+    "one-sided difference": lambda f, w: numeric_grad(f, w, one_sided=True),
+    "eps too small": lambda f, w: numeric_grad(f, w, 1e-10),
+    "eps too large": lambda f, w: numeric_grad(f, w, 1e-2),
+    "off by a constant factor": lambda f, w: 3 * numeric_grad(f, w),
+    "w left changed": _not_restored,
+    "eps left None": _eps_none,
+}
+
+
+@pytest.mark.parametrize("name", CHECKER_MISTAKES)
+def test_checker_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_numeric_grad(CHECKER_MISTAKES[name])
+    assert info.value.mistake == name
+
+
+def test_dividing_by_eps_is_not_called_noise():
+    """02.4: dividing by eps instead of 2*eps got "noisy: eps too small", though the result is exactly 2x."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, divisor=1.0))
+    assert "2*eps" in info.value.hint and "small" not in info.value.hint
+
+
+def test_every_checker_mistake_has_a_test():
+    f, w = nb02._checker_cases()[0]
+    f(w + 1e-6)  # one call, so that the mistakes that need a measured eps are listed
+    names = {m.name for m in nb02._checker_mistakes(f, w)}
+    names |= {"f evaluated in float32", "several entries nudged at once", "not every entry visited", "eps too small"}
+    assert names <= set(CHECKER_MISTAKES)
+
+
+@pytest.mark.parametrize("eps", [1e-12, 1e-9, 3e-8, 1e-7, 1e-6, 1e-5, 1e-4, 3e-4, 1e-2, 0.1])
+def test_any_eps_passes_or_gets_a_true_cause(eps, capsys):
+    try:
+        lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, eps))
+    except lab.CheckError as err:
+        expected = "eps too small" if eps < 1e-6 else "eps too large"
+        assert err.mistake == expected
+    else:
+        assert 1e-7 <= eps <= 3e-4
+
+
+# --------------------------------------------------------------------------- 02.5, a prediction
+
+
+def test_lr_prediction_right(capsys):
+    lab.check_lr_prediction("Diverges")
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  learning rate 1e-4: 'diverges' is right (recorded answer: 'diverges')")
+
+
+def test_lr_prediction_wrong_then_right_keeps_the_first_answer(capsys):
+    lab.check_lr_prediction("falls faster")
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and "recorded answer: 'falls faster'" in first
+    assert "Now explain: why steps 100 times larger" in first
+    lab.check_lr_prediction("diverges")
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 'falls faster'" in second
+    assert core.COMMITTED["02.5"].answer == "falls faster"
+
+
+@pytest.mark.parametrize(
+    "junk", [None, 1e-4, "faster", float("nan"), ["diverges"], np.float64(2.0), torch.tensor(1.0)], ids=repr
+)
+def test_lr_prediction_junk_is_refused(junk, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_lr_prediction(junk)
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- bad inputs
+
+
+def _forever(*args):
+    while True:
+        pass
+
+
+def _raises(*args):
+    raise ValueError("my own bug")
+
+
+BAD_VALUES = [
+    None,
+    [[1.0]],
+    np.zeros((2, 2)),
+    torch.zeros(3, 3, 3, dtype=torch.float64),
+    torch.full((4, 3), float("nan"), dtype=torch.float64),
+    torch.zeros(4, 3, dtype=torch.int64),
+    torch.zeros(4, 3, device="meta", dtype=torch.float64),
+]
+BAD_FUNCTIONS = [_raises, _forever, None, "f", 3, lambda: None]
+
+
+def _bad_functions(outputs):
+    funcs = [lambda *a, r=r: r for r in BAD_VALUES]
+    funcs += [lambda *a, r=r: (r,) * outputs for r in BAD_VALUES]
+    return funcs + BAD_FUNCTIONS
+
+
+@pytest.mark.parametrize("check, outputs", [(lab.check_loss_and_grads, 3), (lab.check_numeric_grad, 1)])
+def test_bad_one_function_answers_get_one_sentence(check, outputs, monkeypatch, capsys):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    for fn in _bad_functions(outputs):
+        with pytest.raises(lab.CheckError) as info:
+            check(fn)
+        assert "could not use" not in str(info.value)
+    assert "PASS" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "check, forward, backward",
+    [(lab.check_linear_layer, linear_forward, linear_backward), (lab.check_relu_layer, relu_forward, relu_backward)],
+)
+def test_bad_layer_answers_get_one_sentence(check, forward, backward, monkeypatch, capsys):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    bad = _bad_functions(2)
+    pairs = [(fn, backward) for fn in bad] + [(forward, fn) for fn in bad]
+    pairs += [(lambda *a: a[0], backward), (lambda *a: ((a,), a[0]), backward), (forward, lambda d, c: (d, d, d))]
+    for f, b in pairs:
+        with pytest.raises(lab.CheckError) as info:
+            check(f, b)
+        assert "could not use" not in str(info.value)
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_forward_returning_cache_first_is_told_the_order():
+    with pytest.raises(lab.CheckError, match=r"returned \(cache, out\)"):
+        lab.check_relu_layer(lambda h: ((h,), h.clamp(min=0)), relu_backward)
+
+
+def test_unwritten_layer_functions_are_named():
+    with pytest.raises(lab.CheckError, match="linear_forward and linear_backward are not written yet"):
+        lab.check_linear_layer(None, None)
+
+
+def test_layer_check_called_with_one_function():
+    with pytest.raises(lab.CheckError, match="called wrongly"):
+        lab.check_linear_layer(linear_forward)
+
+
+def test_two_layer_grads_is_autograd_and_matches_the_hand_derivation():
+    x, y, w1, w2 = nb02._randn(0, (4, 3), (4, 2), (3, 5), (5, 2))
+    for ref, mine in zip(nb02.two_layer_grads(x, y, w1, w2), loss_and_grads(x, y, w1, w2)[1:]):
+        assert torch.allclose(ref, mine)
