@@ -8,9 +8,11 @@ Example:
     └─ ExpBackward0
        └─ AccumulateGrad -> leaf w (3,)
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
@@ -18,11 +20,21 @@ __all__ = ["print_graph", "graph_nodes"]
 
 
 def _root(tensor: Any) -> Any:
+    """The backward node behind ``tensor`` (None for a leaf), or a sentence saying what to pass instead."""
     if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"expected a torch.Tensor, got {'None' if tensor is None else type(tensor).__name__}")
+        kind = "None" if tensor is None else type(tensor).__name__
+        if hasattr(tensor, "next_functions"):
+            advice = ", a node of the graph: pass the tensor itself (the loss, say), not its grad_fn"
+        elif isinstance(tensor, (tuple, list)):
+            advice = ": pass one tensor (the loss, say), not several"
+        else:
+            advice = ": pass a tensor computed from tensors that require grad (the loss, say)"
+        raise TypeError(f"expected a torch.Tensor, got {kind}{advice}")
     if tensor.grad_fn is None and not tensor.requires_grad:
-        raise ValueError("this tensor is not part of an autograd graph (no grad_fn, requires_grad=False): was "
-                         "it computed without requires_grad=True, under torch.no_grad(), or after .detach()?")
+        raise ValueError(
+            "this tensor is not part of an autograd graph (no grad_fn, requires_grad=False): was "
+            "it computed without requires_grad=True, under torch.no_grad(), or after .detach()?"
+        )
     return tensor.grad_fn
 
 
@@ -36,30 +48,42 @@ def _label(node: Any, names: dict[int, str]) -> str:
 def _lines(tensor: Any, names: Mapping[str, torch.Tensor] | None = None, max_depth: int = 25) -> list[str]:
     root = _root(tensor)
     if names is not None and not isinstance(names, Mapping):
-        raise TypeError(f"names must be a dict name -> tensor, got {type(names).__name__}")
+        raise TypeError(f"names must be a dict name -> tensor, such as {{'w1': w1}}, got {type(names).__name__}")
     if type(max_depth) is not int or max_depth < 1:
         raise ValueError(f"max_depth must be a positive int, got {max_depth!r}")
     ids = {id(t): str(n) for n, t in (names or {}).items() if isinstance(t, torch.Tensor)}
     if root is None:  # a leaf that requires grad: nothing above it
-        return [f"leaf {ids.get(id(tensor), '')} {tuple(tensor.shape)} (no grad_fn: nothing computed it)".replace("  ", " ")]
+        return [
+            f"leaf {ids.get(id(tensor), '')} {tuple(tensor.shape)} (no grad_fn: nothing computed it)".replace("  ", " ")
+        ]
     lines, seen = [_label(root, ids)], {root}
-
-    def visit(node: Any, prefix: str, depth: int) -> None:
-        children = [child for child, _ in node.next_functions]
-        for i, child in enumerate(children):
-            branch, pad = ("└─ ", "   ") if i == len(children) - 1 else ("├─ ", "│  ")
-            if child is None:
-                lines.append(prefix + branch + "(input that needs no gradient)")
-            elif child in seen:
-                lines.append(prefix + branch + _label(child, ids) + " (shown above)")
-            elif depth >= max_depth:
-                lines.append(prefix + branch + "...")
-            else:
-                seen.add(child)
-                lines.append(prefix + branch + _label(child, ids))
-                visit(child, prefix + pad, depth + 1)
-    visit(root, "", 1)
+    # Depth first, without recursion (a long chain must not hit Python's recursion limit):
+    # each entry is (node, the prefix of its line, the prefix of its children's lines, depth).
+    stack = [(child, prefix, pad, 1) for child, prefix, pad in reversed(_branches(root, ""))]
+    while stack:
+        node, prefix, pad, depth = stack.pop()
+        if node is None:
+            lines.append(prefix + "(input that needs no gradient)")
+        elif node in seen:
+            lines.append(prefix + _label(node, ids) + " (shown above)")
+        elif depth >= max_depth:
+            lines.append(prefix + "...")
+        else:
+            seen.add(node)
+            lines.append(prefix + _label(node, ids))
+            for child, child_prefix, child_pad in reversed(_branches(node, pad)):
+                stack.append((child, child_prefix, child_pad, depth + 1))
     return lines
+
+
+def _branches(node: Any, pad: str) -> list[tuple[Any, str, str]]:
+    """(child, prefix of its line, prefix of its children's lines) for each input of ``node``."""
+    children = [child for child, _ in node.next_functions]
+    result = []
+    for i, child in enumerate(children):
+        last = i == len(children) - 1
+        result.append((child, pad + ("└─ " if last else "├─ "), pad + ("   " if last else "│  ")))
+    return result
 
 
 def print_graph(tensor: Any, names: Mapping[str, torch.Tensor] | None = None, max_depth: int = 25) -> None:
@@ -70,6 +94,8 @@ def print_graph(tensor: Any, names: Mapping[str, torch.Tensor] | None = None, ma
 
 def graph_nodes(tensor: Any, include_leaves: bool = False) -> list[str]:
     """Names of the distinct backward nodes behind ``tensor``, depth first: the recorded operations."""
+    if not isinstance(include_leaves, bool):
+        raise TypeError(f"include_leaves must be True or False, got {include_leaves!r}")
     seen, stack, names = set(), [_root(tensor)], []
     while stack:
         node = stack.pop()

@@ -1,157 +1,50 @@
-"""Checks of notebook 03 (autograd): the reference answers pass, every listed mistake
-is named (one test each, generated from the checks' own mistake lists), and bad
-answers of any kind give a CheckError, never a PASS or another exception."""
+"""Checks of notebook 03 (autograd): correct answers and the designs the prompts allow pass; every
+listed mistake is named (one test each, generated from the checks' own lists where they are values);
+the find-the-bug starting code gets its bug named without the repaired line; predictions record the
+first answer; bad answers of any kind get one clear sentence, never a PASS, a traceback or a hang."""
+
+import ast
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 import labsupport as lab
-import labsupport.checks.core as core
+from labsupport.checks import core, predictions, running
 from labsupport.checks import nb03_autograd as A
 
-
-# ------------------------------------------------------------------ 03.1 two paths
-
-def two_path(a, b):
-    d = a * b + a.exp()
-    return 2 * d * (b + a.exp()), 2 * d * a
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_two_path_reference_passes(capsys):
-    lab.check_predicted_gradients(two_path)
-    assert capsys.readouterr().out.startswith("PASS  predicted gradients")
+def notebook_functions(cell_id):
+    """The functions defined in a cell of notebook 03 (the code around them is left out)."""
+    cells = json.loads((ROOT / "notebooks" / "03_autograd.ipynb").read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if c.get("id") == cell_id)
+    tree = ast.parse(source)
+    tree.body = [node for node in tree.body if isinstance(node, ast.FunctionDef)]
+    namespace = {"torch": torch}
+    exec(compile(tree, f"<notebook 03 cell {cell_id}>", "exec"), namespace)
+    return namespace
 
 
-@pytest.mark.parametrize("k", range(len(A._two_path_mistakes(torch.ones(1), torch.ones(1)))))
-def test_two_path_mistake_is_named(k):
-    def wrong(a, b):
-        value, why = A._two_path_mistakes(a, b)[k]
-        return tuple(r if v is None else v for v, r in zip(value, two_path(a, b)))
-    why = A._two_path_mistakes(torch.ones(1), torch.ones(1))[k][1]
+def failure(check, *args):
     with pytest.raises(lab.CheckError) as info:
-        lab.check_predicted_gradients(wrong)
-    assert why in str(info.value)
+        check(*args)
+    return info.value
 
 
-# ------------------------------------------------------------------ 03.2-03.4 predictions
-
-RIGHT = {A.check_backward_twice_prediction: "error", A.check_vjp_prediction: [2, 40, 600],
-         A.check_second_derivative_prediction: 6}
-
-
-@pytest.mark.parametrize("check", RIGHT, ids=lambda c: c.exercise_id)
-def test_prediction_right_answer_passes(check, capsys):
-    check(RIGHT[check])
-    assert capsys.readouterr().out.startswith("PASS")
-
-
-@pytest.mark.parametrize("check, wrong", [(c, w) for c in RIGHT for w in c.judge["mistakes"]])
-def test_prediction_mistake_is_explained(check, wrong):
-    with pytest.raises(lab.CheckError) as info:
-        check(list(wrong) if isinstance(wrong, tuple) else wrong)
-    assert check.judge["mistakes"][wrong] in str(info.value)
-
-
-@pytest.mark.parametrize("check", RIGHT, ids=lambda c: c.exercise_id)
-@pytest.mark.parametrize("bad", [None, [], np.array([2.0, 40.0, 600.0]), float("nan"), torch.tensor(6.0), "six"])
-def test_prediction_bad_answers_fail_cleanly(check, bad):
-    with pytest.raises(lab.CheckError):
-        check(bad)
-
-
-# ------------------------------------------------------------------ 03.5 / 03.6 loops
-
-def make_loop(mode="right", chunked=False, no_grad=True):
-    """A training loop with one of the checks' known mistakes (the modes of A._LOOP_MISTAKES)."""
-    def train(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
-        losses = []
-        for t in range(steps):
-            total = 0.0
-            for xc, yc in zip(x.chunk(chunks), y.chunk(chunks)):
-                if mode == "last_chunk" and w1.grad is not None:
-                    w1.grad, w2.grad = None, None
-                part = (xc.mm(w1).clamp(min=0).mm(w2) - yc).pow(2).sum()
-                part.backward()
-                total += part.item()
-            if log is not None:
-                log(t, total)
-            sign = -1 if mode == "up" else 1
-            if mode == "frozen":
-                with torch.no_grad():
-                    w1 = (w1 - sign * learning_rate * w1.grad).requires_grad_()
-                    w2 = (w2 - sign * learning_rate * w2.grad).requires_grad_()
-            elif no_grad:
-                with torch.no_grad():
-                    w1 -= sign * learning_rate * w1.grad
-                    w2 -= sign * learning_rate * w2.grad
-            else:
-                w1 -= learning_rate * w1.grad
-            if mode not in ("no_reset", "frozen"):
-                w1.grad, w2.grad = None, None
-            losses.append(total)
-        return losses
-    if chunked:
-        return train
-    return lambda x, y, w1, w2, learning_rate, steps: train(x, y, w1, w2, learning_rate, steps)
-
-
-LOOP_CHECKS = [(A.check_fixed_training, False), (A.check_accumulated_training, True)]
-
-
-@pytest.mark.parametrize("check, chunked", LOOP_CHECKS)
-def test_loop_reference_passes(check, chunked, capsys):
-    check(make_loop(chunked=chunked))
-    assert capsys.readouterr().out.startswith("PASS")
-
-
-@pytest.mark.parametrize("check, chunked", LOOP_CHECKS)
-@pytest.mark.parametrize("mode, why", A._LOOP_MISTAKES)
-def test_loop_mistake_is_named(check, chunked, mode, why):
-    if mode == "last_chunk" and not chunked:
-        pytest.skip("one chunk: the same as a correct loop")
-    with pytest.raises(lab.CheckError) as info:
-        check(make_loop(mode, chunked))
-    assert why in str(info.value)
-
-
-def test_update_outside_no_grad_is_named():
-    with pytest.raises(lab.CheckError, match="no_grad"):
-        lab.check_fixed_training(make_loop(no_grad=False))
-
-
-def rebinding_without_requires_grad(x, y, w1, w2, learning_rate, steps):
-    losses = []
-    for t in range(steps):
-        loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
-        losses.append(loss.item())
-        loss.backward()
-        with torch.no_grad():
-            w1 = w1 - learning_rate * w1.grad
-            w2 = w2 - learning_rate * w2.grad
-    return losses
-
-
-def test_rebinding_that_raises_is_named():
-    with pytest.raises(lab.CheckError) as info:
-        lab.check_fixed_training(rebinding_without_requires_grad)
-    assert A._REBIND in str(info.value)
-
-
-def test_log_at_the_wrong_time_is_named():
-    def train(x, y, w1, w2, learning_rate, steps, chunks, log=None):
-        losses = make_loop(chunked=True)(x, y, w1, w2, learning_rate, steps, chunks)
-        for t, loss in enumerate(losses):
-            log(t, loss)                       # after training: the gradients are gone
-        return losses
-    with pytest.raises(lab.CheckError, match="log"):
-        lab.check_accumulated_training(train)
-
-
-def returns(value):
-    def train(x, y, w1, w2, learning_rate, steps, *rest, **kw):
-        make_loop(chunked=True)(x, y, w1, w2, learning_rate, steps, *rest, **kw)
-        return value
-    return train
+def all_rungs(check, answer, ex_id, capsys):
+    """Every text the ladder can show for ``answer``: four failed runs (the code rung), then lab.hint."""
+    texts = []
+    for _ in range(core.CODE_AFTER):
+        err = failure(check, answer)
+        texts += [str(err), "\n".join(err.rendered()), err.look or ""]
+    capsys.readouterr()
+    lab.hint(ex_id)
+    texts.append(capsys.readouterr().out)
+    return "\n".join(texts)
 
 
 def never_returns(*args, **kwargs):
@@ -160,47 +53,562 @@ def never_returns(*args, **kwargs):
 
 
 def raises(*args, **kwargs):
-    raise ValueError("boom")
+    raise ValueError("my own bug")
 
 
-@pytest.mark.parametrize("check, chunked", LOOP_CHECKS)
-@pytest.mark.parametrize("bad", [None, "train", returns(None), returns([1.0, "x"]), returns(np.ones(4)),
-                                 returns([float("nan")] * 4), returns([1.0]), returns(torch.ones(4)),
-                                 raises, lambda *a, **k: None])
-def test_loop_bad_answers_fail_cleanly(check, chunked, bad):
-    with pytest.raises(lab.CheckError):
-        check(bad)
+class AlwaysEqual(str):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = str.__hash__
 
 
-@pytest.mark.parametrize("check", [A.check_fixed_training, A.check_accumulated_training, lab.check_predicted_gradients])
-def test_a_function_that_never_returns_is_stopped(check, monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
-    with pytest.raises(lab.CheckError, match="did not return"):
-        check(never_returns)
+# ------------------------------------------------------------------ 03.1 two paths
 
 
-@pytest.mark.parametrize("bad", [None, [1.0, 2.0], lambda a, b: (np.ones(5), np.ones(5)), lambda a, b: (a, b, a),
-                                 lambda a, b: tuple(t.float() for t in two_path(a, b)),
-                                 lambda a, b: tuple(t.unsqueeze(0) for t in two_path(a, b)),
-                                 lambda a, b: tuple(t * float("nan") for t in two_path(a, b)),
-                                 lambda a, b: tuple(t.sum() for t in two_path(a, b)), raises])
-def test_two_path_bad_answers_fail_cleanly(bad):
-    with pytest.raises(lab.CheckError):
-        lab.check_predicted_gradients(bad)
+def two_path(a, b):
+    d = a * b + a.exp()
+    return 2 * d * (b + a.exp()), 2 * d * a
 
 
-def test_reset_before_the_first_backward_is_named():
-    def train(x, y, w1, w2, learning_rate, steps):
+@pytest.mark.parametrize("answer", [two_path, lambda a, b: list(two_path(a, b))], ids=["tuple", "list"])
+def test_two_path_reference_passes(answer, capsys):
+    lab.check_predicted_gradients(answer)
+    assert capsys.readouterr().out.startswith("PASS  predicted gradients")
+
+
+TWO_PATH_MISTAKES = A._two_path_mistakes(torch.ones(1), torch.ones(1))
+
+
+@pytest.mark.parametrize("k", range(len(TWO_PATH_MISTAKES)), ids=[m.why[:40] for m in TWO_PATH_MISTAKES])
+def test_two_path_mistake_is_named(k):
+    def wrong(a, b):
+        values = A._two_path_mistakes(a, b)[k].matches
+        return tuple(r if v is None else v for v, r in zip(values, two_path(a, b)))
+
+    err = failure(lab.check_predicted_gradients, wrong)
+    assert err.mistake == TWO_PATH_MISTAKES[k].name
+    assert err.hint == TWO_PATH_MISTAKES[k].why
+
+
+def test_two_path_with_autograd_is_named():
+    def with_autograd(a, b):
+        a = a.clone().requires_grad_()
+        b = b.clone().requires_grad_()
+        return torch.autograd.grad(((a * b + a.exp()) ** 2).sum(), (a, b))
+
+    assert failure(lab.check_predicted_gradients, with_autograd).mistake == "used autograd"
+
+
+TWO_PATH_BAD = {
+    "None": None,
+    "list": [1.0, 2.0],
+    "numpy": lambda a, b: (np.ones(5), np.ones(5)),
+    "three values": lambda a, b: (a, b, a),
+    "returns None": lambda a, b: None,
+    "float32": lambda a, b: tuple(t.float() for t in two_path(a, b)),
+    "extra dimension": lambda a, b: tuple(t.unsqueeze(0) for t in two_path(a, b)),
+    "NaN": lambda a, b: tuple(t * float("nan") for t in two_path(a, b)),
+    "summed": lambda a, b: tuple(t.sum() for t in two_path(a, b)),
+    "meta": lambda a, b: tuple(t.to("meta") for t in two_path(a, b)),
+    "raises": raises,
+    "never returns": never_returns,
+}
+
+
+@pytest.mark.parametrize("bad", TWO_PATH_BAD.values(), ids=TWO_PATH_BAD.keys())
+def test_two_path_bad_answers_get_a_sentence(bad, monkeypatch, capsys):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    err = failure(lab.check_predicted_gradients, bad)
+    assert "could not use" not in str(err) and "Traceback" not in str(err)
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_extra_dimension_and_dtype_are_named():
+    assert "extra leading dimension" in str(failure(lab.check_predicted_gradients, TWO_PATH_BAD["extra dimension"]))
+    assert "wrong dtype" in str(failure(lab.check_predicted_gradients, TWO_PATH_BAD["float32"]))
+
+
+# ------------------------------------------------------------------ 03.2-03.4 predictions
+
+PREDICTIONS = {
+    "03.2": (lab.check_backward_twice_prediction, "error", "doubled"),
+    "03.3": (lab.check_vjp_prediction, [2, 40, 600], [2, 4, 6]),
+    "03.4": (lab.check_second_derivative_prediction, 6, 3),
+}
+
+
+@pytest.mark.parametrize(
+    "ex_id, answer",
+    [
+        ("03.2", "error"),
+        ("03.2", " Error "),
+        ("03.3", [2, 40, 600]),
+        ("03.3", (2.0, 40.0, 600.0)),
+        ("03.3", torch.tensor([2.0, 40.0, 600.0])),
+        ("03.3", np.array([2, 40, 600])),
+        ("03.3", [torch.tensor(2.0), torch.tensor(40.0), torch.tensor(600.0)]),
+        ("03.4", 6),
+        ("03.4", 6.0),
+        ("03.4", torch.tensor(6.0)),
+        ("03.4", np.float64(6.0)),
+    ],
+)
+def test_right_predictions_pass_in_any_form(ex_id, answer, capsys):
+    PREDICTIONS[ex_id][0](answer)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "recorded answer" in out
+
+
+@pytest.mark.parametrize("ex_id", PREDICTIONS)
+def test_a_0d_tensor_is_converted(ex_id, capsys):
+    check, right, _ = PREDICTIONS[ex_id]
+    if ex_id == "03.3":
+        check([torch.tensor(float(v)) for v in right])
+    elif ex_id == "03.4":
+        check(torch.tensor(6.0, dtype=torch.float64))
+    else:
+        pytest.skip("03.2 takes a word")
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("ex_id", PREDICTIONS)
+def test_wrong_then_right_records_the_first_answer(ex_id, capsys):
+    check, right, wrong = PREDICTIONS[ex_id]
+    check(wrong)
+    first = capsys.readouterr().out
+    check(right)
+    second = capsys.readouterr().out
+    assert "PASS" not in first + second
+    assert first.startswith("NOT RIGHT") and "Now explain:" in first
+    assert "does not replace it" in second
+    assert predictions.COMMITTED[ex_id].right is False
+
+
+@pytest.mark.parametrize("ex_id", PREDICTIONS)
+def test_every_prediction_asks_a_question(ex_id, capsys):
+    check, _, wrong = PREDICTIONS[ex_id]
+    check(wrong)
+    asked = predictions.COMMITTED[ex_id].ask
+    assert asked.endswith("?") and asked in capsys.readouterr().out
+
+
+PREDICTION_NOTES = [
+    ("03.2", "doubled"),
+    ("03.2", "same"),
+    ("03.3", [2, 4, 6]),
+    ("03.3", [1, 10, 100]),
+    ("03.3", [1, 20, 300]),
+    ("03.3", [1, 40, 900]),
+    ("03.4", 3),
+    ("03.4", 9),
+    ("03.4", 0),
+]
+
+
+@pytest.mark.parametrize("ex_id, wrong", PREDICTION_NOTES)
+def test_each_wrong_prediction_gets_its_note_from_lab_hint(ex_id, wrong, capsys):
+    PREDICTIONS[ex_id][0](wrong)
+    assert "About" not in capsys.readouterr().out  # the explanation waits for the student's own
+    lab.hint(ex_id)
+    out = capsys.readouterr().out
+    assert out.startswith("  About") and "Why:" in out
+
+
+PREDICTION_BAD = {
+    "None": None,
+    "empty list": [],
+    "word for a number": "six",
+    "NaN": float("nan"),
+    "inf": float("inf"),
+    "bool": True,
+    "dict": {"x": 1},
+    "meta tensor": torch.tensor(6.0, device="meta"),
+    "tensor of two": torch.tensor([6.0, 6.0]),
+    "always-equal str": AlwaysEqual("error"),
+    "list of words": ["2", "40", "600"],
+    "two numbers": [2, 40],
+    "NaN inside": [2, float("nan"), 600],
+    "nested": [[2, 40, 600]],
+}
+
+
+@pytest.mark.parametrize("ex_id", PREDICTIONS)
+@pytest.mark.parametrize("bad", PREDICTION_BAD.values(), ids=PREDICTION_BAD.keys())
+def test_bad_predictions_get_a_sentence_and_commit_nothing(ex_id, bad, capsys):
+    check, _, _ = PREDICTIONS[ex_id]
+    if ex_id == "03.2" and isinstance(bad, AlwaysEqual):
+        check(bad)  # plain("error") is the right word: the subclass's __eq__ is never asked
+        assert capsys.readouterr().out.startswith("PASS")
+        return
+    err = failure(check, bad)
+    assert err.usage and "could not use" not in str(err)
+    assert ex_id not in predictions.COMMITTED
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_always_equal_subclass_cannot_pass_a_number(capsys):
+    class Liar(float):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = float.__hash__
+
+    lab.check_second_derivative_prediction(Liar(3.0))
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+
+
+# ------------------------------------------------------------------ 03.5 / 03.6 training loops
+
+
+def step_loss(x, y, w1, w2):
+    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+
+
+def make_loop(mode="right", reset="after update", log_at="before update", t0=0, loss="sum"):
+    """A training loop as students write it, with one behaviour changed (the names below)."""
+
+    def train(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
         losses = []
         for t in range(steps):
-            w1.grad.zero_()                    # .grad is None until the first backward
-            w2.grad.zero_()
-            loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
-            loss.backward()
-            with torch.no_grad():
+            if reset == "start of step" and w1.grad is not None:
+                w1.grad.zero_()
+                w2.grad.zero_()
+            if reset == "zero before backward":
+                w1.grad.zero_()
+                w2.grad.zero_()
+            parts = []
+            for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+                if reset == "per chunk":
+                    w1.grad = None
+                    w2.grad = None
+                part = step_loss(x_part, y_part, w1, w2)
+                (part / chunks if mode == "scaled" else part).backward()
+                parts.append(part.item())
+                if log_at == "per chunk" and log is not None:
+                    log(t, sum(parts))
+                if mode == "update per chunk":
+                    with torch.no_grad():
+                        w1 -= learning_rate * w1.grad
+                        w2 -= learning_rate * w2.grad
+                    w1.grad = None
+                    w2.grad = None
+            value = {"last": parts[-1], "mean": sum(parts) / len(parts)}.get(loss, sum(parts))
+            if reset == "None before update":
+                w1.grad = None
+                w2.grad = None
+            if reset == "zero before update":
+                w1.grad.zero_()
+                w2.grad.zero_()
+            if log_at == "before update" and log is not None:
+                log(t + t0, value)
+            if log_at == "swapped" and log is not None:
+                log(value, t)
+            if mode == "right" or mode == "scaled":
+                with torch.no_grad():
+                    w1 -= learning_rate * w1.grad
+                    w2 -= learning_rate * w2.grad
+            if mode == "ascent":
+                with torch.no_grad():
+                    w1 += learning_rate * w1.grad
+                    w2 += learning_rate * w2.grad
+            if mode == "outside no_grad":
                 w1 -= learning_rate * w1.grad
                 w2 -= learning_rate * w2.grad
-            losses.append(loss.item())
+            if mode == "rebind":
+                with torch.no_grad():
+                    w1 = (w1 - learning_rate * w1.grad).requires_grad_()
+                    w2 = (w2 - learning_rate * w2.grad).requires_grad_()
+            if mode == "rebind, no requires_grad":
+                with torch.no_grad():
+                    w1 = w1 - learning_rate * w1.grad
+                    w2 = w2 - learning_rate * w2.grad
+            if log_at == "after update" and log is not None:
+                log(t, value)
+            if reset == "after update":
+                w1.grad = None
+                w2.grad = None
+            if loss == "after update":
+                value = step_loss(x, y, w1, w2).item()
+            losses.append(value)
         return losses
-    with pytest.raises(lab.CheckError, match="None before the first backward"):
-        lab.check_fixed_training(train)
+
+    return train
+
+
+def test_notebook_solutions_pass(capsys):
+    solved = notebook_functions("c122")["train_fixed"]
+    lab.check_fixed_training(solved)
+    accumulated = notebook_functions("c125")["train_accumulated"]
+    lab.check_accumulated_training(accumulated)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("PASS  train_fixed") and out[1].startswith("PASS  train_accumulated")
+
+
+def sgd_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    optimizer = torch.optim.SGD([w1, w2], lr=learning_rate)
+    losses = []
+    for t in range(steps):
+        optimizer.zero_grad()
+        total = torch.zeros((), dtype=x.dtype)
+        for x_part, y_part in zip(x.split(len(x) // chunks), y.split(len(y) // chunks)):
+            part = step_loss(x_part, y_part, w1, w2)
+            part.backward()
+            total = total + part.detach()
+        if log is not None:
+            log(torch.tensor(t), total)
+        optimizer.step()
+        losses.append(total)
+    return losses
+
+
+def data_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    losses = []
+    for t in range(steps):
+        total = 0.0
+        for i in range(chunks):
+            rows = slice(i * len(x) // chunks, (i + 1) * len(x) // chunks)
+            part = (torch.relu(x[rows] @ w1) @ w2 - y[rows]).pow(2).sum()
+            part.backward()
+            total += part.item()
+        if log is not None:
+            log(t=t + 1, loss=total)
+        w1.data.sub_(learning_rate * w1.grad)
+        w2.data.sub_(learning_rate * w2.grad)
+        w1.grad.zero_()
+        w2.grad.zero_()
+        losses.append(total)
+    return np.array(losses)
+
+
+CORRECT_VARIANTS = {
+    "reset at the start of a step": make_loop(reset="start of step"),
+    "1-based t": make_loop(t0=1),
+    "optimizer, tensor losses and t": sgd_loop,
+    ".data, slices, numpy losses": data_loop,
+}
+
+
+@pytest.mark.parametrize("variant", CORRECT_VARIANTS.values(), ids=CORRECT_VARIANTS.keys())
+def test_correct_variants_pass(variant, capsys):
+    lab.check_accumulated_training(variant)
+    lab.check_fixed_training(lambda x, y, w1, w2, learning_rate, steps: variant(x, y, w1, w2, learning_rate, steps))
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+# One loop per listed mistake (the checks' own list): (loop, which checks it is for).
+LOOP_MISTAKES = {
+    "reset before any backward": make_loop(reset="zero before backward"),
+    "update recorded by autograd": make_loop("outside no_grad"),
+    "reset between backward and update": make_loop(reset="None before update"),
+    "update rebinds the names": make_loop("rebind"),
+    "weights never updated": make_loop("never", reset="after update"),
+    "gradients accumulate across steps": make_loop(reset="never"),
+    "update goes up the gradient": make_loop("ascent"),
+    "only the last chunk's gradient": make_loop(reset="per chunk"),
+    "one update per chunk": make_loop("update per chunk"),
+    "chunk gradients scaled": make_loop("scaled"),
+}
+CHUNK_ONLY = {"only the last chunk's gradient", "one update per chunk", "chunk gradients scaled"}
+
+
+def test_every_listed_loop_mistake_has_a_loop():
+    assert {m.name for m in A._LOOP_MISTAKES} == set(LOOP_MISTAKES)
+
+
+@pytest.mark.parametrize("name", LOOP_MISTAKES)
+@pytest.mark.parametrize("chunked", [False, True], ids=["03.5", "03.6"])
+def test_loop_mistake_is_named(name, chunked):
+    if name in CHUNK_ONLY and not chunked:
+        pytest.skip("one chunk: the same as a correct loop")
+    check = lab.check_accumulated_training if chunked else lab.check_fixed_training
+    loop = LOOP_MISTAKES[name] if chunked else bind_steps(LOOP_MISTAKES[name])
+    err = failure(check, loop)
+    assert err.mistake == name
+    assert err.hint == next(m.why for m in A._LOOP_MISTAKES if m.name == name)
+
+
+def bind_steps(loop):
+    def train(x, y, w1, w2, learning_rate, steps):
+        return loop(x, y, w1, w2, learning_rate, steps)
+
+    return train
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["03.5", "03.6"])
+@pytest.mark.parametrize("reset", ["None before update", "zero before update"])
+def test_reset_at_the_wrong_moment_is_not_called_rebinding(chunked, reset):
+    """Issue 23: a reset between backward() and the update got the rebinding hint while quoting an in-place line."""
+    loop = make_loop(reset=reset)
+    check = lab.check_accumulated_training if chunked else lab.check_fixed_training
+    err = failure(check, loop if chunked else bind_steps(loop))
+    assert err.mistake == "reset between backward and update"
+    assert "refer to" not in str(err)
+
+
+def test_rebinding_that_raises_is_named():
+    err = failure(lab.check_fixed_training, bind_steps(make_loop("rebind, no requires_grad")))
+    assert err.mistake == "update rebinds the names"
+
+
+LEAKS = ["-=", "in place", "in-place", "sub_", ".data", "copy_", "learning_rate * w1.grad", "w1.grad = None"]
+
+
+def test_the_starting_code_of_03_5_gets_no_answer(capsys):
+    """The classmate's loop handed in unchanged: the bug is named, the repaired line never shown."""
+    classmate = notebook_functions("c120")["classmate_train"]
+    assert failure(lab.check_fixed_training, classmate).mistake == "update rebinds the names"
+    core.reset_feedback()
+    text = all_rungs(lab.check_fixed_training, classmate, "03.5", capsys)
+    assert "look at:" in text and "Likely mistake" in text
+    for leak in LEAKS:
+        assert leak not in text, leak
+
+
+@pytest.mark.parametrize("name", LOOP_MISTAKES)
+def test_no_rung_of_a_loop_mistake_shows_the_repaired_line(name, capsys):
+    if name in CHUNK_ONLY:
+        pytest.skip("03.6 only")
+    text = all_rungs(lab.check_fixed_training, bind_steps(LOOP_MISTAKES[name]), "03.5", capsys)
+    for leak in ["learning_rate * w1.grad", "w1.grad = None", "sub_", ".data"]:
+        assert leak not in text.replace("in your line", "")
+
+
+OTHER_MISTAKES_03_6 = {
+    "last chunk's loss": make_loop(loss="last"),
+    "chunk losses averaged": make_loop(loss="mean"),
+    "loss after the update": make_loop(loss="after update", log_at="none"),
+    "log once per chunk": make_loop(log_at="per chunk"),
+    "log after the update": make_loop(log_at="after update"),
+    "log arguments swapped": make_loop(log_at="swapped"),
+    "log never called": make_loop(log_at="none"),
+}
+
+
+@pytest.mark.parametrize("name", OTHER_MISTAKES_03_6)
+def test_loss_and_log_mistakes_are_named(name):
+    loop = OTHER_MISTAKES_03_6[name]
+    if name == "loss after the update":
+        err = failure(lab.check_fixed_training, bind_steps(loop))
+    else:
+        err = failure(lab.check_accumulated_training, loop)
+    assert err.mistake == name
+
+
+def whole_batch(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    return make_loop()(x, y, w1, w2, learning_rate, steps, 1, log)
+
+
+def with_autograd_grad(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    losses = []
+    for t in range(steps):
+        grads = [torch.zeros_like(w1), torch.zeros_like(w2)]
+        total = 0.0
+        for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+            part = step_loss(x_part, y_part, w1, w2)
+            for g, d in zip(grads, torch.autograd.grad(part, (w1, w2))):
+                g += d
+            total += part.item()
+        if log is not None:
+            log(t, total)
+        with torch.no_grad():
+            w1 -= learning_rate * grads[0]
+            w2 -= learning_rate * grads[1]
+        losses.append(total)
+    return losses
+
+
+def log_first(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    def quiet(t, loss):
+        pass
+
+    losses = make_loop()(x, y, w1, w2, learning_rate, steps, chunks, quiet)
+    return losses
+
+
+def log_before_backward(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    losses = []
+    for t in range(steps):
+        log(t, step_loss(x, y, w1, w2).item())
+        losses += make_loop()(x, y, w1, w2, learning_rate, 1, chunks)
+    return losses
+
+
+@pytest.mark.parametrize(
+    "loop, name",
+    [
+        (whole_batch, "no chunks"),
+        (with_autograd_grad, "gradients never in .grad"),
+        (log_first, "log never called"),
+        (log_before_backward, "log before the backward calls"),
+    ],
+)
+def test_chunk_and_log_timing_mistakes_are_named(loop, name):
+    assert failure(lab.check_accumulated_training, loop).mistake == name
+
+
+def test_a_step_size_other_than_learning_rate_is_named():
+    def hard_coded(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+        return make_loop()(x, y, w1, w2, 1e-6, steps, chunks, log)
+
+    for check in (lab.check_fixed_training, lab.check_accumulated_training):
+        err = failure(check, hard_coded)
+        assert err.mistake == "step size is not learning_rate" and "0.001 x learning_rate" in str(err)
+
+
+def test_data_changed_in_place_is_named():
+    def scales_x(x, y, w1, w2, learning_rate, steps):
+        x /= 2
+        return bind_steps(make_loop())(x, y, w1, w2, learning_rate, steps)
+
+    assert failure(lab.check_fixed_training, scales_x).mistake == "data changed in place"
+
+
+def returns(value):
+    def train(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+        make_loop()(x, y, w1, w2, learning_rate, steps, chunks, log)
+        return value
+
+    return train
+
+
+LOOP_BAD = {
+    "None": None,
+    "a string": "train",
+    "a class": type("Train", (), {}),
+    "returns None": returns(None),
+    "a word in the losses": returns([1.0, "x", 1.0, 1.0, 1.0]),
+    "NaN losses": returns([float("nan")] * A.STEPS),
+    "one loss": returns([1.0]),
+    "a 2-d tensor": returns(torch.ones(A.STEPS, 1)),
+    "meta losses": returns(torch.ones(A.STEPS, device="meta")),
+    "a dict": returns({"loss": 1.0}),
+    "a generator": returns(x for x in range(A.STEPS)),
+    "wrong losses": returns(torch.ones(A.STEPS)),
+    "raises": raises,
+    "does nothing": lambda *args, **kwargs: [0.0] * A.STEPS,
+    "too few arguments": lambda x, y: [],
+    "never returns": never_returns,
+}
+
+
+@pytest.mark.parametrize("check", [lab.check_fixed_training, lab.check_accumulated_training])
+@pytest.mark.parametrize("bad", LOOP_BAD.values(), ids=LOOP_BAD.keys())
+def test_loop_bad_answers_get_a_sentence(check, bad, monkeypatch, capsys):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    err = failure(check, bad)
+    text = str(err)
+    assert text and "could not use" not in text and "Traceback" not in text
+    assert "PASS" not in capsys.readouterr().out
+    assert err.mistake not in LOOP_MISTAKES  # a wrong form is never given a known mistake's cause
+
+
+@pytest.mark.parametrize("check", [lab.check_fixed_training, lab.check_accumulated_training])
+def test_a_loop_that_never_returns_is_stopped(check, monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    assert "did not return within 0.2 s" in str(failure(check, never_returns))
+
+
+def test_a_check_called_wrongly_says_so():
+    err = failure(lab.check_fixed_training)
+    assert err.usage and "called wrongly" in str(err)

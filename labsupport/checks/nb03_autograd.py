@@ -1,134 +1,808 @@
-"""Checks for notebook 03: references are autograd on float64 copies; predictions meet the experiment."""
+"""Checks of notebook 03 (autograd): references are autograd on float64 copies, predictions meet
+the experiment run at check time, and the training loops are judged by what happened to the
+caller's weights and gradients (watched by hooks), not by the form of the code."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+import dataclasses
+import functools
+from typing import Any
 
 import torch
 
-from .core import CheckError, check_prediction, compare, exercise, passed, run_cases, run_student
+from .core import (
+    CheckError,
+    Mistake,
+    as_number,
+    check_prediction,
+    compare,
+    describe,
+    exercise,
+    expect_function,
+    first_mistake,
+    mistake_error,
+    passed,
+    plain,
+    plain_tensor,
+    run_cases,
+    run_student,
+)
 
-__all__ = ["check_predicted_gradients", "check_backward_twice_prediction", "check_vjp_prediction",
-           "check_second_derivative_prediction", "check_fixed_training", "check_accumulated_training"]
+__all__ = [
+    "check_predicted_gradients",
+    "check_backward_twice_prediction",
+    "check_vjp_prediction",
+    "check_second_derivative_prediction",
+    "check_fixed_training",
+    "check_accumulated_training",
+]
 
-LR, STEPS, CHUNKS = 1e-3, 4, 4
-_sse = lambda x, y, w1, w2: (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()  # noqa: E731  the lecture's loss
-_REBIND = ("`w1 = w1 - ...` binds the name to a new tensor, so the caller's w1 (the leaf autograd fills) "
-           "never changes: update in place, `w1 -= learning_rate * w1.grad`, inside torch.no_grad()")
+#: The training loops' problem: learning rate, steps, chunks (03.6). STEPS > CHUNKS, so a loop whose
+#: later steps never reach the caller's weights shows as fewer backward() calls than steps.
+LR = 1e-3
+STEPS = 5
+CHUNKS = 4
 
 
-def _grads(f: Callable, *args: torch.Tensor, wrt: int = 0) -> tuple:
-    leaves = [a.detach().clone().requires_grad_(i >= wrt) for i, a in enumerate(args)]
-    return torch.autograd.grad(f(*leaves), leaves[wrt:])
+def _lecture_loss(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """The lecture's summed squared error of the two-layer ReLU net."""
+    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
 
 
-def _two_path_mistakes(a, b):
-    d, e = a * b + a.exp(), a.exp()
-    return [((2 * d * b, None), "grad_a misses the path through exp(a): a reaches L twice, and the paths add up"),
-            ((2 * d * e, None), "grad_a misses the path through a * b: a reaches L twice, and the paths add up"),
-            ((b + e, a), "the outer derivative dL/dd = 2 * d is missing from both gradients"),
-            ((d * (b + e), d * a), "both are half the gradient: d(d**2)/dd = 2 * d"),
-            ((None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b")]
+def _two_path_loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Exercise 03.1's L = sum((a * b + exp(a)) ** 2)."""
+    return ((a * b + a.exp()) ** 2).sum()
+
+
+def _autograd(f: Any, *args: torch.Tensor, wrt: int = 0) -> tuple:
+    """Autograd's gradients of ``f(*args)`` with respect to ``args[wrt:]``, on detached copies."""
+    leaves = []
+    for i, a in enumerate(args):
+        leaves.append(a.detach().clone().requires_grad_(i >= wrt))
+    with torch.enable_grad():
+        loss = f(*leaves)
+    return torch.autograd.grad(loss, leaves[wrt:])
+
+
+# ------------------------------------------------------------------ 03.1 a gradient along two paths
+
+
+def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """The typical wrong (grad_a, grad_b) of L = sum((a * b + exp(a)) ** 2); None: any value."""
+    d = a * b + a.exp()
+    e = a.exp()
+    paths = "a reaches d along two paths, and the chain rule adds the contributions of both"
+    return [
+        Mistake("missing exp path", (2 * d * b, None), f"grad_a has only the path through a * b: {paths}"),
+        Mistake("missing product path", (2 * d * e, None), f"grad_a has only the path through exp(a): {paths}"),
+        Mistake("exp derivative taken as 1", (2 * d * (b + 1), None), "grad_a: the derivative of exp(a) is exp(a)"),
+        Mistake("outer derivative missing", (b + e, None), "grad_a lacks dL/dd = 2 * d, the outer derivative"),
+        Mistake("outer derivative missing", (None, a), "grad_b lacks dL/dd = 2 * d, the outer derivative"),
+        Mistake("half the gradient", (d * (b + e), None), "grad_a is half the gradient: d(d**2)/dd = 2 * d"),
+        Mistake("half the gradient", (None, d * a), "grad_b is half the gradient: d(d**2)/dd = 2 * d"),
+        Mistake("grad_b uses b", (None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b"),
+        Mistake("gradients swapped", (2 * d * a, 2 * d * (b + e)), "grad_a and grad_b are returned in swapped order"),
+    ]
+
+
+def _two_path_reference(a: torch.Tensor, b: torch.Tensor) -> tuple:
+    return _autograd(_two_path_loss, a, b)
+
+
+def _without_autograd(predict: Any) -> Any:
+    """``predict`` run under torch.no_grad(): a prediction that asks autograd fails there, and says so."""
+
+    def predict_grads(a: torch.Tensor, b: torch.Tensor) -> Any:
+        try:
+            with torch.no_grad():
+                return predict(a, b)
+        except RuntimeError as exc:
+            if "does not require grad" not in str(exc):
+                raise
+            raise CheckError(
+                "your predict_grads(a, b) calls autograd (the check runs it where autograd records nothing)",
+                hint="the exercise asks for the derivatives worked out on paper, written with tensor arithmetic",
+                mistake="used autograd",
+            ) from exc
+
+    return predict_grads
 
 
 @exercise("03.1", "a gradient along two paths")
 def check_predicted_gradients(predict: Any) -> None:
     """Check ``predict(a, b) -> (grad_a, grad_b)`` for ``L = sum((a * b + exp(a)) ** 2)``."""
+    what = "your predict_grads(a, b)"
+    expect_function(predict, what)
     g = torch.Generator().manual_seed(30)
-    cases = [tuple(torch.randn(s, generator=g, dtype=torch.float64) * k for k in (0.5, 1.0)) for s in [(5,), (3, 4)]]
-    run_cases(predict, cases, lambda *ab: _grads(lambda a, b: ((a * b + a.exp()) ** 2).sum(), *ab),
-              what="your predict_grads(a, b)", outputs=("grad_a", "grad_b"), mistakes=_two_path_mistakes)
+    cases = []
+    for shape in [(5,), (3, 4)]:
+        a = 0.5 * torch.randn(shape, generator=g, dtype=torch.float64)
+        b = torch.randn(shape, generator=g, dtype=torch.float64)
+        cases.append((a, b))
+    try:
+        run_cases(
+            _without_autograd(predict),
+            cases,
+            _two_path_reference,
+            what=what,
+            outputs=("grad_a", "grad_b"),
+            mistakes=_two_path_mistakes,
+        )
+    except CheckError as err:
+        if "not finite" not in err.message or err.mistake:
+            raise
+        # the engine's guess (a learning rate, ...) does not fit a formula: say what, not why
+        raise CheckError(err.message, expected=err.expected, got=err.got) from None
     passed("predicted gradients: grad_a and grad_b match autograd on 2 cases (rel. error < 1e-5)")
 
 
-def _experiment(kind: str) -> Any:  # the notebook's predict-then-run experiments, run at check time
-    x, s = torch.tensor([1.0, 2.0, 3.0], requires_grad=True), torch.tensor(1.0, requires_grad=True)
-    if kind == "vjp":
-        (x ** 2).backward(gradient=torch.tensor([1.0, 10.0, 100.0]))
-        return tuple(x.grad.tolist())
-    if kind == "second derivative":
-        torch.autograd.grad(s ** 3, s, create_graph=True)[0].backward()
-        return float(s.grad)
-    loss = torch.randn(4, 3).mm(torch.randn(3, 2, requires_grad=True)).clamp(min=0).pow(2).sum()
+# ------------------------------------------------------------------ 03.2-03.4 predict, then run
+
+
+def _backward_twice() -> str:
+    """Exercise 03.2's experiment: a second backward() through one graph."""
+    w = torch.randn(3, 2, generator=torch.Generator().manual_seed(32), requires_grad=True)
+    loss = torch.ones(4, 3).mm(w).clamp(min=0).pow(2).sum()
     loss.backward()
+    first = w.grad.clone()
     try:
-        return loss.backward() or "doubled"
+        loss.backward()
     except RuntimeError:
         return "error"
+    if torch.allclose(w.grad, 2 * first):
+        return "doubled"
+    return "same"
 
 
-def _prediction(ex_id: str, title: str, kind: str, **judge: Any) -> Callable:
-    def check(prediction: Any) -> None:
-        check_prediction(title, prediction, _experiment(kind), **judge)
-    check.__doc__, check.judge = f"Run exercise {ex_id}'s experiment now; judge the prediction.", judge  # type: ignore
-    return exercise(ex_id, title)(check)
+@exercise("03.2", "a second backward() on one graph")
+def check_backward_twice_prediction(prediction: Any) -> None:
+    """Run exercise 03.2's experiment now and judge the prediction."""
+    check_prediction(
+        "a second backward() on one graph",
+        prediction,
+        _backward_twice(),
+        choices=("error", "doubled", "same"),
+        why="backward() frees what the graph saved (factors, masks) as it goes; keep it with retain_graph=True.",
+        mistakes={
+            "doubled": "Doubling is what a second FORWARD and backward give (section 3): a new graph.",
+            "same": "backward() never leaves .grad as it was: it adds, or it cannot run at all.",
+        },
+        ask="what did the first backward() free that a second one would need?",
+    )
 
 
-check_backward_twice_prediction = _prediction(
-    "03.2", "a second backward() on one graph", "backward twice", choices=("error", "doubled", "same"),
-    why="backward() frees what the graph saved (factors, masks) as it goes; keep it with retain_graph=True.",
-    mistakes={"doubled": "Doubling is what a second FORWARD and backward give (section 3): a new graph."})
-check_vjp_prediction = _prediction(
-    "03.3", "x.grad after backward(gradient=v)", "vjp",
-    why="backward(gradient=v) computes v^T J, here v_i * 2 x_i: as if the loss were (v * y).sum().",
-    mistakes={(2, 4, 6): "That is dy/dx = 2x, without v.", (1, 10, 100): "That is v, without 2x."})
-check_second_derivative_prediction = _prediction(
-    "03.4", "x.grad after dy.backward()", "second derivative",
-    why="create_graph=True records how dy = 3x^2 was computed, so dy.backward() writes d2y/dx2 = 6x into x.grad.",
-    mistakes={3: "3 is the first derivative 3x^2.", 9: "torch.autograd.grad does not add dy/dx into x.grad."})
-_LOOP_MISTAKES = [  # (how the loop goes wrong, as _simulate runs it; what to tell the student)
-    ("frozen", _REBIND),
-    ("no_reset", "gradients accumulate across steps (backward() adds into .grad): reset them once per step"),
-    ("last_chunk", "only the last chunk's gradient was used: .grad was reset before each chunk's backward"),
-    ("up", "the weights moved up the gradient: subtract learning_rate * grad")]
+def _vjp_experiment() -> tuple:
+    """Exercise 03.3's experiment: x.grad after y.backward(gradient=v) for y = x ** 2."""
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    (x**2).backward(gradient=torch.tensor([1.0, 10.0, 100.0]))
+    return tuple(x.grad.tolist())
 
 
-def _simulate(x, y, w1, w2, chunks: int, mode: str = "right") -> tuple:  # (losses, w1.grad at log, w1, w2)
-    w, acc, losses, seen = [w1, w2], [0, 0], [], []
-    for _ in range(STEPS):
-        losses.append(float(_sse(x, y, *w)))
-        grads = list(zip(*[_grads(_sse, xc, yc, *w, wrt=2) for xc, yc in zip(x.chunk(chunks), y.chunk(chunks))]))
-        acc = [{"no_reset": a + sum(gs), "last_chunk": gs[-1]}.get(mode, sum(gs)) for a, gs in zip(acc, grads)]
-        seen.append(acc[0])
-        w = w if mode == "frozen" else [a - (-1 if mode == "up" else 1) * LR * g for a, g in zip(w, acc)]
-    return losses, torch.stack(seen), w[0], w[1]
+def _three_numbers(prediction: Any) -> Any:
+    """03.3's answer as a tuple of three plain numbers (from a list, a tuple, a tensor or an array)."""
+    __tracebackhide__ = True
+    if prediction is None or prediction is Ellipsis:
+        return prediction  # check_prediction says that no prediction was written yet
+    items = prediction
+    if isinstance(prediction, torch.Tensor):
+        tensor = plain_tensor(prediction)
+        if tensor.device.type == "meta":
+            raise CheckError("your prediction is on the meta device, which holds no values", usage=True)
+        items = tensor.detach().cpu().tolist()
+    elif type(prediction).__module__ == "numpy" and hasattr(prediction, "tolist"):
+        items = prediction.tolist()
+    items = plain(items)
+    if not isinstance(items, tuple) or len(items) != 3:
+        raise CheckError(
+            "x.grad after backward(gradient=v): answer with a list of three numbers, one per element of x",
+            got=describe(prediction),
+            usage=True,
+        )
+    numbers = []
+    for i, item in enumerate(items):
+        numbers.append(as_number(item, f"number {i + 1} of your prediction"))
+    return tuple(numbers)
 
 
-def _run_loop(train: Any, seed: int, chunks: int | None, what: str, done: str) -> None:
+@exercise("03.3", "x.grad after backward(gradient=v)")
+def check_vjp_prediction(prediction: Any) -> None:
+    """Run exercise 03.3's experiment now and judge the prediction (three numbers)."""
+    check_prediction(
+        "x.grad after backward(gradient=v)",
+        _three_numbers(prediction),
+        _vjp_experiment(),
+        why="backward(gradient=v) computes v^T J, here v_i * 2 x_i: as if the loss were (v * y).sum().",
+        mistakes={
+            (2, 4, 6): "That is dy/dx = 2x, without v.",
+            (1, 10, 100): "That is v, without 2x.",
+            (1, 20, 300): "That is v * x: the derivative of x ** 2 is 2x.",
+            (1, 40, 900): "That is v * y, the outputs weighted by v, not their derivatives.",
+        },
+        ask="which entries of the Jacobian J are not zero, and what does v^T J add up for each x_j?",
+    )
+
+
+def _second_derivative() -> float:
+    """Exercise 03.4's experiment: x.grad after dy.backward(), dy = d(x ** 3)/dx with create_graph."""
+    x = torch.tensor(1.0, requires_grad=True)
+    (dy,) = torch.autograd.grad(x**3, x, create_graph=True)
+    dy.backward()
+    return float(x.grad)
+
+
+@exercise("03.4", "x.grad after dy.backward()")
+def check_second_derivative_prediction(prediction: Any) -> None:
+    """Run exercise 03.4's experiment now and judge the prediction (a number)."""
+    check_prediction(
+        "x.grad after dy.backward()",
+        prediction,
+        _second_derivative(),
+        why="create_graph=True records how dy = 3x^2 was computed, so dy.backward() writes d2y/dx2 = 6x into x.grad.",
+        mistakes={
+            3: "3 is the first derivative 3x^2.",
+            9: "torch.autograd.grad does not add dy/dx into x.grad.",
+            0: "dy has a history: create_graph=True recorded how it was computed.",
+        },
+        ask="what did create_graph=True record, and which derivative does dy.backward() compute from it?",
+    )
+
+
+# ------------------------------------------------------------------ 03.5 / 03.6 training loops
+
+
+@dataclasses.dataclass(frozen=True)
+class _Problem:
+    """The data and starting weights a loop is run on (float64), and the chunks of 03.6 (1 in 03.5)."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    chunks: int
+
+
+def _problem(seed: int, chunks: int) -> _Problem:
     g = torch.Generator().manual_seed(seed)
-    x, y, w1_0, w2_0 = (torch.randn(*s, generator=g, dtype=torch.float64) for s in [(16, 12), (16, 4), (12, 9), (9, 4)])
-    w1, w2, seen = w1_0.clone().requires_grad_(), w2_0.clone().requires_grad_(), []
-    log = {"log": lambda t, loss: seen.append(0 * w1 if w1.grad is None else w1.grad.clone())} if chunks else {}
+    x = 0.5 * torch.randn(16, 12, generator=g, dtype=torch.float64)
+    y = torch.randn(16, 4, generator=g, dtype=torch.float64)
+    w1 = 0.5 * torch.randn(12, 9, generator=g, dtype=torch.float64)
+    w2 = 0.5 * torch.randn(9, 4, generator=g, dtype=torch.float64)
+    return _Problem(x, y, w1, w2, chunks)
+
+
+@dataclasses.dataclass
+class _Run:
+    """Gradient descent as a loop with one behaviour runs it: what each step saw and left."""
+
+    losses: list[float]  # the whole batch's loss before each step's update
+    chunk_losses: list[list[float]]  # each chunk's loss, each step
+    before: list[tuple]  # (w1, w2) before each step's update
+    partial: list[list[torch.Tensor]]  # w1.grad after the first k chunks' backward(), each step
+    final: tuple  # (w1, w2) after the last step
+
+    def final_loss(self, problem: _Problem) -> float:
+        return float(_lecture_loss(problem.x, problem.y, *self.final))
+
+
+#: Behaviours of a loop that uses chunks; with one chunk they are the right loop.
+_CHUNK_BEHAVIOURS = ("reset per chunk", "update per chunk", "scaled")
+
+
+def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: str, chunks: int) -> tuple:
+    """``grad`` after one chunk's backward(), as the loop with ``behaviour`` would leave it."""
+    part = _autograd(_lecture_loss, x_part, y_part, *w, wrt=2)
+    if behaviour == "reset per chunk":
+        return tuple(part)
+    if behaviour == "scaled":
+        part = [d / chunks for d in part]
+    return tuple(g + d for g, d in zip(grad, part))
+
+
+def _descend(p: _Problem, behaviour: str = "right") -> _Run:
+    """STEPS steps of gradient descent from the problem's start, as a loop with ``behaviour`` runs them:
+    "right", "no reset", "ascent", "reset per chunk", "update per chunk" or "scaled" (by 1/chunks)."""
+    w = (p.w1, p.w2)
+    zeros = (torch.zeros_like(p.w1), torch.zeros_like(p.w2))
+    grad = zeros
+    run = _Run([], [], [], [], w)
+    for _ in range(STEPS):
+        run.losses.append(float(_lecture_loss(p.x, p.y, *w)))
+        run.before.append(w)
+        if behaviour != "no reset":
+            grad = zeros
+        chunk_losses = []
+        partial = []
+        for x_part, y_part in zip(p.x.chunk(p.chunks), p.y.chunk(p.chunks)):
+            chunk_losses.append(float(_lecture_loss(x_part, y_part, *w)))
+            grad = _chunk_gradient(grad, x_part, y_part, w, behaviour, p.chunks)
+            partial.append(grad[0])
+            if behaviour == "update per chunk":
+                w = tuple(v - LR * g for v, g in zip(w, grad))
+                grad = zeros
+        run.chunk_losses.append(chunk_losses)
+        run.partial.append(partial)
+        sign = -1.0 if behaviour == "ascent" else 1.0
+        if behaviour != "update per chunk":
+            w = tuple(v - sign * LR * g for v, g in zip(w, grad))
+    run.final = w
+    return run
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    return got.shape == want.shape and torch.allclose(got.detach(), want, rtol=1e-9, atol=1e-12)
+
+
+@dataclasses.dataclass
+class _Observed:
+    """What happened to the caller's w1 and w2 while the student's loop ran."""
+
+    problem: _Problem
+    weights: tuple  # the caller's w1 and w2, after the loop
+    versions: tuple  # their version counters before the loop (in-place changes count them up)
+    arrivals: tuple  # for each: how many times backward() added into its .grad
+    w1_values: list  # the caller's w1 at each of those times
+    error: BaseException | None = None  # what the loop raised, if it raised
+
+    def untouched(self, i: int) -> bool:
+        return torch.equal(self.weights[i].detach(), (self.problem.w1, self.problem.w2)[i])
+
+    def changed_in_place(self, i: int) -> bool:
+        return self.weights[i]._version != self.versions[i]
+
+    def error_text(self) -> str:
+        if self.error is None:
+            return ""
+        return f"{type(self.error).__name__}: {self.error}"
+
+    def facts(self) -> str:
+        """Where each weight stands: changed or not, and how often backward() reached it."""
+        when = f"in {STEPS} steps" if self.error is None else "before the error"
+        parts = []
+        for i, name in enumerate(("w1", "w2")):
+            state = "unchanged since the start" if self.untouched(i) else "changed"
+            parts.append(f"{name} {state}, reached by backward() {self.arrivals[i]} time(s) {when}")
+        return "; ".join(parts)
+
+
+def _reset_before_any_backward(seen: _Observed) -> bool:
+    text = seen.error_text()
+    return "zero_" in text and "NoneType" in text and seen.arrivals == (0, 0)
+
+
+def _update_recorded(seen: _Observed) -> bool:
+    return "leaf Variable that requires grad" in seen.error_text()
+
+
+def _reset_before_update(seen: _Observed) -> bool:
+    """.grad was emptied after backward() and before the update read it (None: the update raised)."""
+    for i, w in enumerate(seen.weights):
+        if not seen.arrivals[i] or not seen.untouched(i):
+            continue
+        if seen.error is not None:
+            if "NoneType" in seen.error_text() and w.grad is None and not seen.changed_in_place(i):
+                return True
+        elif seen.changed_in_place(i) and (w.grad is None or not w.grad.any()):
+            return True
+    return False
+
+
+def _rebound(seen: _Observed) -> bool:
+    """Later steps computed with tensors other than the caller's: those got a gradient, then nothing."""
+    text = seen.error_text()
+    for i, w in enumerate(seen.weights):
+        if not seen.arrivals[i] or seen.changed_in_place(i) or not seen.untouched(i):
+            continue
+        if seen.error is None and seen.arrivals[i] < STEPS:
+            return True
+        if seen.error is not None and w.grad is not None:
+            if "NoneType" in text or "does not require grad" in text:
+                return True
+    return False
+
+
+def _never_updated(seen: _Observed) -> bool:
+    if seen.error is not None:
+        return False
+    for i in range(2):
+        if seen.untouched(i) and not seen.changed_in_place(i) and seen.arrivals[i] >= STEPS:
+            return True
+    return False
+
+
+def _behaves_like(behaviour: str, seen: _Observed) -> bool:
+    """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
+    if seen.error is not None:
+        return False
+    if behaviour in _CHUNK_BEHAVIOURS and seen.problem.chunks == 1:
+        return False
+    run = _descend(seen.problem, behaviour)
+    return all(_close(w, r) for w, r in zip(seen.weights, run.final))
+
+
+_WHEN = "In which order do backward(), the update and the reset run in your step?"
+
+#: The typical ways a training loop goes wrong, judged on what happened (first match wins).
+#: None of them names the repaired line of exercise 03.5: they ask the question that shows the bug.
+_LOOP_MISTAKES = [
+    Mistake(
+        "reset before any backward",
+        _reset_before_any_backward,
+        why="w.grad is None until a backward() has filled it, so resetting it with zero_() fails in the first "
+        "step: at which point of a step is there a gradient to reset?",
+        look="the line that resets .grad, and where it sits in the step",
+    ),
+    Mistake(
+        "update recorded by autograd",
+        _update_recorded,
+        why="the update ran while autograd was recording, and autograd refuses to change a leaf it records: "
+        "what must surround an update so that autograd does not record it?",
+        look="the update lines, and the block they sit in",
+    ),
+    Mistake(
+        "reset between backward and update",
+        _reset_before_update,
+        why=f".grad was reset after backward() and before the update read it, so the update found no gradient. {_WHEN}",
+        look="the lines that reset .grad, relative to the update",
+    ),
+    Mistake(
+        "update rebinds the names",
+        _rebound,
+        why="after the first step your loop computed with tensors other than the caller's w1 and w2, which never "
+        "changed. Which tensor does the name w1 refer to after the update line, and is it the one the caller "
+        "passed in?",
+        look="the two lines under `with torch.no_grad():` that compute the new w1 and w2",
+    ),
+    Mistake(
+        "weights never updated",
+        _never_updated,
+        why="backward() reached the caller's w1 and w2 in every step, but nothing changed them: which line is "
+        "meant to change the tensors the caller passed in?",
+        look="the update lines",
+    ),
+    Mistake(
+        "gradients accumulate across steps",
+        functools.partial(_behaves_like, "no reset"),
+        why="each update used this step's gradient plus all earlier ones: backward() adds into .grad. "
+        "When does .grad go back to zero in your loop?",
+        look="the reset of w1.grad and w2.grad, if there is one",
+    ),
+    Mistake(
+        "update goes up the gradient",
+        functools.partial(_behaves_like, "ascent"),
+        why="the weights moved up the gradient, the direction in which the loss grows: which sign does your "
+        "update give learning_rate * grad?",
+    ),
+    Mistake(
+        "only the last chunk's gradient",
+        functools.partial(_behaves_like, "reset per chunk"),
+        why="each update used the last chunk's gradient alone: .grad was reset before every chunk's backward(), "
+        f"which discarded the chunks before it. {_WHEN}",
+        look="the reset inside the loop over chunks",
+    ),
+    Mistake(
+        "one update per chunk",
+        functools.partial(_behaves_like, "update per chunk"),
+        why="the weights were updated after every chunk: one update per chunk, where the exercise wants one per "
+        "step with the chunks' gradients added up",
+        look="the update, inside or after the loop over chunks",
+    ),
+    Mistake(
+        "chunk gradients scaled",
+        functools.partial(_behaves_like, "scaled"),
+        why="each chunk's gradient was divided by the number of chunks: with the lecture's summed loss the "
+        "chunks' gradients add up to the full batch's gradient with no factor",
+        look="the loss each chunk calls backward() on",
+    ),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class _LogCall:
+    """One call of log(t, loss) and what the caller's w1 and w1.grad held then."""
+
+    t: Any
+    loss: Any
+    w1: torch.Tensor
+    grad_w1: torch.Tensor | None
+
+
+def _count_arrival(arrivals: list[int], w1_values: list, i: int, w: torch.Tensor) -> None:
+    arrivals[i] += 1
+    if i == 0:
+        w1_values.append(w.detach().clone())
+
+
+def _record_log(calls: list[_LogCall], w1: torch.Tensor, t: Any, loss: Any) -> None:
+    grad = None
+    if w1.grad is not None:
+        grad = w1.grad.detach().clone()
+    if isinstance(loss, torch.Tensor):
+        loss = loss.detach().clone()
+    calls.append(_LogCall(t, loss, w1.detach().clone(), grad))
+
+
+def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) -> tuple[Any, _Observed]:
+    """Run the student's loop on fresh leaves, watching the caller's weights; returns (result, observed)."""
+    __tracebackhide__ = True
+    expect_function(train, what)
+    x = p.x.clone()
+    y = p.y.clone()
+    w1 = p.w1.clone().requires_grad_()
+    w2 = p.w2.clone().requires_grad_()
+    arrivals = [0, 0]
+    w1_values = []
+    for i, w in enumerate((w1, w2)):
+        w.register_post_accumulate_grad_hook(functools.partial(_count_arrival, arrivals, w1_values, i))
+    versions = (w1._version, w2._version)
+    args = [x, y, w1, w2, LR, STEPS]
+    kwargs = {}
+    if calls is not None:
+        args.append(p.chunks)
+        kwargs["log"] = functools.partial(_record_log, calls, w1)
+    result = None
+    error = None
     try:
-        losses = run_student(train, x, y, w1, w2, LR, STEPS, *([chunks] if chunks else []), what=f"your {what}", **log)
+        result = run_student(train, *args, what=what, **kwargs)
     except CheckError as err:
-        cause = str(err.__cause__)  # a None .grad: reset too early, or a rebound w1 that is no leaf
-        hint = ("w.grad is None before the first backward(): reset after the update" if "'zero_'" in cause else
-                _REBIND if "NoneType" in cause or "does not require grad" in cause else err.hint)
-        raise CheckError(err.message, hint=hint) from None
-    ref = _simulate(x, y, w1_0, w2_0, chunks or 1)
-    same = lambda run: all(torch.allclose(a.detach(), b, rtol=1e-9) for a, b in zip((w1, w2), run[2:]))  # noqa: E731
-    for mode, why in _LOOP_MISTAKES if not same(ref) else ():
-        if same(_simulate(x, y, w1_0, w2_0, chunks or 1, mode)):
-            raise CheckError("w1 and w2 after training differ from a correct run", hint=why)
-    for name, got, want in zip(("w1", "w2"), (w1, w2), ref[2:]):
-        compare(f"{name} after training", got.detach(), want, rtol=1e-9)
-    if not isinstance(losses, (list, tuple)) or not all(isinstance(v, (int, float)) for v in losses):
-        raise CheckError("losses must be a list of numbers", got=repr(losses)[:60], hint="append loss.item()")
-    compare("the losses", torch.tensor(losses, dtype=torch.float64), torch.tensor(ref[0], dtype=torch.float64),
-            rtol=1e-9, hint="one loss per step: the whole batch's loss, computed before the update")
-    if chunks:
-        compare("w1.grad at each call of log", torch.stack(seen) if seen else None, ref[1], rtol=1e-9,
-                hint="call log(t, loss) once per step, after all chunks' backward, before the update and the reset")
-    passed(f"{what}: {done}; weights and losses match a correct run over {STEPS} steps")
+        if err.__cause__ is None:  # not written yet, stopped at the time limit, not a function
+            raise
+        error = err
+    for name, got, start in (("x", x, p.x), ("y", y, p.y)):
+        if not torch.equal(got, start):
+            raise CheckError(f"{what} changed the data {name} in place", mistake="data changed in place")
+    cause = error.__cause__ if error else None
+    seen = _Observed(p, (w1, w2), versions, tuple(arrivals), w1_values, cause)
+    if error is not None:
+        mistake = first_mistake(seen, _LOOP_MISTAKES)
+        if mistake is None:
+            raise error
+        raise mistake_error(error.message, mistake, got=seen.facts()) from None
+    return result, seen
+
+
+def _judge_weights(seen: _Observed, right: _Run) -> None:
+    """The caller's w1 and w2 must end where correct gradient descent leaves them."""
+    __tracebackhide__ = True
+    if all(_close(w, r) for w, r in zip(seen.weights, right.final)):
+        return
+    mistake = first_mistake(seen, _LOOP_MISTAKES)
+    for i, name in enumerate(("w1", "w2")):
+        if seen.untouched(i):
+            message = f"the caller's {name} is exactly as it was before training"
+            expected = f"w1 and w2 changed by {STEPS} steps of gradient descent"
+            if mistake is None:
+                raise CheckError(message, expected=expected, got=seen.facts())
+            raise mistake_error(message, mistake, expected=expected, got=seen.facts())
+    if mistake is None:
+        _judge_step_size(seen, right)
+    for name, got, want in zip(("w1", "w2"), seen.weights, right.final):
+        try:
+            compare(f"the caller's {name} after training", got.detach(), want, rtol=1e-9, atol=1e-12)
+        except CheckError as err:
+            if mistake is None:
+                raise
+            raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+def _judge_step_size(seen: _Observed, right: _Run) -> None:
+    """The first update must move w1 by learning_rate times its gradient (seen at the second step's backward)."""
+    __tracebackhide__ = True
+    chunks = seen.problem.chunks
+    if len(seen.w1_values) != STEPS * chunks:
+        return
+    moved = seen.w1_values[chunks] - seen.problem.w1
+    grad = right.partial[0][-1]
+    factor = -float((moved * grad).sum() / (grad * grad).sum())
+    if abs(factor - LR) <= 1e-6 * LR or not torch.allclose(moved, -factor * grad, rtol=1e-6, atol=1e-12):
+        return
+    raise CheckError(
+        "the caller's w1 and w2 after training differ from a correct run",
+        expected=f"a first update of learning_rate ({LR:g}) times the gradient",
+        got=f"the first update moved w1 by {factor / LR:.3g} x learning_rate x its gradient",
+        hint="the update's step size is not the learning_rate the loop was given: which step size does it use?",
+        mistake="step size is not learning_rate",
+    )
+
+
+def _loss_mistakes(run: _Run, p: _Problem) -> list[Mistake]:
+    """Typical wrong lists of losses, as tensors of one loss per step."""
+    after = run.losses[1:] + [run.final_loss(p)]
+    mistakes = [
+        Mistake(
+            "loss after the update",
+            torch.tensor(after, dtype=torch.float64),
+            why="each loss was computed after the step's update: a step's loss is the one its gradient came from",
+        )
+    ]
+    if p.chunks > 1:
+        last = [losses[-1] for losses in run.chunk_losses]
+        mean = [loss / p.chunks for loss in run.losses]
+        mistakes.append(
+            Mistake(
+                "last chunk's loss",
+                torch.tensor(last, dtype=torch.float64),
+                why="each loss is the last chunk's alone: a step's loss adds up the losses of all its chunks",
+            )
+        )
+        mistakes.append(
+            Mistake(
+                "chunk losses averaged",
+                torch.tensor(mean, dtype=torch.float64),
+                why="each loss is the mean of the chunks' losses: with the lecture's summed loss it is their sum",
+            )
+        )
+    return mistakes
+
+
+def _numbers(value: Any, what: str) -> list[float]:
+    """A list, tuple, 1-d tensor or array of numbers (or 0-d tensors) as plain floats."""
+    __tracebackhide__ = True
+    if isinstance(value, torch.Tensor):
+        tensor = plain_tensor(value)
+        if tensor.device.type == "meta":
+            raise CheckError(f"{what} are on the meta device, which holds no values", usage=True)
+        if tensor.dim() == 1:
+            value = tensor.detach().cpu().tolist()
+    elif type(value).__module__ == "numpy" and getattr(value, "ndim", 0) == 1:
+        value = value.tolist()
+    items = plain(value)
+    if not isinstance(items, tuple):
+        raise CheckError(
+            f"{what} must be a list of numbers, one per step",
+            got=describe(value),
+            hint="end the function with `return losses`" if value is None else "append one number per step",
+            usage=True,
+        )
+    numbers = []
+    for i, item in enumerate(items):
+        numbers.append(float(as_number(item, f"item {i} of {what}")))
+    return numbers
+
+
+def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
+    """One loss per step: the whole batch's loss before the step's update."""
+    __tracebackhide__ = True
+    losses = _numbers(result, f"the losses {what} returned")
+    if len(losses) == STEPS * p.chunks and p.chunks > 1:
+        raise CheckError(
+            f"{what} returned {len(losses)} losses",
+            expected=f"one per step: {STEPS}",
+            hint="one loss per chunk was returned: a step's loss adds up its chunks' losses",
+            mistake="one loss per chunk",
+        )
+    if len(losses) != STEPS:
+        raise CheckError(f"{what} returned {len(losses)} losses", expected=f"one per step: {STEPS}")
+    compare(
+        "the list of losses returned",
+        torch.tensor(losses, dtype=torch.float64),
+        torch.tensor(right.losses, dtype=torch.float64),
+        rtol=1e-9,
+        atol=0.0,
+        mistakes=_loss_mistakes(right, p),
+        hint="one loss per step: the whole batch's loss, computed before the update",
+    )
+
+
+def _judge_chunks(seen: _Observed) -> None:
+    """Exercise 03.6: .grad adds up one backward() per chunk."""
+    __tracebackhide__ = True
+    count = seen.arrivals[0]
+    if count == 0:
+        raise CheckError(
+            "backward() never added into the caller's w1.grad, though the weights are right",
+            expected=f"w1.grad filled by {seen.problem.chunks} backward() calls per step",
+            hint="the gradients were computed another way (torch.autograd.grad?); log, and TensorBoard's "
+            "histograms, read them from .grad",
+            mistake="gradients never in .grad",
+        )
+    if count < STEPS * seen.problem.chunks:
+        raise CheckError(
+            f"backward() ran {count} times in {STEPS} steps",
+            expected=f"one backward() per chunk: {seen.problem.chunks} per step, {STEPS * seen.problem.chunks} in all",
+            hint="the batch was not split: each chunk needs its own forward pass and backward()",
+            mistake="no chunks",
+        )
+
+
+def _judge_log_call(k: int, call: _LogCall, right: _Run, p: _Problem) -> None:
+    """Call k of log must come after the step's backward() calls and before its update."""
+    __tracebackhide__ = True
+    where = f"at log's call {k + 1} of {STEPS}"
+    after = right.before[k + 1][0] if k + 1 < STEPS else right.final[0]
+    if not _close(call.w1, right.before[k][0]):
+        if _close(call.w1, after):
+            raise CheckError(
+                f"w1 {where} is already the updated weight",
+                expected="log called before the update",
+                hint="log ran after the update: it should see the gradients the update is about to use",
+                mistake="log after the update",
+            )
+        raise CheckError(f"w1 {where} is not the weight of that step", expected="log called once per step")
+    if call.grad_w1 is None or not call.grad_w1.any():
+        raise CheckError(
+            f"w1.grad {where} holds no gradient",
+            expected="this step's gradient, added up over all chunks",
+            got="None" if call.grad_w1 is None else "zeros",
+            hint="log ran before the step's backward() calls had filled .grad",
+            mistake="log before the backward calls",
+        )
+    for partial in right.partial[k][:-1]:
+        if _close(call.grad_w1, partial):
+            raise CheckError(
+                f"w1.grad {where} holds the gradient of only some of the chunks",
+                hint="log ran before the last chunk's backward()",
+                mistake="log before all chunks",
+            )
+    compare(f"w1.grad {where}", call.grad_w1, right.partial[k][-1], rtol=1e-9, atol=1e-12)
+
+
+def _judge_log(calls: list[_LogCall], right: _Run, p: _Problem) -> None:
+    """log(t, loss) once per step, t counting the steps, loss the step's loss, at the right moment."""
+    __tracebackhide__ = True
+    if not calls:
+        raise CheckError(
+            "log was never called", expected=f"log(t, loss) once per step: {STEPS} calls", mistake="log never called"
+        )
+    if len(calls) == STEPS * p.chunks:
+        raise CheckError(
+            f"log was called {len(calls)} times",
+            expected=f"once per step: {STEPS} calls",
+            hint="log ran once per chunk, inside the loop over chunks",
+            mistake="log once per chunk",
+        )
+    if len(calls) != STEPS:
+        raise CheckError(f"log was called {len(calls)} times", expected=f"once per step: {STEPS} calls")
+    ts = _numbers([call.t for call in calls], "the t values passed to log")
+    losses = _numbers([call.loss for call in calls], "the losses passed to log")
+    if all(abs(t - loss) <= 1e-9 * abs(loss) for t, loss in zip(ts, right.losses)):
+        raise CheckError(
+            "the t passed to log is the step's loss",
+            hint="log(t, loss) takes the step first, then the loss",
+            mistake="log arguments swapped",
+        )
+    if ts not in ([float(t) for t in range(STEPS)], [float(t) for t in range(1, STEPS + 1)]):
+        raise CheckError(
+            "the t passed to log does not count the steps",
+            expected=f"0, 1, ..., {STEPS - 1} (or 1, 2, ..., {STEPS})",
+            got=", ".join(f"{t:g}" for t in ts),
+        )
+    for k, call in enumerate(calls):
+        _judge_log_call(k, call, right, p)
+    compare(
+        "the list of losses passed to log",
+        torch.tensor(losses, dtype=torch.float64),
+        torch.tensor(right.losses, dtype=torch.float64),
+        rtol=1e-9,
+        atol=0.0,
+        mistakes=_loss_mistakes(right, p),
+    )
 
 
 @exercise("03.5", "the loop that did not train")
 def check_fixed_training(train: Any) -> None:
     """Check the repaired loop ``train(x, y, w1, w2, learning_rate, steps) -> losses``."""
-    _run_loop(train, 301, None, "train_fixed(x, y, w1, w2, learning_rate, steps)", "the caller's w1 and w2 learn")
+    what = "train_fixed(x, y, w1, w2, learning_rate, steps)"
+    p = _problem(301, 1)
+    result, seen = _run_loop(train, p, f"your {what}", None)
+    right = _descend(p)
+    _judge_weights(seen, right)
+    _judge_losses(result, right, p, f"your {what}")
+    passed(f"{what}: the caller's w1 and w2 learn; weights and losses match a correct run over {STEPS} steps")
 
 
 @exercise("03.6", "gradients accumulated over chunks")
 def check_accumulated_training(train: Any) -> None:
     """Check ``train(x, y, w1, w2, learning_rate, steps, chunks, log=None) -> losses``."""
-    _run_loop(train, 300, CHUNKS, "train_accumulated(...)", f"{CHUNKS} chunks add up to the full batch's gradient")
+    what = "train_accumulated(...)"
+    p = _problem(300, CHUNKS)
+    calls: list[_LogCall] = []
+    result, seen = _run_loop(train, p, f"your {what}", calls)
+    right = _descend(p)
+    _judge_weights(seen, right)
+    _judge_losses(result, right, p, f"your {what}")
+    _judge_chunks(seen)
+    _judge_log(calls, right, p)
+    passed(
+        f"{what}: {CHUNKS} chunks add up to the full batch's gradient; weights and losses match a correct run "
+        f"over {STEPS} steps"
+    )

@@ -1,78 +1,285 @@
-"""Checks for notebook 04: a Function exercise is a _Spec (cases with a random grad_output, a built-in
-whose autograd gradients are the reference, known mistakes as data), run by one runner, then gradcheck."""
+"""Checks of notebook 04 (custom autograd Functions). A Function exercise is data (cases with a random
+grad_output, a built-in whose autograd gradients are the reference, known mistakes); one runner calls
+the student's forward through ``apply`` and their backward DIRECTLY on its ctx, so each returned
+gradient's shape and dtype are judged before autograd could sum or cast them away; then gradcheck."""
+
 from __future__ import annotations
 
+import dataclasses
+import functools
+import math
 import re
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .core import CheckError, check_prediction, describe, exercise, passed, run_cases, run_student
+from .core import (
+    CheckError,
+    Mistake,
+    as_number,
+    check_prediction,
+    compare,
+    describe,
+    exercise,
+    expect_tensor,
+    first_mistake,
+    mistake_error,
+    passed,
+    run_student,
+)
 
 __all__ = ["check_sigmoid_prediction", "check_softplus_function", "check_scaled_matmul_function"]
 
+RTOL = 1e-6
 
-@dataclass
-class _Spec:
-    builtin: str                          # the reference, named in messages
+
+@dataclasses.dataclass(frozen=True)
+class _FunctionExercise:
+    """One Function exercise: what forward takes, the reference, the cases and the known mistakes."""
+
+    builtin: str  # the reference, named in the PASS line
     reference: Callable[..., torch.Tensor]
-    outputs: tuple[str, ...]              # what the runner compares: the forward output, then each gradient
-    cases: Callable[[], list[tuple]]      # (*arguments, grad_output), float64 unless testing float32
-    mistakes: Callable[..., list]         # (*case) -> [((output, *grads) with None for "any", or a predicate; why)]
+    arguments: tuple[str, ...]  # forward's arguments after ctx, in order
+    cases: Callable[[], list[tuple]]  # (*arguments, grad_output)
+    mistakes: Callable[..., list[Mistake]]  # (*arguments, grad_output) -> typical wrong (output, *gradients)
+
+    def outputs(self, case: tuple) -> tuple[str, ...]:
+        """What is compared: the forward output, then the gradient of each tensor argument."""
+        names = ["the forward output"]
+        for name, value in zip(self.arguments, case):
+            if isinstance(value, torch.Tensor):
+                names.append(f"grad_{name}")
+        return tuple(names)
 
 
-_AUTOGRAD_ERRORS = [  # what autograd says when backward returns the wrong things, and what it means
-    (r"incorrect number of gradients", "backward returns one value per argument of forward, None for a non-tensor"),
-    (r"different than None at position", "an argument that is not a tensor gets None from backward, no gradient"),
-    (r"invalid gradient at index", "each gradient has its input's shape: check the order and the transposes"),
-    (r"save_for_backward can only save", "save_for_backward takes tensors only: keep a number as ctx.scale = scale")]
+# PyTorch's error texts inside a Function, and what they mean there.
+_FUNCTION_ERRORS = [
+    (r"save_for_backward can only save", "save_for_backward takes tensors only: keep a number as an attribute of ctx"),
+]
 
 
-def _function(cls: Any) -> type:
+def _function_class(cls: Any, name: str) -> type:
+    """The student's torch.autograd.Function subclass, or a sentence saying what to pass instead."""
+    __tracebackhide__ = True
     if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+        if cls is torch.autograd.Function:
+            raise CheckError(f"that is torch.autograd.Function itself: pass your subclass {name}", usage=True)
         return cls
+    if cls is None:
+        raise CheckError(
+            f"{name} is None: run the exercise cell above first (until then its name holds None)", usage=True
+        )
     owner = getattr(cls, "__self__", None)
-    raise CheckError("expected your torch.autograd.Function subclass", got=describe(cls), hint=(
-        f"pass {owner.__name__} itself, not {owner.__name__}.apply" if isinstance(owner, type) else
-        "pass the class, without parentheses" if isinstance(cls, torch.autograd.Function) else
-        "define `class ...(torch.autograd.Function)` with forward and backward, and run its cell"))
+    if isinstance(owner, type) and issubclass(owner, torch.autograd.Function):
+        hint = f"pass {owner.__name__} itself, not {owner.__name__}.apply"
+    elif isinstance(cls, torch.autograd.Function):
+        hint = "pass the class, without parentheses"
+    elif isinstance(cls, type):
+        hint = f"{cls.__name__} must subclass torch.autograd.Function, with static forward and backward methods"
+    else:
+        hint = "define `class ...(torch.autograd.Function)` with forward and backward, run its cell, pass the class"
+    got = f"the class {cls.__name__}" if isinstance(cls, type) else describe(cls)
+    raise CheckError(f"expected your torch.autograd.Function subclass {name}", got=got, hint=hint, usage=True)
 
 
-def _forward_backward(cls: type, *case: Any) -> tuple:
-    """Run the student's forward and backward; leaves share memory with the case, so in-place writes show."""
-    *args, g = case
-    leaves = [a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
-    given = g.clone()
+def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) -> torch.Tensor:
+    """The student's forward through ``apply``; the inputs must come out unchanged."""
+    __tracebackhide__ = True
     try:
-        out = cls.apply(*leaves)
-        grads = torch.autograd.grad(out, [a for a in leaves if isinstance(a, torch.Tensor)], given, allow_unused=True)
-    except (RuntimeError, TypeError) as exc:
-        hint = next((h for p, h in _AUTOGRAD_ERRORS if re.search(p, str(exc))), None)
-        raise CheckError(f"{cls.__name__}: {exc}", hint=hint) if hint else exc
-    if not torch.equal(given, g):
-        raise CheckError(f"{cls.__name__}.backward changed grad_output in place", hint="autograd may still need "
-                         "it: use out-of-place operations (grad_output * mask), or work on grad_output.clone()")
-    return (out, *grads)
+        out = run_student(cls.apply, *leaves, what=f"{cls.__name__}.apply (your forward)")
+    except CheckError as err:
+        advice = next((a for pattern, a in _FUNCTION_ERRORS if re.search(pattern, str(err))), None)
+        if advice is None:
+            raise
+        raise CheckError(err.message, hint=advice, mistake="number saved with save_for_backward") from None
+    for name, leaf, original in zip(ex.arguments, leaves, originals):
+        if isinstance(leaf, torch.Tensor) and not torch.equal(leaf.detach(), original):
+            raise CheckError(
+                f"{cls.__name__}.forward changed its input {name} in place",
+                hint="the input belongs to the caller: compute the output with out-of-place operations",
+                mistake="forward changes its input",
+            )
+    out = expect_tensor(out, "the forward output", finite=False)
+    if out.grad_fn is None or not hasattr(out.grad_fn, "_forward_cls"):
+        raise CheckError(
+            f"the output of {cls.__name__}.apply has no backward to call",
+            expected="a floating-point tensor connected to your backward",
+            got=describe(out),
+        )
+    return out
 
 
-def _reference(spec: _Spec, *case: Any) -> tuple:
-    *args, g = case
-    leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]
-    out = spec.reference(*leaves)
-    return (out.detach(), *torch.autograd.grad(out, [a for a in leaves if isinstance(a, torch.Tensor)], g))
+def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
+    """The student's backward, called directly on the ctx of ``out`` (what autograd would hand it)."""
+    __tracebackhide__ = True
+    given = grad_output.clone()
+    with torch.no_grad():
+        grads = run_student(out.grad_fn.apply, given, what=f"{cls.__name__}.backward")
+    if not torch.equal(given, grad_output):
+        raise CheckError(
+            f"{cls.__name__}.backward changed grad_output in place",
+            hint="autograd may still need grad_output: compute the gradients with out-of-place operations",
+            mistake="grad_output changed in place",
+        )
+    return grads
 
 
-def _run_check(cls: Any, spec: _Spec) -> None:
-    cls = _function(cls)
-    run_cases(lambda *case: _forward_backward(cls, *case), spec.cases(), lambda *case: _reference(spec, *case),
-              what=cls.__name__, outputs=spec.outputs, mistakes=spec.mistakes, rtol=1e-6, atol=0.0,
-              inplace_hint="use out-of-place operations in forward (x.abs(), not x.abs_()): the input is the caller's")
-    args = [a.requires_grad_() if isinstance(a, torch.Tensor) else a for a in spec.cases()[0][:-1]]
-    if not run_student(torch.autograd.gradcheck, cls.apply, tuple(args), raise_exception=False, what="gradcheck"):
+def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise) -> list:
+    """backward's values, one per forward argument: a gradient for each tensor, None for a number."""
+    __tracebackhide__ = True
+    wanted = f"one per argument of forward ({', '.join(ex.arguments)}), in that order"
+    if isinstance(grads, list):
+        raise CheckError(
+            f"{cls.__name__}.backward returned a list",
+            expected=f"a tuple: {wanted}",
+            got=describe(grads),
+            hint="autograd unpacks a tuple only: a list counts as one value",
+            mistake="list instead of tuple",
+        )
+    if not isinstance(grads, tuple):
+        grads = (grads,)
+    extra = [g for g in grads[len(args) :] if g is not None]
+    if len(grads) < len(args) or extra:
+        raise CheckError(
+            f"{cls.__name__}.backward returned {len(grads)} value(s)",
+            expected=wanted,
+            got=", ".join(describe(g) for g in grads) or "nothing",
+            hint="backward returns one value per argument of forward: a gradient for each tensor, None for a number",
+            mistake="wrong number of gradients",
+        )
+    result = []
+    for name, value, grad in zip(ex.arguments, args, grads):
+        if not isinstance(value, torch.Tensor):
+            if grad is not None:
+                raise CheckError(
+                    f"{cls.__name__}.backward returned a gradient for {name}, which is a number, not a tensor",
+                    expected=f"None for {name}",
+                    got=describe(grad),
+                    hint="autograd takes no gradient for an argument that is not a tensor: it wants None there",
+                    mistake="gradient for a number",
+                )
+            continue
+        if grad is None:
+            raise CheckError(
+                f"{cls.__name__}.backward returned None for {name}, which needs a gradient",
+                expected=f"dL/d{name}, a tensor of {name}'s shape",
+                got="None",
+                mistake="None for a tensor",
+            )
+        result.append(grad)
+    return result
+
+
+def _student(cls: type, case: tuple, ex: _FunctionExercise) -> tuple:
+    """(forward output, *gradients) of the student's Function on one case, gradients as backward returned them."""
+    __tracebackhide__ = True
+    *args, grad_output = case
+    originals = []
+    leaves = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            originals.append(a.clone())
+            leaves.append(a.detach().clone().requires_grad_())
+        else:
+            originals.append(a)
+            leaves.append(a)
+    out = _forward(cls, leaves, originals, ex)
+    grads = _backward(cls, out, grad_output)
+    return (out.detach(), *_one_per_argument(cls, grads, tuple(args), ex))
+
+
+def _reference(ex: _FunctionExercise, case: tuple) -> tuple:
+    """(output, *gradients) through the built-in, by autograd."""
+    *args, grad_output = case
+    leaves = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            leaves.append(a.detach().clone().requires_grad_())
+        else:
+            leaves.append(a)
+    tensors = [a for a in leaves if isinstance(a, torch.Tensor)]
+    with torch.enable_grad():
+        out = ex.reference(*leaves)
+    return (out.detach(), *torch.autograd.grad(out, tensors, grad_output))
+
+
+def _case_words(number: int, total: int, case: tuple) -> str:
+    dtype = next(a.dtype for a in case if isinstance(a, torch.Tensor))
+    shapes = ", ".join(str(tuple(a.shape)) for a in case[:-1] if isinstance(a, torch.Tensor))
+    return f"in case {number} of {total} ({dtype}, inputs of shape {shapes})"
+
+
+def _located(err: CheckError, name: str, where: str) -> CheckError:
+    """``err`` (from compare) with the case it happened in; a non-finite value gets no guessed cause."""
+    if where in err.message:
+        return err
+    hint = err.hint
+    if "not finite" in err.message:
+        hint = None
+    return CheckError(f"{err.message} {where}", expected=err.expected, got=err.got, hint=hint, usage=err.usage)
+
+
+def _same_form(value: Any, ref: torch.Tensor) -> bool:
+    """A tensor of the reference's dtype and number of dimensions: only then can a known mistake explain it."""
+    return isinstance(value, torch.Tensor) and value.dtype == ref.dtype and value.dim() == ref.dim()
+
+
+def _explaining(mistakes: list[Mistake], index: int, ref: torch.Tensor) -> list[Mistake]:
+    """The mistakes that can explain a wrong output ``index``: a predicate, or a wrong value given for
+    that output which differs from the right one in this case."""
+    result = []
+    for mistake in mistakes:
+        if not isinstance(mistake.matches, tuple):
+            result.append(mistake)
+            continue
+        wrong = mistake.matches[index]
+        if wrong is None:
+            continue
+        if wrong.shape == ref.shape and torch.allclose(wrong.to(ref.dtype), ref, rtol=RTOL, atol=0.0):
+            continue  # in this case the wrong formula gives the right value
+        result.append(mistake)
+    return result
+
+
+def _judge_case(got: tuple, want: tuple, names: tuple, mistakes: list[Mistake], where: str) -> None:
+    """Compare output by output (shape, dtype, finite, then values); a difference names the known mistake."""
+    __tracebackhide__ = True
+    for index, (name, value, ref) in enumerate(zip(names, got, want)):
+        try:
+            compare(name, value, ref, rtol=RTOL, atol=0.0, where=where)
+        except CheckError as err:
+            mistake = None
+            if _same_form(value, ref) and not err.usage:
+                mistake = first_mistake(got, _explaining(mistakes, index, ref))
+            if mistake is None:
+                raise _located(err, name, where) from None
+            message = f"{name} is wrong {where}"
+            if mistake.symptom:
+                message += f": {mistake.symptom}"
+            raise mistake_error(message, mistake, expected=err.expected, got=err.got) from None
+
+
+def _run_check(cls: Any, ex: _FunctionExercise, name: str) -> None:
+    __tracebackhide__ = True
+    cls = _function_class(cls, name)
+    cases = ex.cases()
+    for number, case in enumerate(cases, start=1):
+        got = _student(cls, case, ex)
+        want = _reference(ex, case)
+        where = _case_words(number, len(cases), case)
+        _judge_case(got, want, ex.outputs(case), ex.mistakes(*case), where)
+    args = []
+    for a in cases[0][:-1]:
+        if isinstance(a, torch.Tensor):
+            args.append(a.detach().clone().requires_grad_())
+        else:
+            args.append(a)
+    what = f"torch.autograd.gradcheck on {cls.__name__}"
+    if not run_student(torch.autograd.gradcheck, cls.apply, tuple(args), raise_exception=False, what=what):
         raise CheckError(f"torch.autograd.gradcheck fails for {cls.__name__} in float64")
-    passed(f"{cls.__name__}: forward and backward match autograd through {spec.builtin}; gradcheck passes")
+    passed(f"{cls.__name__}: forward and backward match autograd through {ex.builtin}; gradcheck passes")
 
 
 def _seeded(seed: int, *shapes: tuple) -> list[torch.Tensor]:
@@ -80,61 +287,248 @@ def _seeded(seed: int, *shapes: tuple) -> list[torch.Tensor]:
     return [torch.randn(s, generator=g, dtype=torch.float64) for s in shapes]
 
 
+# ------------------------------------------------------------------ 04.2 a stable softplus
+
+
 def _softplus_cases() -> list[tuple]:
     x, g, g8 = _seeded(40, (5, 4), (5, 4), (8,))
     big = torch.tensor([-800.0, -100.0, -30.0, -1.0, 0.0, 1.0, 30.0, 800.0], dtype=torch.float64)
-    return [(3 * x, g), (big, g8), (big[2:].float() * torch.tensor([1, 1, 1, 1, 1, 0.125]), g8[2:].float())]
+    small = big[2:].float() * torch.tensor([1, 1, 1, 1, 1, 0.125])
+    return [(3 * x, g), (big, g8), (small, g8[2:].float())]
 
 
-def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list:
+def _inf_where_exp_overflows(x: torch.Tensor, got: tuple) -> bool:
+    """The output is inf exactly where exp(x) overflows, finite elsewhere: log(1 + exp(x))."""
+    overflow = torch.isinf(torch.exp(x))
+    out = got[0]
+    if not overflow.any() or not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        return False
+    return bool(torch.equal(torch.isinf(out), overflow)) and bool(torch.isfinite(out[~overflow]).all())
+
+
+def _nan_where_exp_overflows(x: torch.Tensor, got: tuple) -> bool:
+    """The gradient is NaN exactly where exp(x) overflows, finite elsewhere: exp(x) / (1 + exp(x))."""
+    overflow = torch.isinf(torch.exp(x))
+    grad = got[1]
+    if not overflow.any() or not isinstance(grad, torch.Tensor) or grad.shape != x.shape:
+        return False
+    return bool(torch.equal(torch.isnan(grad), overflow)) and bool(torch.isfinite(grad[~overflow]).all())
+
+
+def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
+    """The typical wrong forward outputs of a softplus Function (any gradient)."""
     return [
-        ((None, torch.sigmoid(x)), "the local derivative alone: multiply it by grad_output (the chain rule)"),
-        ((None, g * torch.sigmoid(F.softplus(x))), "sigmoid of the OUTPUT y: the derivative is sigmoid of the input x"),
-        ((None, g * (1 - torch.exp(-x))), "1 - exp(-y) wants the OUTPUT y = softplus(x), not the input x"),
-        (lambda got: not torch.isfinite(got[0]).all(), "log(1 + exp(x)) overflows for large x: use the stable form"),
-        (lambda got: not torch.isfinite(got[1]).all(), "exp(x) / (1 + exp(x)) is inf / inf = NaN for large x"),
-        (lambda got: bool(((got[1] == 0) & (torch.sigmoid(x) > 0)).any()), "1 - exp(-y) rounds to 0 when y is tiny (exp(-y) == 1.0): use -torch.expm1(-y), "
-                          "or sigmoid(x) of the saved input")]
+        Mistake("forward is max(x, 0) alone", (x.clamp(min=0), None), "the forward output lacks log1p(exp(-|x|))"),
+        Mistake(
+            "forward adds x for max(x, 0)",
+            (x + torch.log1p(torch.exp(-x.abs())), None),
+            "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
+        ),
+        Mistake(
+            "forward overflows",
+            functools.partial(_inf_where_exp_overflows, x),
+            "log(1 + exp(x)) overflows where exp(x) is inf: the stable form never exponentiates a large number",
+        ),
+    ]
 
 
-_SOFTPLUS = _Spec("torch.nn.functional.softplus", F.softplus, ("the forward output", "grad_x"), _softplus_cases,
-                  _softplus_mistakes)
+def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """The typical wrong (output, grad_x) of a softplus Function; None: any value."""
+    y = F.softplus(x)
+    return _softplus_forward_mistakes(x) + [
+        Mistake(
+            "no grad_output",
+            (None, torch.sigmoid(x)),
+            "backward returned the local derivative alone: the chain rule multiplies it by grad_output",
+        ),
+        Mistake(
+            "sigmoid of the output",
+            (None, g * torch.sigmoid(y)),
+            "backward takes the sigmoid of the OUTPUT y: the derivative of softplus is the sigmoid of the input x",
+        ),
+        Mistake(
+            "sigmoid(-x)",
+            (None, g * torch.sigmoid(-x)),
+            "the derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), not sigmoid(-x)",
+        ),
+        Mistake(
+            "exp(x) alone",
+            (None, g * torch.exp(x)),
+            "the derivative of log(u) is u' / u: e^x still has to be divided by 1 + e^x",
+        ),
+        Mistake(
+            "output formula given the input",
+            (None, g * (1 - torch.exp(-x))),
+            "1 - exp(-y) wants the OUTPUT y = softplus(x): it was given the input x",
+        ),
+        Mistake(
+            "sigmoid's derivative",
+            (None, g * y * (1 - y)),
+            "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
+        ),
+        Mistake(
+            "exp(x) / (1 + exp(x)) overflows",
+            functools.partial(_nan_where_exp_overflows, x),
+            "exp(x) / (1 + exp(x)) is inf / inf = NaN where exp(x) overflows: write the derivative so that "
+            "nothing overflows",
+        ),
+        Mistake(
+            "1 - exp(-y) cancels",
+            (None, g * (1 - torch.exp(-y))),
+            "1 - exp(-y) loses its digits when y is tiny (exp(-y) rounds to 1.0, and the gradient to 0): use a "
+            "form without the cancellation (torch.expm1), or the sigmoid of the saved input",
+        ),
+    ]
 
 
-def _matmul_mistakes(x, w, s, g):
-    one = torch.ones_like(g)
-    return [((None, s * g.mm(w.t()), x.t().mm(g)), "grad_w is still the planted bug: it lacks the factor scale"),
-            ((None, g.mm(w.t()), x.t().mm(g)), "both gradients lack the factor scale"),
-            ((None, s * s * g.mm(w.t()), s * s * x.t().mm(g)), "scale is applied twice"),
-            ((None, s * one.mm(w.t()), s * x.t().mm(one)), "the gradients ignore grad_output: multiply by it")]
+_SOFTPLUS = _FunctionExercise(
+    builtin="torch.nn.functional.softplus",
+    reference=F.softplus,
+    arguments=("x",),
+    cases=_softplus_cases,
+    mistakes=_softplus_mistakes,
+)
 
 
-_SCALED_MM = _Spec("scale * torch.mm(x, w)", lambda x, w, s: s * torch.mm(x, w),
-                   ("the forward output", "grad_x", "grad_w"),
-                   lambda: [(*_seeded(41 + k, (5, 4), (4, 3)), 0.37, _seeded(50 + k, (5, 3))[0]) for k in range(2)],
-                   _matmul_mistakes)
+# ------------------------------------------------------------------ 04.4 the classmate's ScaledMatmul
+
+
+def _scaled_matmul(x: torch.Tensor, w: torch.Tensor, scale: float) -> torch.Tensor:
+    return scale * torch.mm(x, w)
+
+
+def _scaled_matmul_cases() -> list[tuple]:
+    cases = []
+    for k, scale in enumerate((0.37, 2.5)):
+        x, w = _seeded(41 + k, (5, 4), (4, 3))
+        (g,) = _seeded(50 + k, (5, 3))
+        cases.append((x, w, scale, g))
+    return cases
+
+
+#: The planted bug of exercise 04.4, as its rungs say it: what is visibly wrong, a question, where to look.
+#: None of them contains the repaired line.
+_PLANTED = Mistake(
+    "grad_w lacks a factor (the planted bug)",
+    None,
+    why="forward's output is a product of factors; grad_x keeps all of them that do not depend on x. Which "
+    "factor did grad_x keep that grad_w left out?",
+    look="the line of the classmate's backward that computes grad_w, beside the one that computes grad_x",
+    symptom="every element of grad_w is off by the same factor, while grad_x matches",
+)
+
+
+def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
+    """The typical wrong (output, grad_x, grad_w) of ScaledMatmul; None: any value."""
+    grad_x = scale * g.mm(w.t())
+    grad_w = scale * x.t().mm(g)
+    ones = torch.ones_like(g)
+    return [
+        dataclasses.replace(_PLANTED, matches=(None, grad_x, grad_w / scale)),
+        Mistake(
+            "grad_x lacks a factor",
+            (None, grad_x / scale, grad_w),
+            "grad_x is off by the same factor in every element, while grad_w is right: which factor of forward's "
+            "output does grad_x leave out?",
+            symptom="every element of grad_x is off by the same factor, while grad_w matches",
+        ),
+        Mistake(
+            "both gradients lack a factor",
+            (None, grad_x / scale, grad_w / scale),
+            "both gradients are off by the same factor: forward multiplies x @ w by a number, and the chain rule "
+            "carries it into both",
+        ),
+        Mistake("grad_x has the factor twice", (None, scale * grad_x, None), "grad_x carries the factor scale twice"),
+        Mistake("grad_w has the factor twice", (None, None, scale * grad_w), "grad_w carries the factor scale twice"),
+        Mistake(
+            "grad_output ignored",
+            (None, scale * ones.mm(w.t()), scale * x.t().mm(ones)),
+            "the gradients ignore grad_output: each is the local derivative times grad_output",
+        ),
+        Mistake("gradients swapped", (None, grad_w, grad_x), "grad_x and grad_w are returned in swapped order"),
+        Mistake(
+            "grad_w transposed",
+            (None, None, grad_w.t()),
+            "grad_w is transposed: a weight's gradient has the weight's shape",
+        ),
+        Mistake(
+            "grad_x transposed",
+            (None, grad_x.t(), None),
+            "grad_x is transposed: an input's gradient has the input's shape",
+        ),
+        Mistake("forward lacks the factor", (x.mm(w), None, None), "the forward output is x @ w without the factor"),
+    ]
+
+
+_SCALED_MATMUL = _FunctionExercise(
+    builtin="scale * torch.mm(x, w)",
+    reference=_scaled_matmul,
+    arguments=("x", "w", "scale"),
+    cases=_scaled_matmul_cases,
+    mistakes=_scaled_matmul_mistakes,
+)
+
+
+# ------------------------------------------------------------------ the checks
+
+
+def _plain_sigmoid_gradient() -> str:
+    """Exercise 04.1's experiment: the plain sigmoid's gradient at x = -1000 in float32, as a word."""
+    x = torch.tensor(-1000.0, requires_grad=True)
+    (grad,) = torch.autograd.grad(1 / (1 + torch.exp(-x)), x)
+    value = float(grad)
+    if math.isnan(value):
+        return "nan"
+    if math.isinf(value):
+        return "inf"
+    if value == 0:
+        return "0"
+    return repr(value)
+
+
+def _as_word(prediction: Any) -> Any:
+    """A number answer (0, float("inf"), a 0-d tensor) as the word the choices use; anything else unchanged."""
+    __tracebackhide__ = True
+    number = isinstance(prediction, (int, float)) and not isinstance(prediction, bool)
+    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1 and prediction.device.type != "meta":
+        number = prediction.dtype != torch.bool
+    if not number:
+        return prediction
+    value = as_number(prediction, "your prediction", allow_nan=True)
+    if math.isnan(value):
+        return "nan"
+    if value == 0:
+        return "0"
+    if value == math.inf:
+        return "inf"
+    return prediction
 
 
 @exercise("04.1", "where the plain sigmoid breaks")
 def check_sigmoid_prediction(prediction: Any) -> None:
-    """Run the plain sigmoid's backward at x = -1000 (float32) and judge the prediction."""
-    x = torch.tensor(-1000.0, requires_grad=True)
-    (1 / (1 + torch.exp(-x))).backward()                                   # the experiment, run now
-    actual = {0.0: "0"}.get(float(x.grad), str(float(x.grad)).lower())     # "nan", "inf", "0" or the number
-    check_prediction("the plain sigmoid's gradient at x = -1000", prediction, actual,
-                     choices=("0", "nan", "inf", "error"),
-                     why="the reciprocal's derivative -1/u^2 is -0 at u = inf, exp's is inf, and -0 * inf is NaN.",
-                     mistakes={"0": "0 is the true (rounded) value: the chain of small steps never computes it.",
-                               "error": "PyTorch raises nothing for inf or NaN: they flow on silently."})
+    """Run the plain sigmoid's backward at x = -1000 (float32) now and judge the prediction."""
+    check_prediction(
+        "the plain sigmoid's gradient at x = -1000",
+        _as_word(prediction),
+        _plain_sigmoid_gradient(),
+        choices=("0", "nan", "inf", "error"),
+        why="the reciprocal's derivative -1/u^2 is -0 at u = inf, exp's is inf, and -0 * inf is NaN.",
+        mistakes={
+            "0": "0 is the true (rounded) value: the chain of small steps never computes it.",
+            "inf": "exp's local derivative is inf, but it is multiplied by the reciprocal's, which is -0.",
+            "error": "PyTorch raises nothing for inf or NaN: they flow on silently.",
+        },
+        ask="which local derivatives does the backward multiply at x = -1000, and what is their product in float32?",
+    )
 
 
 @exercise("04.2", "a stable softplus")
 def check_softplus_function(cls: Any) -> None:
     """Check a softplus Function: values, gradients (any grad_output), |x| up to 800, float32, gradcheck."""
-    _run_check(cls, _SOFTPLUS)
+    _run_check(cls, _SOFTPLUS, "Softplus")
 
 
 @exercise("04.4", "the classmate's ScaledMatmul")
 def check_scaled_matmul_function(cls: Any) -> None:
     """Check ``forward(ctx, x, w, scale) -> scale * x @ w`` and its backward (None for ``scale``)."""
-    _run_check(cls, _SCALED_MM)
+    _run_check(cls, _SCALED_MATMUL, "ScaledMatmul")
