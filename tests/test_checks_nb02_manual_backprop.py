@@ -168,6 +168,18 @@ def test_two_layer_with_autograd_is_refused(fn):
     assert "torch.no_grad()" in info.value.message
 
 
+def test_autograd_call_swallowed_by_the_student_is_still_refused():
+    def swallowing(x, y, w1, w2):
+        try:
+            autograd_loss_and_grads(x, y, w1, w2)
+        except BaseException:  # noqa: B036 (a student's bare except)
+            pass
+        return loss_and_grads(x, y, w1, w2)
+
+    with pytest.raises(lab.CheckError, match="called autograd"):
+        lab.check_loss_and_grads(swallowing)
+
+
 def test_checker_with_autograd_is_refused():
     with pytest.raises(lab.CheckError, match="called autograd"):
         lab.check_numeric_grad(autograd_numeric_grad)
@@ -234,7 +246,9 @@ def _layer_mistake_names():
     names = []
     for layer, (_, _, mistakes, cases) in LAYERS.items():
         for case in cases():
-            names += [(layer, m.name) for m in mistakes(*case) if (layer, m.name) not in names]
+            names += [
+                (layer, m.name) for m in mistakes(*case) if (layer, m.name) not in names and m is not nb02.NOT_FINITE
+            ]
     return names
 
 
@@ -277,7 +291,7 @@ TWO_LAYER_CASE = nb02._two_layer_cases()[0]
 TWO_LAYER = [m.name for m in nb02._two_layer_mistakes(*TWO_LAYER_CASE)]
 
 
-@pytest.mark.parametrize("name", [n for n in TWO_LAYER if n != "loss not reduced"])
+@pytest.mark.parametrize("name", [n for n in TWO_LAYER if n not in ("loss not reduced", "NaN or inf made")])
 def test_two_layer_mistake_is_named(name):
     def wrong_values(*case):
         good = loss_and_grads(*case)
@@ -298,6 +312,22 @@ def test_two_layer_loss_not_reduced_is_named():
     with pytest.raises(lab.CheckError) as info:
         lab.check_loss_and_grads(wrong)
     assert info.value.mistake == "loss not reduced"
+
+
+@pytest.mark.parametrize(
+    "check, answer",
+    [
+        (lab.check_linear_layer, (linear_forward, lambda dout, c: (dout @ c[1].t() / 0, c[0].t() @ dout))),
+        (lab.check_relu_layer, (lambda h: (h.clamp(min=0).log(), h), relu_backward)),
+        (lab.check_loss_and_grads, (lambda *a: tuple(v / 0 for v in loss_and_grads(*a)),)),
+        (lab.check_numeric_grad, (lambda f, w: numeric_grad(f, w) / 0,)),
+    ],
+)
+def test_nan_or_inf_made_is_named(check, answer):
+    with pytest.raises(lab.CheckError) as info:
+        check(*answer)
+    assert info.value.mistake == "NaN or inf made"
+    assert "learning rate" not in str(info.value)
 
 
 def test_two_layer_transposed_gradient_gets_the_engine_hint():
@@ -356,7 +386,17 @@ def _not_restored(f, w, eps=1e-6):
     return grad
 
 
+def _nudge_in_float32(f, w, eps=1e-5):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros(w.shape)  # float32: eps becomes 9.99999974738e-06
+        e.view(-1)[i] = eps
+        grad.view(-1)[i] = (f(w + e) - f(w - e)) / (2 * eps)
+    return grad
+
+
 CHECKER_MISTAKES = {
+    "nudge made in float32": _nudge_in_float32,
     "result not float64": lambda f, w: numeric_grad(f, w).float(),
     "f evaluated in float32": _float32_inside,
     "not shaped like w": lambda f, w: numeric_grad(f, w).reshape(-1),
@@ -372,6 +412,8 @@ CHECKER_MISTAKES = {
     "eps too large": lambda f, w: numeric_grad(f, w, 1e-2),
     "off by a constant factor": lambda f, w: 3 * numeric_grad(f, w),
     "w left changed": _not_restored,
+    "nothing nudged": lambda f, w: numeric_grad(f, w, eps=0.0),
+    "NaN or inf made": lambda f, w: numeric_grad(f, w) / 0,
     "eps left None": _eps_none,
 }
 
@@ -395,6 +437,7 @@ def test_every_checker_mistake_has_a_test():
     f(w + 1e-6)  # one call, so that the mistakes that need a measured eps are listed
     names = {m.name for m in nb02._checker_mistakes(f, w)}
     names |= {"f evaluated in float32", "several entries nudged at once", "not every entry visited", "eps too small"}
+    names |= {"nothing nudged", "nudge made in float32"}
     assert names <= set(CHECKER_MISTAKES)
 
 

@@ -74,6 +74,19 @@ def _squeezes_to(expected: torch.Tensor) -> Callable[[Any], bool]:
     return extra_unit_axes
 
 
+def _not_finite(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.is_floating_point() and not bool(torch.isfinite(result).all())
+
+
+#: Every exercise's inputs are finite, so a NaN or inf in the answer was made by the student's code.
+NOT_FINITE = Mistake(
+    "NaN or inf made",
+    _not_finite,
+    why="the inputs hold no NaN or inf, so an operation of yours made them: a fill value, a division, a log",
+    look="the line that fills or divides: print the result of each step",
+)
+
+
 def _has_three_axes(result: Any) -> bool:
     return isinstance(result, torch.Tensor) and result.dim() == 3
 
@@ -138,6 +151,7 @@ def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             why="(a - b)^2 = a^2 - 2ab + b^2: the cross term is subtracted",
             look="the sign in front of the a @ b.T term",
         ),
+        NOT_FINITE,
     ]
 
 
@@ -249,6 +263,12 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
         ),
         *_rows_and_columns_swapped(scores, labels),
         Mistake(
+            "predicted classes",
+            scores.argmax(dim=1),
+            why="those are the classes with the largest score (argmax), not the scores of the true labels",
+            look="pick the value scores[i, labels[i]] itself",
+        ),
+        Mistake(
             "row maximum",
             scores.max(dim=1).values,
             why="that is each row's largest score, not the score of its label",
@@ -260,6 +280,7 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             why="the values are right, but an axis of size 1 is still there: one number per sample is asked, (N,)",
             look="remove the axis of size 1 (squeeze, or index it with 0)",
         ),
+        NOT_FINITE,
     ]
 
 
@@ -374,6 +395,12 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="what the entries below the mean are replaced with",
         ),
         Mistake(
+            "mean subtracted",
+            torch.where(x >= row_mean, x - row_mean, torch.zeros_like(x)),
+            why="the kept entries had their row's mean subtracted: they are to stay as they are",
+            look="what the entries at or above the mean are replaced with",
+        ),
+        Mistake(
             "mask returned",
             _is_bool,
             why="that is the mask itself: the result keeps x's values where the mask is True",
@@ -391,6 +418,7 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             why="x[mask] gathers the chosen elements into a new 1-D tensor: the result keeps x's shape",
             look="write through the mask into a copy of x, or use torch.where",
         ),
+        NOT_FINITE,
     ]
     if x.shape[0] == x.shape[1]:  # only a square x lets a (N,) mean broadcast without an error
         mistake = Mistake(
@@ -486,6 +514,7 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             why="everything was flattened into one long row: one row per image is asked, (N, C*H*W)",
             look="keep the batch axis when flattening",
         ),
+        NOT_FINITE,
     ]
 
 
@@ -547,6 +576,7 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             why="the product sums over D, the axis x and w share, not over K",
             look="the axis of the sum",
         ),
+        NOT_FINITE,
     ]
 
 

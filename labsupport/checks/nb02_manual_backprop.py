@@ -78,12 +78,18 @@ class _UsedAutograd(BaseException):
     """Raised inside the student's code when it calls autograd (``except Exception`` cannot swallow it)."""
 
 
+#: The autograd calls the student's code made in the check that runs now (kept even if it swallowed the error).
+_AUTOGRAD_CALLS: list[str] = []
+
+
 class _NoAutograd(TorchFunctionMode):
     """Refuses .backward(), torch.autograd.grad and anything built on them (torch.func.grad, jacobian)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         if getattr(func, "__name__", "") in ("backward", "grad"):
-            raise _UsedAutograd(f"{getattr(func, '__module__', 'torch')}.{func.__name__}")
+            call = f"{getattr(func, '__module__', 'torch')}.{func.__name__}"
+            _AUTOGRAD_CALLS.append(call)
+            raise _UsedAutograd(call)
         return func(*args, **(kwargs or {}))
 
 
@@ -98,21 +104,51 @@ def _by_hand(fn: Callable) -> Callable:
     return run
 
 
+def _rule_broken(what: str, call: str, instead: str) -> CheckError:
+    return CheckError(
+        f"{what} called autograd ({call}): this exercise computes the gradients by hand, so the check "
+        "runs it under torch.no_grad() with autograd switched off",
+        hint=instead,
+        mistake="used autograd",
+    )
+
+
 @contextlib.contextmanager
 def _autograd_refused(what: str, instead: str) -> Iterator[None]:
-    """Turn an autograd call caught by :class:`_NoAutograd` into the sentence of the rule."""
+    """Turn an autograd call caught by :class:`_NoAutograd` into the sentence of the rule, also where the
+    student's code caught the refusal itself and failed (or passed) afterwards."""
+    _AUTOGRAD_CALLS.clear()
     try:
         yield
     except _UsedAutograd as used:
-        raise CheckError(
-            f"{what} called autograd ({used}): this exercise computes the gradients by hand, so the check "
-            "runs it under torch.no_grad() with autograd switched off",
-            hint=instead,
-            mistake="used autograd",
-        ) from None
+        raise _rule_broken(what, str(used), instead) from None
+    except CheckError:
+        if not _AUTOGRAD_CALLS:
+            raise
+        raise _rule_broken(what, _AUTOGRAD_CALLS[0], instead) from None
+    if _AUTOGRAD_CALLS:
+        raise _rule_broken(what, _AUTOGRAD_CALLS[0], instead)
 
 
 # --------------------------------------------------------------------------- 02.1 and 02.2: layers
+
+
+def _not_finite(result: Any) -> bool:
+    """Does the answer (one tensor or a tuple of them) hold a NaN or an inf?"""
+    values = result if isinstance(result, (tuple, list)) else (result,)
+    for value in values:
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return True
+    return False
+
+
+#: The cases are finite, so a NaN or inf in the answer was made by the student's code.
+NOT_FINITE = Mistake(
+    "NaN or inf made",
+    _not_finite,
+    why="the inputs hold no NaN or inf, so an operation of yours made them: a division by zero, a log, an overflow",
+    look="print the intermediate tensors of one case and find the first that is not finite",
+)
 
 
 def _first_parameter(fn: Any) -> str:
@@ -125,7 +161,7 @@ def _first_parameter(fn: Any) -> str:
 
 def _expect_layer(forward: Any, backward: Any, name: str) -> None:
     __tracebackhide__ = True
-    if forward is None or backward is None:  # what the student edition holds until the cell is written
+    if forward is None and backward is None:  # what the student edition holds until the cell is written
         raise CheckError(
             f"{name}_forward and {name}_backward are not written yet: define both in the cell above and run it",
             usage=True,
@@ -230,6 +266,7 @@ def _linear_reference(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> t
 def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 02.1 for this case."""
     mistakes = [
+        NOT_FINITE,
         Mistake(
             "dw transposed",
             (None, None, dout.t() @ x),
@@ -281,6 +318,7 @@ def _relu_reference(h: torch.Tensor, dout: torch.Tensor) -> tuple:
 def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 02.2 for this case."""
     return [
+        NOT_FINITE,
         Mistake(
             "forward not applied",
             (h, None),
@@ -296,8 +334,9 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
         Mistake(
             "ReLU mask missing",
             (None, dout),
-            why="dh equals dout everywhere: the ReLU's local slope is 1 where h > 0 and 0 where h < 0",
-            look="where h < 0, the gradient must be 0",
+            why="dh equals dout everywhere, no entry was set to 0: the gradient is 0 where h, the layer's input, "
+            "is negative (its output max(h, 0) never is)",
+            look="where h < 0, the gradient must be 0: which tensor does the mask compare, and is it in the cache?",
         ),
         Mistake(
             "ReLU mask inverted",
@@ -370,6 +409,7 @@ def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: 
     d = 2 * (torch.relu(h) @ w2 - y)
     count = y.numel()
     return [
+        NOT_FINITE,
         Mistake(
             "loss not reduced",
             _loss_not_reduced,
@@ -551,6 +591,17 @@ def _not_shaped_like(w: torch.Tensor) -> Callable[[Any], bool]:
     return reshaped
 
 
+def _rounded_to_float32(eps: float | None) -> float | None:
+    """The round number (such as 1e-5) that float32 rounded to ``eps``, if ``eps`` is such a rounding."""
+    if eps is None:
+        return None
+    intended = float(f"{eps:.6g}")
+    rounded = float(torch.tensor(intended, dtype=torch.float32))
+    if intended == eps or rounded != eps:
+        return None
+    return intended
+
+
 def _precision_mistakes(f: _Recorder) -> list[Mistake]:
     """f evaluated in a lower precision than w's, then the result's dtype."""
     mistakes = []
@@ -563,6 +614,16 @@ def _precision_mistakes(f: _Recorder) -> list[Mistake]:
             look="keep w's dtype (float64) in every tensor you build: zeros_like(w), no .float()",
         )
         mistakes.append(lower)
+    intended = _rounded_to_float32(f.summary()["eps"])
+    if intended is not None:
+        nudge = Mistake(
+            "nudge made in float32",
+            _any_answer,
+            why=f"w moved by {f.summary()['eps']!r}, which is {intended:g} rounded to float32: the nudge was made "
+            "in a float32 tensor (torch.zeros(...) without dtype=), but the difference was divided by the exact eps",
+            look="make the nudge with w's dtype: torch.zeros_like(w)",
+        )
+        mistakes.append(nudge)
     result = Mistake(
         "result not float64",
         _dtype_is_not(torch.float64),
@@ -577,6 +638,14 @@ def _entry_mistakes(f: _Recorder) -> list[Mistake]:
     """Which entries of w the calls of f moved: several at once, or not all of them."""
     seen = f.summary()
     mistakes = []
+    if f.calls and seen["eps"] is None:
+        still = Mistake(
+            "nothing nudged",
+            _any_answer,
+            why="f was only ever evaluated at w itself: the nudge is 0 (eps = 0, or added to a copy f never sees)",
+            look="what f receives: w with entry i moved by eps",
+        )
+        mistakes.append(still)
     if seen["several at once"]:
         several = Mistake(
             "several entries nudged at once",
@@ -664,6 +733,7 @@ def _checker_mistakes(f: _Recorder, w: torch.Tensor) -> list[Mistake]:
         *_precision_mistakes(f),
         reshaped,
         *_entry_mistakes(f),
+        NOT_FINITE,
         *_factor_mistakes(d1, f.summary()["eps"]),
         Mistake(
             "off by a constant factor",
@@ -688,10 +758,13 @@ def _left_as_found(numeric_grad: Callable) -> Callable:
     def run(f: Any, w: torch.Tensor) -> Any:
         before = w.clone()
         result = numeric_grad(f, w)
-        drift = float((w.detach() - before).abs().max())
-        if drift > 16 * torch.finfo(w.dtype).eps * float(before.abs().max() + 1):
+        limit = 16 * torch.finfo(before.dtype).eps * float(before.abs().max() + 1)
+        drift = math.inf
+        if w.shape == before.shape and w.dtype == before.dtype:
+            drift = float((w.detach() - before).abs().max())
+        if not drift <= limit:
             raise CheckError(
-                f"your numeric_grad(f, w) left w changed: after it returned, an entry of w differed by {drift:.2g}",
+                f"your numeric_grad(f, w) left w changed: after it returned, w differed by up to {drift:.2g}",
                 hint="a nudge was not undone; the prompt asks to leave w as you found it",
                 look="put w[i] back after evaluating f at both points, or nudge a copy of w",
                 mistake="w left changed",
