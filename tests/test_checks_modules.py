@@ -1,19 +1,23 @@
-"""Checks of notebook 05 (nn.Module): the reference passes, each named mistake is named, bad input is a CheckError."""
+"""Checks of notebook 05 (nn.Module): correct designs pass, each listed mistake is named (one test per Mistake),
+bad input gets one clear sentence, and the prediction records the first answer."""
+
+import math
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import labsupport as lab
-import labsupport.checks.core as core
+from labsupport.checks import core, nb05_nn_module, running
 
+# ------------------------------------------------------------------ 05.1 check_my_linear
 
-# ------------------------------------------------------------------ check_my_linear
 
 class MyLinear(nn.Module):
     def __init__(self, D_in, D_out):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(D_out, D_in))
+        self.weight = nn.Parameter(torch.randn(D_out, D_in) / math.sqrt(D_in))
         self.bias = nn.Parameter(torch.zeros(D_out))
 
     def forward(self, x):
@@ -21,28 +25,98 @@ class MyLinear(nn.Module):
 
 
 def linear_variant(init=None, forward=None):
-    return type("MyLinear", (MyLinear,), {k: v for k, v in (("__init__", init), ("forward", forward)) if v})
+    body = {}
+    if init is not None:
+        body["__init__"] = init
+    if forward is not None:
+        body["forward"] = forward
+    return type("MyLinear", (MyLinear,), body)
 
 
-def _plain(self, i, o):
+def _bias_first(self, i, o):
     nn.Module.__init__(self)
-    self.weight, self.bias = torch.randn(o, i, requires_grad=True), nn.Parameter(torch.zeros(o))
+    self.bias = nn.Parameter(torch.zeros(o))
+    self.weight = nn.Parameter(torch.empty(o, i))
+    nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
 
-def _transposed(self, i, o):
+def _registered(self, i, o):
     nn.Module.__init__(self)
-    self.weight, self.bias = nn.Parameter(torch.randn(i, o)), nn.Parameter(torch.zeros(o))
+    self.register_parameter("weight", nn.Parameter(torch.randn(o, i)))
+    self.register_parameter("bias", nn.Parameter(torch.randn(o)))
+
+
+CORRECT_LINEARS = {
+    "the notebook's": MyLinear,
+    "bias declared first, kaiming init": linear_variant(init=_bias_first),
+    "register_parameter": linear_variant(init=_registered),
+    "addmm": linear_variant(forward=lambda self, x: torch.addmm(self.bias, x, self.weight.t())),
+    "einsum": linear_variant(forward=lambda self, x: torch.einsum("ni,oi->no", x, self.weight) + self.bias),
+    "matmul with .T": linear_variant(forward=lambda self, x: torch.matmul(x, self.weight.T) + self.bias),
+}
+
+
+@pytest.mark.parametrize("design", list(CORRECT_LINEARS))
+def test_my_linear_accepts_every_allowed_design(design, capsys):
+    lab.check_my_linear(CORRECT_LINEARS[design])
+    assert capsys.readouterr().out.startswith("PASS  MyLinear")
+
+
+def _plain_tensor(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = torch.randn(o, i, requires_grad=True)
+    self.bias = nn.Parameter(torch.zeros(o))
 
 
 def _no_bias(self, i, o):
     nn.Module.__init__(self)
-    self.weight, self.bias = nn.Parameter(torch.randn(o, i)), None
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = None
+
+
+def _other_names(self, i, o):
+    nn.Module.__init__(self)
+    self.W = nn.Parameter(torch.randn(o, i))
+    self.b = nn.Parameter(torch.zeros(o))
+
+
+def _transposed(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(i, o))
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
+def _bias_row(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.zeros(1, o))
+
+
+def _bias_per_input(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.zeros(i))
 
 
 def _frozen(self, i, o):
     nn.Module.__init__(self)
     self.weight = nn.Parameter(torch.randn(o, i), requires_grad=False)
     self.bias = nn.Parameter(torch.zeros(o))
+
+
+def _extra(self, i, o):
+    MyLinear.__init__(self, i, o)
+    self.scale = nn.Parameter(torch.ones(1))
+
+
+def _buffer(self, i, o):
+    MyLinear.__init__(self, i, o)
+    self.register_buffer("calls", torch.zeros(1))
+
+
+def _inner_linear(self, i, o):
+    nn.Module.__init__(self)
+    self.inner = nn.Linear(i, o)
 
 
 def _no_super(self, i, o):
@@ -53,78 +127,222 @@ def _no_super_tensor(self, i, o):
     self.weight = torch.randn(o, i)
 
 
-def _sleep(self, x):
+# Mistake name -> a MyLinear that makes it.
+LINEAR_MISTAKES = {
+    "plain tensor, not registered": linear_variant(init=_plain_tensor),
+    "missing bias": linear_variant(init=_no_bias),
+    "names differ from nn.Linear's": linear_variant(init=_other_names),
+    "weight stored (in, out)": linear_variant(init=_transposed),
+    "bias with two dimensions": linear_variant(init=_bias_row),
+    "bias of the wrong length": linear_variant(init=_bias_per_input),
+    "requires_grad=False": linear_variant(init=_frozen),
+    "extra entries in state_dict": linear_variant(init=_extra),
+    "uses nn.Linear / F.linear": linear_variant(
+        forward=lambda self, x: torch.nn.functional.linear(x, self.weight, self.bias)
+    ),
+    "no super().__init__()": linear_variant(init=_no_super),
+    "no gradient": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).detach()),
+    "bias not added": linear_variant(forward=lambda self, x: x @ self.weight.t()),
+    "bias subtracted": linear_variant(forward=lambda self, x: x @ self.weight.t() - self.bias),
+    "activation inside the layer": linear_variant(forward=lambda self, x: torch.relu(x @ self.weight.t() + self.bias)),
+    "missing transpose": linear_variant(forward=lambda self, x: x @ self.weight + self.bias),
+}
+MORE_LINEAR_MISTAKES = [
+    ("extra entries in state_dict", linear_variant(init=_buffer)),
+    ("uses nn.Linear / F.linear", linear_variant(init=_inner_linear)),
+    ("uses nn.Linear / F.linear", nn.Linear),
+    ("no super().__init__()", linear_variant(init=_no_super_tensor)),
+]
+
+
+def _mistake_names(module, *extra):
+    names = {m.name for m in vars(module).values() if isinstance(m, core.Mistake)}
+    return names | set(extra)
+
+
+def test_every_linear_mistake_has_a_test():
+    x = torch.zeros(2, 3, dtype=torch.float64)
+    w = torch.zeros(3, 3, dtype=torch.float64)
+    listed = {m.name for m in nb05_nn_module._linear_mistakes(x, w, w[0])}
+    module_level = {
+        m.name
+        for m in (
+            nb05_nn_module.UNREGISTERED,
+            nb05_nn_module.MISSING_BIAS,
+            nb05_nn_module.OTHER_NAMES,
+            nb05_nn_module.TRANSPOSED_WEIGHT,
+            nb05_nn_module.BIAS_2D,
+            nb05_nn_module.BIAS_SIZE,
+            nb05_nn_module.FROZEN,
+            nb05_nn_module.EXTRA_STATE,
+            nb05_nn_module.USES_LINEAR,
+            nb05_nn_module.NO_SUPER,
+            nb05_nn_module.NO_GRADIENT,
+        )
+    }
+    assert listed | module_level == set(LINEAR_MISTAKES)
+
+
+@pytest.mark.parametrize("name", list(LINEAR_MISTAKES))
+def test_my_linear_names_each_mistake(name):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_my_linear(LINEAR_MISTAKES[name])
+    assert err.value.mistake == name
+    assert err.value.hint
+
+
+@pytest.mark.parametrize("name, variant", MORE_LINEAR_MISTAKES)
+def test_my_linear_names_more_forms_of_a_mistake(name, variant):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_my_linear(variant)
+    assert err.value.mistake == name
+
+
+def test_a_bias_of_shape_1_out_is_named_by_its_shape_not_requires_grad():
+    """Issue 23: a (1, out) bias got "requires_grad=False"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_my_linear(LINEAR_MISTAKES["bias with two dimensions"])
+    assert "requires_grad" not in str(err.value)
+    assert "shape (1, 4)" in err.value.message
+    assert "two dimensions" in err.value.hint
+
+
+def test_first_failure_says_what_without_the_cause():
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_my_linear(LINEAR_MISTAKES["bias not added"])
+    first = "\n".join(err.value.rendered())
+    assert "does not match" in first and "in case 1 of 3" in first
+    assert "bias is never added" not in first
+    with pytest.raises(lab.CheckError) as again:
+        lab.check_my_linear(LINEAR_MISTAKES["bias not added"])
+    assert "bias is never added" in "\n".join(again.value.rendered())
+
+
+class Lying(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+
+def _forever(*args):
     while True:
         pass
 
 
-LINEAR_MISTAKES = [
-    (linear_variant(init=_plain), "a plain tensor is not registered"),
-    (linear_variant(init=_transposed), r"weight is \(in, out\)"),
-    (linear_variant(init=_no_bias), "the bias is missing"),
-    (linear_variant(init=_frozen), "requires_grad=False"),
-    (linear_variant(init=_no_super), r"super\(\).__init__\(\)"),
-    (linear_variant(init=_no_super_tensor), r"super\(\).__init__\(\)"),
-    (linear_variant(forward=lambda self, x: x @ self.weight), "transpose"),
-    (linear_variant(forward=lambda self, x: x @ self.weight.t()), "the bias is not added"),
-    (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).detach()), "no gradient"),
-    (linear_variant(forward=lambda self, x: x @ self.weight.t() * float("nan")), "not finite"),
-]
+def _raise_init(self, i, o):
+    raise ValueError("my own bug")
 
 
-def test_my_linear_passes(capsys):
-    lab.check_my_linear(MyLinear)
-    assert capsys.readouterr().out.startswith("PASS  MyLinear")
+def _meta(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i, device="meta"))
+    self.bias = nn.Parameter(torch.zeros(o, device="meta"))
 
 
-@pytest.mark.parametrize("variant, fragment", LINEAR_MISTAKES)
-def test_my_linear_names_each_mistake(variant, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_my_linear(variant)
+LINEAR_BAD_INPUT = {
+    "None": (None, "MyLinear is None"),
+    "a list": ([MyLinear], "Got list"),
+    "an instance": (MyLinear(2, 3), "instance of it"),
+    "numpy": (np.zeros(2), "numpy"),
+    "a string": ("MyLinear", "expected the class MyLinear"),
+    "another class": (int, "subclass of torch.nn.Module"),
+    "a function": (lambda i, o: MyLinear(i, o), "expected the class MyLinear"),
+    "forward returns None": (linear_variant(forward=lambda self, x: None), "got None"),
+    "forward returns a list": (linear_variant(forward=lambda self, x: (x @ self.weight.t()).tolist()), "got list"),
+    "forward returns numpy": (
+        linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).detach().numpy()),
+        "numpy",
+    ),
+    "float32 output": (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).float()), "dtype"),
+    "NaN output": (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias) * math.nan), "not finite"),
+    "inf output": (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias) / 0), "not finite"),
+    "meta output": (linear_variant(forward=lambda self, x: torch.zeros(6, 4, device="meta")), "meta device"),
+    "extra dimension": (
+        linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias)[None]),
+        "extra leading",
+    ),
+    "lying subclass": (
+        linear_variant(forward=lambda self, x: torch.zeros(len(x), 4, dtype=x.dtype).as_subclass(Lying)),
+        "does not match",
+    ),
+    "forward raises": (linear_variant(forward=lambda self, x: 1 / 0), "ZeroDivisionError"),
+    "forward not written": (
+        linear_variant(forward=lambda self, x: (_ for _ in ()).throw(NotImplementedError("Exercise 1"))),
+        "not written yet",
+    ),
+    "__init__ raises": (linear_variant(init=_raise_init), "ValueError: my own bug"),
+    "meta parameters": (linear_variant(init=_meta), "meta device"),
+}
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"), ([MyLinear], "got list"), (MyLinear(2, 3), "instance of it"), (np.zeros(2), "numpy"),
-    (int, "must be a subclass"),
-    (linear_variant(forward=lambda self, x: None), "got None"),
-    (linear_variant(forward=lambda self, x: (x @ self.weight.t()).tolist()), "got list"),
-    (linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).float()), "dtype"),
-    (linear_variant(forward=lambda self, x: 1 / 0), "ZeroDivisionError"),
-    (linear_variant(forward=lambda self, x: (_ for _ in ()).throw(NotImplementedError("Exercise 1"))),
-     "not written yet"),
-])
-def test_my_linear_bad_input(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
+@pytest.mark.parametrize("case", list(LINEAR_BAD_INPUT))
+def test_my_linear_bad_input_gets_a_sentence(case, capsys):
+    bad, fragment = LINEAR_BAD_INPUT[case]
+    with pytest.raises(lab.CheckError, match=fragment) as err:
         lab.check_my_linear(bad)
+    assert "PASS" not in capsys.readouterr().out
+    assert "could not use" not in str(err.value) and "Traceback" not in str(err.value)
 
 
-def test_never_returning_forward_is_stopped(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
-    with pytest.raises(lab.CheckError, match="did not return within"):
-        lab.check_my_linear(linear_variant(forward=_sleep))
-    with pytest.raises(lab.CheckError, match="did not return within"):
-        lab.check_residual_stack(stack_variant(forward=_sleep))
+def test_never_returning_code_is_stopped(monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    for variant in (linear_variant(forward=_forever), linear_variant(init=_forever)):
+        with pytest.raises(lab.CheckError, match="did not return within"):
+            lab.check_my_linear(variant)
+    for variant in (stack_variant(forward=_forever), stack_variant(init=_forever)):
+        with pytest.raises(lab.CheckError, match="did not return within"):
+            lab.check_residual_stack(variant)
 
 
-# ------------------------------------------------------------------ check_layer_list_prediction
-
-def test_list_prediction():
-    lab.check_layer_list_prediction(1000 * 100 + 100 + 100 * 10 + 10)
-    with pytest.raises(lab.CheckError, match="counts the hidden layers too"):
-        lab.check_layer_list_prediction(101110 + 3 * (100 * 100 + 100))
-    with pytest.raises(lab.CheckError, match="registered"):
-        lab.check_layer_list_prediction(0)
-    for bad in (None, "many", [1], float("nan")):
-        with pytest.raises(lab.CheckError):
-            lab.check_layer_list_prediction(bad)
+def test_a_check_called_wrongly_says_so():
+    with pytest.raises(lab.CheckError, match="called wrongly"):
+        lab.check_my_linear(MyLinear, steps=3)
+    with pytest.raises(lab.CheckError, match="called wrongly"):
+        lab.check_residual_stack()
 
 
-# ------------------------------------------------------------------ check_residual_stack
+# ------------------------------------------------------------------ 05.2 check_layer_list_prediction
+
+SEEN = 1000 * 100 + 100 + 100 * 10 + 10
+
+
+def test_list_prediction_right(capsys):
+    lab.check_layer_list_prediction(SEEN)
+    assert capsys.readouterr().out.startswith(f"PASS  scalars the optimizer sees: {SEEN} is right")
+
+
+@pytest.mark.parametrize("answer", [torch.tensor(SEEN), np.int64(SEEN), float(SEEN)])
+def test_list_prediction_accepts_any_number_type(answer, capsys):
+    lab.check_layer_list_prediction(answer)
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_list_prediction_records_the_first_answer_and_asks_why(capsys):
+    lab.check_layer_list_prediction(SEEN + 3 * (100 * 100 + 100))
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and "recorded answer: 131410" in first
+    assert "why does parameters() not yield them" in first
+    lab.check_layer_list_prediction(SEEN)
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 131410" in second
+    lab.hint("05.2")
+    assert "plain Python list" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("bad", [None, "many", "101110", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
+def test_list_prediction_bad_input(bad, capsys):
+    with pytest.raises(lab.CheckError):
+        lab.check_layer_list_prediction(bad)
+    assert "PASS" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ 05.3 check_residual_stack
+
 
 class Block(nn.Module):
     def __init__(self, D, H):
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(D, H), nn.Linear(H, D)
+        self.fc1 = nn.Linear(D, H)
+        self.fc2 = nn.Linear(H, D)
 
     def forward(self, h):
         return h + self.fc2(torch.relu(self.fc1(h)))
@@ -142,10 +360,99 @@ class ResidualStack(nn.Module):
 
 
 def stack_variant(init=None, forward=None):
-    return type("ResidualStack", (ResidualStack,), {k: v for k, v in (("__init__", init), ("forward", forward)) if v})
+    body = {}
+    if init is not None:
+        body["__init__"] = init
+    if forward is not None:
+        body["forward"] = forward
+    return type("ResidualStack", (ResidualStack,), body)
 
 
-def _branch(self, x):
+class BackwardsBlock(nn.Module):
+    def __init__(self, D, H):
+        super().__init__()
+        self.fc2 = nn.Linear(H, D)
+        self.fc1 = nn.Linear(D, H)
+
+    def forward(self, h):
+        return self.fc2(torch.relu(self.fc1(h))) + h
+
+
+class TwoLists(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.ups = nn.ModuleList([nn.Linear(D, H) for _ in range(depth)])
+        self.downs = nn.ModuleList([nn.Linear(H, D) for _ in range(depth)])
+
+    def forward(self, x):
+        for up, down in zip(self.ups, self.downs):
+            x = x + down(torch.relu(up(x)))
+        return x
+
+
+class SequentialStack(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.net = nn.Sequential(*[BackwardsBlock(D, H) for _ in range(depth)])
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class RawBlock(nn.Module):
+    def __init__(self, D, H):
+        super().__init__()
+        self.b2 = nn.Parameter(torch.zeros(D))
+        self.w1 = nn.Parameter(torch.randn(H, D) / D**0.5)
+        self.b1 = nn.Parameter(torch.zeros(H))
+        self.w2 = nn.Parameter(torch.randn(D, H) / H**0.5)
+
+    def forward(self, h):
+        return h + torch.relu(h @ self.w1.T + self.b1) @ self.w2.T + self.b2
+
+
+class DictStack(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.blocks = nn.ModuleDict({f"block{i}": RawBlock(D, H) for i in range(depth)})
+
+    def forward(self, x):
+        for block in self.blocks.values():
+            x = block(x)
+        return x
+
+
+def _reversed(self, x):
+    for block in reversed(self.blocks):
+        x = block(x)
+    return x
+
+
+CORRECT_STACKS = {
+    "the notebook's": ResidualStack,
+    "fc2 declared before fc1": stack_variant(
+        init=lambda self, D, H, depth: _with_blocks(self, BackwardsBlock, D, H, depth)
+    ),
+    "two ModuleLists": TwoLists,
+    "nn.Sequential of blocks": SequentialStack,
+    "raw parameters in a ModuleDict": DictStack,
+    "blocks applied in reverse order": stack_variant(forward=_reversed),
+}
+
+
+def _with_blocks(self, block, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(block(D, H) for _ in range(depth))
+
+
+@pytest.mark.parametrize("design", list(CORRECT_STACKS))
+def test_residual_stack_accepts_every_allowed_design(design, capsys):
+    """Issue 23: fc2 before fc1 and two ModuleLists were refused with "tell your instructor"."""
+    lab.check_residual_stack(CORRECT_STACKS[design])
+    assert capsys.readouterr().out.startswith("PASS  ResidualStack")
+
+
+def _branch_only(self, x):
     for b in self.blocks:
         x = b.fc2(torch.relu(b.fc1(x)))
     return x
@@ -157,8 +464,46 @@ def _relu_after_sum(self, x):
     return x
 
 
+def _no_relu(self, x):
+    for b in self.blocks:
+        x = x + b.fc2(b.fc1(x))
+    return x
+
+
+def _relu_on_branch(self, x):
+    for b in self.blocks:
+        x = x + torch.relu(b.fc2(torch.relu(b.fc1(x))))
+    return x
+
+
 def _outer(self, x):
-    return x + _branch(self, x)
+    return x + _branch_only(self, x)
+
+
+def _from_x(self, x):
+    h = x
+    for b in self.blocks:
+        h = h + b.fc2(torch.relu(b.fc1(x)))
+    return h
+
+
+def _last_only(self, x):
+    h = x
+    for b in self.blocks:
+        h = b(x)
+    return h
+
+
+def _returns_x(self, x):
+    for b in self.blocks:
+        b(x)
+    return x
+
+
+def _skip_first(self, x):
+    for b in list(self.blocks)[1:]:
+        x = b(x)
+    return x
 
 
 def _in_place(self, x):
@@ -168,7 +513,13 @@ def _in_place(self, x):
 
 
 def _fresh_layer(self, x):
-    return ResidualStack.forward(self, x) + nn.Linear(x.shape[1], x.shape[1])(x)
+    return ResidualStack.forward(self, x) + 0.1 * nn.Linear(x.shape[1], x.shape[1])(x)
+
+
+def _detached_skip(self, x):
+    for b in self.blocks:
+        x = x.detach() + b.fc2(torch.relu(b.fc1(x)))
+    return x
 
 
 def _python_list(self, D, H, depth):
@@ -181,38 +532,143 @@ def _repeated(self, D, H, depth):
     self.blocks = nn.ModuleList([Block(D, H)] * depth)
 
 
+def _one_less(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth - 1))
+
+
+def _one_more(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth + 1))
+
+
+def _fixed_count(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(5))
+
+
+def _no_biases(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
+    for b in self.blocks:
+        b.fc1 = nn.Linear(D, H, bias=False)
+        b.fc2 = nn.Linear(H, D, bias=False)
+
+
+class SharedUp(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.up = nn.Linear(D, H)
+        self.downs = nn.ModuleList(nn.Linear(H, D) for _ in range(depth))
+
+    def forward(self, x):
+        for down in self.downs:
+            x = x + down(torch.relu(self.up(x)))
+        return x
+
+
 def _no_super_stack(self, D, H, depth):
     self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
 
 
-STACK_MISTAKES = [
-    (stack_variant(forward=_branch), "no residual"),
-    (stack_variant(forward=_relu_after_sum), "a ReLU after the sum"),
-    (stack_variant(forward=_outer), "one residual around the whole stack"),
-    (stack_variant(forward=_in_place), "in place"),
-    (stack_variant(forward=_fresh_layer), "created inside forward"),
-    (stack_variant(init=_python_list), "plain Python list"),
-    (stack_variant(init=_repeated), "shares its weights"),
-    (stack_variant(init=_no_super_stack), r"super\(\).__init__\(\)"),
-    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).detach()), "no gradient"),
-    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x) * float("nan")), "not finite"),
-    (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x)[None]), "extra leading dimension"),
-]
+# Mistake name -> a ResidualStack that makes it.
+STACK_MISTAKES = {
+    "no residual": stack_variant(forward=_branch_only),
+    "ReLU after the sum": stack_variant(forward=_relu_after_sum),
+    "missing ReLU": stack_variant(forward=_no_relu),
+    "ReLU on the branch output": stack_variant(forward=_relu_on_branch),
+    "one residual around the whole stack": stack_variant(forward=_outer),
+    "blocks read x": stack_variant(forward=_from_x),
+    "only the last block counts": stack_variant(forward=_last_only),
+    "returns the input": stack_variant(forward=_returns_x),
+    "a block skipped in forward": stack_variant(forward=_skip_first),
+    "changed x in place": stack_variant(forward=_in_place),
+    "layers created in forward": stack_variant(forward=_fresh_layer),
+    "layers not registered": stack_variant(init=_python_list),
+    "layers without bias": stack_variant(init=_no_biases),
+    "one block repeated": stack_variant(init=_repeated),
+    "one layer shared by all blocks": SharedUp,
+    "off-by-one depth": stack_variant(init=_one_less),
+    "wrong number of blocks": stack_variant(init=_fixed_count),
+    "part of the graph detached": stack_variant(forward=_detached_skip),
+    "no gradient": stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).detach()),
+    "no super().__init__()": stack_variant(init=_no_super_stack),
+}
 
 
-def test_residual_stack_passes(capsys):
-    lab.check_residual_stack(ResidualStack)
-    assert capsys.readouterr().out.startswith("PASS  ResidualStack")
+def test_every_stack_mistake_has_a_test():
+    blocks = [
+        nb05_nn_module._Block(nb05_nn_module._Layer(torch.eye(2), None), nb05_nn_module._Layer(torch.eye(2), None))
+    ]
+    listed = {m.name for m in nb05_nn_module._stack_mistakes(blocks * 2, torch.zeros(1, 2), 2)}
+    module_level = {
+        m.name
+        for m in (
+            nb05_nn_module.FRESH_LAYERS,
+            nb05_nn_module.NOT_REGISTERED,
+            nb05_nn_module.NO_BIASES,
+            nb05_nn_module.SHARED_BLOCK,
+            nb05_nn_module.SHARED_LAYER,
+            nb05_nn_module.DETACHED,
+            nb05_nn_module.NO_GRADIENT,
+            nb05_nn_module.NO_SUPER,
+            nb05_nn_module._wrong_count(2, 3),
+            nb05_nn_module._wrong_count(5, 3),
+        )
+    }
+    assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
 
 
-@pytest.mark.parametrize("variant, fragment", STACK_MISTAKES)
-def test_residual_stack_names_each_mistake(variant, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_residual_stack(variant)
+@pytest.mark.parametrize("name", list(STACK_MISTAKES))
+def test_residual_stack_names_each_mistake(name):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(STACK_MISTAKES[name])
+    assert err.value.mistake == name
+    assert err.value.hint
 
 
-@pytest.mark.parametrize("bad", [None, [ResidualStack], ResidualStack(2, 2, 1), "ResidualStack",
-                                 stack_variant(forward=lambda self, x: x.numpy())])
-def test_residual_stack_bad_input(bad):
-    with pytest.raises(lab.CheckError):
+@pytest.mark.parametrize("init", [_one_less, _one_more])
+def test_off_by_one_depth_is_named_as_such(init):
+    """Issue 23: an off-by-one depth got "one block object repeated"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(init=init))
+    assert err.value.mistake == "off-by-one depth"
+    assert "repeated" not in str(err.value) and "shares" not in str(err.value)
+    assert "off-by-one" in err.value.hint
+
+
+STACK_BAD_INPUT = {
+    "None": (None, "ResidualStack is None"),
+    "a list": ([ResidualStack], "Got list"),
+    "an instance": (ResidualStack(2, 2, 1), "instance of it"),
+    "a string": ("ResidualStack", "expected the class"),
+    "forward returns None": (stack_variant(forward=lambda self, x: None), "got None"),
+    "forward returns a tuple": (stack_variant(forward=lambda self, x: (x, x)), "not a tensor"),
+    "forward returns numpy": (stack_variant(forward=lambda self, x: x.numpy()), "numpy"),
+    "float64 output": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).double()), "dtype"),
+    "NaN output": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x) * math.nan), "not finite"),
+    "meta output": (stack_variant(forward=lambda self, x: torch.zeros(x.shape, device="meta")), "meta device"),
+    "extra dimension": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x)[None]), "extra leading"),
+    "reduced output": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).sum(1)), "wrong shape"),
+    "forward raises": (stack_variant(forward=lambda self, x: 1 / 0), "ZeroDivisionError"),
+    "no forward": (type("ResidualStack", (nn.Module,), {"__init__": _python_list}), "not written yet"),
+    "two constructor arguments": (stack_variant(init=lambda self, D, H: None), "TypeError"),
+}
+
+
+@pytest.mark.parametrize("case", list(STACK_BAD_INPUT))
+def test_residual_stack_bad_input_gets_a_sentence(case, capsys):
+    bad, fragment = STACK_BAD_INPUT[case]
+    with pytest.raises(lab.CheckError, match=fragment) as err:
         lab.check_residual_stack(bad)
+    assert "PASS" not in capsys.readouterr().out
+    assert "could not use" not in str(err.value) and "Traceback" not in str(err.value)
+
+
+def test_checks_leave_the_global_random_state_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    lab.check_my_linear(MyLinear)
+    lab.check_residual_stack(ResidualStack)
+    assert torch.equal(torch.rand(3), expected)

@@ -1,12 +1,15 @@
-"""Checks of notebook 06 (torch.optim): the reference passes, each named mistake is named, bad input is a CheckError."""
-import re
+"""Checks of notebook 06 (torch.optim): the reference passes, each listed mistake is named (the wrong update rules
+are generated from the check's own spec), the ladder keeps the formula for later, bad input gets one sentence."""
 
+import inspect
+import time
+
+import numpy as np
 import pytest
 import torch
 
 import labsupport as lab
-import labsupport.checks.core as core
-from labsupport.checks.nb06_optim import _RULES
+from labsupport.checks import nb06_optim, running
 
 
 class SGDMomentum(torch.optim.Optimizer):
@@ -29,37 +32,109 @@ class SGDMomentum(torch.optim.Optimizer):
         p.sub_(group["lr"] * state["v"])
 
 
-def variant(update=None, step=None, init=None):
-    body = {k: v for k, v in (("update", update), ("step", step), ("__init__", init)) if v}
+def variant(**body):
     return type("SGDMomentum", (SGDMomentum,), body)
 
 
-def rule_optimizer(rule, own_settings):
-    """An optimizer that applies one of the check's known wrong update rules (the spec the check replays)."""
-    def init(self, params, lr=0.01, momentum=0.9):
-        SGDMomentum.__init__(self, params, lr, momentum)
-        self.constructor = {"lr": lr, "momentum": momentum}
-
-    def update(self, p, group):
-        hyper = group if own_settings else self.constructor
-        new, self.state[p]["v"] = rule(p.clone(), p.grad.clone(), self.state[p].get("v"), hyper["lr"], hyper["momentum"])
-        p.copy_(new)
-    return variant(update=update, init=init)
+def _zeros_first(self, p, group):
+    state = self.state[p]
+    if "velocity" not in state:
+        state["velocity"] = torch.zeros_like(p)
+    state["velocity"] = group["momentum"] * state["velocity"] + p.grad
+    p.add_(state["velocity"], alpha=-group["lr"])
 
 
-def test_reference_passes(capsys):
-    lab.check_sgd_momentum(SGDMomentum)
+def _lr_inside(self, p, group):
+    state = self.state[p]
+    buf = state.setdefault("buf", torch.zeros_like(p))
+    buf.mul_(group["momentum"]).add_(group["lr"] * p.grad)
+    p.data = p.data - buf
+
+
+def _zero_grad_override(self, set_to_none=True):
+    for group in self.param_groups:
+        for p in group["params"]:
+            p.grad = None
+
+
+CORRECT = {
+    "the notebook's": SGDMomentum,
+    "velocity from zeros, out of place": variant(update=_zeros_first),
+    "lr inside the velocity, p.data assigned": variant(update=_lr_inside),
+    "own zero_grad": variant(zero_grad=_zero_grad_override),
+}
+
+
+@pytest.mark.parametrize("design", list(CORRECT))
+def test_correct_designs_pass(design, capsys):
+    lab.check_sgd_momentum(CORRECT[design])
     assert capsys.readouterr().out.startswith("PASS  SGDMomentum: same parameters")
 
 
-@pytest.mark.parametrize("rule, own, message", _RULES, ids=[m[:30] for _, _, m in _RULES])
-def test_each_known_wrong_rule_is_named(rule, own, message):
-    with pytest.raises(lab.CheckError, match=re.escape(message)):
-        lab.check_sgd_momentum(rule_optimizer(rule, own))
+def student_from(mistake):
+    """A student's SGDMomentum that makes a rule mistake, built from the check's own WrongRule spec."""
+    wrong = mistake.matches
+    assert isinstance(wrong, nb06_optim.WrongRule)
+
+    class Student(nb06_optim._RuleOptimizer):
+        def __init__(self, params, lr=0.01, momentum=0.9):
+            super().__init__(params, wrong.rules[-1], lr, momentum, wrong.settings, wrong.arguments)
+
+    return Student
 
 
-def _shared_buffer(self, p, group):
-    self.v = p.grad.clone() if not hasattr(self, "v") else self.v * group["momentum"] + p.grad
+@pytest.mark.parametrize("mistake", nb06_optim.RULE_MISTAKES, ids=lambda m: m.name)
+def test_each_wrong_rule_is_named(mistake):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(student_from(mistake))
+    assert err.value.mistake == mistake.name
+
+
+def test_every_rule_variant_is_named():
+    for mistake in nb06_optim.RULE_MISTAKES:
+        wrong = mistake.matches
+        for rule in wrong.rules:
+
+            class Student(nb06_optim._RuleOptimizer):
+                def __init__(self, params, lr=0.01, momentum=0.9, rule=rule, wrong=wrong):
+                    super().__init__(params, rule, lr, momentum, wrong.settings, wrong.arguments)
+
+            with pytest.raises(lab.CheckError) as err:
+                lab.check_sgd_momentum(Student)
+            assert err.value.mistake == mistake.name, rule.__name__
+
+
+def _aliased(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad
+    else:
+        state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
+def _outside_state(self, p, group):
+    velocities = self.__dict__.setdefault("velocities", {})
+    if p not in velocities:
+        velocities[p] = p.grad.clone()
+    else:
+        velocities[p].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * velocities[p])
+
+
+def _float32(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = torch.zeros(p.shape)
+    state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
+def _shared(self, p, group):
+    if not hasattr(self, "v"):
+        self.v = p.grad.clone()
+    else:
+        self.v = self.v * group["momentum"] + p.grad
     p.sub_(group["lr"] * self.v)
 
 
@@ -73,64 +148,172 @@ def _no_no_grad(self):
     for group in self.param_groups:
         for p in group["params"]:
             if p.grad is not None:
-                p.sub_(group["lr"] * p.grad)
+                self.update(p, group)
 
 
-def _alias(self, p, group):
-    state = self.state[p]
-    if "v" not in state:
-        state["v"] = p.grad
-    else:
-        state["v"].mul_(group["momentum"]).add_(p.grad)
-    p.sub_(group["lr"] * state["v"])
+def _no_super(self, params, lr=0.01, momentum=0.9):
+    self.lr = lr
 
 
-def _nan(self, p, group):
-    p.fill_(float("nan"))
+def _no_momentum_default(self, params, lr=0.01, momentum=0.9):
+    torch.optim.Optimizer.__init__(self, params, dict(lr=lr))
 
 
-def _forever(self):
+# Mistake name -> a student's SGDMomentum that makes it (the rule mistakes are generated above).
+CLASS_MISTAKES = {
+    "velocity aliases p.grad": variant(update=_aliased),
+    "velocity outside self.state": variant(update=_outside_state),
+    "velocity in float32": variant(update=_float32),
+    "one velocity for all parameters": variant(update=_shared),
+    "None gradient not skipped": variant(step=torch.no_grad()(_no_skip)),
+    "update recorded by autograd": variant(step=_no_no_grad),
+    "no super().__init__()": variant(__init__=_no_super),
+    "setting missing from defaults": variant(__init__=_no_momentum_default),
+}
+
+
+def test_every_listed_mistake_has_a_test():
+    listed = {m.name for m in vars(nb06_optim).values() if isinstance(m, lab.checks.core.Mistake)}
+    rules = {m.name for m in nb06_optim.RULE_MISTAKES}
+    assert listed == set(CLASS_MISTAKES)
+    assert rules.isdisjoint(listed)
+
+
+@pytest.mark.parametrize("name", list(CLASS_MISTAKES))
+def test_class_mistakes_are_named(name):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(CLASS_MISTAKES[name])
+    assert err.value.mistake == name
+    assert err.value.hint and err.value.look
+
+
+def _student_dampening():
+    return student_from(next(m for m in nb06_optim.RULE_MISTAKES if m.name == "dampening"))
+
+
+def test_the_formula_waits_for_the_third_rung(capsys):
+    """Issue 23: 06.3's hint gave the formula on the first failure."""
+    with pytest.raises(lab.CheckError) as first:
+        lab.check_sgd_momentum(_student_dampening())
+    shown = "\n".join(first.value.rendered())
+    assert "after step 1 of 6" in shown and "expected:" in shown and "got:" in shown
+    assert "dampened" not in shown and "momentum * v" not in shown and "likely mistake:" not in shown
+    assert "momentum * v" not in first.value.hint and "=" not in first.value.hint
+    assert "momentum * v + grad" in first.value.look
+    with pytest.raises(lab.CheckError) as second:
+        lab.check_sgd_momentum(_student_dampening())
+    shown = "\n".join(second.value.rendered())
+    assert "likely mistake: the gradient is scaled down (dampened)" in shown
+    assert "look at" not in shown
+    lab.hint("06.3")
+    assert "look at: step(): v = momentum * v + grad" in capsys.readouterr().out
+
+
+def test_the_module_has_no_lambdas_or_walruses():
+    source = inspect.getsource(nb06_optim)
+    assert "lambda" not in source and ":=" not in source
+
+
+def _forever(self, *args, **kwargs):
     while True:
         pass
 
 
-@pytest.mark.parametrize("cls, fragment", [
-    (variant(update=_shared_buffer), "keep one per parameter"),
-    (variant(step=torch.no_grad()(_no_skip)), "skip it"),
-    (variant(step=_no_no_grad), "torch.no_grad"),
-    (variant(update=_alias), "p.grad.clone()"),
-    (variant(update=_nan), "not finite"),
-    (variant(init=lambda self, params, lr=0.1, momentum=0.9: None), r"super\(\).__init__"),
-])
-def test_class_mistakes_are_named(cls, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_sgd_momentum(cls)
+class NotAnOptimizer:
+    def __init__(self, params, lr=0.1, momentum=0.9):
+        pass
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "got None"), ([SGDMomentum], "got list"), (torch.optim.Adam, "TypeError"), (int, "must be a subclass"),
-    (variant(step=lambda self: 1 / 0), "ZeroDivisionError"),
-    (variant(step=lambda self: (_ for _ in ()).throw(NotImplementedError("Exercise 3"))), "not written yet"),
-])
-def test_bad_input(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
+BAD_INPUT = {
+    "None": (None, "SGDMomentum is None"),
+    "a list": ([SGDMomentum], "Got list"),
+    "an instance": (SGDMomentum([torch.zeros(1, requires_grad=True)]), "instance of it"),
+    "numpy": (np.zeros(2), "numpy"),
+    "a string": ("SGDMomentum", "expected the class"),
+    "another class": (NotAnOptimizer, "subclass of torch.optim.Optimizer"),
+    "torch.optim.SGD": (torch.optim.SGD, "derives from torch.optim.SGD"),
+    "torch.optim.Adam": (torch.optim.Adam, "TypeError"),
+    "step raises": (variant(step=lambda self: 1 / 0), "ZeroDivisionError"),
+    "step not written": (variant(step=lambda self: (_ for _ in ()).throw(NotImplementedError("Ex 3"))), "not written"),
+    "NaN parameters": (variant(update=lambda self, p, group: p.fill_(float("nan"))), "not finite"),
+    "float32 parameters": (variant(update=lambda self, p, group: setattr(p, "data", p.data.float())), "dtype"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_gets_a_sentence(case, capsys):
+    bad, fragment = BAD_INPUT[case]
+    with pytest.raises(lab.CheckError, match=fragment) as err:
         lab.check_sgd_momentum(bad)
+    assert "PASS" not in capsys.readouterr().out
+    assert "could not use" not in str(err.value) and "Traceback" not in str(err.value)
 
 
-def test_bad_step_count_and_never_returning_step(monkeypatch):
-    for steps in (0, 1, 2.5, None):
-        with pytest.raises(lab.CheckError, match="steps"):
-            lab.check_sgd_momentum(SGDMomentum, steps=steps)
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
-    with pytest.raises(lab.CheckError, match="did not return within"):
-        lab.check_sgd_momentum(variant(step=_forever))
+@pytest.mark.parametrize("steps", [0, 1, 2.5, None, "6", True, 10**7, -3])
+def test_absurd_steps_are_refused_at_once(steps):
+    """Issue 23: check_sgd_momentum(steps=10**7) hung."""
+    started = time.perf_counter()
+    with pytest.raises(lab.CheckError, match="steps must be") as err:
+        lab.check_sgd_momentum(SGDMomentum, steps=steps)
+    assert time.perf_counter() - started < 1
+    assert err.value.usage
 
 
-def test_sweep_prediction_measures_the_sweep():
-    with pytest.raises(lab.CheckError, match="must be one of"):
-        lab.check_sweep_prediction("rmsprop")
-    for bad in (None, 3, ["sgd"]):
-        with pytest.raises(lab.CheckError):
-            lab.check_sweep_prediction(bad)
-    with pytest.raises(lab.CheckError, match="Likely mistake: Adam's step"):
-        lab.check_sweep_prediction("adam", steps=50)
+def test_never_returning_code_is_stopped(monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    for cls in (variant(step=_forever), variant(__init__=_forever), variant(zero_grad=_forever)):
+        started = time.perf_counter()
+        with pytest.raises(lab.CheckError, match="did not (return|finish) within"):
+            lab.check_sgd_momentum(cls)
+        assert time.perf_counter() - started < 5
+
+
+def test_slow_steps_are_stopped_as_a_whole(monkeypatch):
+    def slow(self):
+        time.sleep(0.05)
+        SGDMomentum.step(self)
+
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError, match="did not (return|finish) within"):
+        lab.check_sgd_momentum(variant(step=slow), steps=20)
+
+
+# ------------------------------------------------------------------ 06.1 check_sweep_prediction
+
+
+def test_sweep_prediction_right(capsys):
+    lab.check_sweep_prediction("SGD")
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  the sweep's winner: 'sgd' is right (recorded answer: 'sgd')")
+    assert "sgd 1, momentum 0.1, adam 0.01" in out
+
+
+def test_sweep_prediction_records_the_first_answer_and_asks_why(capsys):
+    lab.check_sweep_prediction("adam")
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and "recorded answer: 'adam'" in first
+    assert "Now explain: compare the best learning rates" in first
+    lab.check_sweep_prediction("sgd")
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 'adam'" in second
+    assert "does not replace it" in second
+
+
+@pytest.mark.parametrize("bad", [None, "rmsprop", 3, ["sgd"], float("nan"), torch.zeros(2)])
+def test_sweep_prediction_bad_input_before_measuring(bad):
+    started = time.perf_counter()
+    with pytest.raises(lab.CheckError):
+        lab.check_sweep_prediction(bad)
+    assert time.perf_counter() - started < 1
+
+
+@pytest.mark.parametrize("steps", [0, 10**6, "50", None])
+def test_sweep_refuses_absurd_steps(steps):
+    with pytest.raises(lab.CheckError, match="steps must be"):
+        lab.check_sweep_prediction("sgd", steps=steps)
+
+
+@pytest.mark.parametrize("mistake", nb06_optim.RULE_MISTAKES, ids=lambda m: m.name)
+def test_rule_hints_name_the_cause_in_words(mistake):
+    assert "=" not in mistake.why and "*" not in mistake.why
+    assert mistake.look.startswith(("step():", "__init__:"))

@@ -1,110 +1,674 @@
-"""Checks for notebook 05 (nn.Module); references use the student's own parameters, so any init passes.
-Example: ``lab.check_residual_stack(ResidualStack)`` prints one PASS line or raises a CheckError."""
+"""Checks for notebook 05 (nn.Module), judged on behaviour: references are built from the student's own parameters,
+so any initialisation, attribute name, declaration order or container passes."""
+
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
-from .core import CheckError, check_prediction, compare, describe, exercise, expect_tensor, passed, run_student
+from .core import (
+    CheckError,
+    Mistake,
+    check_prediction,
+    compare,
+    describe,
+    exercise,
+    expect_tensor,
+    first_mistake,
+    mistake_error,
+    passed,
+    read_prediction,
+    run_student,
+)
 
 __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_stack"]
 
+NO_SUPER = Mistake(
+    "no super().__init__()",
+    None,
+    why="__init__ does not start with super().__init__(), so nn.Module never sets up its registry of parameters",
+    look="the first line of __init__: super().__init__()",
+)
+NO_GRADIENT = Mistake(
+    "no gradient",
+    None,
+    why="forward cuts its computation from autograd's graph (.detach(), .data, torch.no_grad(), or a tensor "
+    "rebuilt from numbers), so backward() cannot reach the parameters",
+    look="forward: use the parameters themselves, with no .detach() / .data / torch.no_grad()",
+)
+
+
+_PUBLIC_NAMES = {nn.Module: "torch.nn.Module", torch.optim.Optimizer: "torch.optim.Optimizer"}
+
 
 def expect_class(obj: Any, base: type, name: str) -> type:
-    """``obj`` if it is a class deriving from ``base``, else a CheckError (also used by 06 and 07)."""
+    """``obj`` if it is a class deriving from ``base``, else a CheckError saying what to pass (06 uses it too)."""
     __tracebackhide__ = True
-    if not inspect.isclass(obj) or not issubclass(obj, base):
-        raise CheckError(f"{obj.__name__} must be a subclass of {base.__module__}.{base.__qualname__}" if
-                         inspect.isclass(obj) else f"expected the class {name}, got " + (f"an instance of it: pass "
-                         f"{name} without parentheses" if isinstance(obj, base) else describe(obj)))
+    wanted = _PUBLIC_NAMES.get(base, f"{base.__module__}.{base.__qualname__}")
+    if obj is None:
+        raise CheckError(
+            f"{name} is None", hint=f"run the cell that defines the class {name}, then this one", usage=True
+        )
+    if isinstance(obj, base):
+        raise CheckError(
+            f"expected the class {name}, got an instance of it", hint=f"pass {name} without parentheses", usage=True
+        )
+    if not inspect.isclass(obj):
+        raise CheckError(
+            f"expected the class {name}", got=describe(obj), hint=f"pass the class itself: {name}", usage=True
+        )
+    if not issubclass(obj, base):
+        raise CheckError(f"{obj.__name__} must be a subclass of {wanted}", got=f"class {obj.__name__}", usage=True)
     return obj
 
 
 def _build(cls: Any, name: str, *args: int) -> nn.Module:
-    """Create one instance of a student's nn.Module class, or say what is wrong."""
+    """One instance of a student's nn.Module class (under the time limit), or a CheckError that says what is wrong."""
     __tracebackhide__ = True
+    cls = expect_class(cls, nn.Module, name)
+    call = f"{name}({', '.join(map(str, args))})"
     try:
-        module = run_student(expect_class(cls, nn.Module, name), *args, what=f"{name}{args}")
-    except CheckError as err:  # assigning a layer before super().__init__() raises this in nn.Module
+        module = run_student(cls, *args, what=call)
+    except CheckError as err:  # assigning a layer or a Parameter before super().__init__() raises this
         if "before Module.__init__() call" not in err.message:
             raise
         module = None
     if not isinstance(module, nn.Module) or "_parameters" not in vars(module):
-        raise CheckError(f"{name}{args} is not a set-up nn.Module", hint="call super().__init__() first in __init__")
+        raise mistake_error(f"{call} is not a set-up nn.Module: it has no registry of parameters", NO_SUPER)
+    for name, value in itertools.chain(module.named_parameters(), module.named_buffers()):
+        if value.device.type == "meta":
+            raise CheckError(
+                f"{call}.{name} is on the meta device, which holds shapes but no values",
+                hint="create the layer's tensors on the CPU (no device='meta')",
+                usage=True,
+            )
     return module
 
 
-def _backward(out: torch.Tensor, params: list) -> None:
+def _graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
+    """The tensors requiring grad that ``out`` was computed from (the leaves of its autograd graph)."""
+    leaves = []
+    seen = set()
+    todo = [out.grad_fn]
+    while todo and len(seen) < 100_000:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if isinstance(variable, torch.Tensor):
+            leaves.append(variable)
+        for parent, _ in node.next_functions:
+            todo.append(parent)
+    return leaves
+
+
+def _backward(out: torch.Tensor, upstream: torch.Tensor) -> None:
+    """Backpropagate ``upstream`` through ``out`` (as a scalar: backward with grad_tensors imports sympy, 1 s)."""
+    (out * upstream).sum().backward()
+
+
+def _same_as(expected: torch.Tensor, rtol: float = 1e-4, atol: float = 1e-5) -> Any:
+    """A predicate: is the answer a tensor close to ``expected`` (a known wrong answer)?"""
+
+    def same(got: Any) -> bool:
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape or got.device.type == "meta":
+            return False
+        return torch.allclose(got.detach().double().cpu(), expected.double(), rtol=rtol, atol=atol)
+
+    return same
+
+
+# ------------------------------------------------------------------ 05.1 MyLinear
+
+UNREGISTERED = Mistake(
+    "plain tensor, not registered",
+    None,
+    why="it is stored as a plain tensor; a module registers a tensor only when it is an nn.Parameter",
+    look="__init__: self.<name> = nn.Parameter(...)",
+)
+MISSING_BIAS = Mistake(
+    "missing bias",
+    None,
+    why="the layer has no bias: nn.Linear adds a learned vector to every output",
+    look="__init__: a second nn.Parameter named bias",
+)
+OTHER_NAMES = Mistake(
+    "names differ from nn.Linear's",
+    None,
+    why="load_state_dict matches by name, and nn.Linear's state_dict names its tensors 'weight' and 'bias'",
+    look="__init__: the attribute names of the two parameters",
+)
+TRANSPOSED_WEIGHT = Mistake(
+    "weight stored (in, out)",
+    None,
+    why="the weight is stored as (D_in, D_out); nn.Linear stores it as (D_out, D_in), one row per output",
+    look="__init__: the shape given to the weight's nn.Parameter",
+)
+BIAS_2D = Mistake(
+    "bias with two dimensions",
+    None,
+    why="the bias was created with two dimensions; nn.Linear's bias is a vector of D_out numbers",
+    look="__init__: the shape given to the bias's nn.Parameter",
+)
+BIAS_SIZE = Mistake(
+    "bias of the wrong length",
+    None,
+    why="the bias needs one number per output (D_out), not per input",
+    look="__init__: the shape given to the bias's nn.Parameter",
+)
+FROZEN = Mistake(
+    "requires_grad=False",
+    None,
+    why="a parameter was created with requires_grad=False, so training would never change it",
+    look="__init__: nn.Parameter(...) without requires_grad=False",
+)
+EXTRA_STATE = Mistake(
+    "extra entries in state_dict",
+    None,
+    why="the layer holds parameters or buffers nn.Linear does not have, so its state_dict cannot load into it",
+    look="__init__: keep exactly weight and bias",
+)
+USES_LINEAR = Mistake(
+    "uses nn.Linear / F.linear",
+    None,
+    why="the exercise builds the layer from raw nn.Parameters: no nn.Linear or F.linear inside",
+    look="write the product with the weight and the sum with the bias yourself",
+)
+
+
+def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> list[Mistake]:
+    """The outputs of the typical wrong forward passes (float64 references)."""
+    right = x @ weight.t() + bias
+    mistakes = [
+        Mistake(
+            "bias not added",
+            _same_as(x @ weight.t()),
+            why="the bias is never added to the product",
+            look="forward: ... + self.bias",
+        ),
+        Mistake(
+            "bias subtracted",
+            _same_as(x @ weight.t() - bias),
+            why="the bias is subtracted; nn.Linear adds it",
+            look="forward: the sign in front of self.bias",
+        ),
+        Mistake(
+            "activation inside the layer",
+            _same_as(torch.relu(right)),
+            why="the output goes through a ReLU; nn.Linear is linear, the activation is a separate module",
+            look="forward: return the affine map itself",
+        ),
+    ]
+    if weight.shape[0] == weight.shape[1]:
+        mistakes.append(
+            Mistake(
+                "missing transpose",
+                _same_as(x @ weight + bias),
+                why="nn.Linear computes x @ weight.T: its weight holds one row per output",
+                look="forward: the product of x with the weight",
+            )
+        )
+    return mistakes
+
+
+class _NoBuiltinLinear(TorchFunctionMode):
+    """Notes whether F.linear (which nn.Linear uses) runs inside the block."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.used = False
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is F.linear:
+            self.used = True
+        return func(*args, **(kwargs or {}))
+
+
+def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
+    """Raise a CheckError naming what keeps ``nn.Linear(i, o)``'s state_dict from loading into ``layer``."""
     __tracebackhide__ = True
-    if out.grad_fn is None or (out.sum().backward() or any(p.grad is None for p in params)):
-        raise CheckError("a parameter gets no gradient", hint="forward must use every layer, without .detach()")
+    params = dict(layer.named_parameters())
+    facts = {
+        "expected": f"weight {(o, i)} and bias {(o,)}, two nn.Parameters",
+        "got": ", ".join(f"{name} {tuple(p.shape)}" for name, p in params.items()) or "no parameters",
+    }
+    if any(isinstance(module, nn.Linear) for module in layer.modules()):
+        raise mistake_error(f"{call} contains an nn.Linear", USES_LINEAR, **facts)
+    for name in ("weight", "bias"):
+        if name not in params and isinstance(vars(layer).get(name), torch.Tensor):
+            raise mistake_error(f"{call}.parameters() does not yield {name}", UNREGISTERED, **facts)
+    if set(params) - {"weight", "bias"}:
+        if set(params) & {"W", "w", "b", "B", "weights", "biases"} or len(params) == 2:
+            raise mistake_error(f"{call} names its parameters differently from nn.Linear", OTHER_NAMES, **facts)
+        raise mistake_error(f"{call} has parameters nn.Linear does not have", EXTRA_STATE, **facts)
+    if "weight" not in params:
+        raise CheckError(f"{call}.parameters() does not yield a weight", **facts)
+    if "bias" not in params:
+        raise mistake_error(f"{call}.parameters() does not yield a bias", MISSING_BIAS, **facts)
+    weight_shape = tuple(params["weight"].shape)
+    bias_shape = tuple(params["bias"].shape)
+    if weight_shape == (i, o) and i != o:
+        raise mistake_error(f"{call}.weight has shape {weight_shape}", TRANSPOSED_WEIGHT, **facts)
+    if weight_shape != (o, i):
+        raise CheckError(f"{call}.weight has shape {weight_shape}", **facts)
+    if len(bias_shape) == 2 and o in bias_shape and params["bias"].numel() == o:
+        raise mistake_error(f"{call}.bias has shape {bias_shape}", BIAS_2D, **facts)
+    if bias_shape == (i,) and i != o:
+        raise mistake_error(f"{call}.bias has shape {bias_shape}", BIAS_SIZE, **facts)
+    if bias_shape != (o,):
+        raise CheckError(f"{call}.bias has shape {bias_shape}", **facts)
+    frozen = [name for name, p in params.items() if not p.requires_grad]
+    if frozen:
+        raise mistake_error(f"{call}.{frozen[0]} has requires_grad=False", FROZEN, **facts)
+    extra = sorted(set(layer.state_dict()) - {"weight", "bias"})
+    if extra:
+        facts["got"] = f"state_dict keys {sorted(layer.state_dict())}"
+        raise mistake_error(f"{call}.state_dict() holds entries nn.Linear's has not: {extra}", EXTRA_STATE, **facts)
+
+
+def _load_linear_state(layer: nn.Module, call: str, state: dict) -> None:
+    __tracebackhide__ = True
+    try:
+        layer.double()
+        layer.load_state_dict(state)
+    except Exception as exc:
+        raise CheckError(f"{call}.load_state_dict(nn.Linear's state_dict) failed: {exc}".strip()) from None
+
+
+def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
+    """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
+    __tracebackhide__ = True
+    call = f"MyLinear({i}, {o})"
+    layer = _build(cls, "MyLinear", i, o)
+    _linear_structure(layer, call, i, o)
+    g = torch.Generator().manual_seed(10 * i + o)
+    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    _load_linear_state(layer, call, {"weight": weight.clone(), "bias": bias.clone()})
+    x = torch.randn(6, i, generator=g, dtype=torch.float64).requires_grad_()
+    spy = _NoBuiltinLinear()
+    with spy:
+        out = run_student(layer, x, what=f"{call}(x)", inplace_hint="forward must leave its input {name} as it is")
+    if spy.used:
+        raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
+    plain_x = x.detach()
+    mistakes = _linear_mistakes(plain_x, weight, bias)
+    compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
+    if out.grad_fn is None:
+        raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
+    upstream = torch.randn(6, o, generator=g, dtype=torch.float64)
+    run_student(_backward, out, upstream, what=f"backward through {call}(x)")
+    params = dict(layer.named_parameters())
+    references = {"weight": upstream.t() @ plain_x, "bias": upstream.sum(0)}
+    for name, expected in references.items():
+        if params[name].grad is None:
+            raise mistake_error(f"{call}.{name} gets no gradient from backward()", NO_GRADIENT)
+        compare(f"the gradient of {name}", params[name].grad, expected, rtol=1e-10, atol=1e-12, where=where)
+    if x.grad is None:
+        raise CheckError(f"x gets no gradient through {call}(x): forward cuts its input from the graph")
+    compare("the gradient of x", x.grad, upstream @ weight, rtol=1e-10, atol=1e-12, where=where)
 
 
 @exercise("05.1", "a layer from raw parameters")
 def check_my_linear(MyLinear: Any) -> None:
     """``MyLinear(D_in, D_out)`` loads ``nn.Linear``'s state_dict, then gives its outputs and gradients."""
     __tracebackhide__ = True
-    for i, o in [(5, 3), (4, 7)]:
-        layer, ref = _build(MyLinear, "MyLinear", i, o), nn.Linear(i, o).double()
-        names = {n: tuple(p.shape) for n, p in layer.named_parameters() if p.requires_grad}
-        if names != {"weight": (o, i), "bias": (o,)}:
-            w, b = getattr(layer, "weight", torch.zeros(0)), getattr(layer, "bias", None)
-            raise CheckError(f"MyLinear({i}, {o}) does not hold nn.Linear's parameters", got=str(names), hint=next(
-                why for bad, why in [(not isinstance(w, nn.Parameter), "a plain tensor is not registered: wrap it in "
-                                      "nn.Parameter(...)"), (not isinstance(b, nn.Parameter), "the bias is missing"),
-                                     (tuple(w.shape) == (i, o), "weight is (in, out); nn.Linear keeps (out, in)"),
-                                     (True, "a parameter has requires_grad=False")] if bad),
-                expected=f"{{'weight': {(o, i)}, 'bias': {(o,)}}}")
-        layer.double().load_state_dict(ref.state_dict())
-        out = run_student(layer, x := torch.randn(6, i, dtype=torch.float64), what=f"MyLinear({i}, {o})(x)")
-        compare("the output", out, ref(x), rtol=1e-10, mistakes=[(x @ ref.weight.t(), "the bias is not added")])
-        _backward(out, list(layer.parameters()))
-        ref(x).sum().backward()
-        compare("the gradient of weight", layer.weight.grad, ref.weight.grad, rtol=1e-10)
+    expect_class(MyLinear, nn.Module, "MyLinear")
+    if issubclass(MyLinear, nn.Linear):
+        raise mistake_error("MyLinear is a subclass of nn.Linear", USES_LINEAR)
+    sizes = [(4, 4), (5, 3), (3, 6)]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(5)
+        for number, (i, o) in enumerate(sizes, start=1):
+            _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
     passed("MyLinear: registers weight and bias, loads nn.Linear's state_dict, same outputs and gradients")
+
+
+# ------------------------------------------------------------------ 05.2 the prediction
 
 
 @exercise("05.2", "what the optimizer sees")
 def check_layer_list_prediction(prediction: Any) -> None:
-    """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)``; count the scalars ``parameters()`` yields."""
+    """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True
+    answer = read_prediction("scalars the optimizer sees", prediction)
+    whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
+    if isinstance(answer, bool) or not whole or answer < 0:
+        raise CheckError(
+            "scalars the optimizer sees: a count of numbers is a whole number >= 0",
+            got=repr(answer),
+            hint="write one whole number, such as 1234",
+            usage=True,
+        )
     model = nn.Module()  # the notebook's class, attribute by attribute
-    model.input_layer, model.output_layer = nn.Linear(1000, 100), nn.Linear(100, 10)
-    model.hidden = [nn.Linear(100, 100) for _ in range(3)]
-    seen, hidden = (sum(p.numel() for p in m.parameters()) for m in (model, nn.ModuleList(model.hidden)))
-    check_prediction("scalars the optimizer sees", prediction, seen, rel=1e-9, mistakes={
-        seen + hidden: "that counts the hidden layers too.", 0: "the other two layers are attributes: registered."},
-        why="a module is registered only when assigned to an attribute (or held in nn.ModuleList / nn.ModuleDict)")
+    model.input_layer = nn.Linear(1000, 100, device="meta")
+    model.hidden = [nn.Linear(100, 100, device="meta") for _ in range(3)]
+    model.output_layer = nn.Linear(100, 10, device="meta")
+    seen = sum(p.numel() for p in model.parameters())
+    hidden = sum(p.numel() for layer in model.hidden for p in layer.parameters())
+    weights_only = sum(p.numel() for name, p in model.named_parameters() if name.endswith("weight"))
+    notes = {
+        seen + hidden: "That counts the hidden layers too: they sit in a plain Python list.",
+        hidden: "That counts only the hidden layers; the other two are attributes of the module.",
+        0: "The input and output layers are attributes of the module, so they are registered.",
+        weights_only: "The biases are parameters too.",
+    }
+    check_prediction(
+        "scalars the optimizer sees",
+        answer,
+        seen,
+        rel=1e-9,
+        mistakes=notes,
+        why="a module is registered only when assigned to an attribute (or held in nn.ModuleList / nn.ModuleDict)",
+        ask="forward uses the three hidden layers: why does parameters() not yield them, and what happens to "
+        "them when the optimizer steps",
+    )
+
+
+# ------------------------------------------------------------------ 05.3 ResidualStack
+
+
+@dataclasses.dataclass
+class _Layer:
+    """One linear layer of the student's stack, read from its parameters (float64 copies)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h, self.weight, self.bias)
+
+
+@dataclasses.dataclass
+class _Block:
+    fc1: _Layer
+    fc2: _Layer
+
+    def branch(self, h: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+@dataclasses.dataclass
+class _Parts:
+    """The student's parameters sorted by role: fc1-shaped layers, fc2-shaped layers, and the rest."""
+
+    fc1: list[_Layer]
+    fc2: list[_Layer]
+    others: list[tuple[int, ...]]
+    biases: bool
+
+
+def _layers(params: list[torch.Tensor], rows: int, cols: int) -> tuple[list[_Layer], bool]:
+    """The layers whose weight is (rows, cols), each with the bias (rows,) of the same rank in ``params``."""
+    weights = [p for p in params if tuple(p.shape) == (rows, cols)]
+    biases = [p for p in params if tuple(p.shape) == (rows,)]
+    if len(biases) != len(weights):
+        return [_Layer(w, None) for w in weights], False
+    return [_Layer(w, b) for w, b in zip(weights, biases)], True
+
+
+def _parts(params: list[torch.Tensor], D: int, H: int) -> _Parts:
+    fc1, biases1 = _layers(params, H, D)
+    fc2, biases2 = _layers(params, D, H)
+    known = {(H, D), (D, H), (H,), (D,)}
+    others = [tuple(p.shape) for p in params if tuple(p.shape) not in known]
+    return _Parts(fc1, fc2, others, biases1 and biases2)
+
+
+def _stack(blocks: list[_Block], x: torch.Tensor) -> torch.Tensor:
+    h = x
+    for block in blocks:
+        h = h + block.branch(h)
+    return h
+
+
+def _orders(parts: _Parts) -> Iterator[list[_Block]]:
+    """Every stack the layers can form: any pairing of fc1 with fc2 layers, blocks in any order (up to 3 blocks)."""
+    if len(parts.fc1) > 3:
+        yield [_Block(a, b) for a, b in zip(parts.fc1, parts.fc2)]
+        return
+    for pairing in itertools.permutations(parts.fc2):
+        blocks = [_Block(a, b) for a, b in zip(parts.fc1, pairing)]
+        for order in itertools.permutations(blocks):
+            yield list(order)
+
+
+def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
+    """What the typical wrong forward passes give, computed from the student's own layers."""
+    h_branch = x
+    h_relu = x
+    h_plain = x
+    h_relu_branch = x
+    h_from_x = x
+    for block in blocks:
+        h_branch = block.branch(h_branch)
+        h_relu = torch.relu(h_relu + block.branch(h_relu))
+        h_plain = h_plain + block.fc2(block.fc1(h_plain))
+        h_relu_branch = h_relu_branch + torch.relu(block.branch(h_relu_branch))
+        h_from_x = h_from_x + block.branch(x)
+    mistakes = [
+        Mistake("no residual", _same_as(h_branch), why="each block returns only its branch, without adding h back"),
+        Mistake(
+            "ReLU after the sum", _same_as(h_relu), why="a ReLU is applied after adding h; the block stops at the sum"
+        ),
+        Mistake("missing ReLU", _same_as(h_plain), why="the branch has no ReLU between fc1 and fc2"),
+        Mistake("ReLU on the branch output", _same_as(h_relu_branch), why="the branch ends with a ReLU after fc2"),
+        Mistake(
+            "one residual around the whole stack",
+            _same_as(x + _chain(blocks, x)),
+            why="the input is added once, around the whole stack, instead of once per block",
+        ),
+        Mistake("blocks read x", _same_as(h_from_x), why="every block reads the stack's input x, not h"),
+        Mistake(
+            "only the last block counts",
+            _same_as(x + blocks[-1].branch(x)),
+            why="each block is applied to x and the result overwrites h, so only the last block's output is kept",
+        ),
+        Mistake("returns the input", _same_as(x), why="forward returns its input unchanged"),
+    ]
+    if len(blocks) == depth and depth > 1:
+        mistakes.append(
+            Mistake(
+                "a block skipped in forward",
+                _either(_stack(blocks[:-1], x), _stack(blocks[1:], x)),
+                why=f"forward applies only {depth - 1} of the {depth} blocks (an off-by-one in its loop)",
+            )
+        )
+    return mistakes
+
+
+def _chain(blocks: list[_Block], x: torch.Tensor) -> torch.Tensor:
+    h = x
+    for block in blocks:
+        h = block.branch(h)
+    return h
+
+
+def _either(*candidates: torch.Tensor) -> Any:
+    tests = [_same_as(candidate) for candidate in candidates]
+
+    def either(got: Any) -> bool:
+        return any(test(got) for test in tests)
+
+    return either
+
+
+FRESH_LAYERS = Mistake(
+    "layers created in forward",
+    None,
+    why="forward draws new weights at each call: a layer created inside forward starts from new random weights",
+    look="__init__: create every layer once; forward only uses them",
+)
+NOT_REGISTERED = Mistake(
+    "layers not registered",
+    None,
+    why="some layers are kept where nn.Module does not look (a plain Python list, dict or tuple), so parameters(), "
+    "the optimizer and state_dict() miss them",
+    look="__init__: hold the blocks in an nn.ModuleList (or nn.Sequential)",
+)
+NO_BIASES = Mistake(
+    "layers without bias",
+    None,
+    why="the layers have no bias: fc1 and fc2 are nn.Linear layers, each with a weight and a bias",
+    look="__init__: nn.Linear(D, H) and nn.Linear(H, D), with their default bias=True",
+)
+SHARED_BLOCK = Mistake(
+    "one block repeated",
+    None,
+    why="one block object is used at every position, so all positions share its weights",
+    look="__init__: create a new block for each position ([Block(...)] * depth repeats one object)",
+)
+SHARED_LAYER = Mistake(
+    "one layer shared by all blocks",
+    None,
+    why="one fc1 (or fc2) layer object serves every block, so the blocks share its weights",
+    look="__init__: each block creates its own fc1 and fc2",
+)
+DETACHED = Mistake(
+    "part of the graph detached",
+    None,
+    why="the outputs are right but the gradients differ: part of forward is cut from the graph (.detach(), .data)",
+    look="forward: no .detach() or .data on the way from x to the output",
+)
+STACK_INPLACE = "`h += ...` (or another in-place operation) on the caller's {name} writes into it: write h = h + ..."
+
+
+def _wrong_count(k: int, depth: int) -> Mistake:
+    if abs(k - depth) == 1:
+        return Mistake(
+            "off-by-one depth",
+            None,
+            why=f"the stack builds {k} blocks for depth={depth}: an off-by-one in the loop that creates them",
+            look="__init__: the range of the loop that builds the blocks",
+        )
+    return Mistake(
+        "wrong number of blocks",
+        None,
+        why=f"the stack builds {k} blocks for depth={depth}: depth does not set the number of blocks",
+        look="__init__: build one block per position, depth of them",
+    )
+
+
+def _structure(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, facts: dict, call: str) -> None:
+    """Raise a CheckError if the parameters are not ``depth`` blocks' worth, naming the cause when behaviour shows it."""
+    __tracebackhide__ = True
+    k1 = len(parts.fc1)
+    k2 = len(parts.fc2)
+    if k1 == k2 == depth and parts.biases and not parts.others:
+        return
+    message = f"{call}.parameters() does not hold {depth} blocks' layers"
+    if parts.others:
+        raise CheckError(message, **facts)
+    if k1 == k2 == depth:
+        raise mistake_error(message, NO_BIASES, **facts)
+    if k1 == k2 and k1 >= 1:
+        only = _Block(parts.fc1[0], parts.fc2[0])
+        if k1 == 1 and _same_as(_stack([only] * depth, x))(out):
+            raise mistake_error(message, SHARED_BLOCK, **facts)
+        if any(_same_as(_stack(blocks, x))(out) for blocks in _orders(parts)):
+            raise mistake_error(message, _wrong_count(k1, depth), **facts)
+    if {k1, k2} == {1, depth}:
+        fc1 = parts.fc1 * depth if k1 == 1 else parts.fc1
+        fc2 = parts.fc2 * depth if k2 == 1 else parts.fc2
+        if _same_as(_stack([_Block(a, b) for a, b in zip(fc1, fc2)], x))(out):
+            raise mistake_error(message, SHARED_LAYER, **facts)
+    raise CheckError(message, **facts)
+
+
+def _matching_stack(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, call: str, where: str) -> list:
+    """The blocks (read from the student's parameters) whose stack gives ``out``; else a CheckError."""
+    __tracebackhide__ = True
+    with torch.no_grad():
+        for blocks in _orders(parts):
+            if _same_as(_stack(blocks, x))(out):
+                return blocks
+        canonical = [_Block(a, b) for a, b in zip(parts.fc1, parts.fc2)]
+        mistake = first_mistake(out, _stack_mistakes(canonical, x, depth))
+        reference = _stack(canonical, x)
+    where = where + " (blocks built from your own parameters)"
+    try:
+        compare(f"{call}(x)", out, reference.float(), rtol=1e-4, atol=1e-5, where=where)
+    except CheckError as err:
+        if mistake is None:
+            raise
+        raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+    return canonical
+
+
+def _check_gradients(
+    stack: nn.Module, out: torch.Tensor, copies: list, blocks: list, x: torch.Tensor, call: str, where: str
+) -> None:
+    """Backpropagate a random upstream gradient; every parameter's gradient equals the reference's."""
+    __tracebackhide__ = True
+    params = list(stack.parameters())
+    if out.grad_fn is None:
+        raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
+    for p in params:
+        p.grad = None
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(53), dtype=out.dtype)
+    run_student(_backward, out, upstream, what=f"backward through {call}(x)")
+    reference = _stack(blocks, x)
+    expected = torch.autograd.grad((reference * upstream.double()).sum(), copies, allow_unused=True)
+    for number, (p, want) in enumerate(zip(params, expected), start=1):
+        label = f"parameter {number} of {call} (shape {tuple(p.shape)})"
+        if p.grad is None:
+            raise mistake_error(f"{label} gets no gradient from backward()", NO_GRADIENT)
+        want = torch.zeros_like(p, dtype=torch.float64) if want is None else want
+        try:
+            compare(f"the gradient of {label}", p.grad, want.to(p.grad.dtype), rtol=1e-3, atol=1e-5, where=where)
+        except CheckError as err:
+            raise mistake_error(err.message, DETACHED, expected=err.expected, got=err.got) from None
+
+
+def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None:
+    __tracebackhide__ = True
+    call = f"ResidualStack({D}, {H}, {depth})"
+    stack = _build(cls, "ResidualStack", D, H, depth)
+    x = torch.randn(7, D)
+    result = run_student(stack.forward, x, what=f"{call}(x)", inplace_hint=STACK_INPLACE)
+    out = expect_tensor(result, f"{call}(x)", shape=(7, D), dtype=torch.float32)
+    again = run_student(stack, x, what=f"{call}(x), called a second time")
+    if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):
+        raise mistake_error(f"two calls of {call}(x) on the same x give different outputs", FRESH_LAYERS)
+    params = list(stack.parameters())
+    registered = {id(p) for p in params}
+    hidden = [leaf for leaf in _graph_leaves(out) if id(leaf) not in registered]
+    shapes = [tuple(p.shape) for p in params]
+    facts = {
+        "expected": f"{depth * (2 * D * H + H + D)} parameters: {depth} blocks of fc1 (weight {(H, D)}, "
+        f"bias {(H,)}) and fc2 (weight {(D, H)}, bias {(D,)})",
+        "got": f"{sum(p.numel() for p in params)} parameters in tensors of shapes {shapes}",
+    }
+    if hidden:
+        message = f"{call}(x) uses {len(hidden)} weight tensors that {call}.parameters() does not yield"
+        raise mistake_error(message, NOT_REGISTERED, **facts)
+    copies = [p.detach().double().requires_grad_() for p in params]
+    parts = _parts(copies, D, H)
+    x64 = x.double()
+    with torch.no_grad():
+        _structure(parts, out, x64, depth, facts, call)
+    blocks = _matching_stack(parts, out, x64, depth, call, where)
+    _check_gradients(stack, out, copies, blocks, x64, call, where)
 
 
 @exercise("05.3", "a stack of residual blocks")
 def check_residual_stack(ResidualStack: Any) -> None:
     """``ResidualStack(D, H, depth)``: ``depth`` blocks with their own weights, each ``h + fc2(relu(fc1(h)))``."""
     __tracebackhide__ = True
-    for D, H, depth in [(5, 3, 2), (6, 4, 3)]:
-        torch.manual_seed(D)
-        stack, x = _build(ResidualStack, "ResidualStack", D, H, depth), torch.randn(7, D)
-        out = expect_tensor(run_student(stack, x, what="ResidualStack(x)", inplace_hint="h += ... writes into "
-                                        "the input: write h = h + ..."), "ResidualStack(x)", shape=(7, D))
-        compare("a second call", run_student(stack, x, what="ResidualStack(x)"), out.detach(), hint="a layer "
-                "created inside forward gets new random weights at each call: create layers once, in __init__")
-        params, block = list(stack.parameters()), 2 * D * H + H + D
-        if (n := sum(p.numel() for p in params)) != depth * block:
-            raise CheckError(f"ResidualStack({D}, {H}, {depth}) has {n} parameters", expected=str(depth * block),
-                             got=str(n), hint={0: "layers in a plain Python list are not registered: use nn.ModuleList",
-                                               block: "one block object repeated ([block] * depth) shares its "
-                                                      "weights: build a new block for each position"}.get(n))
-        ref, no_res, relu_sum, inner = x, x, x, x
-        for w1, b1, w2, b2 in zip(*[iter(p.detach() for p in params)] * 4):
-            f = lambda h: F.linear(F.relu(F.linear(h, w1, b1)), w2, b2)  # noqa: E731
-            ref, no_res, relu_sum, inner = ref + f(ref), f(no_res), F.relu(relu_sum + f(relu_sum)), f(inner)
-        compare("ResidualStack(x)", out, ref, rtol=1e-4, atol=1e-6, mistakes=[
-            (no_res, "no residual: each block returns h + fc2(relu(fc1(h))), not only the branch"),
-            (relu_sum, "a ReLU after the sum: the block adds h after fc2 and stops there"),
-            (x + inner, "one residual around the whole stack: each block adds its own input")])
-        _backward(out, params)
+    expect_class(ResidualStack, nn.Module, "ResidualStack")
+    cases = [(5, 3, 3), (6, 4, 2)]
+    with torch.random.fork_rng(devices=[]):
+        for number, (D, H, depth) in enumerate(cases, start=1):
+            torch.manual_seed(number)
+            where = f"in case {number} of {len(cases)}"
+            _check_stack_case(ResidualStack, D, H, depth, where)
     passed("ResidualStack: own weights per block, outputs and gradients match on 2 sizes")

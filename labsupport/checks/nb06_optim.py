@@ -1,111 +1,550 @@
-"""Checks for notebook 06 (torch.optim); each reference is torch.optim itself, run at check time."""
+"""Checks for notebook 06 (torch.optim); each reference is torch.optim itself, run at check time.
+The known wrong momentum rules are data: small optimizers the check replays next to the student's."""
+
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from .core import CheckError, check_prediction, exercise, expect_count, passed, read_prediction, rel_error, run_student
+from . import running
+from .core import (
+    CheckError,
+    Mistake,
+    TimedOut,
+    check_prediction,
+    compare,
+    exercise,
+    expect_count,
+    expect_tensor,
+    first_mistake,
+    mistake_error,
+    passed,
+    read_prediction,
+    run_student,
+    time_limit,
+)
 from .nb05_nn_module import expect_class
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
+
+# ------------------------------------------------------------------ 06.1 the sweep
+
 SWEEP_LRS = (1e-3, 1e-2, 1e-1, 1.0)
-SWEEP = {"sgd": dict(), "momentum": dict(momentum=0.9), "adam": None}   # SGD's extra settings; None: Adam
-_SHAPES, _GROUP1 = [(4, 5), (4,), (2,), (3, 4), (3,)], {"lr": 0.05, "momentum": 0.5}   # (2,) never gets a gradient
+SWEEP = ("sgd", "momentum", "adam")
+MAX_SWEEP_STEPS = 500
+
+
+def _sweep_optimizer(name: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    """The notebook's ``optimizers[name](params, lr)``."""
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.SGD(params, lr=lr)
+
+
+def _final_loss(name: str, lr: float, steps: int, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Notebook 06's ``run(...)`` for one optimizer and lr: the loss after ``steps`` steps (inf if it diverged)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1000, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))
+    optimizer = _sweep_optimizer(name, model.parameters(), lr)
+    for _ in range(steps):
+        loss = F.mse_loss(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    with torch.no_grad():
+        final = float(F.mse_loss(model(x), y))
+    if not math.isfinite(final):
+        return math.inf
+    return final
+
+
+def _sweep(steps: int) -> dict[str, tuple[float, float]]:
+    """Each optimizer's best (loss, lr) over SWEEP_LRS."""
+    from ..data import lecture_data
+
+    x, y = lecture_data()
+    best = {}
+    with torch.random.fork_rng(devices=[]):
+        for name in SWEEP:
+            results = [(_final_loss(name, lr, steps, x, y), lr) for lr in SWEEP_LRS]
+            best[name] = min(results)
+    return best
 
 
 @exercise("06.1", "which optimizer wins the sweep")
 def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
     """Run notebook 06's sweep (each optimizer at every lr of SWEEP_LRS, ``steps`` steps) and name the winner."""
     __tracebackhide__ = True
-    from ..data import lecture_data
-    prediction = read_prediction("the sweep's winner", prediction, tuple(SWEEP))  # before seconds of measuring
-    (x, y), best = lecture_data(), {}
-    for name, extra in SWEEP.items():
-        for lr in SWEEP_LRS:
-            torch.manual_seed(0)
-            model = torch.nn.Sequential(torch.nn.Linear(1000, 100), torch.nn.ReLU(), torch.nn.Linear(100, 10))
-            opt = torch.optim.Adam(model.parameters(), lr) if extra is None else torch.optim.SGD(model.parameters(), lr, **extra)
-            for _ in range(steps):
-                opt.zero_grad(), F.mse_loss(model(x), y).backward(), opt.step()
-            loss = float(F.mse_loss(model(x), y).detach())
-            best[name] = min(best.get(name, (math.inf, lr)), (loss if math.isfinite(loss) else math.inf, lr))
+    prediction = read_prediction("the sweep's winner", prediction, SWEEP)  # before seconds of measuring
+    steps = expect_count(steps, "steps", minimum=1, maximum=MAX_SWEEP_STEPS)
+    best = _sweep(steps)
     winner = min(best, key=best.get)
-    check_prediction("the sweep's winner", prediction, winner, choices=tuple(SWEEP), mistakes={
+    best_lrs = ", ".join(f"{name} {lr:g}" for name, (_, lr) in best.items())
+    notes = {
         "adam": "Adam's step is about lr per weight whatever the gradient; the grid's larger lrs make it jump about.",
-        "momentum": "momentum multiplies the step by about 1/(1 - 0.9) = 10, so it diverges one grid step earlier."},
-        why="best lr of each: " + ", ".join(f"{n} {lr:g}" for n, (_, lr) in best.items()))
+        "momentum": "momentum multiplies the step by about 1/(1 - 0.9) = 10, so it diverges one grid step earlier.",
+        "sgd": "at its own best lr plain SGD takes steps as large as the others' effective ones.",
+    }
+    notes.pop(winner)
+    check_prediction(
+        "the sweep's winner",
+        prediction,
+        winner,
+        choices=SWEEP,
+        mistakes=notes,
+        why="best lr of each: " + best_lrs,
+        ask="compare the best learning rates: how does each optimizer's step depend on its lr and on the "
+        "gradient, and what did the fixed rates of section 3 hide",
+    )
 
 
-def _trajectory(make: Any, rule: Any = None, steps: int = 6, set_to_none: bool = True) -> list[list[torch.Tensor]]:
-    """Parameters after each step, with optimizer ``make(groups)`` or update ``rule(p, g, v, lr, mu) -> (p, v)``."""
-    __tracebackhide__ = True
-    g = torch.Generator().manual_seed(6)
-    ps = [(torch.randn(*s, generator=g, dtype=torch.float64) * 0.5).requires_grad_() for s in _SHAPES]
-    groups = [{"params": ps[:3]}, {"params": ps[3:], **_GROUP1}]
-    opt, bufs, out = make(groups) if make else None, [None] * 5, []
-    if make and not isinstance(getattr(opt, "param_groups", None), list):
-        raise CheckError("the optimizer has no param_groups")
-    loss = lambda: F.mse_loss(F.linear(F.relu(F.linear(x, ps[0], ps[1])), ps[3], ps[4]), y)  # noqa: E731
-    for _ in range(steps):
-        x, y = torch.randn(8, 5, generator=g, dtype=torch.float64), torch.randn(8, 3, generator=g, dtype=torch.float64)
-        if opt is None:
-            for i, grad in enumerate(torch.autograd.grad(loss(), ps, allow_unused=True)):
-                hyper = _GROUP1 if rule[1] and i > 2 else {"lr": 0.1, "momentum": 0.9}
-                if grad is not None:
-                    new, bufs[i] = rule[0](ps[i].detach(), grad, bufs[i], hyper["lr"], hyper["momentum"])
-                    ps[i] = new.requires_grad_()
-        else:
-            opt.zero_grad(set_to_none=set_to_none)
-            loss().backward()
-            run_student(opt.step, what=f"{type(opt).__name__}.step()")
-        out.append([p.detach().clone() for p in ps])
-    return out
+# ------------------------------------------------------------------ 06.3 SGD with momentum
+
+LR = 0.1
+MOMENTUM = 0.8
+MAX_STEPS = 100
+_SHAPES = [(4, 5), (4,), (2,), (3, 4), (3,)]  # (2,) takes no part in the loss: its .grad stays None
+_GROUP1 = {"lr": 0.05, "momentum": 0.5}  # the second group's own settings
 
 
-_RULES = [  # (update rule, uses each group's own settings, what to tell); v is None on the first step
-    (lambda p, g, v, lr, mu: (p - lr * g, g), True, "the velocity is not kept between steps: this is plain SGD"),
-    (lambda p, g, v, lr, mu: (p, g), True, "step() never changes the parameters: update them in place (p.sub_(...)); "
-                                           "`p = p - ...` only rebinds a local name"),
-    (lambda p, g, v, lr, mu: (p + lr * (w := g if v is None else mu * v + g), w), True, "the sign: subtract lr * v"),
-    (lambda p, g, v, lr, mu: (p - lr * (w := g if v is None else mu * v + (1 - mu) * g), w), True,
-     "dampening: torch adds the whole gradient, v = momentum * v + grad"),
-    (lambda p, g, v, lr, mu: (p - lr * (g + mu * (w := g if v is None else mu * v + g)), w), True,
-     "this is Nesterov momentum; the exercise asks for p -= lr * v"),
-    (lambda p, g, v, lr, mu: (p - lr * (w := lr * g if v is None else mu * v + lr * g), w), True,
-     "the learning rate is applied twice: it is either in v or in the step, not both"),
-    (lambda p, g, v, lr, mu: (p - lr * (0 if v is None else v), g if v is None else mu * v + g), True,
-     "update order: the step uses the velocity of the previous step; update v first, then p -= lr * v"),
-    (lambda p, g, v, lr, mu: (p - lr * (w := g if v is None else mu * v + g), w), False,
-     "the second group is updated with the constructor's lr and momentum: read group['lr'] and group['momentum']"),
+def _velocity(g: torch.Tensor, v: torch.Tensor | None, mu: float) -> torch.Tensor:
+    if v is None:
+        return g
+    return mu * v + g
+
+
+# Update rules ``(p, g, v, lr, mu) -> (new p, new v)``; v is None at a parameter's first step.
+def _momentum(p, g, v, lr, mu):
+    v = _velocity(g, v, mu)
+    return p - lr * v, v
+
+
+def _no_velocity(p, g, v, lr, mu):
+    return p - lr * g, None
+
+
+def _unchanged(p, g, v, lr, mu):
+    return p, _velocity(g, v, mu)
+
+
+def _uphill(p, g, v, lr, mu):
+    v = _velocity(g, v, mu)
+    return p + lr * v, v
+
+
+def _dampened(p, g, v, lr, mu):
+    v = g if v is None else mu * v + (1 - mu) * g
+    return p - lr * v, v
+
+
+def _dampened_from_zero(p, g, v, lr, mu):
+    v = (1 - mu) * g if v is None else mu * v + (1 - mu) * g
+    return p - lr * v, v
+
+
+def _nesterov(p, g, v, lr, mu):
+    v = _velocity(g, v, mu)
+    return p - lr * (g + mu * v), v
+
+
+def _lr_twice(p, g, v, lr, mu):
+    v = lr * g if v is None else mu * v + lr * g
+    return p - lr * v, v
+
+
+def _no_lr(p, g, v, lr, mu):
+    v = _velocity(g, v, mu)
+    return p - v, v
+
+
+def _stale_from_zero(p, g, v, lr, mu):
+    old = torch.zeros_like(g) if v is None else v
+    return p - lr * old, mu * old + g
+
+
+def _stale_from_grad(p, g, v, lr, mu):
+    old = g if v is None else v
+    return p - lr * old, mu * old + g
+
+
+class _RuleOptimizer(torch.optim.Optimizer):
+    """SGD with momentum written with a given update rule: how the check replays a known wrong answer.
+    ``settings="constructor"`` updates every group with the constructor's lr and momentum; ``arguments=False``
+    ignores the constructor's arguments (the groups get lr=0.01, momentum=0.9)."""
+
+    def __init__(self, params, rule, lr, momentum, settings="group", arguments=True):
+        if not arguments:
+            lr = 0.01
+            momentum = 0.9
+        super().__init__(params, {"lr": lr, "momentum": momentum})
+        self.rule = rule
+        self.constructor = {"lr": lr, "momentum": momentum}
+        self.settings = settings
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            hyper = group if self.settings == "group" else self.constructor
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                new_p, state["v"] = self.rule(p.clone(), p.grad.clone(), state.get("v"), hyper["lr"], hyper["momentum"])
+                p.copy_(new_p)
+
+
+@dataclasses.dataclass(frozen=True)
+class WrongRule:
+    """A known wrong SGDMomentum: its update rules (variants of one mistake) and where its settings come from.
+    Called on a student's trajectory, it says whether the student's optimizer behaves like it."""
+
+    rules: tuple[Callable, ...]
+    settings: str = "group"
+    arguments: bool = True
+
+    def maker(self, rule: Callable) -> Callable[[list], torch.optim.Optimizer]:
+        def make(groups: list) -> torch.optim.Optimizer:
+            return _RuleOptimizer(groups, rule, LR, MOMENTUM, self.settings, self.arguments)
+
+        return make
+
+    def __call__(self, trajectory: list) -> bool:
+        for rule in self.rules:
+            replay, _ = _trajectory(self.maker(rule), _Setup(len(trajectory)))
+            if _same_trajectory(trajectory, replay, rtol=1e-7):
+                return True
+        return False
+
+
+def _revealed(trajectory: list) -> bool:
+    """ALIASED and NOT_IN_STATE are named by the run that reveals them (set_to_none=False, a resumed run)."""
+    return True
+
+
+RULE_MISTAKES = [
+    Mistake(
+        "no velocity kept",
+        WrongRule((_no_velocity,)),
+        why="each step uses only the current gradient: nothing is carried over from one step to the next",
+        look="step(): keep v in self.state[p] and update it at every step",
+    ),
+    Mistake(
+        "parameters never change",
+        WrongRule((_unchanged,)),
+        why="step() computes new values but never writes them into the parameters: binding a name to a new "
+        "tensor does not change the tensor the name held before",
+        look="step(): change each p in place, p.sub_(...) or p -= ...; `p = p - ...` only rebinds a local name",
+        symptom="the parameters are the same after every step",
+    ),
+    Mistake(
+        "wrong sign",
+        WrongRule((_uphill,)),
+        why="the parameters move up the gradient: the step is added instead of subtracted",
+        look="step(): p -= lr * v",
+    ),
+    Mistake(
+        "dampening",
+        WrongRule((_dampened, _dampened_from_zero)),
+        why="the gradient is scaled down (dampened) before it joins the velocity; the exercise adds the whole gradient",
+        look="step(): v = momentum * v + grad",
+    ),
+    Mistake(
+        "Nesterov momentum",
+        WrongRule((_nesterov,)),
+        why="this is Nesterov's variant, which looks ahead along the velocity; the exercise steps along the "
+        "velocity itself",
+        look="step(): p -= lr * v",
+    ),
+    Mistake(
+        "lr applied twice",
+        WrongRule((_lr_twice,)),
+        why="the learning rate scales the gradient inside the velocity and then the velocity again in the step",
+        look="step(): v = momentum * v + grad, then p -= lr * v",
+    ),
+    Mistake(
+        "lr missing",
+        WrongRule((_no_lr,)),
+        why="the step moves by the whole velocity: the learning rate is never applied",
+        look="step(): p -= lr * v",
+    ),
+    Mistake(
+        "update order",
+        WrongRule((_stale_from_zero, _stale_from_grad)),
+        why="each step moves along the previous step's velocity: the velocity is updated after the parameters",
+        look="step(): first v = momentum * v + grad, then p -= lr * v",
+    ),
+    Mistake(
+        "group settings ignored",
+        WrongRule((_momentum,), settings="constructor"),
+        why="every group is updated with the constructor's lr and momentum, but each group carries its own",
+        look="step(): read group['lr'] and group['momentum'] inside the loop over self.param_groups",
+    ),
+    Mistake(
+        "constructor arguments ignored",
+        WrongRule((_momentum,), arguments=False),
+        why="the groups do not hold the lr and momentum given to the constructor: fixed numbers are passed as "
+        "defaults to super().__init__",
+        look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+    ),
 ]
+NO_SUPER = Mistake(
+    "no super().__init__()",
+    None,
+    why="__init__ does not call super().__init__(params, defaults), so the optimizer has no param_groups",
+    look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+)
+MISSING_DEFAULT = Mistake(
+    "setting missing from defaults",
+    None,
+    why="the defaults given to super().__init__ lack lr or momentum, so a group without its own has none",
+    look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+)
+NONE_GRAD = Mistake(
+    "None gradient not skipped",
+    None,
+    why="a parameter that took no part in the loss has no gradient (p.grad is None), and step() uses it anyway",
+    look="step(): if p.grad is None: continue",
+)
+NO_NO_GRAD = Mistake(
+    "update recorded by autograd",
+    None,
+    why="step() changes the parameters in place while autograd records, which autograd refuses for its leaves",
+    look="decorate step() with @torch.no_grad()",
+)
+SHARED_VELOCITY = Mistake(
+    "one velocity for all parameters",
+    None,
+    why="one velocity is combined with the gradients of parameters of other shapes: each parameter needs its own",
+    look="step(): state = self.state[p], and v kept in state",
+)
+ALIASED = Mistake(
+    "velocity aliases p.grad",
+    _revealed,
+    why="the velocity is p.grad itself, not a copy, so zero_grad(set_to_none=False) wipes it and backward() adds "
+    "into it",
+    look="step(): at the first step, state['v'] = p.grad.clone()",
+)
+NOT_IN_STATE = Mistake(
+    "velocity outside self.state",
+    _revealed,
+    why="part of what step() remembers is kept outside self.state, so state_dict() does not save it and a "
+    "resumed run loses it",
+    look="step(): keep v in self.state[p]",
+)
+LOW_PRECISION = Mistake(
+    "velocity in float32",
+    None,
+    why="the velocity is a float32 tensor while the parameters are float64, so the updates lose precision",
+    look="step(): create v from the gradient (p.grad.clone() or torch.zeros_like(p))",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Setup:
+    """How the check trains: ``steps`` steps, zero_grad's set_to_none, whether one parameter has no gradient,
+    a resume from state_dict() after step ``resume_at``, and whether step() is wrapped in torch.no_grad()."""
+
+    steps: int
+    set_to_none: bool = True
+    unused: bool = True
+    resume_at: int | None = None
+    wrap_no_grad: bool = False
+
+
+def _groups(params: list[torch.Tensor]) -> list[dict]:
+    return [{"params": params[:3]}, {"params": params[3:], **_GROUP1}]
+
+
+def _loss(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, unused: bool) -> torch.Tensor:
+    w1, b1, extra, w2, b2 = params
+    hidden = F.relu(F.linear(x, w1, b1))
+    loss = F.mse_loss(F.linear(hidden, w2, b2), y)
+    if not unused:
+        loss = loss + extra.pow(2).sum()
+    return loss
+
+
+def _step(optimizer: torch.optim.Optimizer, setup: _Setup) -> None:
+    __tracebackhide__ = True
+    what = f"{type(optimizer).__name__}.step()"
+    if setup.wrap_no_grad:
+        with torch.no_grad():
+            run_student(optimizer.step, what=what)
+    else:
+        run_student(optimizer.step, what=what)
+
+
+def _resume(make: Callable, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """A new optimizer loaded with ``optimizer.state_dict()``, as in a run resumed from a checkpoint."""
+    __tracebackhide__ = True
+    name = type(optimizer).__name__
+    state = run_student(optimizer.state_dict, what=f"{name}.state_dict()")
+    fresh = make(_groups(params))
+    run_student(fresh.load_state_dict, state, what=f"{name}.load_state_dict(...)")
+    return fresh
+
+
+def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]], torch.optim.Optimizer]:
+    """Train the check's small network with ``make(groups)``: the parameters after each step, and the optimizer."""
+    __tracebackhide__ = True
+    gen = torch.Generator().manual_seed(6)
+    params = [(torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_() for shape in _SHAPES]
+    optimizer = make(_groups(params))
+    after = []
+    for step in range(1, setup.steps + 1):
+        x = torch.randn(8, 5, generator=gen, dtype=torch.float64)
+        y = torch.randn(8, 3, generator=gen, dtype=torch.float64)
+        run_student(optimizer.zero_grad, set_to_none=setup.set_to_none, what=f"{type(optimizer).__name__}.zero_grad()")
+        _loss(params, x, y, setup.unused).backward()
+        _step(optimizer, setup)
+        _expect_parameters(params, step, setup.steps)
+        after.append([p.detach().clone() for p in params])
+        if step == setup.resume_at:
+            optimizer = _resume(make, params, optimizer)
+    return after, optimizer
+
+
+def _expect_parameters(params: list[torch.Tensor], step: int, steps: int) -> None:
+    """After a step every parameter keeps its shape and dtype (float64) and holds finite numbers."""
+    __tracebackhide__ = True
+    for number, (p, shape) in enumerate(zip(params, _SHAPES)):
+        group = 0 if number < 3 else 1
+        name = f"after step {step} of {steps}, group {group}'s parameter of shape {shape}"
+        expect_tensor(p.detach(), name, shape=shape, dtype=torch.float64, device="cpu")
+
+
+def _same_trajectory(a: list, b: list, rtol: float) -> bool:
+    for got, want in zip(a, b):
+        for p, q in zip(got, want):
+            if p.shape != q.shape or not torch.allclose(p.double(), q, rtol=rtol, atol=1e-12):
+                return False
+    return len(a) == len(b)
+
+
+def _student_maker(cls: type) -> Callable[[list], torch.optim.Optimizer]:
+    call = f"SGDMomentum(groups, lr={LR}, momentum={MOMENTUM})"
+
+    def make(groups: list) -> torch.optim.Optimizer:
+        __tracebackhide__ = True
+        optimizer = run_student(cls, groups, lr=LR, momentum=MOMENTUM, what=call)
+        if not isinstance(getattr(optimizer, "param_groups", None), list):
+            raise mistake_error(f"{call} has no param_groups", NO_SUPER)
+        return optimizer
+
+    return make
+
+
+def _timed_trajectory(make: Callable, setup: _Setup) -> tuple[list, torch.optim.Optimizer]:
+    """The student's trajectory, all of it under the time limit."""
+    __tracebackhide__ = True
+    limit = running.TIME_LIMIT
+    try:
+        with time_limit(limit):
+            return _trajectory(make, setup)
+    except TimedOut:
+        raise CheckError(
+            f"{setup.steps} steps of SGDMomentum did not finish within {limit:g} s, so the check stopped them",
+            hint="a loop that never ends, or far more work per step than the update needs",
+            mistake="too slow",
+        ) from None
+
+
+def _completes(make: Callable, setup: _Setup) -> bool:
+    try:
+        _timed_trajectory(make, setup)
+    except CheckError:
+        return False
+    return True
+
+
+def _crash_mistake(make: Callable, err: CheckError, setup: _Setup) -> CheckError:
+    """Name the mistake behind an error raised by the student's optimizer, where behaviour confirms it."""
+    cause = err.__cause__
+    short = dataclasses.replace(setup, steps=2)
+    if isinstance(cause, KeyError) and cause.args and cause.args[0] in ("lr", "momentum"):
+        return mistake_error(err.message, MISSING_DEFAULT)
+    if setup.unused and _completes(make, dataclasses.replace(short, unused=False)):
+        return mistake_error(err.message, NONE_GRAD)
+    text = str(cause)
+    if "leaf Variable" in text and _completes(make, dataclasses.replace(short, wrap_no_grad=True)):
+        return mistake_error(err.message, NO_NO_GRAD)
+    if "must match the size" in text:
+        return mistake_error(err.message, SHARED_VELOCITY)
+    return err
+
+
+def _student_run(make: Callable, setup: _Setup) -> tuple[list, torch.optim.Optimizer]:
+    __tracebackhide__ = True
+    try:
+        return _timed_trajectory(make, setup)
+    except CheckError as err:
+        if err.usage or err.mistake in ("too slow", NO_SUPER.name):
+            raise
+        raise _crash_mistake(make, err, setup) from None
+
+
+def _low_precision(optimizer: torch.optim.Optimizer) -> bool:
+    """Does the optimizer keep a floating-point tensor of lower precision than float64 in its state?"""
+    for state in getattr(optimizer, "state", {}).values():
+        values = state.values() if isinstance(state, dict) else [state]
+        for value in values:
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
+                return True
+    return False
+
+
+def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = None) -> None:
+    """Compare step by step; at the first difference name the first mistake the whole trajectory matches."""
+    __tracebackhide__ = True
+    steps = len(reference)
+    for step, (got, want) in enumerate(zip(mine, reference), start=1):
+        for number, (p, q) in enumerate(zip(got, want)):
+            group = 0 if number < 3 else 1
+            name = f"group {group}'s parameter of shape {tuple(q.shape)}"
+            where = f"after step {step} of {steps} (reference: torch.optim.SGD with the same groups)"
+            try:
+                compare(name, p, q, rtol=1e-9, atol=1e-12, where=where)
+            except CheckError as err:
+                mistake = first_mistake(mine, mistakes)
+                if mistake is None and optimizer is not None and _low_precision(optimizer):
+                    mistake = LOW_PRECISION
+                if mistake is None:
+                    raise
+                raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+def _torch_sgd(groups: list) -> torch.optim.Optimizer:
+    return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM)
 
 
 @exercise("06.3", "SGD with momentum")
 def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
-    """Train side by side with ``torch.optim.SGD(momentum=...)`` (two groups, a parameter without gradient)."""
+    """Train side by side with ``torch.optim.SGD(momentum=...)`` (two groups, a parameter without gradient),
+    then with zero_grad(set_to_none=False), then resumed from state_dict()."""
     __tracebackhide__ = True
-    cls, steps = expect_class(SGDMomentum, torch.optim.Optimizer, "SGDMomentum"), expect_count(steps, "steps", minimum=2)
-    try:
-        mine = _trajectory(lambda gs: run_student(cls, gs, lr=0.1, momentum=0.9, what="SGDMomentum(...)"), steps=steps)
-    except CheckError as err:
-        raise CheckError(err.message, hint=next((why for key, why in [
-            ("must match the size", "one velocity for all parameters: keep one per parameter, in self.state[p]"),
-            ("NoneType", "a parameter without gradient has p.grad None: skip it"),
-            ("param_groups", "call super().__init__(params, dict(lr=lr, momentum=momentum)) in __init__")]
-            if key in err.message), err.hint)) from None
-    ref = _trajectory(lambda groups: torch.optim.SGD(groups, lr=0.1, momentum=0.9), steps=steps)
-    for step, (a, b) in enumerate(zip(mine, ref), start=1):
-        if max(rel_error(p, q) for p, q in zip(a, b)) > 1e-10:
-            why = next((w for rule, own, w in _RULES if all(rel_error(p, q) < 1e-8 for s, t in
-                        zip(mine, _trajectory(None, (rule, own), steps)) for p, q in zip(s, t))), None)
-            raise CheckError(f"step {step} of {steps} is the first where SGDMomentum and torch.optim.SGD differ",
-                             hint=why or ("the parameters are not finite" if not all(
-                                 torch.isfinite(p).all() for p in a) else "v = momentum * v + grad, then p -= lr * v"))
-    if any(rel_error(p, q) > 1e-10 for a, b in zip(_trajectory(lambda gs: cls(gs, lr=0.1, momentum=0.9), steps=3,
-                                                               set_to_none=False), ref) for p, q in zip(a, b)):
-        raise CheckError("with zero_grad(set_to_none=False) the parameters differ", hint="the velocity is p.grad "
-                         "itself, which zero_grad() wipes: store a copy, p.grad.clone()")
+    cls = expect_class(SGDMomentum, torch.optim.Optimizer, "SGDMomentum")
+    if issubclass(cls, torch.optim.SGD):
+        raise CheckError(
+            "SGDMomentum derives from torch.optim.SGD, which it should replace",
+            usage=True,
+            hint="derive from torch.optim.Optimizer and write step() yourself",
+        )
+    steps = expect_count(steps, "steps", minimum=2, maximum=MAX_STEPS)
+    make = _student_maker(cls)
+    mine, optimizer = _student_run(make, _Setup(steps))
+    reference, _ = _trajectory(_torch_sgd, _Setup(steps))
+    _compare_runs(mine, reference, RULE_MISTAKES, optimizer)
+    kept_setup = _Setup(min(steps, 3), set_to_none=False)
+    kept, _ = _student_run(make, kept_setup)
+    _compare_runs(kept, _trajectory(_torch_sgd, kept_setup)[0], [ALIASED])
+    resume_setup = _Setup(steps, resume_at=steps // 2)
+    resumed, _ = _student_run(make, resume_setup)
+    _compare_runs(resumed, _trajectory(_torch_sgd, resume_setup)[0], [NOT_IN_STATE])
     passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")
