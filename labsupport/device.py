@@ -5,6 +5,7 @@ Example:
     >>> lab.pick_device("cpu")
     device(type='cpu')
 """
+
 from __future__ import annotations
 
 import os
@@ -33,14 +34,24 @@ def pick_device(prefer: str | None = None) -> torch.device:
         >>> pick_device("cpu")
         device(type='cpu')
     """
+    if prefer is not None and not isinstance(prefer, (str, torch.device)):
+        raise RuntimeError(
+            f"a device is named by a string such as 'cpu' or 'cuda', or a torch.device; "
+            f"got {type(prefer).__name__} {prefer!r}"
+        )
     wanted = prefer if prefer is not None else os.environ.get("LAB_DEVICE", "").strip()
     if not wanted:
-        return torch.device(next(d for d in ("cuda", "mps", "cpu")
-                                 if d == "cpu" or any(n.startswith(d) for n in _available())))
+        return torch.device(
+            next(d for d in ("cuda", "mps", "cpu") if d == "cpu" or any(n.startswith(d) for n in _available()))
+        )
     try:
         dev = torch.device(wanted)
     except (RuntimeError, TypeError) as exc:
         raise RuntimeError(f"{wanted!r} is not a device name (try 'cpu', 'cuda', 'cuda:1' or 'mps')") from exc
+    if dev.type == "meta":
+        raise RuntimeError(
+            "the meta device holds shapes but no data and runs nothing: pick a real one ('cpu', 'cuda' or 'mps')"
+        )
     names = _available()
     if str(dev) not in names and not (dev.index is None and any(n.startswith(dev.type) for n in names)):
         raise RuntimeError(f"{wanted!r} was asked for but is not available; available: {', '.join(names)}")
@@ -62,15 +73,19 @@ def print_environment(device: torch.device | str | None = None) -> None:
         >>> print_environment("cpu")       # doctest: +ELLIPSIS
         python ... | torch ... | torchvision ... | device cpu (... threads)
     """
-    device = torch.device(device) if device is not None else pick_device()
-    where = (torch.cuda.get_device_name(device) if device.type == "cuda"
-             else f"{torch.get_num_threads()} threads")
+    device = pick_device(device)  # None: the default; a name that is no device gets pick_device's sentence
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
     found = {name: _version(name) for name in MIN_VERSIONS}
-    print(f"python {platform.python_version()} | torch {found['torch']} | torchvision "
-          f"{found['torchvision']} | device {device} ({where})")
+    print(
+        f"python {platform.python_version()} | torch {found['torch']} | torchvision "
+        f"{found['torchvision']} | device {device} ({where})"
+    )
     for name, floor in MIN_VERSIONS.items():
         parts = tuple(int(p) for p in found[name].split(".")[:2] if p.isdigit())
         if found[name] == "missing" or parts < floor:
-            warnings.warn(f"{name} {found[name]} is older than the lab's floor "
-                          f"{'.'.join(map(str, floor))}: run `make lab`, or pip install the lab's "
-                          f"pinned versions", stacklevel=2)
+            warnings.warn(
+                f"{name} {found[name]} is older than the lab's floor "
+                f"{'.'.join(map(str, floor))}: run `make lab`, or pip install the lab's "
+                f"pinned versions",
+                stacklevel=2,
+            )

@@ -1,4 +1,6 @@
-"""Checks of notebook 00: the right answers pass, each listed mistake is named, bad input gets a message."""
+"""Checks of notebook 00: right answers pass (in every allowed form), each listed mistake is named,
+bad inputs get one clear sentence, and the prediction records its first answer."""
+
 import math
 
 import numpy as np
@@ -6,10 +8,11 @@ import pytest
 import torch
 
 import labsupport as lab
-from labsupport.checks import core
+from labsupport.checks import nb00_hardware as nb00
+from labsupport.checks import running
 
 T = lab.TITAN_RTX
-TENSOR = T["sms"] * T["tensor_cores_per_sm"] * T["fp16_fma_per_tensor_core_per_cycle"] * 2 * T["boost_clock_ghz"] * 1e9
+TENSOR, FP32 = nb00.titan_peaks(T)
 
 
 def cpu_peak(c, g, b, u):
@@ -18,6 +21,11 @@ def cpu_peak(c, g, b, u):
 
 def roofline(i, p, b):
     return min(p, i * b)
+
+
+def roofline_by_ridge(intensity, peak, bandwidth):
+    ridge = peak / bandwidth
+    return peak if intensity >= ridge else intensity * bandwidth
 
 
 def raises(*args):
@@ -29,15 +37,32 @@ def never_returns(*args):
         pass
 
 
-@pytest.mark.parametrize("check, answer", [
-    (lab.check_titan_tensor_peak, TENSOR),
-    (lab.check_titan_tensor_peak, torch.tensor(TENSOR, dtype=torch.float64)),
-    (lab.check_titan_tensor_peak, np.float64(TENSOR)),
-    (lab.check_cpu_peak_flops, cpu_peak),
-    (lab.check_cpu_peak_flops, lambda *a: torch.tensor(cpu_peak(*a), dtype=torch.float64)),
-    (lab.check_roofline, roofline),
-    (lab.check_matmul_size_prediction, 1024),
-])
+class LyingFloat(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+# ----------------------------------------------------------------------------- right answers, in every allowed form
+
+
+@pytest.mark.parametrize(
+    "check, answer",
+    [
+        (lab.check_titan_tensor_peak, TENSOR),
+        (lab.check_titan_tensor_peak, int(TENSOR)),
+        (lab.check_titan_tensor_peak, torch.tensor(TENSOR, dtype=torch.float64)),
+        (lab.check_titan_tensor_peak, np.float64(TENSOR)),
+        (lab.check_cpu_peak_flops, cpu_peak),
+        (lab.check_cpu_peak_flops, lambda c, g, b, u: c * g * 1e9 * u * (b // 32) * 2),
+        (lab.check_cpu_peak_flops, lambda *a: torch.tensor(cpu_peak(*a), dtype=torch.float64)),
+        (lab.check_cpu_peak_flops, lambda *a: np.float64(cpu_peak(*a))),
+        (lab.check_roofline, roofline),
+        (lab.check_roofline, roofline_by_ridge),
+        (lab.check_roofline, lambda *a: torch.tensor(roofline(*a), dtype=torch.float64)),
+    ],
+)
 def test_right_answers_pass(check, answer, capsys):
     check(answer)
     assert capsys.readouterr().out.startswith("PASS")
@@ -45,59 +70,144 @@ def test_right_answers_pass(check, answer, capsys):
 
 def test_titan_pass_line_states_the_lectures_8x(capsys):
     lab.check_titan_tensor_peak(TENSOR)
-    assert "130 TFLOP/s, 8x" in capsys.readouterr().out
+    assert capsys.readouterr().out == "PASS  Titan RTX tensor cores: 130 TFLOP/s, 8x its CUDA cores' fp32\n"
 
 
-# One entry per mistake each check lists: (check, wrong answer, words of the message it must get).
-MISTAKES = [
-    (lab.check_titan_tensor_peak, TENSOR / 2, "a multiply-add is 2 FLOP"),                     # FMA as 1 FLOP
-    (lab.check_titan_tensor_peak, TENSOR * 4 / T["tensor_cores_per_sm"], "8 tensor cores per SM"),  # Hopper's 4
-    (lab.check_titan_tensor_peak, TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"], "base clock"),
-    (lab.check_titan_tensor_peak, TENSOR / T["sms"], "one SM"),
-    (lab.check_titan_tensor_peak, TENSOR / 1e12, "not GFLOP/s or TFLOP/s"),
-    (lab.check_titan_tensor_peak, TENSOR / 1e9, "not GFLOP/s or TFLOP/s"),
-    (lab.check_cpu_peak_flops, lambda c, g, b, u: cpu_peak(c, g, b, u) / 2, "an FMA is 2 FLOP"),
-    (lab.check_cpu_peak_flops, lambda c, g, b, u: cpu_peak(c, g, b * 32 / 64, u), "not 64"),
-    (lab.check_cpu_peak_flops, lambda c, g, b, u: cpu_peak(c, g, b * 32, u), "width in bits"),
-    (lab.check_cpu_peak_flops, lambda c, g, b, u: cpu_peak(c, g, b, 1), "fma_units FMA units"),
-    (lab.check_cpu_peak_flops, lambda c, g, b, u: cpu_peak(c, g / 1e9, b, u), "in GHz"),
-    (lab.check_roofline, lambda i, p, b: max(p, i * b), "higher roof"),
-    (lab.check_roofline, lambda i, p, b: i * b, "beats the compute peak"),
-    (lab.check_roofline, lambda i, p, b: p, "memory cannot feed"),
-    (lab.check_matmul_size_prediction, 16, "not what limits them"),
-]
+# ----------------------------------------------------------------------------- one test per listed mistake
+
+# A wrong answer for each Mistake the checks list, generated from the same specs.
+TITAN_WRONG = {
+    "half": TENSOR / 2,
+    "CUDA cores' peak": FP32,
+    "base clock": TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"],
+    "one SM": TENSOR / T["sms"],
+    "one FMA per tensor core": TENSOR / T["fp16_fma_per_tensor_core_per_cycle"],
+    "per cycle": TENSOR / (T["boost_clock_ghz"] * 1e9),
+    "unit": TENSOR / 1e12,
+}
 
 
-@pytest.mark.parametrize("check, wrong, words", MISTAKES)
-def test_each_listed_mistake_is_named(check, wrong, words):
-    with pytest.raises(lab.CheckError, match=words):
-        check(wrong)
+def test_every_titan_mistake_has_a_test():
+    assert [m.name for m in nb00.titan_mistakes(T)] == list(TITAN_WRONG)
 
 
-def test_a_wrong_answer_outside_the_list_still_says_what_was_expected():
-    with pytest.raises(lab.CheckError, match="Expected 1.3e"):
-        lab.check_titan_tensor_peak(1.0)
-    with pytest.raises(lab.CheckError, match="roofline.*is wrong"):
+def test_one_tensor_core_per_sm_equals_the_cuda_cores_peak_and_is_named_without_guessing():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(TENSOR / T["tensor_cores_per_sm"])
+    assert info.value.mistake == "CUDA cores' peak" and "one tensor core per SM" in info.value.hint
+
+
+@pytest.mark.parametrize("name", list(TITAN_WRONG))
+def test_each_titan_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(TITAN_WRONG[name])
+    assert info.value.mistake == name
+    assert info.value.hint
+
+
+@pytest.mark.parametrize("scale", [1e-9, 1e-12, 1e3])
+def test_any_power_of_ten_is_a_unit_slip(scale):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(TENSOR * scale)
+    assert info.value.mistake == "unit"
+
+
+CPU_WRONG = {
+    "half": nb00._half,
+    "twice": nb00._twice,
+    "bits as lanes": nb00._bits_as_lanes,
+    "bytes as lanes": nb00._bytes_as_lanes,
+    "fma_units ignored": nb00._one_fma_unit,
+    "cores ignored": nb00._one_core,
+    "clock in GHz": nb00._clock_in_hz,
+}
+
+
+def test_every_cpu_mistake_has_a_test():
+    assert [m.name for m in nb00.CPU_MISTAKES] == list(CPU_WRONG)
+
+
+@pytest.mark.parametrize("name", list(CPU_WRONG))
+def test_each_cpu_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cpu_peak_flops(CPU_WRONG[name])
+    assert info.value.mistake == name
+
+
+def test_cores_ignored_is_named_on_the_first_machine_that_shows_it():
+    with pytest.raises(lab.CheckError, match=r"cores=2, .* is wrong") as info:
+        lab.check_cpu_peak_flops(nb00._one_core)
+    assert info.value.mistake == "cores ignored"
+
+
+ROOFLINE_WRONG = {
+    "higher roof": nb00._higher_roof,
+    "no compute roof": nb00._memory_only,
+    "no memory roof": nb00._peak_only,
+    "intensity inverted": nb00._intensity_inverted,
+}
+
+
+def test_every_roofline_mistake_has_a_test():
+    assert [m.name for m in nb00.ROOFLINE_MISTAKES] == list(ROOFLINE_WRONG)
+
+
+@pytest.mark.parametrize("name", list(ROOFLINE_WRONG))
+def test_each_roofline_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(ROOFLINE_WRONG[name])
+    assert info.value.mistake == name
+
+
+def test_the_first_failure_says_what_and_where_without_the_cause():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(nb00._higher_roof)
+    rung_one = "\n".join(info.value.rendered())
+    assert "roofline(intensity=0.083" in rung_one and "expected:" in rung_one
+    assert "higher roof" not in rung_one  # the cause waits for rung 2
+
+
+def test_a_wrong_answer_outside_the_list_says_what_was_expected_and_guesses_no_cause():
+    with pytest.raises(lab.CheckError, match="Expected 1.3e") as info:
+        lab.check_titan_tensor_peak(1.234e13)
+    assert info.value.mistake is None and info.value.hint is None
+    with pytest.raises(lab.CheckError, match=r"roofline.*is wrong") as info:
         lab.check_roofline(lambda i, p, b: p / b)
+    assert info.value.hint is None
 
 
-BAD = [None, [1.0], "1e14", float("nan"), math.inf, torch.ones(2)]
-CHECKS = [lab.check_titan_tensor_peak, lab.check_cpu_peak_flops, lab.check_roofline,
-          lab.check_matmul_size_prediction]
+# ----------------------------------------------------------------------------- bad inputs: one sentence, never a PASS
+
+BAD_NUMBERS = [None, [1.0], "1e14", float("nan"), math.inf, torch.ones(2), True, torch.tensor(1.0, device="meta")]
 
 
-@pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
-@pytest.mark.parametrize("bad", BAD, ids=repr)
-def test_bad_answers_get_a_check_error(check, bad):
+@pytest.mark.parametrize("bad", BAD_NUMBERS, ids=repr)
+def test_bad_numbers_get_one_sentence(bad, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(bad)
+    assert info.value.usage and "titan_tensor_peak" in info.value.message
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_a_lying_float_subclass_is_judged_by_its_value():
     with pytest.raises(lab.CheckError):
-        check(bad)
+        lab.check_titan_tensor_peak(LyingFloat(1.0))
 
 
 @pytest.mark.parametrize("check", [lab.check_cpu_peak_flops, lab.check_roofline], ids=lambda c: c.__name__)
-@pytest.mark.parametrize("returns", BAD, ids=repr)
-def test_functions_returning_junk_get_a_check_error(check, returns):
-    with pytest.raises(lab.CheckError, match="must be a finite number"):
+@pytest.mark.parametrize("returns", BAD_NUMBERS, ids=repr)
+def test_functions_returning_junk_get_one_sentence(check, returns):
+    with pytest.raises(lab.CheckError, match="returned") as info:
         check(lambda *a: returns)
+    assert info.value.usage
+
+
+@pytest.mark.parametrize("check", [lab.check_cpu_peak_flops, lab.check_roofline], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("bad", [None, [1.0], 3.0, "f"], ids=repr)
+def test_what_is_not_a_function_gets_one_sentence(check, bad):
+    with pytest.raises(lab.CheckError) as info:
+        check(bad)
+    assert info.value.usage
 
 
 @pytest.mark.parametrize("check", [lab.check_cpu_peak_flops, lab.check_roofline], ids=lambda c: c.__name__)
@@ -108,8 +218,8 @@ def test_a_raising_function_gets_its_error_named(check):
 
 @pytest.mark.parametrize("check", [lab.check_cpu_peak_flops, lab.check_roofline], ids=lambda c: c.__name__)
 def test_a_function_that_never_returns_is_stopped(check, monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.2)
-    with pytest.raises(lab.CheckError, match="did not return"):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
         check(never_returns)
 
 
@@ -117,11 +227,95 @@ def test_a_function_that_never_returns_is_stopped(check, monkeypatch):
 def test_the_stub_says_not_written_yet(check):
     def stub(*args):
         raise NotImplementedError("Exercise")
+
     with pytest.raises(lab.CheckError, match="not written yet"):
         check(stub)
+
+
+@pytest.mark.parametrize("check", [lab.check_cpu_peak_flops, lab.check_roofline], ids=lambda c: c.__name__)
+def test_a_function_of_the_wrong_arity_gets_its_error_named(check):
+    with pytest.raises(lab.CheckError, match="TypeError"):
+        check(lambda x: x)
+
+
+def test_a_check_called_wrongly_says_so():
+    with pytest.raises(lab.CheckError, match="was called wrongly") as info:
+        lab.check_roofline(roofline, 3)
+    assert info.value.usage
 
 
 def test_failures_are_labelled_with_the_exercise():
     with pytest.raises(lab.CheckError) as info:
         lab.check_roofline(None)
     assert info.value.exercise == "Exercise 00.4: the roofline"
+
+
+# ----------------------------------------------------------------------------- 00.3 the prediction
+
+
+def test_the_prediction_passes_and_records_the_answer(capsys):
+    lab.check_matmul_size_prediction(1024, "cpu")
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  which size gets closer to the peak: 1024 is right (recorded answer: 1024).")
+
+
+@pytest.mark.parametrize("answer", [torch.tensor(1024), np.int64(1024), 1024.0])
+def test_numbers_in_other_forms_are_normalised(answer, capsys):
+    lab.check_matmul_size_prediction(answer)
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_wrong_then_right_prediction_keeps_the_first_answer_and_never_passes(capsys):
+    lab.check_matmul_size_prediction(16)
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT  which size gets closer to the peak: what happens is 1024 (recorded answer: 16)")
+    assert "Now explain: what does every call cost" in first
+    lab.check_matmul_size_prediction(1024)
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 16" in second
+    assert "your new answer 1024 does not replace it" in second
+
+
+@pytest.mark.parametrize("bad", [None, "1024", 512, [16, 1024], float("nan"), torch.ones(2), "sixteen"], ids=repr)
+def test_bad_predictions_are_refused_before_timing(bad, monkeypatch, capsys):
+    def no_timing(device):
+        raise AssertionError("timed although the answer is unusable")
+
+    monkeypatch.setattr(nb00, "matmul_rates", no_timing)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_matmul_size_prediction(bad)
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "device, words",
+    [
+        ("meta", "meta device"),
+        (torch.device("meta"), "meta device"),
+        (None, "must name a device"),
+        (3, "must name a device"),
+        (["cpu"], "must name a device"),
+        ("not-a-device", "is not a device name"),
+        ("cuda:7", "not available"),
+    ],
+    ids=repr,
+)
+def test_a_device_that_cannot_time_gets_one_sentence_and_no_pass(device, words, capsys):
+    with pytest.raises(lab.CheckError, match=words) as info:
+        lab.check_matmul_size_prediction(1024, device)
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+
+
+def test_timing_that_never_ends_is_stopped(monkeypatch):
+    import labsupport.hardware as hardware
+
+    def endless(*args, **kwargs):
+        while True:
+            pass
+
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.3)
+    monkeypatch.setattr(hardware, "measure_matmul", endless)
+    with pytest.raises(lab.CheckError, match="did not finish within 0.3 s, so it was stopped"):
+        lab.check_matmul_size_prediction(1024)

@@ -1,4 +1,6 @@
-"""Checks of notebook 10: the references pass, each listed mistake is named, bad inputs get a CheckError."""
+"""Checks of notebook 10: right answers pass (in every allowed design), each listed mistake is named,
+the starting code never gets its fix, bad inputs get one clear sentence, predictions keep the first answer."""
+
 import time
 
 import numpy as np
@@ -7,49 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import labsupport as lab
-from labsupport.checks import core
-
-
-# ----------------------------------------------------------------------------- 10.1 Module.to prediction
-
-def test_to_prediction_is_measured(capsys):
-    lab.check_to_prediction("same")
-    assert capsys.readouterr().out.startswith("PASS  Module.to: 'same' is right.")
-
-
-@pytest.mark.parametrize("answer, fragment", [("new", "usual reason given for the rule"), ("maybe", "one of the choices"),
-                                              (None, "no prediction yet"), (3, "one of the choices")])
-def test_to_prediction_mistakes(answer, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_to_prediction(answer)
-
-
-# ----------------------------------------------------------------------------- 10.2 GradScaler step
-
-def _forward(model, inputs, targets, dtype, autocast=True):
-    with torch.autocast(device_type=inputs.device.type, dtype=dtype, enabled=autocast):
-        return F.cross_entropy(model(inputs), targets)
-
-
-def amp_step(model, optimizer, scaler, inputs, targets, dtype, *, zero=True, scaled=True, via_scaler=True,
-             update=True, autocast=True):
-    loss = _forward(model, inputs, targets, dtype, autocast)
-    if zero:
-        optimizer.zero_grad(set_to_none=True)
-    (scaler.scale(loss) if scaled else loss).backward()
-    scaler.step(optimizer) if via_scaler else optimizer.step()
-    if update:
-        scaler.update()
-    return loss.detach()
-
-
-def test_amp_step_reference_passes(capsys):
-    lab.check_amp_step(amp_step)
-    assert capsys.readouterr().out.startswith("PASS  amp_step: the step on inf gradients was skipped")
-
-
-def _variant(**wrong):
-    return lambda *args: amp_step(*args, **wrong)
+from labsupport.checks import nb10_scaling_up as nb10
+from labsupport.checks import running
 
 
 def never_returns(*args):
@@ -57,96 +18,533 @@ def never_returns(*args):
         time.sleep(0.01)
 
 
-AMP_MISTAKES = [
-    (_variant(via_scaler=False, update=False), "optimizer.step\\(\\) stepped on the scaled"),
-    (_variant(via_scaler=False), "No inf checks were recorded"),
-    (_variant(zero=False), "the third step was skipped too: zero the gradients"),
-    (_variant(scaled=False), "did not use scaler.scale"),
-    (_variant(update=False), "call scaler.update"),
-    (_variant(autocast=False), "under torch.autocast"),
-    (lambda *a: [amp_step(*a)], "must return the loss"),
-    (lambda *a: None, "must return the loss"),
-    (None, "is None: run the exercise cell above first"),
-    ([1, 2], "not a function"),
-    (lambda *a: (_ for _ in ()).throw(NotImplementedError("Exercise 2")), "not written yet"),
-    (lambda *a: 1 / 0, "ZeroDivisionError"),
-    (lambda m, *a: [p.data.fill_(float("nan")) for p in m.parameters()] and torch.tensor(0.0), "or inf gradients"),
-]
+# ----------------------------------------------------------------------------- 10.1 Module.to prediction
 
 
-@pytest.mark.parametrize("wrong, fragment", AMP_MISTAKES)
-def test_amp_step_names_the_mistake(wrong, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_amp_step(wrong)
+@pytest.mark.parametrize("answer", ["same", "Same", " SAME "])
+def test_to_prediction_is_measured(answer, capsys):
+    lab.check_to_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  Module.to: 'same' is right (recorded answer: 'same').")
+
+
+def test_a_wrong_then_right_to_prediction_keeps_the_first_and_never_passes(capsys):
+    lab.check_to_prediction("new")
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT  Module.to: what happens is 'same' (recorded answer: 'new').")
+    assert "Now explain: if the optimizer built before .to()" in first
+    assert "swaps each parameter's data" not in first  # the explanation waits for lab.hint
+    lab.check_to_prediction("same")
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 'new'" in second
+    assert "usual reason given for the rule" in second
+    lab.hint("10.1")
+    assert "swaps each parameter's data" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer", ["maybe", None, 3, ["same"], torch.ones(2), float("nan"), True], ids=repr)
+def test_to_prediction_refuses_what_is_no_answer(answer, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_to_prediction(answer)
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- 10.2 GradScaler step
+
+
+def amp_step(model, optimizer, scaler, inputs, targets, dtype):
+    """The notebook's solution."""
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def amp_step_loss_outside(model, optimizer, scaler, inputs, targets, dtype):
+    """Correct: only the forward pass under autocast, the loss after it; zero_grad first, set_to_none=False."""
+    optimizer.zero_grad(set_to_none=False)
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        logits = model(inputs)
+    loss = F.cross_entropy(logits.float(), targets)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)  # as before gradient clipping
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach().clone()
+
+
+def amp_step_model_zero_grad(model, optimizer, scaler, inputs, targets, dtype):
+    """Correct: model.zero_grad() at the end, backward inside the autocast block."""
+    with torch.autocast(device_type=str(inputs.device.type), dtype=dtype, enabled=True):
+        loss = F.cross_entropy(model(inputs), targets)
+        scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    model.zero_grad()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("student", [amp_step, amp_step_loss_outside, amp_step_model_zero_grad])
+def test_amp_step_accepts_every_correct_design(student, capsys):
+    lab.check_amp_step(student)
+    assert capsys.readouterr().out == (
+        "PASS  amp_step: the step on inf gradients was skipped and the scale halved; the others stepped and doubled it\n"
+    )
+
+
+def bf16_always(model, optimizer, scaler, inputs, targets, dtype):
+    return amp_step(model, optimizer, scaler, inputs, targets, torch.bfloat16)
+
+
+def fp16_always(model, optimizer, scaler, inputs, targets, dtype):
+    return amp_step(model, optimizer, scaler, inputs, targets, torch.float16)
+
+
+def no_autocast(model, optimizer, scaler, inputs, targets, dtype):
+    loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def autocast_for_cuda(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(device_type="cuda", dtype=dtype, enabled=torch.cuda.is_available()):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def optimizer_step_no_update(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    optimizer.step()
+    return loss.detach()
+
+
+def no_zero_grad(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def zero_grad_before_step(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad(set_to_none=False)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def zero_grad_to_none_before_step(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    scaler.scale(loss).backward()
+    optimizer.zero_grad()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def not_scaled(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def optimizer_step_then_update(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    optimizer.step()
+    scaler.update()
+    return loss.detach()
+
+
+def no_update(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    return loss.detach()
+
+
+def own_scaler(model, optimizer, scaler, inputs, targets, dtype):
+    mine = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
+    return amp_step(model, optimizer, mine, inputs, targets, dtype)
+
+
+def unscaled_by_hand_no_skip(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    optimizer.step()
+    scaler.update()
+    return loss.detach()
+
+
+def returns_scaled_loss(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaled.detach()
+
+
+def not_detached(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss
+
+
+def _returning(value):
+    def step(*args):
+        amp_step(*args)
+        return value(*args) if callable(value) else value
+
+    return step
+
+
+AMP_MISTAKES = {
+    "dtype ignored": [bf16_always, fp16_always],
+    "no autocast": [no_autocast, autocast_for_cuda],
+    "stepped on scaled gradients": [optimizer_step_no_update],
+    "inf step taken": [unscaled_by_hand_no_skip],
+    "gradients not zeroed": [no_zero_grad],
+    "no step": [zero_grad_before_step],
+    "loss not scaled": [not_scaled],
+    "update without scaler.step": [optimizer_step_then_update],
+    "gradients gone before the step": [zero_grad_to_none_before_step],
+    "no update": [no_update],
+    "scaler unused": [own_scaler],
+    "scaled loss returned": [returns_scaled_loss],
+    "loss not detached": [not_detached],
+}
+
+
+def test_every_listed_amp_mistake_has_a_test():
+    listed = {m.name for m in nb10.amp_mistakes(torch.bfloat16, nb10.amp_batches(), 0)}
+    listed |= {m.name for m in nb10.SCALER_ERRORS}
+    assert listed <= set(AMP_MISTAKES)
+
+
+@pytest.mark.parametrize(
+    "mistake, student", [(name, s) for name, students in AMP_MISTAKES.items() for s in students], ids=str
+)
+def test_amp_step_names_each_mistake(mistake, student):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(student)
+    assert info.value.mistake == mistake
+    assert info.value.hint
+
+
+def test_a_hard_coded_bf16_fails_on_float16_and_says_so():
+    with pytest.raises(lab.CheckError, match="dtype=torch.float16") as info:
+        lab.check_amp_step(bf16_always)
+    assert "torch.bfloat16 forward pass" in info.value.hint
+
+
+# The exercise's starting code as the student edition shows it, and a natural first attempt:
+# the notebook's fp32_step (amp_step is "a drop-in replacement for fp32_step").
+def amp_step_stub(model, optimizer, scaler, inputs, targets, dtype):
+    """One mixed-precision training step; returns the detached loss."""
+    # YOUR CODE HERE
+    raise NotImplementedError("Exercise 2: a training step with a `GradScaler`")
+
+
+def fp32_step(model, optimizer, scaler, inputs, targets, dtype):
+    """A plain float32 step (scaler and dtype unused)."""
+    loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+AMP_FIX_TOKENS = ["torch.autocast(", "autocast(inputs.device.type", "dtype=dtype", "scaler.scale(loss)", "scaler.step("]
+
+
+@pytest.mark.parametrize("starting", [amp_step_stub, fp32_step])
+def test_the_amp_starting_code_never_gets_the_fix(starting, capsys):
+    for _ in range(5):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_amp_step(starting)
+        shown = str(info.value) + "\n".join(info.value.rendered())
+        for token in AMP_FIX_TOKENS:
+            assert token not in shown
+    capsys.readouterr()
+    lab.hint("10.2")
+    hint = capsys.readouterr().out
+    assert hint
+    for token in AMP_FIX_TOKENS:
+        assert token not in hint
+
+
+def test_the_first_amp_failure_says_what_and_where_only():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(no_zero_grad)
+    shown = "\n".join(info.value.rendered())
+    assert "after the third step" in shown and "backward() adds" not in shown
+
+
+@pytest.mark.parametrize(
+    "returns, words",
+    [
+        (None, "a missing `return`"),
+        (2.3, "as a tensor"),
+        (lambda *a: [torch.tensor(2.3)], "as a tensor"),
+        (torch.tensor([2.3]), "extra leading dimension"),
+        (torch.tensor(float("nan")), "not finite"),
+        (torch.tensor(2.3, device="meta"), "meta device"),
+        (lambda m, o, s, x, y, d: torch.tensor(7.0), "expected 2."),
+    ],
+    ids=repr,
+)
+def test_amp_step_refuses_a_returned_loss_that_is_no_loss(returns, words):
+    with pytest.raises(lab.CheckError, match=words):
+        lab.check_amp_step(_returning(returns))
+
+
+def test_a_nan_loss_on_a_finite_batch_is_refused_although_the_weights_are_right():
+    def nan_loss(*args):
+        amp_step(*args)
+        return torch.tensor(float("nan"))
+
+    with pytest.raises(lab.CheckError, match="not finite"):
+        lab.check_amp_step(nan_loss)
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (None, "is None"),
+        ([1, 2], "not a function"),
+        ("amp_step", "not a function"),
+        (amp_step_stub, "not written yet"),
+        (lambda *a: 1 / 0, "ZeroDivisionError"),
+        (lambda x: x, "TypeError"),
+    ],
+    ids=repr,
+)
+def test_amp_step_answers_bad_functions(bad, words):
+    with pytest.raises(lab.CheckError, match=words):
+        lab.check_amp_step(bad)
 
 
 def test_amp_step_stops_a_function_that_never_returns(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.1)
-    with pytest.raises(lab.CheckError, match="did not return within"):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.1)
+    with pytest.raises(lab.CheckError, match="did not return within 0.1 s"):
         lab.check_amp_step(never_returns)
 
 
 # ----------------------------------------------------------------------------- 10.3 data parallel by hand
 
-def data_parallel_grads(model, inputs, targets, world_size, *, start=lambda r, n: r * n, ranks=None,
-                        reduction="mean", zero=True, scale=None, clone=True):
-    n, kept = len(inputs) // world_size, []
+
+def data_parallel_grads(model, inputs, targets, world_size):
+    """The notebook's solution."""
+    shard = len(inputs) // world_size
+    total = None
+    for r in range(world_size):
+        model.zero_grad()
+        part = slice(r * shard, (r + 1) * shard)
+        F.cross_entropy(model(inputs[part]), targets[part]).backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        total = grads if total is None else [t + g for t, g in zip(total, grads)]
+    return [t / world_size for t in total]
+
+
+def with_autograd_grad(model, inputs, targets, world_size):
+    """Correct: torch.autograd.grad and chunk, a tuple returned."""
+    params = list(model.parameters())
+    shards = [
+        torch.autograd.grad(F.cross_entropy(model(x), y), params)
+        for x, y in zip(inputs.chunk(world_size), targets.chunk(world_size))
+    ]
+    return tuple(torch.stack(gs).mean(0) for gs in zip(*shards))
+
+
+def variant(model, inputs, targets, world_size, *, start=None, ranks=None, reduction="mean", zero=True, divide=None):
+    n = len(inputs) // world_size
+    kept = []
     for r in range(world_size if ranks is None else ranks(world_size)):
         if zero:
-            model.zero_grad(set_to_none=clone)
-        s = start(r, n)
-        F.cross_entropy(model(inputs[s:s + n]), targets[s:s + n], reduction=reduction).backward()
-        kept.append([p.grad.clone() if clone else p.grad for p in model.parameters()])
-    return [sum(gs) / (world_size if scale is None else scale) for gs in zip(*kept)]
-
-
-def test_data_parallel_reference_passes(capsys):
-    lab.check_data_parallel_grads(data_parallel_grads)
-    assert capsys.readouterr().out.startswith("PASS  data_parallel_grads:")
+            model.zero_grad(set_to_none=False)
+        s = r * n if start is None else start(r, n)
+        F.cross_entropy(model(inputs[s : s + n]), targets[s : s + n], reduction=reduction).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / (world_size if divide is None else divide(world_size)) for gs in zip(*kept)]
 
 
 def _dp(**wrong):
-    return lambda *args: data_parallel_grads(*args, **wrong)
+    def student(model, inputs, targets, world_size):
+        return variant(model, inputs, targets, world_size, **wrong)
+
+    return student
 
 
-DP_MISTAKES = [
-    (_dp(scale=1), "gradients summed, not averaged"),
-    (_dp(reduction="sum"), "wrong loss reduction"),
-    (_dp(zero=False), "gradients not zeroed between shards"),
-    (_dp(ranks=lambda w: w - 1), "a shard was dropped"),
-    (_dp(start=lambda r, n: r), "the shards overlap"),
-    (_dp(clone=False), "one shard's gradient alone"),
-    (_dp(ranks=lambda w: 1, scale=1), "one shard's gradient alone"),
-    (_dp(start=lambda r, n: 0), "one shard's gradient alone"),
-    (_dp(start=lambda r, n: r * n + 1), "world_size equal contiguous shards"),
-    (lambda m, x, y, w: None, "one gradient per parameter"),
-    (lambda m, x, y, w: torch.zeros(3), "one gradient per parameter"),
-    (lambda m, x, y, w: [torch.zeros(1)], "a list of 8 tensors"),
-    (lambda m, x, y, w: [np.zeros(1)] * 8, "numpy"),
-    (lambda m, x, y, w: [torch.zeros(1)] * 8, "shape"),
-    (lambda m, x, y, w: [torch.full_like(p, float("nan")) for p in m.parameters()], "NaN"),
-    (lambda m, x, y, w: (_ for _ in ()).throw(NotImplementedError("Exercise 3")), "not written yet"),
-    (lambda m, x, y, w: {}["x"], "KeyError"),
-    ("not a function", "not a function"),
-]
+def no_clone(model, inputs, targets, world_size):
+    n = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        model.zero_grad(set_to_none=False)
+        F.cross_entropy(model(inputs[r * n : (r + 1) * n]), targets[r * n : (r + 1) * n]).backward()
+        kept.append([p.grad for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
 
 
-@pytest.mark.parametrize("wrong, fragment", DP_MISTAKES)
-def test_data_parallel_names_the_mistake(wrong, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
-        lab.check_data_parallel_grads(wrong)
+def scales_the_inputs(model, inputs, targets, world_size):
+    inputs.mul_(2)
+    return data_parallel_grads(model, inputs, targets, world_size)
+
+
+def steps_the_weights(model, inputs, targets, world_size):
+    grads = data_parallel_grads(model, inputs, targets, world_size)
+    with torch.no_grad():
+        for p, g in zip(model.parameters(), grads):
+            p -= 0.1 * g
+    return grads
+
+
+DP_MISTAKES = {
+    "summed, not averaged": [_dp(divide=lambda w: 1)],
+    "averaged twice": [_dp(divide=lambda w: w * w)],
+    "sum reduction": [_dp(reduction="sum")],
+    "gradients not zeroed": [_dp(zero=False)],
+    "last shard only": [no_clone],
+    "first shard only": [_dp(start=lambda r, n: 0), _dp(ranks=lambda w: 1, divide=lambda w: 1)],
+    "a shard dropped": [_dp(ranks=lambda w: w - 1)],
+    "overlapping shards": [_dp(start=lambda r, n: r)],
+    "weights changed": [steps_the_weights],
+}
+
+
+def test_every_listed_data_parallel_mistake_has_a_test():
+    model = nb10._cnn(0, torch.float64)
+    x, y = nb10._batch(12, 0, torch.float64)
+    listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
+    assert listed <= set(DP_MISTAKES)
+
+
+@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad])
+def test_data_parallel_accepts_correct_designs(student, capsys):
+    lab.check_data_parallel_grads(student)
+    assert capsys.readouterr().out == (
+        "PASS  data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "mistake, student", [(name, s) for name, students in DP_MISTAKES.items() for s in students], ids=str
+)
+def test_data_parallel_names_each_mistake(mistake, student):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_data_parallel_grads(student)
+    assert info.value.mistake == mistake
+
+
+def test_an_unknown_data_parallel_mistake_guesses_no_cause():
+    with pytest.raises(lab.CheckError, match="differ from the whole-batch gradient") as info:
+        lab.check_data_parallel_grads(_dp(start=lambda r, n: r * n + 1))
+    assert info.value.hint is None
+
+
+# The student edition's cell: the solution region is a stub; a first attempt sums the shards.
+def data_parallel_stub(model, inputs, targets, world_size):
+    """Average over world_size equal shards of each shard's loss gradient."""
+    shard = len(inputs) // world_size  # noqa: F841 (the scaffold's line, kept as the student sees it)
+    # for each rank r: zero the grads, backward on the shard's mean loss, keep a copy of the grads
+    # YOUR CODE HERE
+    raise NotImplementedError("Exercise 3: data parallelism by hand")
+
+
+DP_FIX_TOKENS = ["/ world_size", "divide the sum", "by world_size", "t / world_size"]
+
+
+@pytest.mark.parametrize("starting", [data_parallel_stub, _dp(divide=lambda w: 1)])
+def test_the_data_parallel_starting_code_never_gets_the_fix(starting, capsys):
+    for _ in range(5):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_data_parallel_grads(starting)
+        shown = str(info.value) + "\n".join(info.value.rendered())
+        for token in DP_FIX_TOKENS:
+            assert token not in shown
+    capsys.readouterr()
+    lab.hint("10.3")
+    hint = capsys.readouterr().out
+    assert hint
+    for token in DP_FIX_TOKENS:
+        assert token not in hint
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (lambda m, x, y, w: None, "a missing `return`"),
+        (lambda m, x, y, w: torch.zeros(3), "one gradient per parameter"),
+        (lambda m, x, y, w: (g for g in data_parallel_grads(m, x, y, w)), "one gradient per parameter"),
+        (lambda m, x, y, w: [torch.zeros(1)], "a list of 8 tensors"),
+        (lambda m, x, y, w: [np.zeros(1)] * 8, "numpy"),
+        (lambda m, x, y, w: [torch.zeros(1, dtype=torch.float64)] * 8, "shape"),
+        (lambda m, x, y, w: [g.float() for g in data_parallel_grads(m, x, y, w)], "wrong dtype"),
+        (lambda m, x, y, w: [g[None] for g in data_parallel_grads(m, x, y, w)], "extra leading dimension"),
+        (lambda m, x, y, w: [g.to("meta") for g in data_parallel_grads(m, x, y, w)], "meta device"),
+        (lambda m, x, y, w: [torch.full_like(p, float("nan")) for p in m.parameters()], "NaN"),
+        (scales_the_inputs, "changed its argument inputs in place"),
+        (data_parallel_stub, "not written yet"),
+        (lambda m, x, y, w: {}["x"], "KeyError"),
+        ("not a function", "not a function"),
+        (None, "is None"),
+    ],
+    ids=repr,
+)
+def test_data_parallel_answers_bad_results(bad, words):
+    with pytest.raises(lab.CheckError, match=words):
+        lab.check_data_parallel_grads(bad)
 
 
 def test_data_parallel_stops_a_function_that_never_returns(monkeypatch):
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
-    with pytest.raises(lab.CheckError, match="did not return within"):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.1)
+    with pytest.raises(lab.CheckError, match="did not return within 0.1 s"):
         lab.check_data_parallel_grads(never_returns)
 
 
 # ----------------------------------------------------------------------------- real DDP (synthesised results)
 
-def result_with(states, world_size=2, lr=0.1):
-    return {"world_size": world_size, "batch_size": 16, "lr": lr, "seed": 0, "states": states}
+
+def result_with(states, world_size=2, lr=0.1, **changes):
+    result = {"world_size": world_size, "batch_size": 16, "lr": lr, "seed": 0, "states": states}
+    result.update(changes)
+    return result
 
 
 def float32(state):
@@ -166,31 +564,62 @@ def test_ddp_check_accepts_the_one_process_step(reference, capsys):
 def test_ddp_check_names_each_mistake(reference):
     half = float32(lab.sgd_step_state(0, 16, 0.1, shard=(0, 2)))
     summed = float32(lab.sgd_step_state(0, 16, 0.2))
-    for states, fragment in [([reference, {k: v + 1e-3 for k, v in reference.items()}], "drifted apart"),
-                             ([half, half], "not averaged"), ([summed, summed], "summed, not averaged"),
-                             ([{k: v + 1e-2 for k, v in reference.items()}] * 2, "differ from one process's step")]:
-        with pytest.raises(lab.CheckError, match=fragment):
+    drifted = {k: v + 1e-3 for k, v in reference.items()}
+    for states, mistake in [
+        ([reference, drifted], "replicas drifted"),
+        ([half, half], "not averaged"),
+        ([summed, summed], "summed"),
+    ]:
+        with pytest.raises(lab.CheckError) as info:
             lab.check_ddp_equivalence(result_with(states))
+        assert info.value.mistake == mistake
+    with pytest.raises(lab.CheckError, match="differ from one process's step") as info:
+        lab.check_ddp_equivalence(result_with([{k: v + 1e-2 for k, v in reference.items()}] * 2))
+    assert info.value.hint is None
 
 
-def test_ddp_check_fails_on_nan_parameters(reference):
-    nan = {k: torch.full_like(v, float("nan")) for k, v in reference.items()}
-    with pytest.raises(lab.CheckError, match="NaN"):
-        lab.check_ddp_equivalence(result_with([nan, nan]))
+@pytest.mark.parametrize("fill", [float("nan"), float("inf")])
+def test_ddp_check_refuses_non_finite_parameters(reference, fill):
+    bad = {k: torch.full_like(v, fill) for k, v in reference.items()}
+    with pytest.raises(lab.CheckError, match="not finite"):
+        lab.check_ddp_equivalence(result_with([bad, bad]))
 
 
-@pytest.mark.parametrize("bad, fragment", [
-    (None, "Got None"), ([1, 2], "list of length 2"), ({"states": []}, "keys world_size"),
-    ({"world_size": "2", "batch_size": 16, "lr": 0.1, "seed": 0, "states": []}, "keys world_size"),
-])
-def test_ddp_check_rejects_what_is_not_a_result(bad, fragment):
-    with pytest.raises(lab.CheckError, match=fragment):
+def test_ddp_check_refuses_meta_parameters(reference):
+    meta = {k: v.to("meta") for k, v in reference.items()}
+    with pytest.raises(lab.CheckError, match="meta device"):
+        lab.check_ddp_equivalence(result_with([meta, meta]))
+
+
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        (None, "Got None"),
+        ([1, 2], "list of length 2"),
+        ({"states": []}, "keys world_size"),
+        ({"world_size": "2", "batch_size": 16, "lr": 0.1, "seed": 0, "states": []}, "world_size"),
+        ({"world_size": True, "batch_size": 16, "lr": 0.1, "seed": 0, "states": []}, "world_size"),
+        ({"world_size": 2, "batch_size": 16, "lr": float("nan"), "seed": 0, "states": []}, "lr"),
+        ({"world_size": 2, "batch_size": 16, "lr": "0.1", "seed": 0, "states": []}, "lr"),
+        ({"world_size": 2, "batch_size": 16, "lr": 0.1, "seed": -1, "states": []}, "seed"),
+        ({"world_size": 2, "batch_size": 10**9, "lr": 0.1, "seed": 0, "states": []}, "batch_size"),
+        ({"world_size": 0, "batch_size": 16, "lr": 0.1, "seed": 0, "states": []}, "world_size"),
+    ],
+    ids=repr,
+)
+def test_ddp_check_refuses_what_is_not_a_result(bad, words):
+    with pytest.raises(lab.CheckError, match=words):
         lab.check_ddp_equivalence(bad)
 
 
-def test_ddp_check_rejects_broken_states(reference):
-    for states, fragment in [([reference], "one DigitsCNN state dict per worker"), (None, "per worker"),
-                             ([reference, {"w": torch.zeros(1)}], "per worker"),
-                             ([reference, dict(reference, **{"classifier.2.bias": torch.zeros(3)})], "shape")]:
-        with pytest.raises(lab.CheckError, match=fragment):
+def test_ddp_check_refuses_broken_states(reference):
+    cases = [
+        ([reference], "one DigitsCNN state dict per worker"),
+        (None, "per worker"),
+        ([reference, {"w": torch.zeros(1)}], "per worker"),
+        ([reference, dict(reference, **{"classifier.2.bias": torch.zeros(3)})], "shape"),
+        ([reference, dict(reference, **{"classifier.2.bias": [0.0] * 10})], "not a tensor"),
+    ]
+    for states, words in cases:
+        with pytest.raises(lab.CheckError, match=words):
             lab.check_ddp_equivalence(result_with(states))

@@ -1,81 +1,333 @@
-"""Checks of notebook 00 (hardware); each reference is computed here, at check time."""
+"""Checks of notebook 00 (hardware): peak FLOP/s by arithmetic, a predicted matmul, the roofline.
+
+Every reference is computed here, at check time, from the same facts the student has.
+"""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from .core import CheckError, check_prediction, describe, exercise, first_mistake, fmt, passed, read_prediction, run_student
+import torch
 
-_near = lambda x: lambda got: math.isclose(got, x, rel_tol=1e-6)  # noqa: E731
+from . import running
+from .core import (
+    CheckError,
+    Mistake,
+    as_number,
+    check_prediction,
+    exercise,
+    first_mistake,
+    fmt,
+    mistake_error,
+    passed,
+    read_prediction,
+    run_student,
+    stopped_after,
+)
 
 __all__ = ["check_titan_tensor_peak", "check_cpu_peak_flops", "check_matmul_size_prediction", "check_roofline"]
 
+#: Relative tolerance of a plain-number answer (float rounding only).
+REL_TOL = 1e-6
 
-def _number(value: Any, name: str) -> float:
-    if hasattr(value, "item") and getattr(value, "numel", lambda: getattr(value, "size", 0))() == 1:
-        value = value.item()   # a 0-d tensor or a numpy scalar
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise CheckError(f"{name} must be a finite number", expected="an int or float", got=describe(value),
-                         hint="did the cell that sets it run, and does your function end with `return`?")
-    return float(value)
+
+def _times(ref: float, factor: float) -> Callable[[float], bool]:
+    """A test on an answer: is it ``factor`` times the reference ``ref``?"""
+
+    def test(got: float) -> bool:
+        return math.isclose(got, ref * factor, rel_tol=REL_TOL)
+
+    return test
+
+
+def _power_of_ten_off(ref: float) -> Callable[[float], bool]:
+    """A test on an answer: is it the reference times 10**k for some k != 0 (a unit slip)?"""
+
+    def test(got: float) -> bool:
+        if got <= 0 or ref <= 0:
+            return False
+        exponent = math.log10(got / ref)
+        return round(exponent) != 0 and abs(exponent - round(exponent)) < 1e-6
+
+    return test
+
+
+# ----------------------------------------------------------------------------- 00.1 the tensor cores' peak
+
+
+def titan_peaks(t: dict) -> tuple[float, float]:
+    """The Titan RTX's tensor-core peak and its CUDA cores' fp32 peak, in FLOP/s, from the facts ``t``."""
+    clock = t["boost_clock_ghz"] * 1e9
+    tensor = t["sms"] * t["tensor_cores_per_sm"] * t["fp16_fma_per_tensor_core_per_cycle"] * 2 * clock
+    fp32 = t["sms"] * t["cuda_cores_per_sm"] * 2 * clock
+    return tensor, fp32
+
+
+def titan_mistakes(t: dict) -> list[Mistake]:
+    """The typical wrong peaks, each a ratio to the right one (or the fp32 peak itself)."""
+    ref, fp32 = titan_peaks(t)
+    return [
+        Mistake(
+            "half",
+            _times(ref, 0.5),
+            "exactly half: either a multiply-add counted as 1 FLOP (it is 2), or 4 tensor cores per SM "
+            "(Ampere's and Hopper's count; the Titan RTX has 8)",
+        ),
+        Mistake(
+            "CUDA cores' peak",
+            _times(fp32, 1.0),
+            "that is the CUDA cores' fp32 peak computed above (it is also what one tensor core per SM gives): "
+            "each SM has tensor_cores_per_sm tensor cores, each finishing fp16_fma_per_tensor_core_per_cycle FMAs",
+        ),
+        Mistake(
+            "base clock",
+            _times(ref, t["base_clock_ghz"] / t["boost_clock_ghz"]),
+            "that uses the base clock; peak figures use the boost clock",
+        ),
+        Mistake("one SM", _times(ref, 1 / t["sms"]), "that is one SM: the chip has 72 of them"),
+        Mistake(
+            "one FMA per tensor core",
+            _times(ref, 1 / t["fp16_fma_per_tensor_core_per_cycle"]),
+            "that counts one FMA per tensor core and cycle: each does fp16_fma_per_tensor_core_per_cycle",
+        ),
+        Mistake(
+            "per cycle",
+            _times(ref, 1 / (t["boost_clock_ghz"] * 1e9)),
+            "that is FLOP per cycle: multiply by the cycles per second (1 GHz is 1e9 cycles per second)",
+        ),
+        Mistake("unit", _power_of_ten_off(ref), "a power of ten off: give FLOP/s, not GFLOP/s or TFLOP/s"),
+    ]
 
 
 @exercise("00.1", "the tensor cores' peak")
 def check_titan_tensor_peak(titan_tensor_peak: Any) -> None:
-    """Check the Titan RTX's dense fp16 tensor-core peak (FLOP/s). Example: ``check_titan_tensor_peak(x)``"""
+    """Check the Titan RTX's dense fp16 tensor-core peak (FLOP/s), a plain number."""
     from ..hardware import TITAN_RTX as t
-    got = _number(titan_tensor_peak, "titan_tensor_peak")
-    per_clock = t["sms"] * t["tensor_cores_per_sm"] * t["fp16_fma_per_tensor_core_per_cycle"] * 2
-    ref, fp32 = per_clock * t["boost_clock_ghz"] * 1e9, t["sms"] * t["cuda_cores_per_sm"] * 2 * t["boost_clock_ghz"] * 1e9
+
+    got = as_number(titan_tensor_peak, "titan_tensor_peak")
+    ref, fp32 = titan_peaks(t)
     if not math.isclose(got, ref, rel_tol=1e-3):
-        raise CheckError("titan_tensor_peak is not the Titan RTX's tensor-core peak", expected=f"{fmt(ref)} FLOP/s",
-                         got=f"{fmt(got)} FLOP/s", hint=first_mistake(got, [
-            (_near(ref / 2), "exactly half: a multiply-add is 2 FLOP; Turing has 8 tensor cores per SM (Hopper: 4)"),
-            (_near(per_clock * t["base_clock_ghz"] * 1e9), "that uses the base clock; peak figures use the boost clock"),
-            (_near(ref / t["sms"]), "that is one SM: the chip has 72 of them"),
-            (lambda g: min(abs(g * s / ref - 1) for s in (1e9, 1e12)) < 1e-3, "give FLOP/s, not GFLOP/s or TFLOP/s")]))
+        message = "titan_tensor_peak is not the Titan RTX's tensor-core peak"
+        expected = f"{fmt(ref)} FLOP/s"
+        mistake = first_mistake(got, titan_mistakes(t))
+        if mistake is not None:
+            raise mistake_error(message, mistake, expected=expected, got=f"{fmt(got)} FLOP/s")
+        raise CheckError(message, expected=expected, got=f"{fmt(got)} FLOP/s")
     passed(f"Titan RTX tensor cores: {fmt(ref / 1e12)} TFLOP/s, {ref / fp32:.0f}x its CUDA cores' fp32")
+
+
+# ----------------------------------------------------------------------------- 00.2 a CPU's peak
+
+#: (cores, clock_ghz, simd_bits, fma_units): an Arm core, a laptop, a desktop, a server.
+CPU_MACHINES = [(1, 2.0, 128, 4), (2, 2.6, 512, 2), (8, 3.5, 256, 2), (64, 2.25, 256, 2)]
+
+
+def cpu_peak_reference(cores: int, clock_ghz: float, simd_bits: int, fma_units: int) -> float:
+    """Peak fp32 FLOP/s: lanes of 32 bits, 2 FLOP per FMA, fma_units FMAs per cycle and core."""
+    return cores * clock_ghz * 1e9 * fma_units * (simd_bits / 32) * 2
+
+
+def _on_every_machine(formula: Callable[..., float]) -> Callable[[list[float]], bool]:
+    """A test on the answers for all machines: do they follow ``formula``?"""
+
+    def test(answers: list[float]) -> bool:
+        for got, machine in zip(answers, CPU_MACHINES):
+            if not math.isclose(got, formula(*machine), rel_tol=REL_TOL):
+                return False
+        return True
+
+    return test
+
+
+def _half(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) / 2
+
+
+def _twice(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * 2
+
+
+def _bits_as_lanes(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * 32
+
+
+def _bytes_as_lanes(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * 4
+
+
+def _one_fma_unit(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, 1)
+
+
+def _one_core(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(1, g, b, u)
+
+
+def _clock_in_hz(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) / 1e9
+
+
+CPU_MISTAKES = [
+    Mistake(
+        "half",
+        _on_every_machine(_half),
+        "half the peak on every machine: an FMA is 2 FLOP, and an fp32 lane is 32 bits (not 64)",
+    ),
+    Mistake(
+        "twice",
+        _on_every_machine(_twice),
+        "twice the peak on every machine: an fp32 lane is 32 bits (not 16), and an FMA is 2 FLOP (not 4)",
+    ),
+    Mistake("bits as lanes", _on_every_machine(_bits_as_lanes), "simd_bits is a width in bits: one fp32 lane is 32"),
+    Mistake(
+        "bytes as lanes",
+        _on_every_machine(_bytes_as_lanes),
+        "that counts bytes as lanes: an fp32 lane is 4 bytes (32 bits)",
+    ),
+    Mistake("fma_units ignored", _on_every_machine(_one_fma_unit), "each core has fma_units FMA units side by side"),
+    Mistake("cores ignored", _on_every_machine(_one_core), "that is one core's peak: every core has its own units"),
+    Mistake("clock in GHz", _on_every_machine(_clock_in_hz), "clock_ghz is in GHz: one GHz is 1e9 cycles per second"),
+]
 
 
 @exercise("00.2", "a CPU's peak")
 def check_cpu_peak_flops(cpu_peak_flops: Callable) -> None:
-    """Check ``cpu_peak_flops(cores, clock_ghz, simd_bits, fma_units)``. Example: ``check_cpu_peak_flops(f)``"""
-    for c, ghz, bits, u in [(1, 2.0, 128, 4), (2, 2.6, 512, 2), (8, 3.5, 256, 2), (64, 2.25, 256, 2)]:
-        got = _number(run_student(cpu_peak_flops, c, ghz, bits, u, what="your cpu_peak_flops"), "peak FLOP/s")
-        ref = c * ghz * 1e9 * u * bits / 32 * 2
-        if not math.isclose(got, ref, rel_tol=1e-6):
-            raise CheckError(f"cpu_peak_flops(cores={c}, clock_ghz={ghz}, simd_bits={bits}, fma_units={u}) is wrong",
-                             expected=fmt(ref), got=fmt(got), hint=first_mistake(got, [
-                (_near(ref / 2), "exactly half: an FMA is 2 FLOP, and an fp32 lane is 32 bits (not 64)"),
-                (_near(ref * 32), "simd_bits is a width in bits: one fp32 lane is 32 of them"),
-                (_near(ref / u), "each core has fma_units FMA units working side by side"),
-                (_near(ref / 1e9), "clock_ghz is in GHz: a cycle per second is 1 Hz")]))
+    """Check ``cpu_peak_flops(cores, clock_ghz, simd_bits, fma_units)`` on four machines."""
+    answers = []
+    for machine in CPU_MACHINES:
+        got = run_student(cpu_peak_flops, *machine, what="your cpu_peak_flops")
+        answers.append(as_number(got, "what cpu_peak_flops returned"))
+    for got, machine in zip(answers, CPU_MACHINES):
+        ref = cpu_peak_reference(*machine)
+        if math.isclose(got, ref, rel_tol=REL_TOL):
+            continue
+        c, ghz, bits, u = machine
+        message = f"cpu_peak_flops(cores={c}, clock_ghz={ghz}, simd_bits={bits}, fma_units={u}) is wrong"
+        mistake = first_mistake(answers, CPU_MISTAKES)
+        if mistake is not None:
+            raise mistake_error(message, mistake, expected=fmt(ref), got=fmt(got))
+        raise CheckError(message, expected=fmt(ref), got=fmt(got))
     passed("cpu_peak_flops: right on 4 machines")
+
+
+# ----------------------------------------------------------------------------- 00.3 which size gets closer
+
+
+def measuring_device(device: Any) -> torch.device:
+    """The device a check may time on, or a CheckError saying what it needs."""
+    from ..device import pick_device
+
+    if device is None or not isinstance(device, (str, torch.device)):
+        raise CheckError(
+            f"device must name a device such as 'cpu' or measure_on, got {type(device).__name__}",
+            hint="pass measure_on, as the check cell does",
+            usage=True,
+        )
+    try:
+        return pick_device(device)
+    except RuntimeError as exc:
+        raise CheckError(str(exc), hint="pass measure_on, as the check cell does", usage=True) from None
+
+
+def matmul_rates(device: torch.device) -> dict[int, float]:
+    """FLOP/s of a 16 x 16 and a 1024 x 1024 fp32 matmul on ``device``, under the check's time limit."""
+    from ..hardware import measure_matmul
+
+    rates = {}
+    why = "two matrix products take a few seconds at most: is the device busy with other work?"
+    try:
+        with stopped_after(running.TIME_LIMIT, f"timing the matmuls on {device}", why):
+            for n in (16, 1024):
+                rates[n] = measure_matmul(n, "fp32", device, min_run_time=0.05).flops_per_s
+    except TimeoutError as exc:
+        raise CheckError(str(exc), mistake="timing stopped") from None
+    return rates
 
 
 @exercise("00.3", "which size gets closer to the peak")
 def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
-    """Time a 16 and a 1024 fp32 matmul on ``device``, judge ``prediction``. Example: ``check_...(16)``"""
-    from ..hardware import measure_matmul
-    prediction = read_prediction("which size gets closer to the peak", prediction, (16, 1024))  # before timing
-    rates = {n: measure_matmul(n, "fp32", device, min_run_time=0.05).flops_per_s for n in (16, 1024)}
-    check_prediction("which size gets closer to the peak", prediction, max(rates, key=rates.get), choices=(16, 1024),
-                     why="16 x 16 is 8 kFLOP: too little work to pay each call's fixed cost (dispatch, a kernel launch)",
-                     mistakes={16: "small matrices do fit in the cache, but that is not what limits them."})
+    """Time a 16 and a 1024 fp32 matmul on ``device``, then judge ``prediction`` (16 or 1024)."""
+    name = "which size gets closer to the peak"
+    prediction = read_prediction(name, prediction, (16, 1024))  # refused before anything is timed
+    rates = matmul_rates(measuring_device(device))
+    check_prediction(
+        name,
+        prediction,
+        max(rates, key=rates.get),
+        choices=(16, 1024),
+        why="16 x 16 is 8 kFLOP: too little work to pay each call's fixed cost (dispatch, a kernel launch)",
+        mistakes={16: "small matrices do fit in the cache, but that is not what limits them."},
+        ask="what does every call cost besides its arithmetic, and how much arithmetic does a 16 x 16 "
+        "product have to spread that cost over",
+    )
+
+
+# ----------------------------------------------------------------------------- 00.4 the roofline
+
+#: (intensity, peak, bandwidth): memory-bound, compute-bound, at the ridge's side, an H100-like machine.
+ROOFLINE_CASES = [(0.083, 1e12, 1e11), (1000.0, 1e12, 1e11), (10.0, 1e12, 1e11), (0.25, 6.7e13, 4.8e12)]
+
+
+def roofline_reference(intensity: float, peak: float, bandwidth: float) -> float:
+    """The lower of the two roofs: the compute peak, and what memory can feed."""
+    return min(peak, intensity * bandwidth)
+
+
+def _follows(formula: Callable[[float, float, float], float]) -> Callable[[Sequence[float]], bool]:
+    def test(answers: Sequence[float]) -> bool:
+        for got, case in zip(answers, ROOFLINE_CASES):
+            if not math.isclose(got, formula(*case), rel_tol=REL_TOL):
+                return False
+        return True
+
+    return test
+
+
+def _higher_roof(i: float, p: float, b: float) -> float:
+    return max(p, i * b)
+
+
+def _memory_only(i: float, p: float, b: float) -> float:
+    return i * b
+
+
+def _peak_only(i: float, p: float, b: float) -> float:
+    return p
+
+
+def _intensity_inverted(i: float, p: float, b: float) -> float:
+    return min(p, b / i)
+
+
+ROOFLINE_MISTAKES = [
+    Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
+    Mistake("no compute roof", _follows(_memory_only), "no kernel beats the compute peak, however much it computes"),
+    Mistake("no memory roof", _follows(_peak_only), "with few FLOP per byte, memory cannot feed the peak"),
+    Mistake(
+        "intensity inverted",
+        _follows(_intensity_inverted),
+        "intensity is FLOP per byte: bytes/s times FLOP/byte gives FLOP/s",
+    ),
+]
 
 
 @exercise("00.4", "the roofline")
 def check_roofline(roofline: Callable) -> None:
-    """Check ``roofline(intensity, peak, bandwidth)`` both sides of the ridge. Example: ``check_roofline(f)``"""
-    cases = [(0.083, 1e12, 1e11), (1000.0, 1e12, 1e11), (10.0, 1e12, 1e11), (0.25, 6.7e13, 4.8e12)]
-    got = [_number(run_student(roofline, *c, what="your roofline"), "attainable FLOP/s") for c in cases]
-    ref = [min(p, i * b) for i, p, b in cases]
-    k = next((k for k, (g, r) in enumerate(zip(got, ref)) if not math.isclose(g, r, rel_tol=1e-6)), None)
-    if k is not None:
-        pattern = lambda f: lambda g: all(math.isclose(x, f(*c), rel_tol=1e-6) for x, c in zip(g, cases))  # noqa: E731
-        raise CheckError(f"roofline(intensity={cases[k][0]:g}, peak={cases[k][1]:g}, bandwidth={cases[k][2]:g})"
-                         " is wrong", expected=fmt(ref[k]), got=fmt(got[k]), hint=first_mistake(got, [
-            (pattern(lambda i, p, b: max(p, i * b)), "that is the higher roof; the lower limit is the one that holds"),
-            (pattern(lambda i, p, b: i * b), "no kernel beats the compute peak, however much it computes per byte"),
-            (pattern(lambda i, p, b: p), "with few FLOP per byte, memory cannot feed the peak")]))
-    passed(f"roofline: right on {len(cases)} cases, on both sides of the ridge point")
+    """Check ``roofline(intensity, peak, bandwidth)`` on both sides of the ridge point."""
+    answers = []
+    for case in ROOFLINE_CASES:
+        got = run_student(roofline, *case, what="your roofline")
+        answers.append(as_number(got, "what roofline returned"))
+    for got, case in zip(answers, ROOFLINE_CASES):
+        ref = roofline_reference(*case)
+        if math.isclose(got, ref, rel_tol=REL_TOL):
+            continue
+        i, p, b = case
+        message = f"roofline(intensity={i:g}, peak={p:g}, bandwidth={b:g}) is wrong"
+        mistake = first_mistake(answers, ROOFLINE_MISTAKES)
+        if mistake is not None:
+            raise mistake_error(message, mistake, expected=fmt(ref), got=fmt(got))
+        raise CheckError(message, expected=fmt(ref), got=fmt(got))
+    passed(f"roofline: right on {len(ROOFLINE_CASES)} cases, on both sides of the ridge point")

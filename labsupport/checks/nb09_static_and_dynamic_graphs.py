@@ -1,111 +1,484 @@
-"""Checks for notebook 09 (static and dynamic graphs): script vs trace, torch.cond, torch.compile(fullgraph)."""
+"""Checks of notebook 09 (static and dynamic graphs): script vs trace, fullgraph, a Gate that exports."""
+
+from __future__ import annotations
+
 import contextlib
 import io
 import logging
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import torch
-from .core import CheckError, check_prediction, describe, exercise, expect_tensor, first_mistake, passed, read_prediction, run_student
+
+from . import running
+from .core import (
+    CheckError,
+    Mistake,
+    TimedOut,
+    check_prediction,
+    describe,
+    exercise,
+    expect_tensor,
+    first_mistake,
+    mistake_error,
+    passed,
+    read_prediction,
+    run_student,
+    time_limit,
+)
 
 __all__ = ["check_script_vs_trace", "check_cond_gate", "check_fullgraph_prediction"]
 
-def _halvings(m: float) -> int: return 0 if m <= 1.0 else 1 + _halvings(m / 2.0)  # noqa: E704
 
-def _inputs() -> list[torch.Tensor]:     # largest |x| 0.5 to 50 (0-6 halvings); the last one's is negative
+# ----------------------------------------------------------------------------- 09.1 script vs trace
+
+
+def fresh_inputs() -> list[torch.Tensor]:
+    """Seven inputs whose largest |x| is 0.5 to 50 (0 to 6 halvings); the last one's is negative."""
     g = torch.Generator().manual_seed(90)
-    xs = [(x := torch.randn(4, generator=g)) / x.abs().max() * s for s in (0.5, 1.0, 1.7, 4.0, 6.0, 50.0)]
-    return xs + [torch.tensor([-8.0, 0.5, 1.5, -0.25])]
+    inputs = []
+    for largest in (0.5, 1.0, 1.7, 4.0, 6.0, 50.0):
+        x = torch.randn(4, generator=g)
+        inputs.append(x / x.abs().max() * largest)
+    inputs.append(torch.tensor([-8.0, 0.5, 1.5, -0.25]))
+    return inputs
 
-def _run(fn: Any, x: torch.Tensor, what: str) -> torch.Tensor:
-    got = run_student(fn, x.clone(), what=what, inplace_hint="x /= 2 writes into the caller's tensor: x = x / 2")
-    return expect_tensor(got, f"what {what} returned", shape=tuple(x.shape), dtype=x.dtype)
+
+def halve_while(x: torch.Tensor, too_large: Callable[[torch.Tensor], bool]) -> torch.Tensor:
+    """Halve the whole of ``x`` while ``too_large(x)``: the reference, and its typical variants."""
+    while too_large(x):
+        x = x / 2
+    return x
+
+
+def _largest_abs_above_one(x: torch.Tensor) -> bool:
+    return bool(x.abs().max() > 1)
+
+
+def _largest_abs_at_least_one(x: torch.Tensor) -> bool:
+    return bool(x.abs().max() >= 1)
+
+
+def _largest_above_one(x: torch.Tensor) -> bool:
+    return bool(x.max() > 1)
+
+
+def _halve_once(x: torch.Tensor) -> torch.Tensor:
+    if _largest_abs_above_one(x):
+        return x / 2
+    return x
+
+
+def _halve_elementwise(x: torch.Tensor) -> torch.Tensor:
+    while _largest_abs_above_one(x):
+        x = torch.where(x.abs() > 1, x / 2, x)
+    return x
+
+
+def _on_every_input(variant: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[list], bool]:
+    """A test on the answers for all fresh inputs: are they what ``variant`` returns?"""
+
+    def test(answers: list) -> bool:
+        for got, x in zip(answers, fresh_inputs()):
+            if not torch.equal(got, variant(x)):
+                return False
+        return True
+
+    return test
+
+
+def _variant_no_abs(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, _largest_above_one)
+
+
+def _variant_at_least_one(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, _largest_abs_at_least_one)
+
+
+EAGER_MISTAKES = [
+    Mistake(
+        "no abs",
+        _on_every_input(_variant_no_abs),
+        "it compares x.max(), not x.abs().max(): a large negative value never counts",
+        look="the loop's condition",
+    ),
+    Mistake(
+        ">= 1",
+        _on_every_input(_variant_at_least_one),
+        "it halves once too often: it keeps going while the largest |x| is >= 1, but 1 is small enough",
+        look="the comparison in the loop's condition",
+    ),
+    Mistake(
+        "if, not while",
+        _on_every_input(_halve_once),
+        "it halved at most once: an `if` tests once, a loop tests again after every halving",
+    ),
+    Mistake(
+        "elementwise",
+        _on_every_input(_halve_elementwise),
+        "it halved only the large elements: the exercise halves the whole tensor, every element alike",
+    ),
+]
+
+
+def _eager_answers(halve_until_small: Any, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    answers = []
+    for x in inputs:
+        got = run_student(
+            halve_until_small,
+            x.clone(),
+            what="your halve_until_small(x)",
+            inplace_hint="x /= 2 writes into the caller's tensor: make a new tensor each time",
+        )
+        answers.append(expect_tensor(got, "what halve_until_small returned", shape=tuple(x.shape), dtype=x.dtype))
+    return answers
+
+
+def _check_eager(halve_until_small: Any) -> None:
+    inputs = fresh_inputs()
+    answers = _eager_answers(halve_until_small, inputs)
+    for x, got in zip(inputs, answers):
+        want = halve_while(x, _largest_abs_above_one)
+        if torch.equal(got, want):
+            continue
+        message = f"halve_until_small is wrong for an input whose largest |x| is {float(x.abs().max()):g}"
+        facts = {"expected": f"largest |x| {float(want.abs().max()):.3g}", "got": f"largest |x| {_largest(got)}"}
+        mistake = first_mistake(answers, EAGER_MISTAKES)
+        if mistake is not None:
+            raise mistake_error(message, mistake, **facts)
+        raise CheckError(message, **facts)
+
+
+def _largest(t: torch.Tensor) -> str:
+    return f"{float(t.abs().max()):.3g}" if t.numel() else "(empty)"
+
+
+PAST = {"script": "scripted", "trace": "traced"}
+
+
+def _torchscript(obj: Any, name: str, how: str) -> Any:
+    """``obj`` if it is what torch.jit returns, else a CheckError saying what it is."""
+    if isinstance(obj, (torch.jit.ScriptFunction, torch.jit.ScriptModule)):
+        return obj
+    if obj is None:
+        raise CheckError(f"{name} is None", hint="run the exercise cell that makes it", usage=True)
+    why = f"{name} must come from torch.jit.{how}: a plain function or module is not a TorchScript graph"
+    raise CheckError(
+        f"{name} is not a TorchScript function",
+        expected=f"what torch.jit.{how} returns",
+        got=describe(obj),
+        hint=why if callable(obj) else None,
+        mistake=f"not {PAST[how]}" if callable(obj) else None,
+        usage=not callable(obj),
+    )
+
+
+def _graph_has_loop(fn: Any) -> bool:
+    graph = getattr(fn, "graph", None)
+    return "prim::Loop" in str(graph)
+
+
+def _outputs(fn: Any, name: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    outputs = []
+    for x in inputs:
+        got = run_student(fn, x.clone(), what=name)
+        outputs.append(expect_tensor(got, f"what {name} returned", shape=tuple(x.shape), dtype=x.dtype))
+    return outputs
+
+
+def _fixed_halvings(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> int | None:
+    """k if every output is its input halved k times (what a trace replays), else None."""
+    for k in range(12):
+        if all(torch.equal(out, x / 2**k) for out, x in zip(outputs, inputs)):
+            return k
+    return None
+
+
+def _check_scripted(scripted: Any, inputs: list[torch.Tensor], wants: list[torch.Tensor]) -> None:
+    outputs = _outputs(scripted, "scripted_halve", inputs)
+    wrong = sum(not torch.equal(out, want) for out, want in zip(outputs, wants))
+    if wrong == 0:
+        return
+    message = f"scripted_halve is wrong on {wrong} of {len(inputs)} fresh inputs, where halve_until_small is right"
+    if _fixed_halvings(outputs, inputs) is not None and not _graph_has_loop(scripted):
+        why = "scripted_halve replays a fixed number of halvings, as a trace does: it was traced, not scripted"
+        raise CheckError(message, hint=why, mistake="traced, not scripted")
+    raise CheckError(message, hint="script the halve_until_small that passed above", mistake="scripted another")
+
+
+def _check_traced(traced: Any, inputs: list[torch.Tensor], wants: list[torch.Tensor]) -> int:
+    outputs = _outputs(traced, "traced_halve", inputs)
+    wrong = sum(not torch.equal(out, want) for out, want in zip(outputs, wants))
+    if wrong == 0 and _graph_has_loop(traced):
+        why = "traced_halve still holds the loop (prim::Loop in its graph): it was scripted, not traced"
+        raise CheckError("traced_halve is right on every fresh input", hint=why, mistake="scripted, not traced")
+    if wrong == 0:
+        raise CheckError(
+            "traced_halve is right on every fresh input, which a trace of a data-dependent loop cannot be",
+            hint="it is the trace of a function without the data-dependent loop: trace halve_until_small itself",
+            mistake="traced another",
+        )
+    if _fixed_halvings(outputs, inputs) is None:
+        raise CheckError(
+            "traced_halve does not replay a fixed number of halvings, as a trace of halve_until_small does",
+            hint="trace the halve_until_small that passed above, with `example`",
+            mistake="traced another",
+        )
+    return wrong
+
 
 @exercise("09.1", "a loop that tracing gets wrong")
-def check_script_vs_trace(halve_until_small: Callable, scripted: Any, traced: Any) -> None:
+def check_script_vs_trace(halve_until_small: Callable, scripted_halve: Any, traced_halve: Any) -> None:
     """The eager loop, its ``torch.jit.script`` and its ``torch.jit.trace`` on fresh inputs needing 0 to 6 halvings."""
-    xs, want = _inputs(), [x / 2.0 ** _halvings(float(x.abs().max())) for x in _inputs()]
-    if halve_until_small is None:
-        raise CheckError("halve_until_small is None", hint="write the function in the exercise cell, run that cell")
-    for x, w in zip(xs, want):
-        if not torch.equal(got := _run(halve_until_small, x, "your halve_until_small(x)"), w):
-            hint = first_mistake(got, [
-                (x / 2 ** _halvings(float(x.max())), "it compares x.max(), not x.abs().max(): a large negative "
-                 "value never counts"),
-                (w / 2, "it halves once too often: keep halving while the largest |x| is > 1, not >= 1"),
-                (x / 2, "it halved once: use a `while` loop, not `if`")])
-            raise CheckError(f"halve_until_small is wrong for an input whose largest |x| is {float(x.abs().max()):g}",
-                             expected=f"largest |x| {float(w.abs().max()):.3g}",
-                             got=f"largest |x| {float(got.abs().max()):.3g}", hint=hint)
-    for name, obj, how in (("scripted_halve", scripted, "script"), ("traced_halve", traced, "trace")):
-        if not isinstance(obj, (torch.jit.ScriptFunction, torch.jit.ScriptModule)):
-            raise CheckError(f"{name} is not a TorchScript function", expected=f"what torch.jit.{how} returns",
-                             got=describe(obj), hint=f"pass it through torch.jit.{how}" if callable(obj) else None)
-    if "prim::Loop" not in str(scripted.graph):
-        raise CheckError("scripted_halve has no loop in its graph (no prim::Loop)", hint="it was traced, not scripted")
-    if "prim::Loop" in str(traced.graph):
-        raise CheckError("traced_halve still holds the loop (prim::Loop)", hint="it was scripted, not traced")
-    if any(not torch.equal(_run(scripted, x, "scripted_halve"), w) for x, w in zip(xs, want)):
-        raise CheckError("scripted_halve disagrees with the reference", hint="script the function that passed above")
-    wrong = sum(not torch.equal(_run(traced, x, "traced_halve"), w) for x, w in zip(xs, want))
-    if wrong == 0:
-        raise CheckError("traced_halve is right on every fresh input, which a trace of a data-dependent loop cannot "
-                         "be", hint="trace halve_until_small itself, with one example")
-    passed(f"script vs trace: the scripted loop matches the reference on {len(xs)} fresh inputs (0 to 6 halvings); "
-           f"the trace replays a fixed number of halvings and is wrong on {wrong} of {len(xs)}")
+    _check_eager(halve_until_small)
+    scripted = _torchscript(scripted_halve, "scripted_halve", "script")
+    traced = _torchscript(traced_halve, "traced_halve", "trace")
+    inputs = fresh_inputs()
+    wants = [halve_while(x, _largest_abs_above_one) for x in inputs]
+    _check_scripted(scripted, inputs, wants)
+    wrong = _check_traced(traced, inputs, wants)
+    passed(
+        f"script vs trace: the scripted loop matches the reference on {len(inputs)} fresh inputs (0 to 6 halvings); "
+        f"the trace replays a fixed number of halvings and is wrong on {wrong} of {len(inputs)}"
+    )
 
-@exercise("09.3", "a Gate that exports")
-def check_cond_gate(cond_gate_class: Any) -> None:
-    """``cond_gate_class()``: Gate's ``.linear`` and function, with ``torch.cond``; run on both branches, exported."""
-    if not isinstance(cond_gate_class, type) or not issubclass(cond_gate_class, torch.nn.Module):
-        raise CheckError("expected your module class itself (CondGate, not CondGate())", got=describe(cond_gate_class))
-    model = torch.manual_seed(0) and run_student(cond_gate_class, what="CondGate()")
-    if not isinstance(getattr(model, "linear", None), torch.nn.Linear):
-        raise CheckError("CondGate() has no .linear = nn.Linear(4, 3)", hint="keep Gate's __init__ (or subclass Gate)")
-    d = model.linear.weight.detach().sum(0)       # h.sum() grows along d: +d and -d take the two branches
-    xs = [10 * d.repeat(3, 1), -10 * d.repeat(3, 1)]
-    for x in xs:                                   # the eager module first
-        with torch.no_grad():
-            h = model.linear(x)
-            want, other = (h.relu(), -h) if h.sum() > 0 else (-h, h.relu())
-            got = expect_tensor(run_student(model, x, what="CondGate()(x)"), "CondGate()(x)", shape=tuple(want.shape))
-        if not torch.allclose(got, want, atol=1e-6):
-            raise CheckError(f"CondGate()(x) differs from Gate on a batch with h.sum() {'>' if h.sum() > 0 else '<'} 0",
-                             hint="the two branches are swapped (true_fn runs when the predicate holds)" if
-                             torch.allclose(got, other, atol=1e-6) else "h = self.linear(x), then h.relu() or -h")
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):   # a refused export
-            warnings.simplefilter("ignore")         # prints its graph: the message below says what matters
-            logging.disable(logging.CRITICAL)
-            program = torch.export.export(model, (xs[0],))
-    except Exception as exc:
-        raise CheckError(f"torch.export refused CondGate ({type(exc).__name__}: {str(exc).splitlines()[0][:150]})",
-                         hint="a Python `if` (or .item(), bool()) on a tensor: put the branch in "
-                              "torch.cond(pred, true_fn, false_fn, (h,))") from None
-    finally:
-        logging.disable(logging.NOTSET)
-    if "torch.ops.higher_order.cond" not in str(program.graph_module.code):
-        raise CheckError("the exported graph has no cond node", hint="torch.where computes both branches and "
-                         "picks elementwise; the exercise is torch.cond, which keeps both in the graph, runs one")
-    passed("CondGate: matches Gate on both branches; torch.export keeps both in one graph (a cond node)")
 
-def _flip_if_negative(x: torch.Tensor) -> torch.Tensor:       # notebook 09's function, the experiment's subject
+# ----------------------------------------------------------------------------- 09.2 fullgraph prediction
+
+
+def _flip_if_negative(x: torch.Tensor) -> torch.Tensor:  # notebook 09's function, the experiment's subject
     if x.sum() > 0:
         return x
     return -x
 
+
+def fullgraph_outcome() -> str:
+    """What ``torch.compile(flip_if_negative, fullgraph=True)`` does on a negative input: error, correct or wrong."""
+    x = -torch.arange(1.0, 4.0)
+    try:
+        out = torch.compile(_flip_if_negative, fullgraph=True, backend="eager")(x)
+    except Exception:
+        return "error"
+    if torch.equal(out, -x):
+        return "correct"
+    return "wrong"
+
+
 @exercise("09.2", "does fullgraph=True accept a data-dependent branch?")
 def check_fullgraph_prediction(prediction: Any) -> None:
     """Predict-then-run: ``torch.compile(flip_if_negative, fullgraph=True)`` on a negative input."""
-    prediction = read_prediction("fullgraph=True", prediction, ("error", "correct", "wrong"))  # before compiling
+    choices = ("error", "correct", "wrong")
+    prediction = read_prediction("fullgraph=True", prediction, choices)  # refused before compiling
+    check_prediction(
+        "fullgraph=True",
+        prediction,
+        fullgraph_outcome(),
+        choices=choices,
+        why="A branch on a tensor's value needs a graph break, and fullgraph=True forbids graph breaks, "
+        "so compiling raises instead of falling back to Python.",
+        mistakes={
+            "correct": "Without fullgraph=True it would be: Dynamo breaks the graph at the `if`, "
+            "runs the branch in Python and stays correct.",
+            "wrong": "That is tracing. Dynamo guards what it captured, so it never silently replays the wrong branch.",
+        },
+        ask="what does fullgraph=True promise about the captured program, and what does Dynamo do without it "
+        "when it reaches an `if` on a tensor's value",
+    )
+
+
+# ----------------------------------------------------------------------------- 09.3 a Gate that exports
+
+
+def gate_batches(linear: torch.nn.Linear) -> list[tuple[torch.Tensor, str]]:
+    """Four batches of 3 rows, one per pair of signs of (h.sum(), x.sum()), with h = linear(x); the rows
+    of a batch disagree in sign, so only the whole batch's sum decides. Each comes with its description."""
+    w = linear.weight.detach().double()
+    b = linear.bias.detach().double() if linear.bias is not None else torch.zeros(w.shape[0], dtype=torch.float64)
+    d = w.sum(0)  # h.sum() of one row is x @ d + b.sum()
+    ones = torch.ones_like(d)
+    system = torch.stack([torch.stack([d @ d, d @ ones]), torch.stack([d @ ones, ones @ ones])])
+    spread = 10.0 * d / (d @ d).clamp(min=1e-12)  # moves a row's h.sum() by 10: the rows' signs differ
+    batches = []
+    for h_sign in (1.0, -1.0):
+        for x_sign in (1.0, -1.0):
+            target = torch.tensor([5.0 * h_sign - float(b.sum()), 5.0 * x_sign], dtype=torch.float64)
+            a, c = torch.linalg.solve(system, target)
+            row = a * d + c * ones  # row @ d + b.sum() = +-5, row.sum() = +-5
+            x = torch.stack([row + spread, row, row - spread]).float()
+            words = f"h.sum() {'>' if h_sign > 0 else '<'} 0, x.sum() {'>' if x_sign > 0 else '<'} 0"
+            batches.append((x, words))
+    return batches
+
+
+def gate_rule(h: torch.Tensor) -> torch.Tensor:
+    """Gate's function of h = self.linear(x): relu where the whole batch's sum is positive, else -h."""
+    if h.sum() > 0:
+        return h.relu()
+    return -h
+
+
+def _which_branch(got: torch.Tensor, h: torch.Tensor) -> str:
+    if torch.allclose(got, h.relu(), atol=1e-5):
+        return "relu"
+    if torch.allclose(got, -h, atol=1e-5):
+        return "neg"
+    return "neither"
+
+
+def _branch_mistake(taken: list[str], batches: list) -> Mistake | None:
+    """Name why the branches were picked wrongly, from which branch each batch took."""
+    h_positive = [words.startswith("h.sum() >") for _, words in batches]
+    x_positive = ["x.sum() >" in words for _, words in batches]
+    relu_taken = [branch == "relu" for branch in taken]
+    if relu_taken == [not p for p in h_positive]:
+        return Mistake(
+            "swapped branches",
+            None,
+            "the two branches are swapped: the first function is the one that runs when the predicate is true",
+            look="the order of the two branch functions",
+        )
+    if relu_taken == x_positive:
+        return Mistake(
+            "predicate on x",
+            None,
+            "the branch follows the sign of x.sum(), the module's input: Gate decides on h, the output of self.linear",
+            look="the predicate: which tensor does it sum?",
+        )
+    return Mistake(
+        "wrong predicate",
+        None,
+        "the branch does not follow the sign of the sum over all of h (the whole batch, every element)",
+        look="the predicate",
+    )
+
+
+UNCHANGED_BRANCH = Mistake(
+    "a branch returns h",
+    None,
+    "a branch returns h unchanged: Gate returns relu(h) when the batch's sum is positive and -h otherwise",
+    look="the two branch functions",
+)
+
+
+def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(h, output) of the student's module on each batch, h = model.linear(x)."""
+    runs = []
+    for x, _ in batches:
+        with torch.no_grad():
+            h = model.linear(x)
+            got = run_student(model, x.clone(), what="CondGate()(x)")
+        runs.append((h, expect_tensor(got, "CondGate()(x)", shape=tuple(h.shape), dtype=h.dtype)))
+    return runs
+
+
+def _check_eager_gate(model: torch.nn.Module, batches: list) -> None:
+    runs = _eager_runs(model, batches)
+    wrong = [i for i, (h, got) in enumerate(runs) if not torch.allclose(got, gate_rule(h), atol=1e-5)]
+    if not wrong:
+        return
+    first = wrong[0]
+    h, got = runs[first]
+    words = batches[first][1]
+    message = f"CondGate()(x) differs from Gate's function on batch {first + 1} of {len(batches)} ({words})"
+    expected = "relu(h)" if words.startswith("h.sum() >") else "-h"
+    taken = [_which_branch(out, hs) for hs, out in runs]
+    if taken[first] == "neither":
+        facts = {"expected": f"{expected}, with h = self.linear(x)", "got": "neither relu(h) nor -h"}
+        if torch.allclose(got, h, atol=1e-5):
+            raise mistake_error(message, UNCHANGED_BRANCH, **facts)
+        raise CheckError(message, **facts)
+    facts = {"expected": expected, "got": f"{'relu(h)' if expected == '-h' else '-h'} (the other branch)"}
+    if "neither" in taken:
+        raise CheckError(message, **facts)
+    raise mistake_error(message, _branch_mistake(taken, batches), **facts)
+
+
+@contextlib.contextmanager
+def _quiet_export() -> Iterator[None]:
+    """A refused export prints the graph it got (stderr, logging) and warns: the check's message says what matters."""
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        logging.disable(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            logging.disable(logging.NOTSET)
+
+
+def _is_data_dependent(exc: Exception) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return "datadependent" in text or "data-dependent" in text or "data dependent" in text or "control flow" in text
+
+
+PYTHON_BRANCH = Mistake(
+    "python branch",
+    None,
+    "the branch is decided in Python on a tensor's value (an `if`, .item(), bool()), which one graph cannot "
+    "hold: which operator, met in the section on fullgraph=True, keeps both branches inside the graph?",
+    look="forward's `if` (CondGate runs Gate's forward unless it defines its own)",
+)
+
+
+def _export(model: torch.nn.Module, x: torch.Tensor) -> Any:
     try:
-        out = torch.compile(_flip_if_negative, fullgraph=True, backend="eager")(-torch.arange(1.0, 4.0))
-        actual = "correct" if torch.equal(out, torch.arange(1.0, 4.0)) else "wrong"
-    except Exception:
-        actual = "error"
-    check_prediction("fullgraph=True", prediction, actual, choices=("error", "correct", "wrong"),
-                     why="A branch on a tensor's value needs a graph break, and fullgraph=True forbids graph breaks, "
-                         "so compiling raises instead of falling back to Python.",
-                     mistakes={"correct": "Without fullgraph=True it would be: Dynamo breaks the graph at the `if`, "
-                               "runs the branch in Python and stays correct.",
-                               "wrong": "That is tracing. Dynamo guards what it captured, so it never silently "
-                               "replays the wrong branch."})
+        with _quiet_export(), time_limit(running.TIME_LIMIT):
+            return torch.export.export(model, (x,))
+    except TimedOut:
+        raise CheckError(f"torch.export of CondGate did not finish within {running.TIME_LIMIT:g} s") from None
+    except Exception as exc:
+        first_line = (str(exc).splitlines() or [""])[0][:150]
+        message = f"torch.export refused CondGate ({type(exc).__name__}: {first_line})"
+        if _is_data_dependent(exc):
+            raise mistake_error(message, PYTHON_BRANCH) from None
+        raise CheckError(message) from None
+
+
+def _check_exported(program: Any, batches: list, model: torch.nn.Module) -> None:
+    if "torch.ops.higher_order.cond" not in str(program.graph_module.code):
+        raise CheckError(
+            "the exported graph has no cond node: the branch is not a graph operator",
+            hint="torch.where, or a mask, computes both branches and picks elementwise; the exercise asks for the "
+            "graph operator that runs only the branch the predicate picks",
+            mistake="no cond node",
+        )
+    exported = program.module()
+    for number, (x, words) in enumerate(batches, start=1):
+        with torch.no_grad():
+            want = gate_rule(model.linear(x))
+            got = expect_tensor(run_student(exported, x.clone(), what="the exported CondGate"), "its output")
+        if not torch.allclose(got, want, atol=1e-5):
+            raise CheckError(f"the exported CondGate differs from Gate's function on batch {number} ({words})")
+
+
+def _build_gate(cond_gate_class: Any) -> torch.nn.Module:
+    if cond_gate_class is None:
+        raise CheckError("CondGate is None: run the exercise cell that defines it", usage=True)
+    if isinstance(cond_gate_class, torch.nn.Module):
+        raise CheckError("the check needs the class CondGate itself, not an instance CondGate()", usage=True)
+    if not isinstance(cond_gate_class, type) or not issubclass(cond_gate_class, torch.nn.Module):
+        raise CheckError(
+            "the check needs your module class (a subclass of nn.Module)", got=describe(cond_gate_class), usage=True
+        )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = run_student(cond_gate_class, what="CondGate()")
+    linear = getattr(model, "linear", None)
+    if not isinstance(linear, torch.nn.Linear) or (linear.in_features, linear.out_features) != (4, 3):
+        raise CheckError(
+            "CondGate() has no .linear = nn.Linear(4, 3), which Gate's function needs",
+            hint="subclass Gate and keep its __init__",
+            usage=True,
+        )
+    return model
+
+
+@exercise("09.3", "a Gate that exports")
+def check_cond_gate(cond_gate_class: Any) -> None:
+    """``cond_gate_class()`` against Gate's rule on batches that take each branch, then exported: one cond node."""
+    model = _build_gate(cond_gate_class)
+    batches = gate_batches(model.linear)
+    _check_eager_gate(model, batches)
+    program = _export(model, batches[0][0])
+    _check_exported(program, batches, model)
+    passed("CondGate: matches Gate on both branches; torch.export keeps both in one graph (a cond node)")

@@ -1,120 +1,581 @@
-"""Checks for notebook 10 (scaling up): Module.to, autocast with GradScaler, data parallelism, DDP."""
-from typing import Any, Callable, Mapping
+"""Checks of notebook 10 (scaling up): Module.to, a GradScaler step, data parallelism by hand, DDP."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import torch
 import torch.nn.functional as F
-from .core import (CheckError, check_prediction, describe, exercise, expect_function, expect_tensor, first_mistake, passed,
-                   rel_error, run_student)
+
+from .core import (
+    CheckError,
+    Mistake,
+    as_number,
+    check_prediction,
+    describe,
+    exercise,
+    expect_function,
+    expect_tensor,
+    mistake_error,
+    passed,
+    plain,
+    run_student,
+)
 
 __all__ = ["check_to_prediction", "check_amp_step", "check_data_parallel_grads", "check_ddp_equivalence"]
 
+
 def _cnn(seed: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     from ..models import DigitsCNN
-    return torch.manual_seed(seed) and DigitsCNN().to(dtype)
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return DigitsCNN().to(dtype)
+
 
 def _batch(n: int, seed: int, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return torch.rand(n, 1, 8, 8, generator=g, dtype=dtype), torch.randint(0, 10, (n,), generator=g)
 
-def _near(a: Mapping, b: Mapping, rtol: float = 1e-4, atol: float = 1e-6) -> bool:  # every tensor of b, in a
-    return all(torch.allclose(a[k].double(), b[k].double(), rtol=rtol, atol=atol) for k in b)
 
-def _grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list:
-    return list(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
+def _state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
-def _flat(tensors: Any) -> torch.Tensor: return torch.cat([t.detach().double().flatten() for t in tensors])  # noqa
+
+def _near(a: Mapping, b: Mapping, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
+    """Is every tensor of ``b`` close to the same key's tensor of ``a`` (NaN never is)?"""
+    for key, want in b.items():
+        got = a[key].detach().double()
+        if got.shape != want.shape or not torch.allclose(got, want.double(), rtol=rtol, atol=atol):
+            return False
+    return True
+
+
+def _finite(state: Mapping) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in state.values() if v.is_floating_point())
+
+
+# ----------------------------------------------------------------------------- 10.1 Module.to prediction
+
+
+def to_keeps_parameters() -> str:
+    """The experiment: after ``model.to(torch.float64)``, is ``model.weight`` the object it was?"""
+    model = torch.nn.Linear(2, 2)
+    before = model.weight
+    model.to(torch.float64)  # a real conversion, on any machine
+    if model.weight is before:
+        return "same"
+    return "new"
+
 
 @exercise("10.1", "does Module.to keep the Parameter objects?")
 def check_to_prediction(prediction: Any) -> None:
     """Predict-then-run: after ``model.to(...)``, is ``model.weight`` the object it was before?"""
-    before, _ = (model := torch.nn.Linear(2, 2)).weight, model.to(torch.float64)   # a real conversion, on any machine
-    check_prediction("Module.to", prediction, "same" if model.weight is before else "new", choices=("same", "new"),
-                     why="Module.to swaps each parameter's data in place, so an optimizer built earlier holds the "
-                         "live parameters; the hazard is optimizer state or a loaded state_dict on the old device.",
-                     mistakes={"new": "That belief is the usual reason given for the rule, but it is not why."})
+    check_prediction(
+        "Module.to",
+        prediction,
+        to_keeps_parameters(),
+        choices=("same", "new"),
+        why="Module.to swaps each parameter's data in place, so an optimizer built earlier holds the "
+        "live parameters; the hazard is optimizer state or a loaded state_dict on the old device.",
+        mistakes={"new": "That belief is the usual reason given for the rule, but it is not why."},
+        ask="if the optimizer built before .to() still holds the live parameters, what does .to() leave "
+        "behind on the old device or dtype",
+    )
 
-def _amp_reference(batches: list, scale: float = 1024.0) -> list[tuple[dict, float]]:
-    model, out = _cnn(3), []     # loss scaling by hand: on inf/NaN skip the step and halve, else step and double
+
+# ----------------------------------------------------------------------------- 10.2 a GradScaler step
+
+AMP_LR = 0.1
+INIT_SCALE = 1024.0
+STEP_WORDS = ("first", "second (inf gradients)", "third")
+
+
+def amp_batches(with_inf: bool = True) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Three batches, the second full of inf (as an fp16 overflow makes the gradients); or two finite ones."""
+    first = _batch(16, 5)
+    third = _batch(16, 6)
+    if not with_inf:
+        return [first, third]
+    return [first, (torch.full_like(first[0], float("inf")), first[1]), third]
+
+
+@dataclasses.dataclass(frozen=True)
+class AmpRecipe:
+    """How a step is done: the reference, or one of its typical variants."""
+
+    dtype: torch.dtype | None  # autocast's dtype; None: no autocast (float32)
+    scaler_on: bool = True
+    unscale: bool = True  # divide the gradients by the scale before the update
+    skip_nonfinite: bool = True
+    zero_grad: bool = True
+
+
+@dataclasses.dataclass
+class AmpRun:
+    """After each step: the weights, the scale and the loss."""
+
+    states: list[dict] = dataclasses.field(default_factory=list)
+    scales: list[float] = dataclasses.field(default_factory=list)
+    losses: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+
+def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
+    """Loss scaling by hand: on inf/NaN gradients skip the step and halve the scale, else step and double it."""
+    model = _cnn(3)
+    params = list(model.parameters())
+    scale = INIT_SCALE if recipe.scaler_on else 1.0
+    kept = [torch.zeros_like(p) for p in params]
+    run = AmpRun()
     for x, y in batches:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            grads = torch.autograd.grad(F.cross_entropy(model(x), y) * scale, list(model.parameters()))
-        if finite := all(bool(torch.isfinite(g).all()) for g in grads):
-            [p.data.sub_(0.1 * g / scale) for p, g in zip(model.parameters(), grads)]
-        out.append(({k: v.clone() for k, v in model.state_dict().items()}, scale := scale * (2 if finite else 0.5)))
-    return out
+        with torch.autocast("cpu", dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
+            loss = F.cross_entropy(model(x), y)
+        grads = torch.autograd.grad(loss * scale, params)
+        if recipe.zero_grad:
+            kept = list(grads)
+        else:
+            kept = [k + g for k, g in zip(kept, grads)]
+        finite = all(bool(torch.isfinite(g).all()) for g in kept)
+        if finite or not recipe.skip_nonfinite or not recipe.scaler_on:
+            with torch.no_grad():
+                for p, g in zip(params, kept):
+                    p -= AMP_LR * (g / scale if recipe.unscale else g)
+        if recipe.scaler_on:
+            scale = scale * 2 if finite else scale / 2
+        run.states.append(_state(model))
+        run.scales.append(scale)
+        run.losses.append(loss.detach())
+    return run
+
+
+class CountingScaler(torch.amp.GradScaler):
+    """A GradScaler that counts the calls of scale, step and update (to name a mistake, never to judge)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.calls = {"scale": 0, "step": 0, "update": 0}
+
+    def scale(self, outputs: Any) -> Any:
+        self.calls["scale"] += 1
+        return super().scale(outputs)
+
+    def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        self.calls["step"] += 1
+        return super().step(optimizer, *args, **kwargs)
+
+    def update(self, new_scale: Any = None) -> None:
+        self.calls["update"] += 1
+        super().update(new_scale)
+
+
+# What GradScaler's own assertions mean in a student's amp_step (matched on their text).
+SCALER_ERRORS = [
+    Mistake(
+        "loss not scaled",
+        "_scale is None",
+        "the scaler was asked to step, but it had scaled nothing in this step: which tensor went into backward()?",
+        look="the line that calls backward()",
+    ),
+    Mistake(
+        "update without scaler.step",
+        "No inf checks were recorded prior to update",
+        "the scaler was asked to update its scale, but the step went around it: the scaler never saw the "
+        "gradients, so it could not check them for inf (or skip the step)",
+        look="the line that updates the weights",
+    ),
+    Mistake(
+        "gradients gone before the step",
+        "No inf checks were recorded for this optimizer",
+        "the scaler found no gradients to check when it was asked to step: were they cleared between "
+        "backward() and the step?",
+        look="where the gradients are zeroed",
+    ),
+]
+
+
+def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
+    """Call the student's step; GradScaler's assertions become the mistake they mean."""
+    try:
+        return run_student(amp_step, *args, what=f"amp_step (the {step} step)")
+    except CheckError as err:
+        cause = str(err.__cause__ or "")
+        for mistake in SCALER_ERRORS:
+            if mistake.matches in cause:
+                message = f"amp_step raised {type(err.__cause__).__name__} from the GradScaler in the {step} step"
+                raise mistake_error(message, mistake) from None
+        raise
+
+
+def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
+    """The loss amp_step returned, if it is one: a 0-dim tensor holding values, without its graph."""
+    name = f"the loss amp_step returned in the {step} step"
+    if not isinstance(loss, torch.Tensor):
+        raise CheckError(
+            f"amp_step must return the loss as a tensor (the training loop stacks them); {name} is not one",
+            expected="a 0-dim tensor",
+            got=describe(loss),
+            hint="a missing `return`" if loss is None else "return the loss tensor itself, detached",
+            usage=True,
+        )
+    loss = expect_tensor(loss, name, shape=(), finite=finite)
+    if loss.requires_grad:
+        raise CheckError(
+            f"{name} still holds its graph (requires_grad=True)",
+            hint="the training loop keeps every step's loss: one with its graph keeps every step's graph alive",
+            mistake="loss not detached",
+        )
+    return loss
+
+
+def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
+    """The typical wrong steps, each matching the weights after step ``step`` of one variant of the recipe."""
+    other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
+
+    def like(recipe: AmpRecipe) -> Callable[[dict], bool]:
+        def test(state: dict) -> bool:
+            return _near(state, amp_reference(recipe, batches).states[step])
+
+        return test
+
+    def unmoved(state: dict) -> bool:
+        before = amp_reference(AmpRecipe(dtype), batches).states[step - 1] if step else _state(_cnn(3))
+        return _near(state, before, rtol=0, atol=1e-9)
+
+    def not_finite(state: dict) -> bool:
+        return not _finite(state)
+
+    return [
+        Mistake(
+            "no autocast",
+            like(AmpRecipe(None)),
+            "the weights moved exactly as a float32 forward pass moves them: in which precision did the forward "
+            "pass and the loss run, and what tells PyTorch to use `dtype` on the inputs' device?",
+            look="the lines that compute the logits and the loss",
+        ),
+        Mistake(
+            "dtype ignored",
+            like(AmpRecipe(other)),
+            f"with dtype={dtype} the step matches a {other} forward pass: is the dtype argument used, or a "
+            "dtype written into the code?",
+            look="every place amp_step names a dtype",
+        ),
+        Mistake(
+            "stepped on scaled gradients",
+            like(AmpRecipe(dtype, unscale=False, skip_nonfinite=False)),
+            f"the update used gradients still multiplied by the scale ({INIT_SCALE:g}): which call divides them "
+            "by the scale before the weights change?",
+            look="the line that updates the weights",
+        ),
+        Mistake(
+            "inf step taken",
+            not_finite,
+            "the weights hold NaN or inf: a step on non-finite gradients was taken instead of skipped",
+            look="the line that updates the weights",
+        ),
+        Mistake(
+            "gradients not zeroed",
+            like(AmpRecipe(dtype, zero_grad=False)),
+            "the third step was skipped too: the inf of the skipped step was still in .grad, since backward() "
+            "adds to what is there",
+            look="where the gradients are zeroed",
+        ),
+        Mistake(
+            "no step",
+            unmoved,
+            "the weights did not move on a finite batch: no step was taken, or the gradients were cleared before it",
+            look="the order of backward, the step and zeroing the gradients",
+        ),
+    ]
+
+
+def _largest_difference(state: Mapping, want: Mapping) -> str:
+    """Where the weights differ most from the reference, in words (NaN and inf count as the most)."""
+    differences = {}
+    for key, value in want.items():
+        difference = (state[key].double() - value.double()).abs().max()
+        differences[key] = float(torch.nan_to_num(difference, nan=float("inf")))
+    worst_key = max(differences, key=differences.get)
+    return f"a largest difference of {differences[worst_key]:.2g} (in {worst_key})"
+
+
+def _scale_mistake(scaler: CountingScaler) -> Mistake | None:
+    if not any(scaler.calls.values()):
+        return Mistake(
+            "scaler unused",
+            None,
+            "the scaler passed to amp_step was never used: amp_step must work through its `scaler` argument",
+        )
+    if scaler.calls["update"] == 0:
+        return Mistake(
+            "no update",
+            None,
+            "the scale never changed: a GradScaler adapts its scale only when told to, at the end of each step",
+            look="the end of amp_step",
+        )
+    return None
+
+
+def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: torch.dtype, i: int) -> None:
+    """Compare the student's weights, scale and loss after step ``i`` with the reference."""
+    step = STEP_WORDS[i] if len(ref.states) == 3 else ("first", "second")[i]
+    where = f"after the {step} step (dtype={dtype}, scaler {'on' if scaler.is_enabled() else 'off'})"
+    if not _near(run.states[i], ref.states[i]):
+        message = f"the weights {where} differ from loss scaling done by hand"
+        facts = {"got": _largest_difference(run.states[i], ref.states[i])}
+        for mistake in amp_mistakes(dtype, amp_batches(scaler.is_enabled()), i):
+            if mistake.matches(run.states[i]):
+                raise mistake_error(message, mistake, **facts)
+        raise CheckError(message, **facts)
+    if run.scales[i] != ref.scales[i]:
+        message = f"the scale {where} is {run.scales[i]:g}, expected {ref.scales[i]:g}"
+        mistake = _scale_mistake(scaler)
+        if mistake is not None:
+            raise mistake_error(message, mistake)
+        raise CheckError(message)
+    loss, want = run.losses[i], ref.losses[i]
+    if bool(torch.isfinite(want)) and not torch.allclose(loss.double(), want.double(), rtol=1e-3):
+        message = f"the loss amp_step returned {where} is {float(loss):.4g}, expected {float(want):.4g}"
+        if torch.allclose(loss.double(), want.double() * INIT_SCALE * 2**i, rtol=1e-3):
+            why = "the returned loss is multiplied by the scale: the scaled loss is for backward() only"
+            raise CheckError(message, hint=why, mistake="scaled loss returned")
+        raise CheckError(message)
+
+
+def _run_amp_case(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> None:
+    batches = amp_batches(with_inf=scaler_on)
+    ref = amp_reference(AmpRecipe(dtype, scaler_on=scaler_on), batches)
+    model = _cnn(3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=AMP_LR)
+    scaler = CountingScaler("cpu", init_scale=INIT_SCALE, growth_interval=1, enabled=scaler_on)
+    run = AmpRun()
+    for i, (x, y) in enumerate(batches):
+        step = STEP_WORDS[i] if scaler_on else ("first", "second")[i]
+        loss = _call_amp_step(amp_step, (model, optimizer, scaler, x.clone(), y.clone(), dtype), step)
+        run.losses.append(_returned_loss(loss, step, finite=bool(torch.isfinite(ref.losses[i]))))
+        run.states.append(_state(model))
+        run.scales.append(scaler.get_scale())
+        _judge_amp_step(run, ref, scaler, dtype, i)
+
 
 @exercise("10.2", "a training step with GradScaler")
 def check_amp_step(amp_step: Callable) -> None:
-    """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: 3 steps, the 2nd on inf (fp16 overflow)."""
+    """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: bf16 and fp16, 3 steps each, the 2nd on inf;
+    then bf16 with the scaler disabled."""
     expect_function(amp_step, "amp_step")
-    (x1, y1), (x3, y3), model = _batch(16, 5), _batch(16, 6), _cnn(3)
-    ref = _amp_reference(batches := [(x1, y1), (torch.full_like(x1, float("inf")), y1), (x3, y3)])
-    opt, init = torch.optim.SGD(model.parameters(), lr=0.1), {k: v.clone() for k, v in model.state_dict().items()}
-    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=1)
-    for i, (x, y) in enumerate(batches):
-        if not isinstance(loss := run_student(amp_step, model, opt, scaler, x, y, torch.bfloat16, what="amp_step"),
-                          torch.Tensor) or loss.dim() != 0:
-            raise CheckError("amp_step must return the loss", expected="a 0-dim tensor", got=describe(loss))
-        state, step = model.state_dict(), ("first", "second (inf gradients)", "third")[i]
-        if not _near(state, ref[i][0]):
-            raise CheckError(f"the weights after the {step} step differ from the reference", hint=first_mistake(
-                state, [(lambda s: not all(torch.isfinite(v).all() for v in s.values()) or not _near(s, init, 0, 1.0),
-                         "optimizer.step() stepped on the scaled (1024x) or inf gradients: scaler.step(optimizer) "
-                         "unscales them and skips a step on inf"),
-                        (lambda s: i == 2 and _near(s, ref[0][0]), "the third step was skipped too: zero the "
-                         "gradients every step, or the skipped step's inf stays in .grad")])
-                or "run the forward pass and the loss under torch.autocast(inputs.device.type, dtype=dtype)")
-        if scaler.get_scale() != ref[i][1]:
-            raise CheckError(f"the scale after the {step} step is {scaler.get_scale():g}, expected {ref[i][1]:g}",
-                             hint="call scaler.update() after scaler.step(optimizer)")
+    for dtype in (torch.bfloat16, torch.float16):
+        _run_amp_case(amp_step, dtype, scaler_on=True)
+    _run_amp_case(amp_step, torch.bfloat16, scaler_on=False)
     passed("amp_step: the step on inf gradients was skipped and the scale halved; the others stepped and doubled it")
+
+
+# ----------------------------------------------------------------------------- 10.3 data parallelism by hand
+
+
+def _grads(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> list[torch.Tensor]:
+    return list(torch.autograd.grad(F.cross_entropy(model(x), y), list(model.parameters())))
+
+
+def _flat(tensors: Any) -> torch.Tensor:
+    return torch.cat([t.detach().double().flatten() for t in tensors])
+
+
+def _mean(gradient_lists: list[list[torch.Tensor]], divide_by: int) -> list[torch.Tensor]:
+    return [sum(gs) / divide_by for gs in zip(*gradient_lists)]
+
+
+def _distance(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
+    """||a - b|| / ||b|| over all parameters (inf where a holds NaN or inf)."""
+    flat_a = _flat(a)
+    flat_b = _flat(b)
+    if not bool(torch.isfinite(flat_a).all()):
+        return float("inf")
+    return float((flat_a - flat_b).norm() / flat_b.norm().clamp(min=1e-30))
+
+
+def _same_grads(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    return _distance(a, b) < 1e-9
+
+
+def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The typical wrong results of data_parallel_grads for one case, each a list of gradients."""
+    k = len(x) // ws
+    shards = [_grads(model, x[r * k : (r + 1) * k], y[r * k : (r + 1) * k]) for r in range(ws)]
+    running_sums = [_mean(shards[: r + 1], 1) for r in range(ws)]
+    overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
+    return [
+        Mistake(
+            "summed, not averaged",
+            _mean(shards, 1),
+            f"the shards' gradients were added up: each is the gradient of a mean over its shard, so how do "
+            f"{ws} such gradients combine into the gradient of the mean over the whole batch?",
+            look="the return line",
+            symptom=f"each gradient is {ws} times the whole-batch gradient",
+        ),
+        Mistake(
+            "averaged twice",
+            _mean(shards, ws * ws),
+            f"each gradient is {ws} times too small: count how often the shards' contributions are divided",
+            look="every division in the function",
+        ),
+        Mistake(
+            "sum reduction",
+            _mean([[g * k for g in s] for s in shards], ws),
+            "each shard's gradient is its shard size times too large: the shard's loss is a sum, not a mean",
+            look="the loss of a shard",
+        ),
+        Mistake(
+            "gradients not zeroed",
+            _mean(running_sums, ws),
+            "shard r's gradient still holds the shards before it: backward() adds to .grad",
+            look="the start of the loop over ranks",
+        ),
+        Mistake(
+            "last shard only",
+            shards[-1],
+            "the result is the last shard's gradient alone: were all shards' gradients kept, a copy each, "
+            "before the next backward() reused .grad?",
+            look="what is kept after each backward()",
+        ),
+        Mistake(
+            "first shard only",
+            shards[0],
+            "the result is the first shard's gradient alone: does every rank run, and take its own slice?",
+            look="the slice of each rank",
+        ),
+        Mistake("a shard dropped", _mean(shards[:-1], ws), "a shard was dropped: range(world_size) covers every rank"),
+        Mistake(
+            "overlapping shards",
+            _mean(overlapping, ws),
+            "the shards overlap: rank r's slice starts r shards into the batch, not r examples",
+            look="the slice of each rank",
+        ),
+    ]
+
+
+def _grads_returned(got: Any, want: list[torch.Tensor]) -> list[torch.Tensor]:
+    if not isinstance(got, (list, tuple)) or len(got) != len(want):
+        raise CheckError(
+            "data_parallel_grads must return one gradient per parameter",
+            expected=f"a list of {len(want)} tensors, in model.parameters() order",
+            got=describe(got),
+            hint="a missing `return`" if got is None else None,
+            usage=True,
+        )
+    grads = []
+    for i, (g, w) in enumerate(zip(got, want)):
+        grads.append(expect_tensor(g, f"gradient {i}", shape=tuple(w.shape), dtype=w.dtype))
+    return grads
+
+
+def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> None:
+    want = _grads(model, x, y)
+    if _same_grads(got, want):
+        return
+    message = f"the averaged gradients differ from the whole-batch gradient (world_size {ws}, batch {len(x)})"
+    for mistake in data_parallel_mistakes(model, x, y, ws):
+        if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
+            raise mistake_error(message, mistake)
+    raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
+
 
 @exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
+    expect_function(data_parallel_grads, "data_parallel_grads")
     for case, (n, ws) in enumerate([(12, 2), (12, 3)]):
-        model, (x, y), k = _cnn(10 + case, torch.float64), _batch(n, 20 + case, torch.float64), n // ws
-        want, mean = _grads(model, x, y), lambda gs: [sum(g) / ws for g in zip(*gs)]
-        shards = [_grads(model, x[r * k:(r + 1) * k], y[r * k:(r + 1) * k]) for r in range(ws)]
-        got = run_student(data_parallel_grads, model, x, y, ws, what="your data_parallel_grads(...)")
-        if not isinstance(got, (list, tuple)) or len(got) != len(want):
-            raise CheckError("one gradient per parameter", expected=f"a list of {len(want)} tensors",
-                             got=describe(got))
-        got = [expect_tensor(g, f"gradient {i}", shape=w.shape).double() for i, (g, w) in enumerate(zip(got, want))]
-        if rel_error(_flat(got), _flat(want)) > 1e-6:
-            raise CheckError(f"the averaged gradients differ from the whole-batch gradient (world_size {ws})", hint=(
-                first_mistake(got, [
-                    ([sum(g) for g in zip(*shards)], "gradients summed, not averaged: each shard's loss is already "
-                     "a mean, so divide the sum by world_size, as DDP does"),
-                    ([g * k for g in want], "wrong loss reduction: reduction='sum' scales each shard's gradient by "
-                     "the shard size; keep F.cross_entropy's mean"),
-                    (mean([[sum(g) for g in zip(*shards[:r + 1])] for r in range(ws)]), "gradients not zeroed "
-                     "between shards: backward() adds to .grad"),
-                    (mean(shards[:-1]), "a shard was dropped: range(world_size) covers every rank"),
-                    (mean([_grads(model, x[r:r + k], y[r:r + k]) for r in range(ws)]), "the shards overlap: rank r "
-                     "starts at r * shard, not at r"),
-                    (lambda g: any(rel_error(_flat(g), _flat(s)) < 1e-6 for s in shards), "one shard's gradient "
-                     "alone: keep a copy (p.grad.clone()) of every shard's gradients and average them all")])
-                or "world_size equal contiguous shards, the mean loss of each, the average of their gradients"))
+        model = _cnn(10 + case, torch.float64)
+        x, y = _batch(n, 20 + case, torch.float64)
+        before = _state(model)
+        got = run_student(
+            data_parallel_grads,
+            model,
+            x,
+            y,
+            ws,
+            what="your data_parallel_grads(...)",
+            inplace_hint="{name} was changed in place: the function only reads the batch",
+        )
+        if not _near(_state(model), before, rtol=0, atol=0):
+            raise CheckError(
+                "data_parallel_grads changed the model's weights",
+                hint="it computes gradients only: no optimizer step, no in-place change of a parameter",
+                mistake="weights changed",
+            )
+        _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
+
+
+# ----------------------------------------------------------------------------- 10.4 real DDP
+
+DDP_KEYS = ("world_size", "batch_size", "lr", "seed", "states")
+
+
+def _ddp_settings(result: Any) -> tuple[int, int, float, int]:
+    """(world_size, batch_size, lr, seed) of what lab.run_data_parallel returned, each checked."""
+    if not isinstance(result, Mapping) or any(key not in result for key in DDP_KEYS):
+        raise CheckError(
+            f"expected what lab.run_data_parallel returns (keys {', '.join(DDP_KEYS)})",
+            got=describe(result),
+            hint="pass `result`, as the check cell does, after the cell that runs the workers",
+            usage=True,
+        )
+    numbers = []
+    for key in ("world_size", "batch_size", "seed"):
+        value = plain(result[key])
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if key == "seed" else 1):
+            raise CheckError(f"result[{key!r}] must be a whole number, got {describe(value)}", usage=True)
+        numbers.append(value)
+    world_size, batch_size, seed = numbers
+    lr = as_number(result["lr"], "result['lr']")
+    return world_size, batch_size, float(lr), seed
+
+
+def _reference_step(seed: int, batch_size: int, lr: float, **kwargs: Any) -> dict[str, torch.Tensor]:
+    from ..distributed import sgd_step_state
+
+    try:
+        return sgd_step_state(seed, batch_size, lr, **kwargs)
+    except ValueError as exc:
+        raise CheckError(f"the check cannot redo this run: {exc}", usage=True) from None
+
+
+def _worker_states(result: Mapping, world_size: int, ref: dict) -> list[dict]:
+    states = result["states"]
+    if not isinstance(states, (list, tuple)) or len(states) != world_size:
+        raise CheckError(f"expected one DigitsCNN state dict per worker ({world_size})", got=describe(states))
+    checked = []
+    for rank, state in enumerate(states):
+        if not isinstance(state, Mapping) or set(state) != set(ref):
+            raise CheckError(f"expected one DigitsCNN state dict per worker ({world_size})", got=describe(state))
+        tensors = {}
+        for key, value in state.items():
+            tensors[key] = expect_tensor(value, f"worker {rank}'s {key}", shape=tuple(ref[key].shape))
+        checked.append(tensors)
+    return checked
+
 
 def check_ddp_equivalence(result: Any) -> None:
     """``lab.run_data_parallel``'s workers after one DDP step against ONE process's SGD step (float64, CPU)."""
-    from ..distributed import sgd_step_state
-    keys = ("world_size", "batch_size", "lr", "seed", "states")
-    if not isinstance(result, Mapping) or any(not isinstance(result.get(k), t) for k, t in zip(keys, (int,) * 2 + (float, int))):
-        raise CheckError(f"expected what lab.run_data_parallel returns (keys {', '.join(keys)})", got=describe(result))
-    ws, states, args, lr = result["world_size"], result.get("states"), (result["seed"], result["batch_size"]), result["lr"]
-    ref = sgd_step_state(*args, lr)
-    if not isinstance(states, list) or len(states) != ws or not states or any(
-            not isinstance(s, Mapping) or set(s) != set(ref) for s in states):
-        raise CheckError(f"expected one DigitsCNN state dict per worker ({ws})", got=describe(states))
-    [expect_tensor(v, f"worker {r}'s {k}", shape=tuple(ref[k].shape)) for r, s in enumerate(states) for k, v in s.items()]
-    if not all(_near(s, states[0]) for s in states):
-        raise CheckError("the replicas drifted apart", hint="each worker stepped on its own gradient: use DDP")
-    if not _near(states[0], ref):
-        raise CheckError("the workers' weights differ from one process's step on the whole batch", hint=first_mistake(
-            states[0], [(lambda s: ws > 1 and _near(s, sgd_step_state(*args, lr, shard=(0, ws))), "the gradients "
-                         "were not averaged across workers (a step on worker 0's slice alone)"),
-                        (lambda s: ws > 1 and _near(s, sgd_step_state(*args, lr * ws)), f"the step is {ws}x too "
-                         "large: gradients summed, not averaged")]))
-    passed(f"DDP: {ws} workers on 1/{ws} of the batch each end the step with one process's weights (whole batch)")
+    ws, batch_size, lr, seed = _ddp_settings(result)
+    ref = _reference_step(seed, batch_size, lr)
+    states = _worker_states(result, ws, ref)
+    for rank, state in enumerate(states[1:], start=1):
+        if not _near(state, states[0], rtol=1e-4):
+            raise CheckError(
+                f"worker {rank}'s weights differ from worker 0's after the step: the replicas drifted apart",
+                hint="each worker stepped on its own gradient: DDP averages them, so every replica takes the same step",
+                mistake="replicas drifted",
+            )
+    if _near(states[0], ref, rtol=1e-4):
+        passed(f"DDP: {ws} workers on 1/{ws} of the batch each end the step with one process's weights (whole batch)")
+        return
+    message = "the workers' weights differ from one process's step on the whole batch"
+    if ws > 1 and _near(states[0], _reference_step(seed, batch_size, lr, shard=(0, ws)), rtol=1e-4):
+        why = "the step used worker 0's slice alone: the gradients were not averaged across workers"
+        raise CheckError(message, hint=why, mistake="not averaged")
+    if ws > 1 and _near(states[0], _reference_step(seed, batch_size, lr * ws), rtol=1e-4):
+        why = f"the step is {ws}x too large: the workers' gradients were summed, not averaged"
+        raise CheckError(message, hint=why, mistake="summed")
+    raise CheckError(message)
