@@ -76,6 +76,15 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
         Mistake("missing exp path", (2 * d * b, None), f"grad_a has only the path through a * b: {paths}"),
         Mistake("missing product path", (2 * d * e, None), f"grad_a has only the path through exp(a): {paths}"),
         Mistake("exp derivative taken as 1", (2 * d * (b + 1), None), "grad_a: the derivative of exp(a) is exp(a)"),
+        Mistake(
+            "exp path without the outer derivative",
+            (2 * d * b + e, None),
+            "grad_a's path through exp(a) lacks the outer derivative dL/dd = 2 * d: every path is multiplied by it",
+        ),
+        Mistake(
+            "c for d", (2 * (a * b) * (b + e), None), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"
+        ),
+        Mistake("c for d", (None, 2 * (a * b) * a), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"),
         Mistake("outer derivative missing", (b + e, None), "grad_a lacks dL/dd = 2 * d, the outer derivative"),
         Mistake("outer derivative missing", (None, a), "grad_b lacks dL/dd = 2 * d, the outer derivative"),
         Mistake("half the gradient", (d * (b + e), None), "grad_a is half the gradient: d(d**2)/dd = 2 * d"),
@@ -512,13 +521,18 @@ def _count_arrival(arrivals: list[int], w1_values: list, i: int, w: torch.Tensor
         w1_values.append(w.detach().clone())
 
 
-def _record_log(calls: list[_LogCall], w1: torch.Tensor, t: Any, loss: Any) -> None:
-    grad = None
-    if w1.grad is not None:
-        grad = w1.grad.detach().clone()
-    if isinstance(loss, torch.Tensor):
-        loss = loss.detach().clone()
-    calls.append(_LogCall(t, loss, w1.detach().clone(), grad))
+def _log_recorder(calls: list[_LogCall], w1: torch.Tensor) -> Any:
+    """The ``log`` the check hands to the loop: it records each call, and what w1 and w1.grad hold then."""
+
+    def log(t: Any, loss: Any) -> None:
+        grad = None
+        if w1.grad is not None:
+            grad = w1.grad.detach().clone()
+        if isinstance(loss, torch.Tensor):
+            loss = loss.detach().clone()
+        calls.append(_LogCall(t, loss, w1.detach().clone(), grad))
+
+    return log
 
 
 def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) -> tuple[Any, _Observed]:
@@ -538,7 +552,7 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
     kwargs = {}
     if calls is not None:
         args.append(p.chunks)
-        kwargs["log"] = functools.partial(_record_log, calls, w1)
+        kwargs["log"] = _log_recorder(calls, w1)
     result = None
     error = None
     try:
@@ -566,13 +580,15 @@ def _judge_weights(seen: _Observed, right: _Run) -> None:
     if all(_close(w, r) for w, r in zip(seen.weights, right.final)):
         return
     mistake = first_mistake(seen, _LOOP_MISTAKES)
-    for i, name in enumerate(("w1", "w2")):
-        if seen.untouched(i):
-            message = f"the caller's {name} is exactly as it was before training"
-            expected = f"w1 and w2 changed by {STEPS} steps of gradient descent"
-            if mistake is None:
-                raise CheckError(message, expected=expected, got=seen.facts())
-            raise mistake_error(message, mistake, expected=expected, got=seen.facts())
+    untouched = [name for i, name in enumerate(("w1", "w2")) if seen.untouched(i)]
+    if untouched:
+        message = f"the caller's {untouched[0]} is exactly as it was before training"
+        if len(untouched) == 2:
+            message = "the caller's w1 and w2 are exactly as they were before training"
+        expected = f"w1 and w2 changed by {STEPS} steps of gradient descent"
+        if mistake is None:
+            raise CheckError(message, expected=expected, got=seen.facts())
+        raise mistake_error(message, mistake, expected=expected, got=seen.facts())
     if mistake is None:
         _judge_step_size(seen, right)
     for name, got, want in zip(("w1", "w2"), seen.weights, right.final):
@@ -699,7 +715,8 @@ def _judge_chunks(seen: _Observed) -> None:
         raise CheckError(
             f"backward() ran {count} times in {STEPS} steps",
             expected=f"one backward() per chunk: {seen.problem.chunks} per step, {STEPS * seen.problem.chunks} in all",
-            hint="the batch was not split: each chunk needs its own forward pass and backward()",
+            hint="backward() ran fewer times than there are chunks: each chunk's loss needs its own backward(), "
+            "so that .grad adds up the chunks' gradients",
             mistake="no chunks",
         )
 

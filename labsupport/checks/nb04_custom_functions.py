@@ -325,6 +325,11 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
         ),
         Mistake(
+            "log for log1p",
+            (x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), None),
+            "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits",
+        ),
+        Mistake(
             "forward overflows",
             functools.partial(_inf_where_exp_overflows, x),
             "log(1 + exp(x)) overflows where exp(x) is inf: the stable form never exponentiates a large number",
