@@ -93,9 +93,12 @@ def _has_three_axes(result: Any) -> bool:
 
 def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.1 for the points a and b."""
+    return [*_pairwise_broadcast_mistakes(a, b), *_pairwise_formula_mistakes(a, b), NOT_FINITE]
+
+
+def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the broadcasting design: the root, the axes, the reduction."""
     squares = _squared_differences(a, b)
-    cross = a @ b.T
-    norms = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]
     return [
         Mistake(
             "square root taken",
@@ -133,6 +136,14 @@ def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             why="that is the mean of the squared differences over the coordinates; the distance adds them up",
             look="the reduction over the last axis",
         ),
+    ]
+
+
+def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the algebra: summing before squaring, and the expansion |a|^2 + |b|^2 - 2 a.b."""
+    cross = a @ b.T
+    norms = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]
+    return [
         Mistake(
             "summed before squaring",
             (a.sum(1)[:, None] - b.sum(1)[None, :]) ** 2,
@@ -151,7 +162,6 @@ def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             why="(a - b)^2 = a^2 - 2ab + b^2: the cross term is subtracted",
             look="the sign in front of the a @ b.T term",
         ),
-        NOT_FINITE,
     ]
 
 
@@ -400,6 +410,22 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             why="the kept entries had their row's mean subtracted: they are to stay as they are",
             look="what the entries at or above the mean are replaced with",
         ),
+    ]
+    if x.shape[0] == x.shape[1]:  # only a square x lets a (N,) mean broadcast without an error
+        mistake = Mistake(
+            "keepdim forgotten",
+            _keep(x, x.mean(dim=1)),
+            why="the (N,) row means broadcast as a row, so column j was compared with row j's mean",
+            look="keep the reduced axis: the mean must have shape (N, 1)",
+        )
+        mistakes.insert(1, mistake)
+    return [*mistakes, *_keep_form_mistakes(x)]
+
+
+def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:
+    """Answers that are the mask itself, or not shaped like x."""
+    row_mean = x.mean(dim=1, keepdim=True)
+    return [
         Mistake(
             "mask returned",
             _is_bool,
@@ -420,15 +446,6 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
         ),
         NOT_FINITE,
     ]
-    if x.shape[0] == x.shape[1]:  # only a square x lets a (N,) mean broadcast without an error
-        mistake = Mistake(
-            "keepdim forgotten",
-            _keep(x, x.mean(dim=1)),
-            why="the (N,) row means broadcast as a row, so column j was compared with row j's mean",
-            look="keep the reduced axis: the mean must have shape (N, 1)",
-        )
-        mistakes.insert(1, mistake)
-    return mistakes
 
 
 def _keep_cases() -> list[tuple[torch.Tensor]]:

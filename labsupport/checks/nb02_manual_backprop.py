@@ -252,8 +252,8 @@ def _check_layer(layer: _Layer, cases: list, reference: Callable, mistakes: Call
             f"{err.message}; your {layer.name}_forward also changed its argument {layer.changed} in place",
             expected=err.expected,
             got=err.got,
-            hint=f"after the forward, {layer.changed} holds the layer's output, so a cache that refers to "
-            f"{layer.changed} no longer has the values the backward needs",
+            hint=f"after the forward, {layer.changed} no longer holds what was passed in (for the ReLU: it holds "
+            f"max({layer.changed}, 0)), so a cache that refers to it lacks the values the backward needs",
             look=f"compute the output into a new tensor and leave {layer.changed} as it came",
             mistake="forward changed its input",
         ) from None
@@ -404,9 +404,12 @@ def _loss_not_reduced(result: Any) -> bool:
 
 def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 02.3 for this case."""
+    return [*_two_layer_loss_mistakes(x, y, w1, w2), *_two_layer_gradient_mistakes(x, y, w1, w2)]
+
+
+def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the loss itself: not finite, not reduced, a mean."""
     g1, g2 = two_layer_grads(x, y, w1, w2)
-    h = x @ w1
-    d = 2 * (torch.relu(h) @ w2 - y)
     count = y.numel()
     return [
         NOT_FINITE,
@@ -422,6 +425,15 @@ def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: 
             why="that is the mean of the squared errors; the exercise's loss is their sum",
             look="the reduction of the loss (and the factor in grad_y_pred)",
         ),
+    ]
+
+
+def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the backward pass: the mask, the factor 2, the sign, the second layer's input, the order."""
+    g1, g2 = two_layer_grads(x, y, w1, w2)
+    h = x @ w1
+    d = 2 * (torch.relu(h) @ w2 - y)
+    return [
         Mistake(
             "ReLU mask missing",
             (None, x.t() @ (d @ w2.t()), None),
