@@ -183,7 +183,7 @@ def test_run_cases_names_a_mistake_in_one_of_several_outputs():
     ref = lambda x: (2 * x, 3 * x)  # noqa: E731
     mistakes = lambda x: [((None, 2 * x), "b was computed like a")]  # noqa: E731
     err = message(core.run_cases, lambda x: (2 * x, 2 * x), cases, ref, what="f", outputs=("a", "b"), mistakes=mistakes)
-    assert err.startswith("b is wrong in case 1 of 1 (inputs of shape (2,))")
+    assert err.startswith("b does not match the reference in case 1 of 1 (inputs of shape (2,))")
     assert err.endswith("Likely mistake: b was computed like a")
     assert core.run_cases(lambda x: (2 * x, 3 * x), cases, ref, what="f", outputs=("a", "b")) == 0.0
 

@@ -274,5 +274,5 @@ def run_cases(
                 mistake = first_mistake(whole, known)
                 if mistake is None:
                     raise
-                raise mistake_error(f"{name} is wrong {where}", mistake, expected=err.expected, got=err.got) from None
+                raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
     return worst
