@@ -18,6 +18,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from .checks.running import stopped_after
+from .timing import TOO_SLOW, timing_limit
+
 __all__ = ["TITAN_RTX", "cpu_info", "gpu_info", "time_per_call", "measure_matmul", "matmul_sweep", "format_rate"]
 
 #: The lecture's GPU, NVIDIA Titan RTX (Turing TU102), from NVIDIA's Turing whitepaper.
@@ -120,11 +123,12 @@ def time_per_call(fn: Callable[[], object], device: torch.device | str = "cpu", 
             fn()
         sync()
         return (time.perf_counter() - start) / k
-    k = max(1, math.ceil(0.015 / max(1e-7, min(block(1) for _ in range(3)))))
     times: list[float] = []
-    while sum(times) * k < min_run_time or len(times) < 3:
-        time.sleep(0.05 if cuda else 0)
-        times.append(block(k))
+    with stopped_after(timing_limit(min_run_time), "time_per_call(fn)", TOO_SLOW):
+        k = max(1, math.ceil(0.015 / max(1e-7, min(block(1) for _ in range(3)))))
+        while sum(times) * k < min_run_time or len(times) < 3:
+            time.sleep(0.05 if cuda else 0)
+            times.append(block(k))
     return statistics.median(times)
 
 

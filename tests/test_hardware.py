@@ -105,3 +105,16 @@ def test_format_rate():
 
 def test_the_benchmark_script_uses_only_what_the_module_offers():
     assert hardware.CpuInfo._fields[:2] == ("model", "torch_threads") and callable(hardware.GpuInfo.peak)
+
+
+def test_time_per_call_stops_a_function_that_never_returns(monkeypatch):
+    from labsupport.checks import running
+
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+
+    def forever():
+        while True:
+            pass
+
+    with pytest.raises(TimeoutError, match=r"time_per_call\(fn\) did not finish within .* so it was stopped"):
+        hardware.time_per_call(forever, "cpu", min_run_time=0.01)
