@@ -146,6 +146,8 @@ LINEAR_MISTAKES = {
     "bias subtracted": linear_variant(forward=lambda self, x: x @ self.weight.t() - self.bias),
     "activation inside the layer": linear_variant(forward=lambda self, x: torch.relu(x @ self.weight.t() + self.bias)),
     "missing transpose": linear_variant(forward=lambda self, x: x @ self.weight + self.bias),
+    "product scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() / math.sqrt(x.shape[1]) + self.bias),
+    "bias scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() + 2 * self.bias),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -422,6 +424,18 @@ class DictStack(nn.Module):
         return x
 
 
+class TransposedRawBlock(nn.Module):
+    def __init__(self, D, H):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(D, H) / D**0.5)
+        self.b1 = nn.Parameter(torch.zeros(H))
+        self.w2 = nn.Parameter(torch.randn(H, D) / H**0.5)
+        self.b2 = nn.Parameter(torch.zeros(D))
+
+    def forward(self, h):
+        return h + torch.relu(h @ self.w1 + self.b1) @ self.w2 + self.b2
+
+
 def _reversed(self, x):
     for block in reversed(self.blocks):
         x = block(x)
@@ -437,6 +451,9 @@ CORRECT_STACKS = {
     "nn.Sequential of blocks": SequentialStack,
     "raw parameters in a ModuleDict": DictStack,
     "blocks applied in reverse order": stack_variant(forward=_reversed),
+    "raw weights stored (in, out)": stack_variant(
+        init=lambda self, D, H, depth: _with_blocks(self, TransposedRawBlock, D, H, depth)
+    ),
 }
 
 
@@ -506,6 +523,18 @@ def _skip_first(self, x):
     return x
 
 
+def _tanh(self, x):
+    for b in self.blocks:
+        x = x + b.fc2(torch.tanh(b.fc1(x)))
+    return x
+
+
+def _twice(self, x):
+    for b in self.blocks:
+        x = b(b(x))
+    return x
+
+
 def _in_place(self, x):
     for b in self.blocks:
         x += b.fc2(torch.relu(b.fc1(x)))
@@ -555,6 +584,11 @@ def _no_biases(self, D, H, depth):
         b.fc2 = nn.Linear(H, D, bias=False)
 
 
+def _square(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, D) for _ in range(depth))
+
+
 class SharedUp(nn.Module):
     def __init__(self, D, H, depth):
         super().__init__()
@@ -581,11 +615,14 @@ STACK_MISTAKES = {
     "blocks read x": stack_variant(forward=_from_x),
     "only the last block counts": stack_variant(forward=_last_only),
     "returns the input": stack_variant(forward=_returns_x),
+    "not a ReLU": stack_variant(forward=_tanh),
+    "each block applied twice": stack_variant(forward=_twice),
     "a block skipped in forward": stack_variant(forward=_skip_first),
     "changed x in place": stack_variant(forward=_in_place),
     "layers created in forward": stack_variant(forward=_fresh_layer),
     "layers not registered": stack_variant(init=_python_list),
     "layers without bias": stack_variant(init=_no_biases),
+    "wrong hidden size": stack_variant(init=_square),
     "one block repeated": stack_variant(init=_repeated),
     "one layer shared by all blocks": SharedUp,
     "off-by-one depth": stack_variant(init=_one_less),
@@ -607,6 +644,7 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module.FRESH_LAYERS,
             nb05_nn_module.NOT_REGISTERED,
             nb05_nn_module.NO_BIASES,
+            nb05_nn_module.WRONG_HIDDEN,
             nb05_nn_module.SHARED_BLOCK,
             nb05_nn_module.SHARED_LAYER,
             nb05_nn_module.DETACHED,
@@ -663,6 +701,24 @@ def test_residual_stack_bad_input_gets_a_sentence(case, capsys):
         lab.check_residual_stack(bad)
     assert "PASS" not in capsys.readouterr().out
     assert "could not use" not in str(err.value) and "Traceback" not in str(err.value)
+
+
+class NormedBlock(Block):
+    def __init__(self, D, H):
+        super().__init__(D, H)
+        self.norm = nn.LayerNorm(D)
+
+    def forward(self, h):
+        return h + self.fc2(torch.relu(self.fc1(self.norm(h))))
+
+
+def test_extra_layers_are_stated_as_facts_without_a_guessed_cause():
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(
+            stack_variant(init=lambda self, D, H, depth: _with_blocks(self, NormedBlock, D, H, depth))
+        )
+    assert err.value.mistake is None and err.value.hint is None
+    assert "(5,)" in err.value.got
 
 
 def test_checks_leave_the_global_random_state_alone():

@@ -78,7 +78,7 @@ def student_from(mistake):
 
     class Student(nb06_optim._RuleOptimizer):
         def __init__(self, params, lr=0.01, momentum=0.9):
-            super().__init__(params, wrong.rules[-1], lr, momentum, wrong.settings, wrong.arguments)
+            super().__init__(params, wrong.rules[-1], lr, momentum, wrong.settings[-1], wrong.fixed[-1])
 
     return Student
 
@@ -90,18 +90,20 @@ def test_each_wrong_rule_is_named(mistake):
     assert err.value.mistake == mistake.name
 
 
-def test_every_rule_variant_is_named():
-    for mistake in nb06_optim.RULE_MISTAKES:
-        wrong = mistake.matches
-        for rule in wrong.rules:
+VARIANTS = [(m, *variant) for m in nb06_optim.RULE_MISTAKES for variant in m.matches.variants()]
 
-            class Student(nb06_optim._RuleOptimizer):
-                def __init__(self, params, lr=0.01, momentum=0.9, rule=rule, wrong=wrong):
-                    super().__init__(params, rule, lr, momentum, wrong.settings, wrong.arguments)
 
-            with pytest.raises(lab.CheckError) as err:
-                lab.check_sgd_momentum(Student)
-            assert err.value.mistake == mistake.name, rule.__name__
+@pytest.mark.parametrize(
+    "mistake, rule, settings, fixed", VARIANTS, ids=lambda v: getattr(v, "name", getattr(v, "__name__", v))
+)
+def test_every_rule_variant_is_named(mistake, rule, settings, fixed):
+    class Student(nb06_optim._RuleOptimizer):
+        def __init__(self, params, lr=0.01, momentum=0.9):
+            super().__init__(params, rule, lr, momentum, settings, fixed)
+
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(Student)
+    assert err.value.mistake == mistake.name
 
 
 def _aliased(self, p, group):

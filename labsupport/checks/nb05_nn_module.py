@@ -111,6 +111,19 @@ def _graph_leaves(out: torch.Tensor) -> list[torch.Tensor]:
     return leaves
 
 
+def _scaled(term: torch.Tensor, rest: torch.Tensor) -> Any:
+    """A predicate: is the answer ``c * term + rest`` for a constant c other than 1?"""
+
+    def scaled(got: Any) -> bool:
+        if not isinstance(got, torch.Tensor) or got.shape != term.shape or got.device.type == "meta":
+            return False
+        part = got.detach().double().cpu() - rest
+        c = float((part * term).sum() / (term * term).sum().clamp(min=1e-30))
+        return abs(c - 1) > 1e-6 and torch.allclose(part, c * term, rtol=1e-6, atol=1e-9)
+
+    return scaled
+
+
 def _backward(out: torch.Tensor, upstream: torch.Tensor) -> None:
     """Backpropagate ``upstream`` through ``out`` (as a scalar: backward with grad_tensors imports sympy, 1 s)."""
     (out * upstream).sum().backward()
@@ -208,6 +221,23 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             look="forward: return the affine map itself",
         ),
     ]
+    mistakes.append(
+        Mistake(
+            "product scaled",
+            _scaled(x @ weight.t(), bias),
+            why="the product x @ weight.T is multiplied by a constant; a scale for the initial weights belongs in "
+            "__init__, and the loaded weights are used as they are",
+            look="forward: x @ self.weight.T + self.bias, with no factor",
+        )
+    )
+    mistakes.append(
+        Mistake(
+            "bias scaled",
+            _scaled(bias.expand_as(right), x @ weight.t()),
+            why="the bias is multiplied by a constant; nn.Linear adds it once, as it is",
+            look="forward: ... + self.bias",
+        )
+    )
     if weight.shape[0] == weight.shape[1]:
         mistakes.append(
             Mistake(
@@ -399,29 +429,40 @@ class _Block:
 
 @dataclasses.dataclass
 class _Parts:
-    """The student's parameters sorted by role: fc1-shaped layers, fc2-shaped layers, and the rest."""
+    """The student's parameters sorted by role: fc1-shaped layers, fc2-shaped layers, and the rest.
+    ``biases`` is "all" (one per weight), "none" (no biases at all) or "mismatch"."""
 
     fc1: list[_Layer]
     fc2: list[_Layer]
     others: list[tuple[int, ...]]
-    biases: bool
+    biases: str
 
 
-def _layers(params: list[torch.Tensor], rows: int, cols: int) -> tuple[list[_Layer], bool]:
-    """The layers whose weight is (rows, cols), each with the bias (rows,) of the same rank in ``params``."""
-    weights = [p for p in params if tuple(p.shape) == (rows, cols)]
-    biases = [p for p in params if tuple(p.shape) == (rows,)]
+def _layers(weights: list[torch.Tensor], biases: list[torch.Tensor]) -> tuple[list[_Layer], str]:
+    """Pair each weight with the bias of the same rank (the order of ``parameters()``)."""
+    if not biases:
+        return [_Layer(w, None) for w in weights], "none"
     if len(biases) != len(weights):
-        return [_Layer(w, None) for w in weights], False
-    return [_Layer(w, b) for w, b in zip(weights, biases)], True
+        return [_Layer(w, None) for w in weights], "mismatch"
+    return [_Layer(w, b) for w, b in zip(weights, biases)], "all"
 
 
-def _parts(params: list[torch.Tensor], D: int, H: int) -> _Parts:
-    fc1, biases1 = _layers(params, H, D)
-    fc2, biases2 = _layers(params, D, H)
+def _shaped(params: list[torch.Tensor], shape: tuple[int, ...]) -> list[torch.Tensor]:
+    return [p for p in params if tuple(p.shape) == shape]
+
+
+def _parts(params: list[torch.Tensor], D: int, H: int, transposed: bool = False) -> _Parts:
+    """Read the layers off the parameters by shape; ``transposed``: weights stored as (in, out), used as h @ w."""
+    if transposed:
+        fc1, biases1 = _layers([w.t() for w in _shaped(params, (D, H))], _shaped(params, (H,)))
+        fc2, biases2 = _layers([w.t() for w in _shaped(params, (H, D))], _shaped(params, (D,)))
+    else:
+        fc1, biases1 = _layers(_shaped(params, (H, D)), _shaped(params, (H,)))
+        fc2, biases2 = _layers(_shaped(params, (D, H)), _shaped(params, (D,)))
     known = {(H, D), (D, H), (H,), (D,)}
     others = [tuple(p.shape) for p in params if tuple(p.shape) not in known]
-    return _Parts(fc1, fc2, others, biases1 and biases2)
+    biases = biases1 if biases1 == biases2 else "mismatch"
+    return _Parts(fc1, fc2, others, biases)
 
 
 def _stack(blocks: list[_Block], x: torch.Tensor) -> torch.Tensor:
@@ -474,6 +515,16 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
             why="each block is applied to x and the result overwrites h, so only the last block's output is kept",
         ),
         Mistake("returns the input", _same_as(x), why="forward returns its input unchanged"),
+        Mistake(
+            "not a ReLU",
+            _either(*[_stack_with(blocks, x, act) for act in (torch.tanh, torch.sigmoid, F.gelu, F.leaky_relu)]),
+            why="the branch uses another activation; the block is fc2(relu(fc1(h)))",
+        ),
+        Mistake(
+            "each block applied twice",
+            _same_as(_stack([b for block in blocks for b in (block, block)], x)),
+            why="forward applies every block twice",
+        ),
     ]
     if len(blocks) == depth and depth > 1:
         mistakes.append(
@@ -484,6 +535,13 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
             )
         )
     return mistakes
+
+
+def _stack_with(blocks: list[_Block], x: torch.Tensor, activation: Any) -> torch.Tensor:
+    h = x
+    for block in blocks:
+        h = h + block.fc2(activation(block.fc1(h)))
+    return h
 
 
 def _chain(blocks: list[_Block], x: torch.Tensor) -> torch.Tensor:
@@ -520,6 +578,12 @@ NO_BIASES = Mistake(
     None,
     why="the layers have no bias: fc1 and fc2 are nn.Linear layers, each with a weight and a bias",
     look="__init__: nn.Linear(D, H) and nn.Linear(H, D), with their default bias=True",
+)
+WRONG_HIDDEN = Mistake(
+    "wrong hidden size",
+    None,
+    why="the hidden layer of each block does not have H units: fc1 maps D features to H, and fc2 maps H back to D",
+    look="__init__: nn.Linear(D, H) and nn.Linear(H, D)",
 )
 SHARED_BLOCK = Mistake(
     "one block repeated",
@@ -558,15 +622,32 @@ def _wrong_count(k: int, depth: int) -> Mistake:
     )
 
 
+def _hidden_sizes(shapes: list[tuple[int, ...]], D: int) -> set[int]:
+    """The hidden sizes K of D -> K -> D layers that the weight shapes describe (empty if one is no such layer)."""
+    sizes = set()
+    for shape in shapes:
+        if len(shape) != 2:
+            continue
+        if shape[1] == D:
+            sizes.add(shape[0])
+        elif shape[0] == D:
+            sizes.add(shape[1])
+        else:
+            return set()
+    return sizes
+
+
 def _structure(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, facts: dict, call: str) -> None:
     """Raise a CheckError if the parameters are not ``depth`` blocks' worth, naming the cause when behaviour shows it."""
     __tracebackhide__ = True
     k1 = len(parts.fc1)
     k2 = len(parts.fc2)
-    if k1 == k2 == depth and parts.biases and not parts.others:
+    if k1 == k2 == depth and parts.biases == "all" and not parts.others:
         return
     message = f"{call}.parameters() does not hold {depth} blocks' layers"
-    if parts.others:
+    if parts.others and not parts.fc1 and not parts.fc2 and len(_hidden_sizes(parts.others, x.shape[1])) == 1:
+        raise mistake_error(message, WRONG_HIDDEN, **facts)
+    if parts.others or parts.biases == "mismatch":
         raise CheckError(message, **facts)
     if k1 == k2 == depth:
         raise mistake_error(message, NO_BIASES, **facts)
@@ -584,14 +665,18 @@ def _structure(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, fa
     raise CheckError(message, **facts)
 
 
-def _matching_stack(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, call: str, where: str) -> list:
-    """The blocks (read from the student's parameters) whose stack gives ``out``; else a CheckError."""
+def _matching_stack(
+    readings: list[_Parts], out: torch.Tensor, x: torch.Tensor, depth: int, call: str, where: str
+) -> list:
+    """The blocks (read from the student's parameters) whose stack gives ``out``; else a CheckError.
+    ``readings`` are ways to read the parameters, the first being nn.Linear's layout."""
     __tracebackhide__ = True
     with torch.no_grad():
-        for blocks in _orders(parts):
-            if _same_as(_stack(blocks, x))(out):
-                return blocks
-        canonical = [_Block(a, b) for a, b in zip(parts.fc1, parts.fc2)]
+        for reading in readings:
+            for blocks in _orders(reading):
+                if _same_as(_stack(blocks, x))(out):
+                    return blocks
+        canonical = [_Block(a, b) for a, b in zip(readings[0].fc1, readings[0].fc2)]
         mistake = first_mistake(out, _stack_mistakes(canonical, x, depth))
         reference = _stack(canonical, x)
     where = where + " (blocks built from your own parameters)"
@@ -656,7 +741,8 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     x64 = x.double()
     with torch.no_grad():
         _structure(parts, out, x64, depth, facts, call)
-    blocks = _matching_stack(parts, out, x64, depth, call, where)
+    readings = [parts, _parts(copies, D, H, transposed=True)]
+    blocks = _matching_stack(readings, out, x64, depth, call, where)
     _check_gradients(stack, out, copies, blocks, x64, call, where)
 
 

@@ -4,6 +4,7 @@ The known wrong momentum rules are data: small optimizers the check replays next
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -174,24 +175,35 @@ def _stale_from_grad(p, g, v, lr, mu):
     return p - lr * old, mu * old + g
 
 
+def _settings(group: dict, constructor: dict, which: str) -> dict:
+    """The lr and momentum a replayed optimizer uses for ``group``."""
+    if which == "constructor":
+        return constructor
+    if which == "constructor lr":
+        return {"lr": constructor["lr"], "momentum": group["momentum"]}
+    if which == "constructor momentum":
+        return {"lr": group["lr"], "momentum": constructor["momentum"]}
+    return group
+
+
 class _RuleOptimizer(torch.optim.Optimizer):
     """SGD with momentum written with a given update rule: how the check replays a known wrong answer.
-    ``settings="constructor"`` updates every group with the constructor's lr and momentum; ``arguments=False``
-    ignores the constructor's arguments (the groups get lr=0.01, momentum=0.9)."""
+    ``settings``: "group" reads each group's lr and momentum; "constructor" uses the constructor's for every
+    group ("constructor lr" / "constructor momentum": only that one). ``fixed`` replaces the constructor's
+    arguments by fixed numbers (an __init__ that ignores them)."""
 
-    def __init__(self, params, rule, lr, momentum, settings="group", arguments=True):
-        if not arguments:
-            lr = 0.01
-            momentum = 0.9
-        super().__init__(params, {"lr": lr, "momentum": momentum})
+    def __init__(self, params, rule, lr, momentum, settings="group", fixed=None):
+        hyper = {"lr": lr, "momentum": momentum}
+        hyper.update(fixed or {})
+        super().__init__(params, dict(hyper))
         self.rule = rule
-        self.constructor = {"lr": lr, "momentum": momentum}
+        self.constructor = hyper
         self.settings = settings
 
     @torch.no_grad()
     def step(self):
         for group in self.param_groups:
-            hyper = group if self.settings == "group" else self.constructor
+            hyper = _settings(group, self.constructor, self.settings)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -202,25 +214,30 @@ class _RuleOptimizer(torch.optim.Optimizer):
 
 @dataclasses.dataclass(frozen=True)
 class WrongRule:
-    """A known wrong SGDMomentum: its update rules (variants of one mistake) and where its settings come from.
-    Called on a student's trajectory, it says whether the student's optimizer behaves like it."""
+    """A known wrong SGDMomentum: its update rules and fixed settings (the variants of one mistake), and whose
+    settings each group uses. Called on a student's trajectory, it says whether the student's optimizer behaves
+    like one of its variants."""
 
     rules: tuple[Callable, ...]
-    settings: str = "group"
-    arguments: bool = True
+    settings: tuple[str, ...] = ("group",)
+    fixed: tuple[dict, ...] = ({},)
 
-    def maker(self, rule: Callable) -> Callable[[list], torch.optim.Optimizer]:
-        def make(groups: list) -> torch.optim.Optimizer:
-            return _RuleOptimizer(groups, rule, LR, MOMENTUM, self.settings, self.arguments)
-
-        return make
+    def variants(self) -> list[tuple[Callable, str, dict]]:
+        return list(itertools.product(self.rules, self.settings, self.fixed))
 
     def __call__(self, trajectory: list) -> bool:
-        for rule in self.rules:
-            replay, _ = _trajectory(self.maker(rule), _Setup(len(trajectory)))
+        for rule, settings, fixed in self.variants():
+            replay, _ = _trajectory(_rule_maker(rule, settings, fixed), _Setup(len(trajectory)))
             if _same_trajectory(trajectory, replay, rtol=1e-7):
                 return True
         return False
+
+
+def _rule_maker(rule: Callable, settings: str, fixed: dict) -> Callable[[list], torch.optim.Optimizer]:
+    def make(groups: list) -> torch.optim.Optimizer:
+        return _RuleOptimizer(groups, rule, LR, MOMENTUM, settings, fixed)
+
+    return make
 
 
 def _revealed(trajectory: list) -> bool:
@@ -282,13 +299,14 @@ RULE_MISTAKES = [
     ),
     Mistake(
         "group settings ignored",
-        WrongRule((_momentum,), settings="constructor"),
-        why="every group is updated with the constructor's lr and momentum, but each group carries its own",
+        WrongRule((_momentum,), settings=("constructor", "constructor lr", "constructor momentum")),
+        why="every group is updated with the same settings, the constructor's, but each group carries its own lr "
+        "and momentum",
         look="step(): read group['lr'] and group['momentum'] inside the loop over self.param_groups",
     ),
     Mistake(
         "constructor arguments ignored",
-        WrongRule((_momentum,), arguments=False),
+        WrongRule((_momentum,), fixed=({"lr": 0.01}, {"momentum": 0.9}, {"lr": 0.01, "momentum": 0.9})),
         why="the groups do not hold the lr and momentum given to the constructor: fixed numbers are passed as "
         "defaults to super().__init__",
         look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
