@@ -56,9 +56,15 @@ def test_there_are_checks_to_feed():
     assert len(CHECKS) >= 15
 
 
+# A number is a valid answer to a prediction that asks for one: it is committed, not refused.
+VALID_PREDICTIONS = {"float", "nan"}
+
+
 @pytest.mark.parametrize("junk", list(JUNK), ids=str)
 @pytest.mark.parametrize("check", CHECKS)
 def test_junk_gets_a_clear_message(check, junk, monkeypatch, capsys):
+    if check.endswith("_prediction") and junk in VALID_PREDICTIONS:
+        pytest.skip("a number can be a prediction's answer: committed and judged, not refused")
     monkeypatch.setattr(running, "TIME_LIMIT", 0.1)  # the "never returns" junk waits this long
     guard = threading.Timer(90, _thread.interrupt_main)  # a hang fails the test instead of stalling CI
     guard.start()

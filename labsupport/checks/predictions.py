@@ -151,7 +151,8 @@ def _first_verdict(record: Committed, ex_id: str) -> None:
         passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}). {record.why}")
         return
     print(f"NOT RIGHT  {record.name}: what happens is {record.actual!r} (recorded answer: {record.answer!r}).")
-    print(f"  Now explain: {record.ask}. Then lab.hint({ex_id!r}) shows the explanation.")
+    print(f"  Now explain: {record.ask.rstrip('.')}")
+    print(f"  (then lab.hint({ex_id!r}) shows the explanation)")
 
 
 def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:

@@ -189,7 +189,8 @@ def expect_tensor(
             f"{name} is not finite",
             expected="finite numbers",
             got=f"{nans} NaN and {infs} inf",
-            hint="a learning rate that is too large, a division by zero, or log/exp overflow",
+            hint="where does the first NaN or inf appear? A division by zero, the log of 0, an exp that "
+            "overflows, or values that grew step by step",
         )
     return value
 
