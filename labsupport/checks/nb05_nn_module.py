@@ -714,6 +714,16 @@ def _check_gradients(
             raise mistake_error(err.message, DETACHED, expected=err.expected, got=err.got) from None
 
 
+def _parameters(module: nn.Module, call: str) -> list[torch.Tensor]:
+    """``module.parameters()`` as a list of tensors, or a CheckError if an override yields something else."""
+    __tracebackhide__ = True
+    params = list(run_student(module.parameters, what=f"{call}.parameters()"))
+    for p in params:
+        if not isinstance(p, torch.Tensor):
+            raise CheckError(f"{call}.parameters() yields a {type(p).__name__}, not a tensor", usage=True)
+    return params
+
+
 def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None:
     __tracebackhide__ = True
     call = f"ResidualStack({D}, {H}, {depth})"
@@ -724,7 +734,7 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     again = run_student(stack, x, what=f"{call}(x), called a second time")
     if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):
         raise mistake_error(f"two calls of {call}(x) on the same x give different outputs", FRESH_LAYERS)
-    params = list(stack.parameters())
+    params = _parameters(stack, call)
     registered = {id(p) for p in params}
     hidden = [leaf for leaf in _graph_leaves(out) if id(leaf) not in registered]
     shapes = [tuple(p.shape) for p in params]

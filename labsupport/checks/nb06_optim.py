@@ -510,7 +510,10 @@ def _student_run(make: Callable, setup: _Setup) -> tuple[list, torch.optim.Optim
 
 def _low_precision(optimizer: torch.optim.Optimizer) -> bool:
     """Does the optimizer keep a floating-point tensor of lower precision than float64 in its state?"""
-    for state in getattr(optimizer, "state", {}).values():
+    states = getattr(optimizer, "state", None)
+    if not isinstance(states, dict):
+        return False
+    for state in states.values():
         values = state.values() if isinstance(state, dict) else [state]
         for value in values:
             if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
