@@ -400,7 +400,7 @@ def check_layer_list_prediction(prediction: Any) -> None:
         mistakes=notes,
         why="a module is registered only when assigned to an attribute (or held in nn.ModuleList / nn.ModuleDict)",
         ask="forward uses the three hidden layers: why does parameters() not yield them, and what happens to "
-        "them when the optimizer steps",
+        "them when the optimizer steps?",
     )
 
 

@@ -102,7 +102,7 @@ def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
         mistakes=notes,
         why="best lr of each: " + best_lrs,
         ask="compare the best learning rates: how does each optimizer's step depend on its lr and on the "
-        "gradient, and what did the fixed rates of section 3 hide",
+        "gradient, and what did the fixed rates of section 3 hide?",
     )
 
 
