@@ -23,7 +23,7 @@ REGEN_RUNS := $(CURDIR)/build/regenerate/runs
 # Workers of `make grade`: one per core (CI has 2).
 JOBS ?= 2
 # Workers of the test run: one more than the cores (3 on CI's 2), so that one computes while
-# another waits on a kernel, a server or a sleep: 145 s against 162 s with 2 (benchmarks/RESULTS.md).
+# another waits on a kernel, a server or a sleep.
 TEST_JOBS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 
 .PHONY: handout site test-oldest lab lab-solutions student student-prepare test unit nbval tensorboard regenerate install clean-venv help
@@ -65,26 +65,23 @@ define jupyterlab
 endef
 
 student-prepare: $(STAMP)
-	@$(BIN)/python tools/student.py prepare --out $(STUDENT_DIR)
+	@$(BIN)/python -m tools.student prepare --out $(STUDENT_DIR)
 
 # Refuses to overwrite a student notebook that was edited, unless FORCE=1
 # (which keeps a timestamped copy in $(STUDENT_DIR)/backup/ first).
 student: $(STAMP)
-	$(BIN)/python tools/student.py build --out $(STUDENT_DIR) $(if $(filter 1 yes true,$(FORCE)),--force)
+	$(BIN)/python -m tools.student build --out $(STUDENT_DIR) $(if $(filter 1 yes true,$(FORCE)),--force)
 
-# Unit tests, labsupport's docstring examples and nbval run in one pytest session,
-# spread over $(TEST_JOBS) workers; each notebook's cells stay in order on one worker, the
-# longest units go first, and each TensorBoard read-back follows its notebook (conftest.py:
-# its scheduler). One thread per worker: three workers share CI's two cores.
-# $(TEST_RUNS) starts empty: the read-back must see this run's logs only.
+# Unit tests, labsupport's docstring examples, ruff and nbval run in one plain pytest session,
+# spread over $(TEST_JOBS) pytest-xdist workers; --dist loadscope keeps each notebook's cells in
+# order on one worker (nbval runs them in one kernel). One thread per worker.
+# $(TEST_RUNS) starts empty: the TensorBoard tests must see this run's logs only.
 # TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
-# PYTHONDONTWRITEBYTECODE= (empty: off): the next run reuses the compiled tests, tools and their
-# rewritten asserts (about 3 s of CPU in each worker) even where your shell turns bytecode off.
 test: $(STAMP)
 	rm -rf $(TEST_RUNS)
-	PYTHONDONTWRITEBYTECODE= LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
-	    -n $(TEST_JOBS) --dist loadscope --no-loadscope-reorder \
+	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
+	    -n $(TEST_JOBS) --dist loadscope \
 	    tests labsupport --doctest-modules notebooks --nbval \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
@@ -133,7 +130,7 @@ clean-runs:
 # bit-identical on every run.
 regenerate: $(STAMP)
 	LAB_RUNS_DIR=$(REGEN_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
-	    $(BIN)/python tools/regenerate.py notebooks/*.ipynb
+	    $(BIN)/python -m tools.regenerate notebooks/*.ipynb
 
 # Grades a folder of submissions (one sub-folder per student) into $(OUT)/: grades.csv,
 # feedback/, results.jsonl and a log. Each notebook runs in its own sandboxed kernel, $(JOBS) at a time.
@@ -141,7 +138,7 @@ OUT ?= grades
 .PHONY: grade
 grade: $(STAMP)
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder> [OUT=grades] [JOBS=2]" >&2; exit 2; }
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python tools/grade.py "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_ARGS)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
@@ -162,14 +159,14 @@ test-oldest: $(OLDEST_STAMP)
 	LAB_PINS=constraints-oldest.txt $(MAKE) -o $(OLDEST_STAMP) test BIN=$(OLDEST_VENV)/bin STAMP=$(OLDEST_STAMP)
 
 # The series as a static website in build/site/ (stored outputs, no solutions; each page
-# links to its notebook in Colab and to its student edition): see tools/site.py.
+# links to its notebook in Colab and to its student edition): see tools/website.py.
 site: $(STAMP)
-	$(BIN)/python tools/site.py --out build/site
+	$(BIN)/python -m tools.website --out build/site
 
 # What students get: the student edition and its README, zipped (never the repository:
 # notebooks/ and tests/ hold answers). labsupport installs itself from each setup cell.
 handout: $(STAMP)
-	rm -rf build/handout && $(BIN)/python tools/student.py build --out build/handout
+	rm -rf build/handout && $(BIN)/python -m tools.student build --out build/handout
 	rm -f build/handout/.generated.json build/handout.zip
 	cd build && $(abspath $(BIN))/python -m zipfile -c handout.zip handout/
 	@echo "build/handout.zip: the student edition and README.md, nothing else"

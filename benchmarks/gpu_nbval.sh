@@ -72,7 +72,7 @@ fi
 for stem in ${EXECUTE:-}; do   # copies, executed in a scratch folder: the checkout stays as it is
     mkdir -p "$LOGS/executed"
     cp "notebooks/$stem.ipynb" notebooks/*.py "$LOGS/executed/"   # with the scripts a notebook runs (ddp_train.py)
-    LAB_RUNS_DIR="$LOGS/runs" "$PY" tools/regenerate.py "$LOGS/executed/$stem.ipynb" >>"$LOGS/executed.log" 2>&1
+    LAB_RUNS_DIR="$LOGS/runs" "$PY" -m tools.regenerate "$LOGS/executed/$stem.ipynb" >>"$LOGS/executed.log" 2>&1
     echo "executed a copy of $stem: rc=$?" | tee -a "$OUTDIR/summary.txt"
 done
 rm -rf "$LOGS/runs"

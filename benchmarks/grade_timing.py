@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/grade_timing.py                       # notebook 01, N = 60, 2 workers
     OMP_NUM_THREADS=1 python benchmarks/grade_timing.py notebooks/02_manual_backprop.ipynb --n 20
-    OMP_NUM_THREADS=1 python benchmarks/grade_timing.py --n 20 --no-fork    # a new Python per kernel
+    OMP_NUM_THREADS=1 python benchmarks/grade_timing.py --n 20 --fork    # kernels forked from one zygote
 
 The notebook's own run time T is one fresh kernel running the solved source from
 top to bottom with nbclient (what nbval and tools/regenerate.py do, kernel start
@@ -25,8 +25,7 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import grade  # noqa: E402
+from tools import grade
 
 
 def own_run_time(path: Path) -> float:
@@ -46,7 +45,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=60, help="submissions")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--repeats", type=int, default=2, help="runs of the notebook itself, each side")
-    p.add_argument("--no-fork", action="store_true", help="start each kernel as a new Python (grade.py --no-fork)")
+    p.add_argument("--fork", action="store_true", help="fork each kernel from one zygote (grade.py --fork)")
     p.add_argument("--json", type=Path, help="also write the figures here")
     args = p.parse_args()
     path = args.notebook.resolve()
@@ -56,7 +55,7 @@ def main() -> int:
         for k in range(args.n):
             (sub / f"s{k:03d}").mkdir(parents=True)
             shutil.copy(path, sub / f"s{k:03d}" / path.name)
-        cfg = grade.Config(src=str(path.parent), fork=not args.no_fork)
+        cfg = grade.Config(src=str(path.parent), fork=args.fork)
         t0 = time.perf_counter()
         table = grade.grade(sub, Path(tmp) / "out", jobs=args.jobs, cfg=cfg)
         wall = time.perf_counter() - t0

@@ -17,8 +17,7 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import colab  # noqa: E402
+from tools import colab
 
 FAKE_PIP = textwrap.dedent("""
     import json, os, sys

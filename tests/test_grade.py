@@ -16,9 +16,8 @@ import pytest
 from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import grade  # noqa: E402
-import student  # noqa: E402
+from tools import grade
+from tools import student
 
 REAL = ROOT / "notebooks" / "01_tensors.ipynb"
 TIMEOUT = 2
@@ -130,7 +129,8 @@ def graded(tmp_path_factory):
     real = nbformat.read(REAL, as_version=4)
     _write(sub / "real_full", "notebook1.ipynb", real)
     _write(sub / "real_blank", "01_tensors.ipynb", student.make_edition(real, REAL).notebook)
-    cfg = grade.Config(src=str(src_dir), extra=str(extra), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096)
+    # fork=True: the opt-in zygote is the path with most to attack (a kernel asking it for another).
+    cfg = grade.Config(src=str(src_dir), extra=str(extra), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096, fork=True)
     t0 = time.perf_counter()
     table = grade.grade(sub, out, jobs=2, cfg=cfg)
     seconds = time.perf_counter() - t0

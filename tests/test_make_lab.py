@@ -72,7 +72,7 @@ def lab(tmp_path_factory):
     env = dict(os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(runtime), PATH=path,
                LAB_RUNS_DIR=str(tmp / "runs"))
     env.pop("LAB_ARGS", None)
-    for test_only in ("JUPYTER_PATH", "LAB_FORK_SERVER"):  # conftest.py's forked kernels: a student has stock ones
+    for test_only in ("JUPYTER_PATH",):  # a test's own kernelspecs: a student has the stock one
         env.pop(test_only, None)
     with open(log, "wb") as sink:
         proc = subprocess.Popen(["make", "--no-print-directory", "-o", ".venv/.installed", "lab",

@@ -10,8 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-sys.path.insert(0, str(ROOT / "tools"))
-import regenerate  # noqa: E402
+from tools import regenerate
 
 
 def cells(path):

@@ -9,26 +9,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import colab  # noqa: E402
-from browser import chromium_or_skip  # noqa: E402
-from test_spoilers import solution_lines  # noqa: E402
+from tools import colab, website
+from browser import chromium_or_skip
+from test_spoilers import solution_lines
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def site_module():
-    """tools/site.py (its name would shadow the standard library's ``site`` on sys.path)."""
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("lab_site", ROOT / "tools" / "site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
-def built(early):
-    return early("site")  # `python tools/site.py --out ...`, which the test run started first (conftest.py)
+def built(tmp_path_factory):
+    """The site, built once for this module as `make site` builds it."""
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tools.website", "--out", str(out)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, f"python -m tools.website failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    return out
 
 
 def text_of(page: Path) -> str:
@@ -77,4 +73,4 @@ def test_pages_render_in_headless_chromium(built, tmp_path):
 ])
 def test_only_markup_with_nothing_to_remove_skips_the_sanitizer(markup, kept):
     from nbconvert.filters.strings import clean_html
-    assert site_module().sanitized(markup) == (markup if kept else clean_html(markup))
+    assert website.sanitized(markup) == (markup if kept else clean_html(markup))

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
-import student  # noqa: E402
+from tools import student
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 

@@ -15,8 +15,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-sys.path.insert(0, str(ROOT / "tools"))
-import student  # noqa: E402
+from tools import student
 
 STAMP = ".venv/.installed"  # `make -o` this: the tests must never trigger an install
 

@@ -136,18 +136,14 @@ def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
 
 
 @pytest.fixture(scope="module")
-def notebook_runs(nbval_runs, tmp_path_factory):
-    """``runs(stem)``: a runs folder holding notebooks/<stem>.ipynb's runs. Under ``make test``
-    that is the folder nbval's own execution of the notebook logged into, just before on this
-    worker (conftest.py schedules it so); otherwise the notebook's logging cells run here
-    (see SHORT_RUNS), into a folder of this module's."""
+def notebook_runs(tmp_path_factory):
+    """``runs(stem)``: a runs folder holding notebooks/<stem>.ipynb's runs: the notebook's
+    logging cells run here (see SHORT_RUNS), into a folder of this module's."""
     own = tmp_path_factory.mktemp("runs")
 
     def runs(stem: str) -> Path:
         if not (NOTEBOOKS / f"{stem}.ipynb").is_file():
             pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
-        if nbval_runs(stem) is not None:
-            return nbval_runs(stem)
         if not (own / stem).is_dir():
             with pytest.MonkeyPatch.context() as mp:
                 mp.setenv("LAB_RUNS_DIR", str(own))  # the kernel inherits it

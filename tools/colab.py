@@ -1,7 +1,7 @@
 """Running the lab where students are: Colab, JupyterHub, a notebook downloaded alone.
 
-    python tools/colab.py apply notebooks/*.ipynb    # (re)write each setup cell's install block
-    python tools/colab.py check notebooks/*.ipynb    # exit 1 if a setup cell's block is missing or stale
+    python -m tools.colab apply notebooks/*.ipynb    # (re)write each setup cell's install block
+    python -m tools.colab check notebooks/*.ipynb    # exit 1 if a setup cell's block is missing or stale
 
 Every notebook's setup cell starts with the same few lines (BOOTSTRAP): when
 ``labsupport`` cannot be imported, they pip-install it from the lab's release tag,
@@ -103,7 +103,7 @@ def main(argv: list[str]) -> int:
                 nbformat.write(nb, path)
     if argv[0] == "check" and stale:
         print(f"setup cell install block missing or stale in: {', '.join(stale)} "
-              f"(run python tools/colab.py apply notebooks/*.ipynb)", file=sys.stderr)
+              f"(run python -m tools.colab apply notebooks/*.ipynb)", file=sys.stderr)
         return 1
     return 0
 

@@ -4,15 +4,11 @@ Each kernel still is a process of its own that starts with an empty namespace; o
 start is cheaper. A stock kernel is a new Python that imports ipykernel and then torch
 (and, in every notebook's setup cell, torchvision): about 4-6 s of CPU on a 2-core
 machine. A *zygote* imports those modules once and runs nothing; each kernel is a fork
-of it, ready in a fraction of a second. Two users:
-
-- the test run (``conftest.py``): every kernel of ``make test`` (nbval, the student
-  edition's Run-all, the TensorBoard read-back), and pytest-xdist's workers, which are
-  ``python -u -c CODE`` processes (``program="python"``); ``LAB_FORK_KERNELS=0`` for stock
-  ones, ``LAB_FORK_WORKERS=0`` for stock workers;
-- the grader (``tools/grade.py``, ``tools/grade_kernel.py``): every sandboxed kernel of
-  ``make grade``; each child enters its sandbox right after the fork, before any
-  student code runs.
+of it, ready in a fraction of a second. Its one user is the grader, and only when asked
+(``make grade GRADE_ARGS=--fork``; tools/grade.py, tools/grade_kernel.py): every sandboxed
+kernel of the run is forked, and enters its sandbox right after the fork, before any
+student code runs. It needs Linux (``/proc``, ``socket.send_fds``). The test run uses
+stock kernels: no process machinery there.
 
 The pieces:
 
@@ -24,8 +20,6 @@ The pieces:
 - :func:`stub`: the process the Jupyter client starts and manages, a stdlib-only
   stand-in for the kernel: it relays interrupts and termination to the forked kernel
   and exits with its status. Without a zygote it calls its fallback (a stock kernel).
-- :func:`start` (for ``conftest.py``): the test run's zygote, plus a ``python3``
-  kernelspec pointing at this file, found first through ``$JUPYTER_PATH``.
 """
 from __future__ import annotations
 
@@ -52,26 +46,20 @@ PRELOAD = ("torch", "torchvision", "ipykernel.kernelapp", "ipykernel.ipkernel", 
            "matplotlib.pyplot")
 INLINE = "module://matplotlib_inline.backend_inline"  # ipykernel's default backend
 CONNECT_TIMEOUT_S = 120  # the zygote's imports, on a busy 2-core machine
-SERVER_VARIABLE = "LAB_FORK_SERVER"  # the test run's zygote socket
 
 
 def _stock_kernel(args: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, "-m", "ipykernel_launcher", *args])
 
 
-def _stock_python(args: list[str]) -> None:
-    os.execv(sys.executable, [sys.executable, *args])
-
-
 # ----------------------------------------------------------------------------- the stub
 
-def stub(args: list[str], server: str | None = None,
+def stub(args: list[str], server: str | None,
          fallback: Callable[[list[str]], None] = _stock_kernel, program: str = "kernel") -> int:
-    """Ask the zygote at ``server`` (default: $LAB_FORK_SERVER) for a kernel run with ``args``
-    (``program="python"``: for ``python ARGS``, see :func:`_python`), relay signals to it,
+    """Ask the zygote at ``server`` for a kernel run with ``args``, relay signals to it,
     and return its exit status. ``fallback(args)`` (which must not return) runs when there
     is no zygote, or it does not answer."""
-    path = server if server is not None else os.environ.get(SERVER_VARIABLE)
+    path = server
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
@@ -179,7 +167,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
     """Import ``preload``, then fork a kernel for each request until the parent goes away.
 
     ``allow(pid)`` (when given) decides whether the process ``pid`` may ask, and
-    ``programs`` what it may ask for (``"kernel"``, ``"python"``); a refused request gets
+    ``programs`` what it may ask for (only ``"kernel"`` today); a refused request gets
     its connection closed. ``enter(request)`` runs in each child after it took the
     requester's folder, environment and streams, before its program starts.
     """
@@ -292,14 +280,11 @@ def _child(request: dict, fds: list[int], enter) -> None:
         tempfile.tempdir = None  # the zygote's imports may have cached $TMPDIR: read it again
         if enter is not None:
             enter(request)
-        if request["program"] == "python":
-            _python(request["argv"])
-        else:
-            # ipykernel would poll its parent, which is now the zygote: parent_handle=1 turns
-            # that off (and its console note with it); the zygote ends the kernel when its stub goes.
-            sys.argv = ["-m ipykernel_launcher", *request["argv"], "--IPKernelApp.parent_handle=1"]
-            from ipykernel import kernelapp
-            kernelapp.launch_new_instance()
+        # ipykernel would poll its parent, which is now the zygote: parent_handle=1 turns
+        # that off (and its console note with it); the zygote ends the kernel when its stub goes.
+        sys.argv = ["-m ipykernel_launcher", *request["argv"], "--IPKernelApp.parent_handle=1"]
+        from ipykernel import kernelapp
+        kernelapp.launch_new_instance()
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
@@ -315,60 +300,3 @@ def _child(request: dict, fds: list[int], enter) -> None:
             except Exception:  # noqa: BLE001
                 pass
         os._exit(code)
-
-
-def _python(argv: list[str]) -> None:
-    """Be ``python [-u] [-B] -c CODE [ARG ...]``, as execnet starts pytest-xdist's workers."""
-    import io
-    while argv[:1] in (["-u"], ["-B"]):
-        if argv[0] == "-u":  # unbuffered standard streams
-            sys.stdout, sys.stderr = (io.TextIOWrapper(open(fd, "wb", 0, closefd=False), write_through=True,
-                                                       errors="backslashreplace" if fd == 2 else None) for fd in (1, 2))
-        sys.dont_write_bytecode |= argv[0] == "-B"
-        argv = argv[1:]
-    if argv[:1] != ["-c"] or len(argv) < 2:
-        raise SystemExit(f"forkkernel: only python [-u] [-B] -c CODE is served, not {argv}")
-    if "matplotlib" in sys.modules:  # the zygote chose its kernels' backend: take this process's
-        import matplotlib
-        matplotlib.use(os.environ.get("MPLBACKEND", "agg"))
-    import types
-    main = sys.modules["__main__"] = types.ModuleType("__main__")  # a fresh one, without __file__, as with -c
-    sys.argv, sys.path[0] = ["-c", *argv[2:]], ""
-    exec(compile(argv[1], "<string>", "exec"), main.__dict__)
-
-
-# ------------------------------------------------------------------------ for conftest
-
-def start(folder: Path) -> subprocess.Popen | None:
-    """Write the ``python3`` kernelspec under ``folder`` and put it first on $JUPYTER_PATH;
-    unless $LAB_FORK_KERNELS is 0, start this process's zygote and return it."""
-    spec = folder / "kernels" / "python3"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, str(Path(__file__).resolve()), "-f", "{connection_file}"],
-        "display_name": "Python 3 (lab tests)", "language": "python", "metadata": {"debugger": False}}))
-    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(folder), os.environ.get("JUPYTER_PATH")]))
-    if os.environ.get("LAB_FORK_KERNELS", "1") == "0":
-        os.environ.pop(SERVER_VARIABLE, None)
-        return None
-    path = str(folder / "zygote.sock")
-    os.environ[SERVER_VARIABLE] = path
-    return launch([sys.executable, str(Path(__file__).resolve()), "serve", path], path)
-
-
-def stop(zygote: subprocess.Popen | None) -> None:
-    if zygote is not None:
-        zygote.terminate()
-        try:
-            zygote.wait(10)
-        except subprocess.TimeoutExpired:
-            zygote.kill()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["serve"]:
-        serve(sys.argv[2], programs=("kernel", "python"))
-    elif sys.argv[1:2] == ["python"]:  # python ARGS, forked: pytest-xdist's workers (conftest.py)
-        sys.exit(stub(sys.argv[2:], program="python", fallback=_stock_python))
-    else:
-        sys.exit(stub(sys.argv[1:]))

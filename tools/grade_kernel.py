@@ -1,6 +1,6 @@
 """The kernel launcher of ``tools/grade.py``: an ipykernel that runs one submission, fenced in.
 
-The grader's kernel spec starts ``python tools/grade_kernel.py -f <connection file>``
+The grader's kernel spec starts ``python -m tools.grade_kernel -f <connection file>``
 with the environment variable ``LAB_GRADE_SANDBOX`` holding a JSON object::
 
     {"memory_mb": 4096, "read": ["/usr", ...], "write": ["/tmp/lab-grade-x/scratch"],
@@ -23,7 +23,7 @@ Before the kernel starts, this launcher
 Where Landlock is missing it says so on stderr (the grader logs it) and goes on: the
 limits on memory and time, and the scratch working folder, still hold.
 
-``python tools/grade_kernel.py serve SOCKET`` is the grader's zygote (tools/forkkernel.py):
+``python -m tools.grade_kernel serve SOCKET`` is the grader's zygote (tools/forkkernel.py):
 it imports torch, torchvision and ipykernel once; with ``$LAB_GRADE_ZYGOTE`` naming its
 socket, this launcher asks it for the kernel instead, and the forked child enters the
 sandbox above before it runs anything else. Only the grader's own processes may ask:
@@ -145,7 +145,7 @@ def _stock_kernel(args: list[str]) -> None:
 def serve(path: str) -> None:
     """The grader's zygote (tools/forkkernel.py): its kernels enter their sandbox right after
     the fork; only processes of the grader that started it (not a kernel) may ask for one."""
-    import forkkernel
+    import forkkernel  # this file runs as a script (the kernelspec's program): tools/ is sys.path[0]
 
     def enter(request: dict) -> None:
         os.environ.pop(ZYGOTE_VARIABLE, None)
@@ -158,7 +158,7 @@ def main() -> None:
     if sys.argv[1:2] == ["serve"]:
         serve(sys.argv[2])
     elif os.environ.get(ZYGOTE_VARIABLE):
-        import forkkernel
+        import forkkernel  # as above: the script's own folder
 
         sys.exit(forkkernel.stub(sys.argv[1:], server=os.environ[ZYGOTE_VARIABLE], fallback=_stock_kernel))
     else:

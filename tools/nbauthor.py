@@ -1,11 +1,11 @@
 """Write a notebook from a plain-text outline (authoring aid for contributors).
 
-    python tools/nbauthor.py outline.py notebooks/NN_topic.ipynb
+    python -m tools.nbauthor outline.py notebooks/NN_topic.ipynb
 
 The outline is a Python file whose cells are separated by lines ``# %% [markdown]``
 or ``# %%`` (the "percent" format many editors understand). Markdown cells have
 each line prefixed with ``# ``. The written notebook has no outputs: run
-``python tools/regenerate.py`` on it next.
+``python -m tools.regenerate`` on it next.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Re-execute notebooks in place from a fresh kernel, so their stored outputs are
 the ones nbval compares against.
 
-    python tools/regenerate.py notebooks/01_tensors.ipynb [more.ipynb ...]
+    python -m tools.regenerate notebooks/01_tensors.ipynb [more.ipynb ...]
 
 Runs each notebook top to bottom in its own folder with the current Python
 environment's kernel, then normalises what changes on every run but carries no

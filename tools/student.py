@@ -1,9 +1,9 @@
 """The student edition: ``student/`` generated from the solved notebooks in ``notebooks/``.
 
-    python tools/student.py build   [--src notebooks] [--out student] [--force]   # make student
-    python tools/student.py prepare [--src notebooks] [--out student]             # make lab
-    python tools/student.py verify  notebooks/01_tensors.ipynb [...]              # round trip
-    python tools/student.py unsolved notebooks/01_tensors.ipynb [...]             # Run all, nothing solved
+    python -m tools.student build   [--src notebooks] [--out student] [--force]   # make student
+    python -m tools.student prepare [--src notebooks] [--out student]             # make lab
+    python -m tools.student verify  notebooks/01_tensors.ipynb [...]              # round trip
+    python -m tools.student unsolved notebooks/01_tensors.ipynb [...]             # Run all, nothing solved
 
 ``build`` writes every student notebook. In a code cell, each block between the
 lines ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub::

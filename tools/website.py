@@ -1,6 +1,6 @@
 """The lab as a static website: ``make site`` writes ``build/site/``.
 
-    python tools/site.py [--src notebooks] [--out build/site]
+    python -m tools.website [--src notebooks] [--out build/site]
 
 One HTML page per notebook, with the stored outputs and plots of the demos, and
 an index. The site is public, so it never shows a solution: each page is made
@@ -27,9 +27,7 @@ import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.filters.strings import clean_html
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import colab  # noqa: E402
-import student  # noqa: E402
+from . import colab, student
 
 ROOT = Path(__file__).resolve().parent.parent
 STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
