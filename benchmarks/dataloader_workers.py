@@ -17,6 +17,7 @@ With a CUDA GPU it also times a pass over image-sized batches (3x224x224)
 copied to the GPU, with ``pin_memory`` off and on (``non_blocking`` copies from
 pinned memory). Figures are medians over the epochs after the first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -43,8 +43,9 @@ def load() -> str:
         return "n/a"
 
 
-def time_workers(mode: str, workers: int, items: int, delay: float, batch_size: int, epochs: int,
-                 start_method: str | None) -> dict:
+def time_workers(
+    mode: str, workers: int, items: int, delay: float, batch_size: int, epochs: int, start_method: str | None
+) -> dict:
     dataset = Subset(lab.SlowDataset(lab.DigitsDataset("train"), delay=delay, mode=mode), range(items))
     kwargs = {}
     if workers > 0:
@@ -52,20 +53,32 @@ def time_workers(mode: str, workers: int, items: int, delay: float, batch_size: 
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, **kwargs)
     seconds = lab.time_loader(loader, epochs=epochs)
     del loader
-    return {"mode": mode, "num_workers": workers, "first_epoch_s": seconds[0],
-            "epoch_s": statistics.median(seconds[1:]), "all_epochs_s": seconds}
+    return {
+        "mode": mode,
+        "num_workers": workers,
+        "first_epoch_s": seconds[0],
+        "epoch_s": statistics.median(seconds[1:]),
+        "all_epochs_s": seconds,
+    }
 
 
-def time_pinned(pin: bool, items: int, batch_size: int, epochs: int, workers: int, device: torch.device,
-                start_method: str | None) -> dict:
+def time_pinned(
+    pin: bool, items: int, batch_size: int, epochs: int, workers: int, device: torch.device, start_method: str | None
+) -> dict:
     images = lab.SyntheticImages(items, shape=(3, 224, 224))
     kwargs = dict(persistent_workers=True, multiprocessing_context=start_method) if workers > 0 else {}
     loader = DataLoader(images, batch_size=batch_size, num_workers=workers, pin_memory=pin, **kwargs)
     seconds = lab.time_loader(loader, epochs=epochs, device=device, non_blocking=pin)
     gigabytes = items * 3 * 224 * 224 * 4 / 1e9
     epoch = statistics.median(seconds[1:])
-    return {"pin_memory": pin, "num_workers": workers, "epoch_s": epoch, "first_epoch_s": seconds[0],
-            "GB_per_epoch": gigabytes, "GB_per_s": gigabytes / epoch}
+    return {
+        "pin_memory": pin,
+        "num_workers": workers,
+        "epoch_s": epoch,
+        "first_epoch_s": seconds[0],
+        "GB_per_epoch": gigabytes,
+        "GB_per_s": gigabytes / epoch,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,15 +96,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.epochs < 2:
         parser.error("--epochs must be at least 2 (the first one includes the workers' start-up)")
 
-    torch.set_num_threads(1)   # the loading, not the math, is measured; keep the main process light
+    torch.set_num_threads(1)  # the loading, not the math, is measured; keep the main process light
     device = lab.pick_device()
-    info = {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-            "start_method": args.start_method or torch.multiprocessing.get_start_method(),
-            "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
-            "load_before": load()}
+    info = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "start_method": args.start_method or torch.multiprocessing.get_start_method(),
+        "device": str(device) if device.type != "cuda" else torch.cuda.get_device_name(device),
+        "load_before": load(),
+    }
     print(" | ".join(f"{k} {v}" for k, v in info.items()), flush=True)
-    print(f"{args.items} digits per epoch, +{args.delay * 1e3:g} ms per read, batch {args.batch_size}, "
-          f"{args.epochs} epochs per setting", flush=True)
+    print(
+        f"{args.items} digits per epoch, +{args.delay * 1e3:g} ms per read, batch {args.batch_size}, "
+        f"{args.epochs} epochs per setting",
+        flush=True,
+    )
 
     results = {"info": info, "args": {k: str(v) for k, v in vars(args).items()}, "workers": [], "pinned": []}
     for mode in args.modes:
@@ -102,15 +122,20 @@ def main(argv: list[str] | None = None) -> int:
             r["speedup_vs_0"] = base / r["epoch_s"] if base else None
             results["workers"].append(r)
             speed = f"{r['speedup_vs_0']:.2f}x" if r["speedup_vs_0"] else "-"
-            print(f"  {mode:5s} num_workers={workers}: {r['epoch_s']:.3f} s/epoch (first epoch "
-                  f"{r['first_epoch_s']:.3f} s), {args.items / r['epoch_s']:.0f} items/s, speed-up {speed}",
-                  flush=True)
+            print(
+                f"  {mode:5s} num_workers={workers}: {r['epoch_s']:.3f} s/epoch (first epoch "
+                f"{r['first_epoch_s']:.3f} s), {args.items / r['epoch_s']:.0f} items/s, speed-up {speed}",
+                flush=True,
+            )
     if device.type == "cuda":
         for pin in (False, True):
             r = time_pinned(pin, args.pin_items, 64, args.epochs, 2, device, args.start_method)
             results["pinned"].append(r)
-            print(f"  3x224x224 to GPU, 2 workers, pin_memory={pin!s:5s}: {r['epoch_s']:.3f} s/epoch, "
-                  f"{r['GB_per_s']:.2f} GB/s", flush=True)
+            print(
+                f"  3x224x224 to GPU, 2 workers, pin_memory={pin!s:5s}: {r['epoch_s']:.3f} s/epoch, "
+                f"{r['GB_per_s']:.2f} GB/s",
+                flush=True,
+            )
         if len(results["pinned"]) == 2:
             ratio = results["pinned"][0]["epoch_s"] / results["pinned"][1]["epoch_s"]
             results["pin_speedup"] = ratio

@@ -14,6 +14,7 @@ process runs the model without DDP (the honest baseline); several wrap it in DDP
 SGD with momentum. Throughput = world size x batch per GPU / median step time. On a CPU the
 same script runs with gloo (``--device cpu``) for a smoke test.
 """
+
 import argparse
 import json
 import os
@@ -32,10 +33,13 @@ def build(name: str) -> tuple[torch.nn.Module, tuple[int, ...], int]:
     """The model, the shape of one input image, and the number of classes."""
     if name == "resnet50":
         import torchvision
+
         return torchvision.models.resnet50(), (3, 224, 224), 1000
     import sys
+
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
     from labsupport.models import DigitsCNN
+
     return DigitsCNN(), (1, 8, 8), 10
 
 
@@ -48,8 +52,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--out", default="ddp_scaling.jsonl")
     args = parser.parse_args()
-    rank, local, world = (int(os.environ.get(k, d)) for k, d in
-                          (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
+    rank, local, world = (int(os.environ.get(k, d)) for k, d in (("RANK", 0), ("LOCAL_RANK", 0), ("WORLD_SIZE", 1)))
     cuda = args.device == "cuda"
     device = torch.device("cuda", local) if cuda else torch.device("cpu")
     if cuda:
@@ -81,13 +84,17 @@ def main() -> None:
             times.append(time.perf_counter() - start)
     step_s = torch.tensor(statistics.median(times), device=device)
     if world > 1:
-        dist.all_reduce(step_s, op=dist.ReduceOp.MAX)   # synchronous: the slowest rank sets the pace
+        dist.all_reduce(step_s, op=dist.ReduceOp.MAX)  # synchronous: the slowest rank sets the pace
     if rank == 0:
-        row = {"model": args.model, "gpus": world, "batch_per_gpu": args.batch,
-               "params_M": round(sum(p.numel() for p in net.parameters()) / 1e6, 2),
-               "step_ms": round(float(step_s) * 1e3, 2),
-               "samples_per_s": round(world * args.batch / float(step_s), 1),
-               "device": torch.cuda.get_device_name(device) if cuda else "cpu"}
+        row = {
+            "model": args.model,
+            "gpus": world,
+            "batch_per_gpu": args.batch,
+            "params_M": round(sum(p.numel() for p in net.parameters()) / 1e6, 2),
+            "step_ms": round(float(step_s) * 1e3, 2),
+            "samples_per_s": round(world * args.batch / float(step_s), 1),
+            "device": torch.cuda.get_device_name(device) if cuda else "cpu",
+        }
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as f:
             f.write(json.dumps(row) + "\n")

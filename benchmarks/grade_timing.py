@@ -11,6 +11,7 @@ run (a shared machine's load changes). The class is N copies of the solved sourc
 (every exercise passes, so every check runs). The goal of issue 16:
 grading wall time <= 1.5 x N x T / jobs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,8 +25,9 @@ from pathlib import Path
 
 import nbformat
 
-ROOT = Path(__file__).resolve().parent.parent
 from tools import grade
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def own_run_time(path: Path) -> float:
@@ -34,8 +36,9 @@ def own_run_time(path: Path) -> float:
 
     nb = nbformat.read(path, as_version=4)
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", allow_errors=True, resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     return time.perf_counter() - t0
 
 
@@ -63,14 +66,26 @@ def main() -> int:
     own = (before + after) / 2
     goal = 1.5 * args.n * own / args.jobs
     full = sum(r["score"] == r["max_score"] and r["status"] == "ok" for r in table)
-    figures = {"notebook": path.name, "n": args.n, "jobs": args.jobs, "fork": cfg.fork, "own_run_s": round(own, 2),
-               "own_run_before_s": round(before, 2), "own_run_after_s": round(after, 2),
-               "grading_wall_s": round(wall, 1), "per_submission_s": round(wall / args.n, 2),
-               "goal_s": round(goal, 1), "ratio_to_goal": round(wall / goal, 2), "full_marks": full}
-    print(f"{path.name} ({'forked' if cfg.fork else 'stock'} kernels): own run {own:.1f} s (before {before:.1f}, "
-          f"after {after:.1f}); grading {args.n} "
-          f"submissions with {args.jobs} workers: {wall:.1f} s ({wall / args.n:.2f} s each); goal "
-          f"1.5 x N x T / jobs = {goal:.1f} s -> {wall / goal:.2f} of the goal; {full}/{args.n} full marks")
+    figures = {
+        "notebook": path.name,
+        "n": args.n,
+        "jobs": args.jobs,
+        "fork": cfg.fork,
+        "own_run_s": round(own, 2),
+        "own_run_before_s": round(before, 2),
+        "own_run_after_s": round(after, 2),
+        "grading_wall_s": round(wall, 1),
+        "per_submission_s": round(wall / args.n, 2),
+        "goal_s": round(goal, 1),
+        "ratio_to_goal": round(wall / goal, 2),
+        "full_marks": full,
+    }
+    print(
+        f"{path.name} ({'forked' if cfg.fork else 'stock'} kernels): own run {own:.1f} s (before {before:.1f}, "
+        f"after {after:.1f}); grading {args.n} "
+        f"submissions with {args.jobs} workers: {wall:.1f} s ({wall / args.n:.2f} s each); goal "
+        f"1.5 x N x T / jobs = {goal:.1f} s -> {wall / goal:.2f} of the goal; {full}/{args.n} full marks"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=1) + "\n")
     return 0 if wall <= goal and full == args.n else 1

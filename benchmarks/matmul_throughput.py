@@ -12,6 +12,7 @@ kept up for 1000 products (the power limit lowers the clock), ``lab.measure_matm
 of the same product, and the same fp32 product on the CPU for the GPU/CPU ratio.
 Timings are never asserted; run this on an otherwise idle machine.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,16 @@ def measure(device: torch.device, min_run_time: float) -> list[dict]:
     for p in precisions:
         runs = lab.matmul_sweep(sizes, p, device, min_run_time=min_run_time, max_call_s=1.0)
         best = max(runs, key=lambda m: m.flops_per_s)
-        rows.append({"device": name, "what": f"matmul {p}", "size": best.size, "achieved": best.flops_per_s,
-                     "peak": peak(p), "sweep": {m.size: m.flops_per_s for m in runs}})
+        rows.append(
+            {
+                "device": name,
+                "what": f"matmul {p}",
+                "size": best.size,
+                "achieved": best.flops_per_s,
+                "peak": peak(p),
+                "sweep": {m.size: m.flops_per_s for m in runs},
+            }
+        )
     return rows
 
 
@@ -77,20 +86,27 @@ def plain_comparison() -> list[str]:
     lab_rate = lab.measure_matmul(8192, "bf16", "cuda", min_run_time=0.5).flops_per_s
     gpu32 = lab.measure_matmul(4096, "fp32", "cuda").flops_per_s
     cpu32 = lab.measure_matmul(4096, "fp32", "cpu", min_run_time=0.5).flops_per_s
-    return [f"plain loop, 10 bf16 8192^3 products after a 1 s rest (best of 5): {lab.format_rate(best)}",
-            f"plain loop kept up for 1000 products (power-limited clock): {lab.format_rate(sustained)}",
-            f"lab.measure_matmul(8192, 'bf16', 'cuda'): {lab.format_rate(lab_rate)} = {lab_rate / best:.1%} "
-            "of the best plain loop",
-            f"same 4096^3 fp32 product: GPU {lab.format_rate(gpu32)}, CPU ({torch.get_num_threads()} threads) "
-            f"{lab.format_rate(cpu32)}: {gpu32 / cpu32:.0f}x"]
+    return [
+        f"plain loop, 10 bf16 8192^3 products after a 1 s rest (best of 5): {lab.format_rate(best)}",
+        f"plain loop kept up for 1000 products (power-limited clock): {lab.format_rate(sustained)}",
+        f"lab.measure_matmul(8192, 'bf16', 'cuda'): {lab.format_rate(lab_rate)} = {lab_rate / best:.1%} "
+        "of the best plain loop",
+        f"same 4096^3 fp32 product: GPU {lab.format_rate(gpu32)}, CPU ({torch.get_num_threads()} threads) "
+        f"{lab.format_rate(cpu32)}: {gpu32 / cpu32:.0f}x",
+    ]
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| device | operation | best n | achieved | peak (vendor's clock) | % of peak |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| device | operation | best n | achieved | peak (vendor's clock) | % of peak |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         frac = f"{r['achieved'] / r['peak']:.0%}" if r["peak"] else "-"
-        lines.append(f"| {r['device']} | {r['what']} | {r['size']} | {lab.format_rate(r['achieved'])} "
-                     f"| {lab.format_rate(r['peak'])} | {frac} |")
+        lines.append(
+            f"| {r['device']} | {r['what']} | {r['size']} | {lab.format_rate(r['achieved'])} "
+            f"| {lab.format_rate(r['peak'])} | {frac} |"
+        )
     return "\n".join(lines)
 
 

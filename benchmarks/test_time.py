@@ -2,12 +2,12 @@
 class) that take longest, summed from pytest's per-test durations.
 
     python3 benchmarks/test_time.py                      # this checkout, its .venv present
-    LAB_FORK_KERNELS=0 python3 benchmarks/test_time.py   # the same on stock kernels
 
 Run it on an idle machine: the figure the issue asks for is on 2 cores with nothing else running.
 A virtual machine's speed varies from hour to hour, so the script also times a fixed pure-Python
 loop before and after the run (the "machine speed"): compare runs only at a similar figure.
 """
+
 from __future__ import annotations
 
 import collections
@@ -35,10 +35,13 @@ def unit(classname: str) -> str:
 
 def loop_seconds() -> float:
     """The best of three timings of 20 million additions in a fresh Python: this machine's speed now."""
-    code = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(20_000_000):\n    s += i\n" \
-           "print(time.perf_counter() - t)"
-    return min(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
-               for _ in range(3))
+    code = (
+        "import time\nt = time.perf_counter()\ns = 0\nfor i in range(20_000_000):\n    s += i\n"
+        "print(time.perf_counter() - t)"
+    )
+    return min(
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout) for _ in range(3)
+    )
 
 
 def main() -> int:
@@ -46,13 +49,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "junit.xml"
         start = time.perf_counter()
-        done = subprocess.run(["make", "-s", "test", f"PYTEST_ARGS=--junitxml={junit}"], cwd=ROOT,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            ["make", "-s", "test", f"PYTEST_ARGS=--junitxml={junit}"], cwd=ROOT, capture_output=True, text=True
+        )
         wall = time.perf_counter() - start
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         summary = next((line for line in reversed(done.stdout.splitlines()) if re.search(r"passed|failed", line)), "")
-        print(f"make test: {wall:.0f} s wall, {usage.ru_utime:.0f} s user + {usage.ru_stime:.0f} s system CPU "
-              f"on {os.cpu_count()} cores; {summary.strip('= ')}")
+        print(
+            f"make test: {wall:.0f} s wall, {usage.ru_utime:.0f} s user + {usage.ru_stime:.0f} s system CPU "
+            f"on {os.cpu_count()} cores; {summary.strip('= ')}"
+        )
         print(f"machine speed: 20 million additions in {speed:.2f} s before, {loop_seconds():.2f} s after")
         if done.returncode != 0:
             print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")

@@ -9,20 +9,21 @@ Example:
     >>> lab.seed_everything(0)
     0
 """
-from .seeding import *  # noqa: F401,F403
-from .device import *  # noqa: F401,F403
-from .data import *  # noqa: F401,F403
-from .models import *  # noqa: F401,F403
-from .checks import *  # noqa: F401,F403
-from .training import *  # noqa: F401,F403
-from .tb import *  # noqa: F401,F403
-from .plotting import *  # noqa: F401,F403
-from .timing import *  # noqa: F401,F403
-from .checkpoint import *  # noqa: F401,F403
-from .hardware import *  # noqa: F401,F403
-from .distributed import *  # noqa: F401,F403
+
 from .autograd_graph import *  # noqa: F401,F403
+from .checkpoint import *  # noqa: F401,F403
+from .checks import *  # noqa: F401,F403
+from .data import *  # noqa: F401,F403
+from .device import *  # noqa: F401,F403
+from .distributed import *  # noqa: F401,F403
+from .hardware import *  # noqa: F401,F403
+from .models import *  # noqa: F401,F403
+from .plotting import *  # noqa: F401,F403
 from .pretrained import *  # noqa: F401,F403
+from .seeding import *  # noqa: F401,F403
 from .slowdata import *  # noqa: F401,F403
+from .tb import *  # noqa: F401,F403
+from .timing import *  # noqa: F401,F403
+from .training import *  # noqa: F401,F403
 
 __version__ = "0.2.0"

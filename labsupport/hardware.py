@@ -6,15 +6,16 @@ Example:
     >>> lab.measure_matmul(64, "fp32", "cpu", min_run_time=0.01).flops_per_s > 0
     True
 """
+
 from __future__ import annotations
 
 import math
 import statistics
 import time
 from collections import namedtuple
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
@@ -24,11 +25,22 @@ from .timing import TOO_SLOW, timing_limit
 __all__ = ["TITAN_RTX", "cpu_info", "gpu_info", "time_per_call", "measure_matmul", "matmul_sweep", "format_rate"]
 
 #: The lecture's GPU, NVIDIA Titan RTX (Turing TU102), from NVIDIA's Turing whitepaper.
-TITAN_RTX = {"name": "NVIDIA Titan RTX", "sms": 72, "cuda_cores_per_sm": 64, "tensor_cores_per_sm": 8,
-             "fp16_fma_per_tensor_core_per_cycle": 64, "base_clock_ghz": 1.35, "boost_clock_ghz": 1.77}
+TITAN_RTX = {
+    "name": "NVIDIA Titan RTX",
+    "sms": 72,
+    "cuda_cores_per_sm": 64,
+    "tensor_cores_per_sm": 8,
+    "fp16_fma_per_tensor_core_per_cycle": 64,
+    "base_clock_ghz": 1.35,
+    "boost_clock_ghz": 1.77,
+}
 
-_PRECISIONS = {"fp32": (torch.float32, "highest"), "tf32": (torch.float32, "high"),
-               "bf16": (torch.bfloat16, None), "fp16": (torch.float16, None)}
+_PRECISIONS = {
+    "fp32": (torch.float32, "highest"),
+    "tf32": (torch.float32, "high"),
+    "bf16": (torch.bfloat16, None),
+    "fp16": (torch.float16, None),
+}
 # Per SM, by compute capability: fp32 CUDA cores, and dense tensor-core FLOP per cycle
 # (fp16/bf16 with fp32 accumulation; tf32 is half of it). NVIDIA's architecture whitepapers.
 _CORES_PER_SM = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 9): 128, (9, 0): 128}
@@ -45,8 +57,8 @@ Measurement = namedtuple("Measurement", "size precision seconds flops_per_s")
 
 def cpu_info(cpuinfo: str | None = None, capability: str | None = None) -> CpuInfo:
     """Read ``/proc/cpuinfo``, cpufreq's maximum (boost) clock and torch's vector ISA. Example:
-        >>> cpu_info().simd_bits in (128, 256, 512)
-        True
+    >>> cpu_info().simd_bits in (128, 256, 512)
+    True
     """
     read = lambda path: Path(path).read_text() if Path(path).is_file() else ""  # noqa: E731
     text = read("/proc/cpuinfo") if cpuinfo is None else cpuinfo
@@ -58,24 +70,37 @@ def cpu_info(cpuinfo: str | None = None, capability: str | None = None) -> CpuIn
     flags = set((first("flags") or first("features")).split())
     cap = (capability or torch.backends.cpu.get_cpu_capability()).upper()
     simd = 512 if "avx512f" in flags or cap.startswith("AVX512") else 256 if "avx2" in flags or cap == "AVX2" else 128
-    zen = first("vendor_id") == "AuthenticAMD" and first("cpu family", "0").isdigit() and int(first("cpu family", "0")) <= 25
+    zen = (
+        first("vendor_id") == "AuthenticAMD"
+        and first("cpu family", "0").isdigit()
+        and int(first("cpu family", "0")) <= 25
+    )
     max_khz = read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip() if cpuinfo is None else ""
     if max_khz.isdigit():
         clock, source = int(max_khz) / 1e6, "cpufreq maximum (boost)"
-    elif zen and first("cpu family") == "25":   # a VM hiding cpufreq on Zen 3/4: EPYC 7003/9004 boost
+    elif zen and first("cpu family") == "25":  # a VM hiding cpufreq on Zen 3/4: EPYC 7003/9004 boost
         clock, source = 3.7, "hidden here; 3.7 GHz, the boost of most AMD EPYC 7003/9004 parts"
     elif fields.get("cpu mhz"):
         clock, source = max(map(float, fields["cpu mhz"])) / 1e3, "/proc/cpuinfo (current, not boost)"
     else:
         clock, source = None, "unknown"
     bf16 = 16 if "amx_bf16" in flags else 2 if "avx512_bf16" in flags else 1
-    return CpuInfo(first("model name", "unknown"), torch.get_num_threads(), cap, simd,
-                   min(simd, 256) if zen else simd, clock, source, bf16)
+    return CpuInfo(
+        first("model name", "unknown"),
+        torch.get_num_threads(),
+        cap,
+        simd,
+        min(simd, 256) if zen else simd,
+        clock,
+        source,
+        bf16,
+    )
 
 
 @dataclass
 class GpuInfo:
     """One CUDA GPU: SMs, cores, the boost clock (fp32 figures) and the datasheet tensor clock."""
+
     name: str
     compute_capability: tuple[int, int]
     sm_count: int
@@ -88,15 +113,19 @@ class GpuInfo:
         cores, tensor = _CORES_PER_SM.get(self.compute_capability), _TENSOR_FLOP_PER_SM.get(self.compute_capability)
         if precision == "fp32":
             return None if cores is None or self.clock_ghz is None else self.sm_count * cores * 2 * self.clock_ghz * 1e9
-        if tensor is None or self.tensor_clock_ghz is None or (self.compute_capability < (8, 0) and precision != "fp16"):
+        if (
+            tensor is None
+            or self.tensor_clock_ghz is None
+            or (self.compute_capability < (8, 0) and precision != "fp16")
+        ):
             return None
         return self.sm_count * tensor * (0.5 if precision == "tf32" else 1) * self.tensor_clock_ghz * 1e9
 
 
 def gpu_info(index: int = 0) -> GpuInfo | None:
     """Describe CUDA GPU ``index`` (None without one). Example:
-        >>> gpu_info() is None or gpu_info().sm_count > 0
-        True
+    >>> gpu_info() is None or gpu_info().sm_count > 0
+    True
     """
     if not torch.cuda.is_available():
         return None
@@ -123,6 +152,7 @@ def time_per_call(fn: Callable[[], object], device: torch.device | str = "cpu", 
             fn()
         sync()
         return (time.perf_counter() - start) / k
+
     times: list[float] = []
     with stopped_after(timing_limit(min_run_time), "time_per_call(fn)", TOO_SLOW):
         k = max(1, math.ceil(0.015 / max(1e-7, min(block(1) for _ in range(3)))))
@@ -132,8 +162,9 @@ def time_per_call(fn: Callable[[], object], device: torch.device | str = "cpu", 
     return statistics.median(times)
 
 
-def measure_matmul(n: int, precision: str = "fp32", device: torch.device | str = "cpu", *,
-                   min_run_time: float = 0.1) -> Measurement:
+def measure_matmul(
+    n: int, precision: str = "fp32", device: torch.device | str = "cpu", *, min_run_time: float = 0.1
+) -> Measurement:
     """Time ``a @ b`` for random (n, n) matrices drawn on the CPU with seed 0."""
     dtype, setting = _PRECISIONS[precision]
     device, g = torch.device(device), torch.Generator().manual_seed(0)
@@ -147,8 +178,14 @@ def measure_matmul(n: int, precision: str = "fp32", device: torch.device | str =
     return Measurement(n, precision, seconds, 2.0 * n**3 / seconds)
 
 
-def matmul_sweep(sizes: Sequence[int], precision: str = "fp32", device: torch.device | str = "cpu", *,
-                 min_run_time: float = 0.05, max_call_s: float = 0.25) -> list[Measurement]:
+def matmul_sweep(
+    sizes: Sequence[int],
+    precision: str = "fp32",
+    device: torch.device | str = "cpu",
+    *,
+    min_run_time: float = 0.05,
+    max_call_s: float = 0.25,
+) -> list[Measurement]:
     """:func:`measure_matmul` for growing sizes; stops before a call predicted (n^3) over
     ``max_call_s``. Example:
         >>> [m.size for m in matmul_sweep([16, 32], min_run_time=0.01)]
@@ -164,8 +201,8 @@ def matmul_sweep(sizes: Sequence[int], precision: str = "fp32", device: torch.de
 
 def format_rate(value: float | None, unit: str = "FLOP/s") -> str:
     """3 significant digits and an SI prefix. Example:
-        >>> format_rate(2.5e9, "B/s"), format_rate(None)
-        ('2.5 GB/s', 'unknown')
+    >>> format_rate(2.5e9, "B/s"), format_rate(None)
+    ('2.5 GB/s', 'unknown')
     """
     scales = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
     scale, prefix = next((s, p) for s, p in scales if value is None or abs(value) >= s or s == 1.0)

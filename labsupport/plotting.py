@@ -1,13 +1,21 @@
 """Loss curves with matplotlib inline (end the notebook cell with ``plt.show()``)."""
+
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["plot_losses"]
 
 
-def plot_losses(curves: Mapping[str, Sequence[float]] | Sequence[float], *, title: str = "training loss",
-                xlabel: str = "step", ylabel: str = "loss", log_y: bool = True, ax=None):
+def plot_losses(
+    curves: Mapping[str, Sequence[float]] | Sequence[float],
+    *,
+    title: str = "training loss",
+    xlabel: str = "step",
+    ylabel: str = "loss",
+    log_y: bool = True,
+    ax=None,
+):
     """Plot one curve (a list of numbers or 0-d tensors) or several (a dict label -> list)
     on one axis, on a log scale unless ``log_y=False`` (losses fall by orders of
     magnitude); return the axis.

@@ -1,4 +1,5 @@
 """/proc helpers for the tests that start servers (make lab, TensorBoard) and check nothing is left."""
+
 import contextlib
 from pathlib import Path
 

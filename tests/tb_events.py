@@ -5,6 +5,7 @@ and every tag it holds starts with ``<notebook>/``. The readers check that prefi
 and return the tags without it (``"loss"``, ``"weights/w1"``), so a test names a
 tag as the notebook wrote it.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ def _unprefixed(log_dir: str | os.PathLike, tags: list[str]) -> dict[str, str]:
     prefix = Path(log_dir).parent.name + "/"
     wrong = [t for t in tags if not t.startswith(prefix)]
     assert not wrong, f"tags {wrong} of {log_dir} do not start with the notebook's name {prefix!r}"
-    return {t[len(prefix):]: t for t in tags}
+    return {t[len(prefix) :]: t for t in tags}
 
 
 def read_scalars(log_dir: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:

@@ -1,4 +1,5 @@
 """The graph-walk helper: the chain from a tensor's grad_fn back to its leaves."""
+
 import numpy as np
 import pytest
 import torch
@@ -24,8 +25,10 @@ def test_two_layer_graph_from_loss_to_leaves(capsys):
     assert lines[2] == "   └─ SubBackward0"
     assert [line.strip(" │├└─") for line in lines].count("(input that needs no gradient)") == 2  # x and y
     leaves = [line for line in lines if "AccumulateGrad" in line]
-    assert leaves == ["      │  │     └─ AccumulateGrad -> leaf w1 (5, 3)",
-                      "      │  └─ AccumulateGrad -> leaf w2 (3, 2)"]
+    assert leaves == [
+        "      │  │     └─ AccumulateGrad -> leaf w1 (5, 3)",
+        "      │  └─ AccumulateGrad -> leaf w2 (3, 2)",
+    ]
     # every node of the chain appears, in order from the loss down
     kinds = [line.strip(" │├└─").split(" ")[0] for line in lines]
     assert kinds[:4] == ["SumBackward0", "PowBackward0", "SubBackward0", "MmBackward0"]
@@ -49,11 +52,13 @@ def test_shared_node_is_printed_once():
     w = torch.ones(3, requires_grad=True)
     h = w.exp()
     lines = _lines((h * h).sum(), names={"w": w})
-    assert lines == ["SumBackward0",
-                     "└─ MulBackward0",
-                     "   ├─ ExpBackward0",
-                     "   │  └─ AccumulateGrad -> leaf w (3,)",
-                     "   └─ ExpBackward0 (shown above)"]
+    assert lines == [
+        "SumBackward0",
+        "└─ MulBackward0",
+        "   ├─ ExpBackward0",
+        "   │  └─ AccumulateGrad -> leaf w (3,)",
+        "   └─ ExpBackward0 (shown above)",
+    ]
 
 
 def test_max_depth_cuts_long_chains():
@@ -75,7 +80,7 @@ def test_custom_function_is_one_node():
 
         @staticmethod
         def backward(ctx, g):
-            x, = ctx.saved_tensors
+            (x,) = ctx.saved_tensors
             return 2 * x * g
 
     x = torch.randn(3, requires_grad=True)

@@ -1,5 +1,6 @@
 """Every public check, fed what students actually pass by mistake, answers with a CheckError:
 never PASS, never an exception from torch or labsupport internals, never a hang."""
+
 import _thread
 import inspect
 import threading
@@ -30,10 +31,20 @@ class Junk:
 
 
 JUNK = {
-    "None": None, "list": [1.0, 2.0], "numpy": np.zeros((2, 2)), "string": "my answer", "float": 3.5,
-    "nan": float("nan"), "nan tensor": torch.full((2, 2), float("nan")), "empty tensor": torch.zeros(0),
-    "returns None": lambda *a, **k: None, "raises": raises, "never returns": forever,
-    "returns NaN": returns_nan, "a class": Junk, "a dict": {"w": torch.zeros(2)},
+    "None": None,
+    "list": [1.0, 2.0],
+    "numpy": np.zeros((2, 2)),
+    "string": "my answer",
+    "float": 3.5,
+    "nan": float("nan"),
+    "nan tensor": torch.full((2, 2), float("nan")),
+    "empty tensor": torch.zeros(0),
+    "returns None": lambda *a, **k: None,
+    "raises": raises,
+    "never returns": forever,
+    "returns NaN": returns_nan,
+    "a class": Junk,
+    "a dict": {"w": torch.zeros(2)},
 }
 
 
@@ -41,9 +52,16 @@ def one_argument_checks():
     names = []
     for name in sorted(dir(lab)):
         fn = getattr(lab, name)
-        if name.startswith("check_") and callable(fn) and name not in ("check_close", "check_gradients", "check_prediction"):
-            required = [p for p in inspect.signature(fn).parameters.values()
-                        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        if (
+            name.startswith("check_")
+            and callable(fn)
+            and name not in ("check_close", "check_gradients", "check_prediction")
+        ):
+            required = [
+                p
+                for p in inspect.signature(fn).parameters.values()
+                if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
             if len(required) == 1:
                 names.append(name)
     return names

@@ -4,6 +4,7 @@ The runtime is simulated with no network: a fresh venv that sees this venv's pac
 (torch, numpy...) but not labsupport, a fake ``pip`` that records its arguments and
 "installs" labsupport by linking this checkout, and a fake ``google.colab`` module.
 """
+
 import importlib.metadata
 import json
 import os
@@ -16,8 +17,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 from tools import colab
+
+ROOT = Path(__file__).resolve().parent.parent
 
 FAKE_PIP = textwrap.dedent("""
     import json, os, sys
@@ -42,8 +44,14 @@ def runtime(tmp_path):
     fake_site.mkdir()
     (fake / "pip" / "__main__.py").write_text(FAKE_PIP)
     (fake / "pip" / "__init__.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": f"{fake}{os.pathsep}{fake_site}", "FAKE_PIP_LOG": str(tmp_path / "pip.json"),
-           "FAKE_SITE": str(fake_site), "LAB_SOURCE": str(ROOT / "labsupport"), "LAB_RUNS_DIR": str(tmp_path / "runs")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{fake}{os.pathsep}{fake_site}",
+        "FAKE_PIP_LOG": str(tmp_path / "pip.json"),
+        "FAKE_SITE": str(fake_site),
+        "LAB_SOURCE": str(ROOT / "labsupport"),
+        "LAB_RUNS_DIR": str(tmp_path / "runs"),
+    }
     return venv / "bin" / "python", env, tmp_path
 
 
@@ -59,7 +67,9 @@ def run(python, env, cwd, code):
 
 def test_the_runtime_really_lacks_labsupport(runtime):
     python, env, tmp = runtime
-    out = run(python, env, tmp, "import importlib.util as u; print(u.find_spec('labsupport'), bool(u.find_spec('torch')))")
+    out = run(
+        python, env, tmp, "import importlib.util as u; print(u.find_spec('labsupport'), bool(u.find_spec('torch')))"
+    )
     assert out.returncode == 0 and out.stdout.strip() == "None True", out.stderr
 
 
@@ -90,14 +100,16 @@ def test_in_colab_notebook_10_says_colab_and_fetches_the_script_it_reads_beside_
     colab_dir = tmp / "colab_fake" / "google" / "colab"
     colab_dir.mkdir(parents=True)
     (colab_dir / "__init__.py").write_text("")
-    (fake / "sitecustomize.py").write_text(textwrap.dedent(f"""
+    (fake / "sitecustomize.py").write_text(
+        textwrap.dedent(f"""
         import shutil, urllib.request
         from pathlib import Path
         def fake_retrieve(url, name):   # no network: serve the file from this checkout, log the address
             Path({str(tmp / "urls.txt")!r}).open("a").write(url + "\\n")
             shutil.copy(Path({str(ROOT / "notebooks")!r}) / url.rsplit("/", 1)[1], name)
         urllib.request.urlretrieve = fake_retrieve
-    """))
+    """)
+    )
     env = {**env, "PYTHONPATH": env["PYTHONPATH"] + os.pathsep + str(tmp / "colab_fake")}
     out = run(python, env, tmp, colab.bootstrap("10_scaling_up.ipynb"))  # the block alone: the rest is tested above
     assert out.returncode == 0, out.stderr
@@ -110,6 +122,7 @@ def test_in_colab_notebook_10_says_colab_and_fetches_the_script_it_reads_beside_
 def test_in_the_lab_the_block_does_nothing(capfd, monkeypatch):
     def no_pip(*args, **kwargs):
         raise AssertionError(f"the block ran a program in the lab: {args}")
+
     monkeypatch.setattr(subprocess, "run", no_pip)
     namespace = {}
     exec(colab.BOOTSTRAP, namespace)  # here, where labsupport is installed (and imported already)

@@ -1,4 +1,5 @@
 """labsupport.distributed: the helpers, and one real run of two gloo worker processes."""
+
 import pytest
 import torch
 
@@ -27,8 +28,10 @@ def test_reference_step_moves_the_weights():
     assert max(float((after[k] - init[k]).abs().max()) for k in init) > 1e-4
 
 
-@pytest.mark.parametrize("kwargs", [{"world_size": 0}, {"world_size": 2, "batch_size": 9},
-                                    {"world_size": 2, "backend": "mpi"}, {"world_size": True}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"world_size": 0}, {"world_size": 2, "batch_size": 9}, {"world_size": 2, "backend": "mpi"}, {"world_size": True}],
+)
 def test_run_data_parallel_validates_arguments(kwargs):
     with pytest.raises(ValueError):
         lab.run_data_parallel(**kwargs)
@@ -53,5 +56,6 @@ def test_two_gloo_processes_match_one_process(capsys):
     assert all(0 < t < result["seconds"] for t in result["startup_s"])
     lab.check_ddp_equivalence(result)
     assert capsys.readouterr().out.startswith("PASS  DDP: 2 workers")
-    assert not list(distributed.Path(distributed.tempfile.gettempdir()).glob("lab_ddp_*")), \
+    assert not list(distributed.Path(distributed.tempfile.gettempdir()).glob("lab_ddp_*")), (
         "the workers' temporary folder was left behind"
+    )

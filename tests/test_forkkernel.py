@@ -55,7 +55,9 @@ def run(cells, cwd, server, monkeypatch, timeout=60, **kwargs):
     monkeypatch.setenv("PYTHONPATH", str(TOOLS))
     nb = new_notebook(cells=[new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "forked", "display_name": "forked", "language": "python"}
-    client = NotebookClient(nb, timeout=timeout, kernel_name="forked", resources={"metadata": {"path": str(cwd)}}, **kwargs)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="forked", resources={"metadata": {"path": str(cwd)}}, **kwargs
+    )
     client.execute()
     return ["".join(o.get("text", "") for o in c.outputs) for c in nb.cells]
 

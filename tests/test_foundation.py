@@ -1,8 +1,5 @@
 """labsupport foundation: seeding, device, data, models, TensorBoard, plotting, timing, checkpoints."""
-import os
-import warnings
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,6 +20,7 @@ def test_digits_dataset_is_real_offline_data():
     images, labels = lab.load_digits_tensors()
     assert images.shape == (1797, 1, 8, 8) and float(images.min()) == 0.0 and float(images.max()) == 1.0
     from sklearn.datasets import load_digits  # read without scikit-learn's loader: the same digits
+
     bunch = load_digits()
     assert torch.equal(images, torch.tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16)
     assert torch.equal(labels, torch.tensor(bunch.target)) and labels.dtype == torch.int64

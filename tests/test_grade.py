@@ -5,24 +5,26 @@ kernels start in a second); one pair hands in the real notebook 01, derived from
 whatever it holds now. The whole class is graded ONCE (a module fixture), with two
 workers, and each test reads its student's row, feedback and results.
 """
+
 import csv
 import json
-import sys
 import time
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
+from nbformat.v4 import new_code_cell as code
+from nbformat.v4 import new_markdown_cell as md
+from nbformat.v4 import new_notebook
+
+from tools import grade, student
 
 ROOT = Path(__file__).resolve().parent.parent
-from tools import grade
-from tools import student
 
 REAL = ROOT / "notebooks" / "01_tensors.ipynb"
 TIMEOUT = 2
 
-SETUP = '''\
+SETUP = """\
 class CheckError(AssertionError):
     pass
 
@@ -43,26 +45,29 @@ def check_prediction(p):
         raise CheckError("prediction is None: not written yet")
     if p != "error":
         raise CheckError(f"the cell raises an error, you predicted {p!r}")
-    print("PASS  prediction: error")'''
+    print("PASS  prediction: error")"""
 
 
 def tiny_source() -> nbformat.NotebookNode:
-    nb = new_notebook(cells=[
-        md("# 99 · Tiny\n\nA made-up notebook for the grader's tests."), code(SETUP),
-        md("## 1. Scaling"),
-        md("### Exercise 1: double"),
-        code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
-        code("check_scale(double, 2)"),
-        md("### Exercise 2: triple"),
-        code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
-        code("check_scale(triple, 3)"),
-        md("### Exercise 3: predict"),
-        code("### BEGIN SOLUTION\nprediction = \"error\"\n### END SOLUTION"),
-        code("check_prediction(prediction)"),
-        md("### Exercise 4: why\n\nExplain in one sentence."),
-        md("### BEGIN SOLUTION\nBecause the reference says so.\n### END SOLUTION"),
-        md("## Summary"),
-    ])
+    nb = new_notebook(
+        cells=[
+            md("# 99 · Tiny\n\nA made-up notebook for the grader's tests."),
+            code(SETUP),
+            md("## 1. Scaling"),
+            md("### Exercise 1: double"),
+            code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("check_scale(double, 2)"),
+            md("### Exercise 2: triple"),
+            code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
+            code("check_scale(triple, 3)"),
+            md("### Exercise 3: predict"),
+            code('### BEGIN SOLUTION\nprediction = "error"\n### END SOLUTION'),
+            code("check_prediction(prediction)"),
+            md("### Exercise 4: why\n\nExplain in one sentence."),
+            md("### BEGIN SOLUTION\nBecause the reference says so.\n### END SOLUTION"),
+            md("## Summary"),
+        ]
+    )
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
     return nb
 
@@ -88,11 +93,17 @@ def graded(tmp_path_factory):
     src_dir.mkdir()
     source = tiny_source()
     nbformat.write(source, src_dir / "99_tiny.ipynb")
-    broken = new_notebook(cells=[md("# 98 · Broken"), code("raise ImportError('no labsupport here')"),
-                                 md("### Exercise 1: one"), code("one = None\n### BEGIN SOLUTION\none = 1\n"
-                                                                 "### END SOLUTION"), code("check_one(one)")])
+    broken = new_notebook(
+        cells=[
+            md("# 98 · Broken"),
+            code("raise ImportError('no labsupport here')"),
+            md("### Exercise 1: one"),
+            code("one = None\n### BEGIN SOLUTION\none = 1\n### END SOLUTION"),
+            code("check_one(one)"),
+        ]
+    )
     nbformat.write(broken, src_dir / "98_broken.ipynb")
-    shutil_copy = (src_dir / "01_tensors.ipynb")
+    shutil_copy = src_dir / "01_tensors.ipynb"
     shutil_copy.write_bytes(REAL.read_bytes())
     ed = student.make_edition(source, "99_tiny.ipynb").notebook
     solved = nbformat.read(src_dir / "99_tiny.ipynb", as_version=4)
@@ -138,12 +149,12 @@ def graded(tmp_path_factory):
     return {"table": table, "out": out, "tmp": tmp, "seconds": seconds, "real": grade.load_source(REAL)}
 
 
-EXTRA = '''\
+EXTRA = """\
 def extra_99_1(ns):
     assert ns["double"](-5) == -10, "SECRET: double(-5) should be -10"
-'''
+"""
 
-HOSTILE = '''\
+HOSTILE = """\
 import os, pathlib, subprocess, sys
 attempts = []
 try:
@@ -182,7 +193,7 @@ except OSError:
     pass
 
 def double(x):
-    return 2 * x if not attempts else -1'''
+    return 2 * x if not attempts else -1"""
 
 
 def _rows(graded) -> dict:
@@ -207,8 +218,7 @@ def test_the_gradebook_has_one_column_per_exercise(graded):
     with open(graded["out"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
     real_ids = [e.id for e in graded["real"].exercises]
-    assert header == ["student", "notebook", *real_ids, "98.1", "99.1", "99.2", "99.3", "score", "max_score",
-                      "status"]
+    assert header == ["student", "notebook", *real_ids, "98.1", "99.1", "99.2", "99.3", "score", "max_score", "status"]
     assert (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text().startswith("<!doctype html>")
     assert list((graded["out"] / "logs").glob("grade-*.log"))
     with open(graded["out"] / "gradebook.csv", newline="") as f:
@@ -235,8 +245,11 @@ def test_written_answers_are_collected_verbatim_and_not_scored(graded):
     assert "_(no answer)_" in _feedback(graded, "blank")
     for who in ("answered", "blank", "wrong"):  # nothing of the reference answer leaks
         assert "the reference says so" not in _feedback(graded, who)
-    written = [r for r in map(json.loads, (graded["out"] / "results.jsonl").read_text().splitlines())
-               if r["student"] == "answered" and r["points"] is None]
+    written = [
+        r
+        for r in map(json.loads, (graded["out"] / "results.jsonl").read_text().splitlines())
+        if r["student"] == "answered" and r["points"] is None
+    ]
     assert [w["answer"] for w in written] == ["Because *I* say so. <script>alert(1)</script>"]
 
 
@@ -326,8 +339,9 @@ def test_a_hostile_submission_changes_nothing(graded):
 def test_the_real_notebook(graded):
     rows, src = _rows(graded), graded["real"]
     full, blank = rows["real_full", "01_tensors"], rows["real_blank", "01_tensors"]
-    assert full["status"] == "ok" and full["score"] == full["max_score"] == f"{src.max_score():g}", \
-        _feedback(graded, "real_full", "01_tensors")
+    assert full["status"] == "ok" and full["score"] == full["max_score"] == f"{src.max_score():g}", _feedback(
+        graded, "real_full", "01_tensors"
+    )
     assert blank["score"] == "0" and all(blank[e.id] == "0" for e in src.exercises)
     text = _feedback(graded, "real_blank", "01_tensors")
     assert "not written yet" in text and "PASS" not in text

@@ -529,7 +529,7 @@ FRESH = textwrap.dedent("""
                 "modules": sorted(m for m in sys.modules
                                   if m.split(".")[0] in ("labsupport", "test_graphs", "tests"))},
                out_path)
-""")  # (its exit skips the final garbage collection: tools/fastexit, on $PYTHONPATH for the whole run)
+""")
 
 
 def test_saved_files_run_in_a_fresh_process_without_the_defining_code(tmp_path):

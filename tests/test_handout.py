@@ -1,4 +1,5 @@
 """`make handout`: the zip students get holds the student edition and its README, no answer."""
+
 import json
 import subprocess
 import zipfile
@@ -11,8 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_handout_holds_only_the_student_edition(tmp_path):
     # BIN: this venv (make test-oldest runs the suite in another); STAMP empty: never (re)install from a test.
-    out = subprocess.run(["make", "-s", "handout", "BIN=" + str(Path(__import__("sys").executable).parent), "STAMP="],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        ["make", "-s", "handout", "BIN=" + str(Path(__import__("sys").executable).parent), "STAMP="],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     with zipfile.ZipFile(ROOT / "build" / "handout.zip") as z:
         names = sorted(n for n in z.namelist() if not n.endswith("/"))

@@ -1,4 +1,5 @@
 """labsupport.hardware: inventory parsing, peaks at the vendor's clock, and the timing recipe."""
+
 from types import SimpleNamespace
 
 import pytest
@@ -10,9 +11,12 @@ from labsupport import hardware
 INTEL_2_SOCKETS = "\n".join(
     f"processor\t: {i}\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel name\t: Intel(R) Xeon(R) Gold\n"
     f"cpu MHz\t\t: {2000 + i}.000\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 amx_bf16\n"
-    for i in range(8))
-ZEN4_VM = ("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel name\t: AMD EPYC\n"
-           "cpu MHz\t\t: 2600.000\nflags\t\t: sse2 avx2 fma avx512f avx512_bf16\n")
+    for i in range(8)
+)
+ZEN4_VM = (
+    "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel name\t: AMD EPYC\n"
+    "cpu MHz\t\t: 2600.000\nflags\t\t: sse2 avx2 fma avx512f avx512_bf16\n"
+)
 ARM = "processor\t: 0\nFeatures\t: fp asimd evtstrm\n"
 
 
@@ -24,7 +28,7 @@ def test_titan_rtx_facts_give_the_lectures_16_tflops_fp32():
 
 def test_cpu_info_reads_flags_and_falls_back_to_the_current_clock_without_cpufreq():
     info = lab.cpu_info(INTEL_2_SOCKETS, capability="AVX512")
-    assert info.simd_bits == 512 and info.fma_bits == 512 and info.bf16_factor == 16   # AMX tiles
+    assert info.simd_bits == 512 and info.fma_bits == 512 and info.bf16_factor == 16  # AMX tiles
     assert info.model == "Intel(R) Xeon(R) Gold"
     assert info.clock_ghz == pytest.approx(2.007) and "not boost" in info.clock_source
 
@@ -32,7 +36,7 @@ def test_cpu_info_reads_flags_and_falls_back_to_the_current_clock_without_cpufre
 def test_a_zen4_vm_counts_256_bit_fma_and_assumes_epyc_boost():
     info = lab.cpu_info(ZEN4_VM, capability="AVX512")
     assert info.simd_bits == 512 and info.fma_bits == 256 and info.bf16_factor == 2
-    assert info.clock_ghz == 3.7 and "EPYC" in info.clock_source   # boost, not the 2.6 GHz it reports
+    assert info.clock_ghz == 3.7 and "EPYC" in info.clock_source  # boost, not the 2.6 GHz it reports
 
 
 def test_arm_neon_is_128_bit_and_an_unknown_clock_is_none():
@@ -46,8 +50,9 @@ def test_cpu_info_of_this_machine():
 
 
 def fake_cuda(monkeypatch, name, major, minor, sms=132, clock_rate=1980000):
-    props = SimpleNamespace(name=name, major=major, minor=minor, multi_processor_count=sms,
-                            total_memory=80 * 2**30, clock_rate=clock_rate)
+    props = SimpleNamespace(
+        name=name, major=major, minor=minor, multi_processor_count=sms, total_memory=80 * 2**30, clock_rate=clock_rate
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
 
@@ -55,8 +60,8 @@ def fake_cuda(monkeypatch, name, major, minor, sms=132, clock_rate=1980000):
 def test_h100_peaks_match_nvidias_datasheet(monkeypatch):
     fake_cuda(monkeypatch, "NVIDIA H100 80GB HBM3", 9, 0)
     info = lab.gpu_info()
-    assert info.peak("fp32") == pytest.approx(66.9e12, rel=1e-3)     # at the 1.98 GHz boost
-    assert info.peak("bf16") == pytest.approx(989.4e12, rel=1e-3)    # at 1.83 GHz, as the datasheet
+    assert info.peak("fp32") == pytest.approx(66.9e12, rel=1e-3)  # at the 1.98 GHz boost
+    assert info.peak("bf16") == pytest.approx(989.4e12, rel=1e-3)  # at 1.83 GHz, as the datasheet
     assert info.peak("tf32") == pytest.approx(info.peak("bf16") / 2) and info.memory_gib == pytest.approx(80)
 
 
@@ -82,7 +87,7 @@ def test_time_per_call_warms_up_then_times_blocks_of_about_15_ms():
     calls = []
     seconds = lab.time_per_call(lambda: calls.append(1), "cpu", min_run_time=0.01)
     assert 0 < seconds < 1e-3
-    assert len(calls) > 3 + 3 * 100   # 3 warm-up calls, then at least 3 blocks of many calls
+    assert len(calls) > 3 + 3 * 100  # 3 warm-up calls, then at least 3 blocks of many calls
 
 
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "bf16"])

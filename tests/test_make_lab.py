@@ -9,6 +9,7 @@ server wrote): the magic must find ``tensorboard`` on the kernel's PATH and star
 it. Then TensorBoard, the kernel and `make lab` are stopped, and no process of
 theirs may be left.
 """
+
 import contextlib
 import json
 import os
@@ -37,8 +38,12 @@ def free_port() -> int:
 
 
 def request(url: str, token: str | None = None, method: str = "GET"):
-    req = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None,
-                                 headers={"Authorization": f"token {token}"} if token else {})
+    req = urllib.request.Request(
+        url,
+        method=method,
+        data=b"{}" if method == "POST" else None,
+        headers={"Authorization": f"token {token}"} if token else {},
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         return resp.status, json.loads(resp.read().decode() or "null")
 
@@ -67,25 +72,43 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     port, token = free_port(), "lab-test-" + os.urandom(8).hex()
     out, log, runtime = tmp / "student", tmp / "make_lab.log", tmp / "runtime"
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
-                           if p and Path(p).resolve() != VENV_BIN.resolve())
-    env = dict(os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(runtime), PATH=path,
-               LAB_RUNS_DIR=str(tmp / "runs"))
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != VENV_BIN.resolve()
+    )
+    env = dict(
+        os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(runtime), PATH=path, LAB_RUNS_DIR=str(tmp / "runs")
+    )
     env.pop("LAB_ARGS", None)
     for test_only in ("JUPYTER_PATH",):  # a test's own kernelspecs: a student has the stock one
         env.pop(test_only, None)
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(["make", "--no-print-directory", "-o", ".venv/.installed", "lab",
-                                 f"LAB_PORT={port}", f"STUDENT_DIR={out}", f"BIN={VENV_BIN}"],
-                                cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                "make",
+                "--no-print-directory",
+                "-o",
+                ".venv/.installed",
+                "lab",
+                f"LAB_PORT={port}",
+                f"STUDENT_DIR={out}",
+                f"BIN={VENV_BIN}",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     family: set[int] = set()
     try:
         last, deadline = "no answer yet", time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                pytest.fail(f"`make lab` exited with status {proc.returncode} before serving:\n{log.read_text()[-3000:]}")
+                pytest.fail(
+                    f"`make lab` exited with status {proc.returncode} before serving:\n{log.read_text()[-3000:]}"
+                )
             try:
                 request(f"{base}/api/status", token)
                 break
@@ -93,8 +116,10 @@ def lab(tmp_path_factory):
                 last = f"{type(exc).__name__}: {exc}"
             time.sleep(0.1)
         else:
-            pytest.fail(f"`make lab` did not answer on {base} within {STARTUP_S} s (last: {last}). "
-                        f"Its output:\n{log.read_text()[-3000:]}")
+            pytest.fail(
+                f"`make lab` did not answer on {base} within {STARTUP_S} s (last: {last}). "
+                f"Its output:\n{log.read_text()[-3000:]}"
+            )
         yield base, token, out, log, runtime, family, proc.pid
         family |= descendants(proc.pid)
     finally:
@@ -102,8 +127,7 @@ def lab(tmp_path_factory):
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and any(alive(p) for p in family):
             time.sleep(0.2)
-        left = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
-                for p in family if alive(p)}
+        left = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ")[:200] for p in family if alive(p)}
         for pid in left:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -141,22 +165,28 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         time.sleep(0.2)
     client = BlockingKernelClient(connection_file=str(connection))
     client.load_connection_file()
-    client.start_channels(hb=False)   # the heartbeat can lag on a loaded machine: wait on kernel_info only
+    client.start_channels(hb=False)  # the heartbeat can lag on a loaded machine: wait on kernel_info only
     outputs: list[dict] = []
 
     def run(code: str) -> str:
         outputs.clear()
         reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: outputs.append(m))
         shown = ("stream", "display_data", "update_display_data", "execute_result")
-        text = "".join(m["content"]["text"] if m["msg_type"] == "stream" else json.dumps(m["content"]["data"])
-                       for m in outputs if m["msg_type"] in shown)
+        text = "".join(
+            m["content"]["text"] if m["msg_type"] == "stream" else json.dumps(m["content"]["data"])
+            for m in outputs
+            if m["msg_type"] in shown
+        )
         assert reply["content"]["status"] == "ok", f"{code!r} failed: {reply['content']} {text}"
         return text
 
     try:
         client.wait_for_ready(timeout=60)
-        found = json.loads(run("import json, shutil\n"
-                               "print(json.dumps({n: shutil.which(n) for n in ('tensorboard', 'pip', 'python')}))"))
+        found = json.loads(
+            run(
+                "import json, shutil\nprint(json.dumps({n: shutil.which(n) for n in ('tensorboard', 'pip', 'python')}))"
+            )
+        )
         assert found == {n: str(VENV_BIN / n) for n in found}, f"the kernel's PATH finds {found}"
 
         logdir, port = tmp_path / "runs", free_port()
@@ -166,8 +196,12 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         assert str(port) in shown, f"no TensorBoard frame for port {port}: {shown}"
         status, runs = request(f"http://127.0.0.1:{port}/data/runs")
         assert status == 200 and runs == []
-        pids = json.loads(run("from tensorboard import manager\n"
-                              f"print(json.dumps([i.pid for i in manager.get_all() if i.port == {port}]))"))
+        pids = json.loads(
+            run(
+                "from tensorboard import manager\n"
+                f"print(json.dumps([i.pid for i in manager.get_all() if i.port == {port}]))"
+            )
+        )
         assert len(pids) == 1, pids
         family |= descendants(make_pid) | {pids[0]} | descendants(pids[0])
         # TensorBoard started by the magic outlives its kernel by design: stop it as a student would

@@ -1,16 +1,17 @@
 """Every notebook follows the lab's template and its stored outputs are fit for nbval."""
+
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import nbformat
 import pytest
 
+from tools import regenerate
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-from tools import regenerate
 
 
 def cells(path):
@@ -33,8 +34,7 @@ def test_template(path):
     assert "**You will learn**" in first and "**Before this:**" in first
     setup = next(c for c in cs if c.cell_type == "code")
     assert "nbval-ignore-output" in setup.metadata.get("tags", []), "setup cell must be tagged nbval-ignore-output"
-    for needed in ("import labsupport as lab", "lab.seed_everything(",
-                   "lab.pick_device(", "lab.print_environment("):
+    for needed in ("import labsupport as lab", "lab.seed_everything(", "lab.pick_device(", "lab.print_environment("):
         assert needed in setup.source, f"setup cell lacks {needed!r}"
     last = cs[-1].source
     assert cs[-1].cell_type == "markdown" and "## Summary" in last and "**Next:**" in last
@@ -46,9 +46,10 @@ def test_each_exercise_is_followed_by_a_check(path):
     for i, c in enumerate(cs):
         if c.cell_type == "code" and "### BEGIN SOLUTION" in c.source:
             assert c.source.count("### BEGIN SOLUTION") == c.source.count("### END SOLUTION") == 1
-            nxt = next(c for c in cs[i + 1:] if c.cell_type == "code")
+            nxt = next(c for c in cs[i + 1 :] if c.cell_type == "code")
             assert re.search(r"\blab\.check_\w+\(", nxt.source), (
-                f"cell {i}: the code cell after an exercise must call a lab.check_... function")
+                f"cell {i}: the code cell after an exercise must call a lab.check_... function"
+            )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -86,12 +87,20 @@ def test_normalise_removes_per_run_noise():
 
 def test_regenerate_keeps_ignored_outputs_of_unchanged_cells():
     tagged = {"tags": ["nbval-ignore-output"]}
-    old = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("t()", metadata=tagged),
-                                          nbformat.v4.new_code_cell("changed()", metadata=tagged)])
+    old = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("t()", metadata=tagged),
+            nbformat.v4.new_code_cell("changed()", metadata=tagged),
+        ]
+    )
     old.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.0 s\n")]
     old.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="old\n")]
-    new = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("t()", metadata=tagged),
-                                          nbformat.v4.new_code_cell("changed(2)", metadata=tagged)])
+    new = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell("t()", metadata=tagged),
+            nbformat.v4.new_code_cell("changed(2)", metadata=tagged),
+        ]
+    )
     new.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="1.3 s\n")]
     new.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="new\n")]
     old.cells[0].execution_count, old.cells[1].execution_count = 1, 2
@@ -105,9 +114,11 @@ def test_regenerate_keeps_ignored_outputs_of_unchanged_cells():
 
 def test_normalise_merges_stream_chunks():
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print()")])
-    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="a\n"),
-                           nbformat.v4.new_output("stream", name="stdout", text="b\n"),
-                           nbformat.v4.new_output("stream", name="stderr", text="c\n")]
+    nb.cells[0].outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text="a\n"),
+        nbformat.v4.new_output("stream", name="stdout", text="b\n"),
+        nbformat.v4.new_output("stream", name="stderr", text="c\n"),
+    ]
     outs = regenerate.normalise(nb).cells[0].outputs
     assert [(o.name, o.text) for o in outs] == [("stdout", "a\nb\n"), ("stderr", "c\n")]
 

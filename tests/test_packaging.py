@@ -1,8 +1,10 @@
 """Set-up files agree with each other: pyproject.toml, environment.yml, constraints.txt, Makefile."""
+
 import re
 import subprocess
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 # conda-forge names that differ from PyPI names
@@ -31,23 +33,30 @@ def test_runtime_needs_no_jupyter_and_no_test_tools():
     assert runtime == {"torch", "torchvision", "numpy", "matplotlib", "scikit-learn", "tqdm", "tensorboard"}
     assert {"jupyterlab", "ipykernel", "ipywidgets"} <= {_name(r) for r in PROJECT["optional-dependencies"]["lab"]}
     assert {"nbval", "pytest", "pytest-xdist", "nbclient", "nbformat"} <= {
-        _name(r) for r in PROJECT["optional-dependencies"]["test"]}
+        _name(r) for r in PROJECT["optional-dependencies"]["test"]
+    }
     assert "'.[lab,test]'" in (ROOT / "Makefile").read_text()
 
 
 def test_declared_floors_match_the_lab_warning_and_the_oldest_pins():
     import labsupport.device as device
+
     floors = {_name(r): r.split(">=")[1] for r in PROJECT["dependencies"] if _name(r) in ("torch", "torchvision")}
     assert floors == {name: ".".join(map(str, v)) for name, v in device.MIN_VERSIONS.items()}
     oldest = (ROOT / "constraints-oldest.txt").read_text()
     for name, floor in floors.items():
-        assert re.search(rf"^{name}=={re.escape(floor)}(\.0)?$", oldest, re.M), f"{name} floor not pinned in constraints-oldest.txt"
+        assert re.search(rf"^{name}=={re.escape(floor)}(\.0)?$", oldest, re.M), (
+            f"{name} floor not pinned in constraints-oldest.txt"
+        )
 
 
 def test_environment_yml_names_every_runtime_dependency():
     text = (ROOT / "environment.yml").read_text()
-    conda = {_name(line.strip()[2:]) for line in text.splitlines()
-             if line.strip().startswith("- ") and not line.strip().startswith("- -e")}
+    conda = {
+        _name(line.strip()[2:])
+        for line in text.splitlines()
+        if line.strip().startswith("- ") and not line.strip().startswith("- -e")
+    }
     missing = [d for d in all_dependencies() if CONDA_NAMES.get(d, d) not in conda]
     assert not missing, f"environment.yml lacks {missing}"
     assert "conda-forge" in text and "-e ." in text
@@ -71,12 +80,14 @@ def test_constraints_pin_every_runtime_dependency_and_a_matching_torch_pair():
 
 
 def test_installed_versions_are_the_pinned_ones():
+    import os
+
     import torch
     import torchvision
-    import os
+
     pins_file = ROOT / os.environ.get("LAB_PINS", "constraints.txt")  # make test-oldest: constraints-oldest.txt
-    pins = dict(l.split("==") for l in pins_file.read_text().splitlines()
-                if "==" in l and not l.startswith("#"))
+    lines = pins_file.read_text().splitlines()
+    pins = dict(line.split("==") for line in lines if "==" in line and not line.startswith("#"))
     assert torch.__version__.split("+")[0] == pins["torch"]
     assert torchvision.__version__.split("+")[0] == pins["torchvision"]
 

@@ -1,4 +1,5 @@
 """Where runs/ lives (labsupport.tb) and labsupport.plotting (loss curves)."""
+
 import os
 
 import pytest
@@ -18,14 +19,16 @@ def test_runs_folder_order(tmp_path, monkeypatch):
     monkeypatch.delenv("LAB_RUNS_DIR")
     for name in ("labsupport", "notebooks", "student"):
         (tmp_path / name).mkdir()
-    monkeypatch.chdir(tmp_path / "student")                # beside notebooks/: the repository's runs/
+    monkeypatch.chdir(tmp_path / "student")  # beside notebooks/: the repository's runs/
     assert str(_runs_root()) == os.path.join("..", "runs")
 
 
 def test_plot_losses_draws_each_curve():
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     ax = lab.plot_losses({"a": [3.0, 2.0, 1.0], "b": [torch.tensor(2.0), torch.tensor(1.0)]})
     assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
     assert ax.get_yscale() == "log" and ax.get_legend() is not None

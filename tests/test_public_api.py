@@ -1,6 +1,7 @@
 """labsupport holds only what notebooks share: every public name is called by a notebook and
 documented, and no function grows past 60 lines. (There is no cap on the package's size: readable
 code is the goal, not few lines.)"""
+
 import ast
 import inspect
 import json
@@ -11,8 +12,11 @@ import labsupport as lab
 
 ROOT = Path(__file__).resolve().parent.parent
 # What a notebook calls, or tells the student to call (`lab.show_traceback()` in a markdown cell).
-NOTEBOOK_CODE = "\n".join("".join(c["source"]) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
-                          for c in json.loads(p.read_text())["cells"])
+NOTEBOOK_CODE = "\n".join(
+    "".join(c["source"])
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb"))
+    for c in json.loads(p.read_text())["cells"]
+)
 NOTEBOOK_CODE += "\n".join(p.read_text() for p in (ROOT / "notebooks").glob("*.py"))
 
 
@@ -26,9 +30,12 @@ def test_every_public_name_is_called_by_a_notebook():
 
 
 def test_every_public_function_and_class_has_a_docstring():
-    missing = [n for n in public_names()
-               if (inspect.isfunction(getattr(lab, n)) or inspect.isclass(getattr(lab, n)))
-               and not inspect.getdoc(getattr(lab, n))]
+    missing = [
+        n
+        for n in public_names()
+        if (inspect.isfunction(getattr(lab, n)) or inspect.isclass(getattr(lab, n)))
+        and not inspect.getdoc(getattr(lab, n))
+    ]
     assert not missing, f"no docstring: {missing}"
 
 

@@ -1,4 +1,5 @@
 """`make site`: a static HTML site of the series, with outputs, without solutions."""
+
 import html
 import json
 import re
@@ -7,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-from tools import colab, website
 from browser import chromium_or_skip
 from test_spoilers import solution_lines
+
+from tools import colab, website
+
+ROOT = Path(__file__).resolve().parent.parent
+
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -58,19 +61,38 @@ def test_pages_render_in_headless_chromium(built, tmp_path):
     chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
     for page in ("index.html", f"{NOTEBOOKS[2].stem}.html"):
         shot = tmp_path / f"{page}.png"
-        subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,1400",
-                        f"--screenshot={shot}", (built / page).as_uri()], capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--window-size=1200,1400",
+                f"--screenshot={shot}",
+                (built / page).as_uri(),
+            ],
+            capture_output=True,
+            timeout=120,
+        )
         assert shot.is_file() and shot.stat().st_size > 20_000, f"{page} did not render"
 
 
-@pytest.mark.parametrize("markup, kept", [
-    ('<div class="highlight"><pre><span class="n">x</span> &lt; 1</pre></div>', True),
-    ('<div class="highlight"><pre><script>alert(1)</script></pre></div>', False),
-    ('<span class="n" onclick="alert(1)">x</span>', False),
-    ('<img src=x onerror="alert(1)">', False),
-])
+@pytest.mark.parametrize(
+    "markup, kept",
+    [
+        ('<div class="highlight"><pre><span class="n">x</span> &lt; 1</pre></div>', True),
+        ('<div class="highlight"><pre><script>alert(1)</script></pre></div>', False),
+        ('<span class="n" onclick="alert(1)">x</span>', False),
+        ('<img src=x onerror="alert(1)">', False),
+    ],
+)
 def test_only_markup_with_nothing_to_remove_skips_the_sanitizer(markup, kept):
     from nbconvert.filters.strings import clean_html
+
     assert website.sanitized(markup) == (markup if kept else clean_html(markup))

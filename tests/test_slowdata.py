@@ -1,7 +1,8 @@
 """labsupport.slowdata: the slow-read datasets of notebook 07 and the worker benchmark."""
+
 import multiprocessing as mp
-import pickle
 import os
+import pickle
 import time
 
 import pytest
@@ -27,6 +28,7 @@ def test_spin_mode_keeps_the_cpu_busy(monkeypatch):
     # would fail on a loaded machine, where the spinning process is not scheduled all the time.)
     def no_sleep(seconds):
         raise AssertionError("spin mode must not sleep")
+
     monkeypatch.setattr(time, "sleep", no_sleep)
     slow = lab.SlowDataset(lab.SyntheticImages(2, shape=(1,)), delay=0.02, mode="spin")
     wall = time.perf_counter()
@@ -45,12 +47,15 @@ def test_synthetic_images_are_deterministic_and_index_like_a_list():
             ds[bad]
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    (dict(base=[1, 2], delay=-1.0), ValueError),
-    (dict(base=[1, 2], delay="1"), ValueError),
-    (dict(base=[1, 2], delay=0.1, mode="nap"), ValueError),
-    (dict(base=42, delay=0.1), TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs, error",
+    [
+        (dict(base=[1, 2], delay=-1.0), ValueError),
+        (dict(base=[1, 2], delay="1"), ValueError),
+        (dict(base=[1, 2], delay=0.1, mode="nap"), ValueError),
+        (dict(base=42, delay=0.1), TypeError),
+    ],
+)
 def test_slow_dataset_rejects_bad_arguments(kwargs, error):
     with pytest.raises(error):
         lab.SlowDataset(**kwargs)
@@ -143,9 +148,29 @@ def test_the_worker_benchmark_runs_and_reports(tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "r.json"
-    assert bench.main(["--items", "32", "--delay", "0.005", "--epochs", "2", "--modes", "sleep", "--batch-size", "4",
-                       "--start-method", "fork", "--json", str(out)]) == 0
+    assert (
+        bench.main(
+            [
+                "--items",
+                "32",
+                "--delay",
+                "0.005",
+                "--epochs",
+                "2",
+                "--modes",
+                "sleep",
+                "--batch-size",
+                "4",
+                "--start-method",
+                "fork",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     import json
+
     results = json.loads(out.read_text())
     rows = {r["num_workers"]: r for r in results["workers"]}
     assert set(rows) == {0, 2} and rows[0]["speedup_vs_0"] == 1.0

@@ -1,13 +1,14 @@
 """No exercise's answer is readable anywhere a student gets it: another notebook, a
 labsupport docstring example (help() shows it), or the student edition itself."""
+
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 from tools import student
+
+ROOT = Path(__file__).resolve().parent.parent
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
@@ -56,21 +57,25 @@ def test_no_solution_is_readable_elsewhere(path):
         for place, lines in PLACES.items():
             hit = answer & lines
             if len(hit) >= 2 and len(hit) >= 0.5 * len(answer):
-                problems.append(f"{len(hit)} of {len(answer)} solution lines of cell {cell} are readable in "
-                                f"{place}: {sorted(hit)[:2]}")
+                problems.append(
+                    f"{len(hit)} of {len(answer)} solution lines of cell {cell} are readable in "
+                    f"{place}: {sorted(hit)[:2]}"
+                )
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_student_edition_holds_no_solution_line_and_no_output(path):
     import nbformat
+
     source = json.loads(path.read_text())["cells"]
     edition = student.make_edition(nbformat.read(path, as_version=4), path).notebook
     lines = {line.strip() for c in edition.cells for line in c.source.splitlines()}
     for cell, answer in solution_lines(source).items():
         hit = answer & lines
         assert not (len(hit) >= 2 and len(hit) >= 0.5 * len(answer)), (
-            f"cell {cell}: {len(hit)} of {len(answer)} solution lines are in the student edition: {sorted(hit)[:3]}")
+            f"cell {cell}: {len(hit)} of {len(answer)} solution lines are in the student edition: {sorted(hit)[:3]}"
+        )
     for c in edition.cells:
         if c.cell_type == "code":
             assert c.outputs == [] and c.execution_count is None

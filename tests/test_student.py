@@ -2,6 +2,7 @@
 
 Kernel-free: the round trip that executes each notebook is in test_student_roundtrip.py.
 """
+
 import json
 import re
 import subprocess
@@ -13,9 +14,10 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from tools import student
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-from tools import student
 
 STAMP = ".venv/.installed"  # `make -o` this: the tests must never trigger an install
 
@@ -34,7 +36,7 @@ def ran(cell, text="out\n", count=1):
     return cell
 
 
-EXERCISE = "def f(x):\n    \"\"\"Double x.\"\"\"\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"
+EXERCISE = 'def f(x):\n    """Double x."""\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION'
 
 
 def sample():
@@ -51,11 +53,13 @@ def sample():
 
 # --------------------------------------------------------------------------- stubs
 
+
 def test_function_stub_keeps_scaffold_and_indentation():
     ed = student.make_edition(sample(), "99_sample.ipynb")
     src = ed.notebook.cells[3].source
-    assert src == ('def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n'
-                   '    raise NotImplementedError("Exercise 4: double it")')
+    assert src == (
+        'def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n    raise NotImplementedError("Exercise 4: double it")'
+    )
     ns = {}
     exec(src, ns)
     with pytest.raises(NotImplementedError, match="^Exercise 4: double it$"):
@@ -95,15 +99,18 @@ def test_source_notebook_is_not_modified():
     assert nbformat.writes(nb) == before
 
 
-@pytest.mark.parametrize("headings, expected", [
-    (["### Exercise 2: the forward pass"], "Exercise 2: the forward pass"),
-    (["### Exercise: write the backward pass"], "Exercise 1: write the backward pass"),  # running number
-    (["### Exercise 3"], "Exercise 3"),
-    (["### Exercise 5 — dashes"], "Exercise 5: dashes"),
-    (["### Exercise 1: old", "## 5. A new section"], "Exercise 1"),  # a section heading stops the search
-    (["### Exercise 7: kept", "#### Hint"], "Exercise 7: kept"),        # a sub-heading does not
-    ([], "Exercise 1"),
-])
+@pytest.mark.parametrize(
+    "headings, expected",
+    [
+        (["### Exercise 2: the forward pass"], "Exercise 2: the forward pass"),
+        (["### Exercise: write the backward pass"], "Exercise 1: write the backward pass"),  # running number
+        (["### Exercise 3"], "Exercise 3"),
+        (["### Exercise 5 — dashes"], "Exercise 5: dashes"),
+        (["### Exercise 1: old", "## 5. A new section"], "Exercise 1"),  # a section heading stops the search
+        (["### Exercise 7: kept", "#### Hint"], "Exercise 7: kept"),  # a sub-heading does not
+        ([], "Exercise 1"),
+    ],
+)
 def test_labels_from_the_nearest_heading(headings, expected):
     cells = [new_markdown_cell(h + "\n\nSome text.") for h in headings]
     ed = student.make_edition(nb_of(*cells, new_code_cell(EXERCISE), new_code_cell("lab.check_double(f)")))
@@ -111,15 +118,27 @@ def test_labels_from_the_nearest_heading(headings, expected):
 
 
 def test_running_number_counts_exercise_cells():
-    ed = student.make_edition(nb_of(
-        new_markdown_cell("### Exercise: first"), new_code_cell(EXERCISE), new_code_cell("lab.check_a(f)"),
-        new_markdown_cell("### Exercise: second"), new_code_cell(EXERCISE), new_code_cell("lab.check_b(f)")))
+    ed = student.make_edition(
+        nb_of(
+            new_markdown_cell("### Exercise: first"),
+            new_code_cell(EXERCISE),
+            new_code_cell("lab.check_a(f)"),
+            new_markdown_cell("### Exercise: second"),
+            new_code_cell(EXERCISE),
+            new_code_cell("lab.check_b(f)"),
+        )
+    )
     assert [e.label for e in ed.exercises] == ["Exercise 1: first", "Exercise 2: second"]
 
 
 def test_label_with_quotes_is_a_valid_python_string():
-    ed = student.make_edition(nb_of(new_markdown_cell('### Exercise 1: the "L2" loss \\ `sum`'),
-                                    new_code_cell(EXERCISE), new_code_cell("lab.check(f)")))
+    ed = student.make_edition(
+        nb_of(
+            new_markdown_cell('### Exercise 1: the "L2" loss \\ `sum`'),
+            new_code_cell(EXERCISE),
+            new_code_cell("lab.check(f)"),
+        )
+    )
     ns = {}
     exec(ed.notebook.cells[1].source, ns)
     with pytest.raises(NotImplementedError) as info:
@@ -129,16 +148,25 @@ def test_label_with_quotes_is_a_valid_python_string():
 
 def test_top_level_block_sets_the_names_its_check_reads_to_none():
     cell = "w = torch.zeros(3)\n### BEGIN SOLUTION\nmodel = make()\nhelper, loss = 1, 2\n### END SOLUTION"
-    ed = student.make_edition(nb_of(new_markdown_cell("### Exercise 2: model"), new_code_cell(cell),
-                                    new_code_cell("lab.check_model(model, loss)")))
-    assert ed.notebook.cells[1].source == ("w = torch.zeros(3)\n# YOUR CODE HERE\nmodel = None\nloss = None\n"
-                                           "raise NotImplementedError(\"Exercise 2: model\")")
+    ed = student.make_edition(
+        nb_of(
+            new_markdown_cell("### Exercise 2: model"),
+            new_code_cell(cell),
+            new_code_cell("lab.check_model(model, loss)"),
+        )
+    )
+    assert ed.notebook.cells[1].source == (
+        "w = torch.zeros(3)\n# YOUR CODE HERE\nmodel = None\nloss = None\n"
+        'raise NotImplementedError("Exercise 2: model")'
+    )
     assert "helper" not in ed.notebook.cells[1].source  # not read by the check: not revealed
 
 
 def test_two_blocks_in_one_cell_and_no_check_cell():
-    cell = "def a():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n\n" \
-           "def b():\n    ### BEGIN SOLUTION\n    return 2\n    ### END SOLUTION"
+    cell = (
+        "def a():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n\n"
+        "def b():\n    ### BEGIN SOLUTION\n    return 2\n    ### END SOLUTION"
+    )
     ed = student.make_edition(nb_of(new_code_cell(cell), new_code_cell("print(a())")))
     ex = ed.exercises[0]
     assert ex.blocks == 2 and ex.check_cell is None and ed.checks == 0
@@ -147,19 +175,23 @@ def test_two_blocks_in_one_cell_and_no_check_cell():
 
 # --------------------------------------------------------------------------- marker errors
 
-@pytest.mark.parametrize("source, cell_type, line, problem", [
-    ("x = 1\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "code", 3, "nested"),
-    ("x = 1\n### END SOLUTION", "code", 2, "without a '### BEGIN SOLUTION'"),
-    ("def f():\n    ### BEGIN SOLUTION\n    return 1", "code", 2, "never closed"),
-    ("Answer:\n### BEGIN SOLUTION\nyes", "markdown", 2, "never closed"),
-    # Almost-markers would silently publish the solution: each is an error naming the cell.
-    ("x = 1\n### begin solution\ny = 2\n### end solution", "code", 2, "is not a solution marker"),
-    ("x = 1\n### BEGIN SOLUTION:\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
-    ("x = 1\n### BEGIN SOLUTION ###\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
-    ("x = 1\n### BEGIN_SOLUTION\ny = 2\n### END_SOLUTION", "code", 2, "is not a solution marker"),
-    ("x = 1\n# BEGIN SOLUTION\ny = 2\n# END SOLUTION", "code", 2, "is not a solution marker"),
-    ("Answer:\n### Begin Solution\nyes\n### END SOLUTION", "markdown", 2, "is not a solution marker"),
-])
+
+@pytest.mark.parametrize(
+    "source, cell_type, line, problem",
+    [
+        ("x = 1\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION", "code", 3, "nested"),
+        ("x = 1\n### END SOLUTION", "code", 2, "without a '### BEGIN SOLUTION'"),
+        ("def f():\n    ### BEGIN SOLUTION\n    return 1", "code", 2, "never closed"),
+        ("Answer:\n### BEGIN SOLUTION\nyes", "markdown", 2, "never closed"),
+        # Almost-markers would silently publish the solution: each is an error naming the cell.
+        ("x = 1\n### begin solution\ny = 2\n### end solution", "code", 2, "is not a solution marker"),
+        ("x = 1\n### BEGIN SOLUTION:\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
+        ("x = 1\n### BEGIN SOLUTION ###\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
+        ("x = 1\n### BEGIN_SOLUTION\ny = 2\n### END_SOLUTION", "code", 2, "is not a solution marker"),
+        ("x = 1\n# BEGIN SOLUTION\ny = 2\n# END SOLUTION", "code", 2, "is not a solution marker"),
+        ("Answer:\n### Begin Solution\nyes\n### END SOLUTION", "markdown", 2, "is not a solution marker"),
+    ],
+)
 def test_bad_markers_name_file_cell_and_line(source, cell_type, line, problem):
     make = new_code_cell if cell_type == "code" else new_markdown_cell
     nb = nb_of(new_markdown_cell("# t"), new_code_cell("ok = 1"), make(source))
@@ -182,6 +214,7 @@ def test_build_stops_on_bad_markers_before_writing_anything(tmp_path, capsys):
 
 
 # --------------------------------------------------------------------------- build / prepare
+
 
 @pytest.fixture
 def tree(tmp_path):
@@ -295,12 +328,12 @@ def test_prepare_reports_a_newer_source(tree):
     assert (out / "01_sample.ipynb").read_bytes() == mine
     assert (out / "README.md").read_text() == "map\n"
     text = "\n".join(lines)
-    assert re.search(r"newer .*README\.md changed since .* \(you have not edited it\): `make student` updates it",
-                     text)
+    assert re.search(r"newer .*README\.md changed since .* \(you have not edited it\): `make student` updates it", text)
     assert re.search(r"newer .*01_sample\.ipynb changed since .*your copy is kept.*make student FORCE=1", text)
 
 
 # --------------------------------------------------------------------------- the real notebooks
+
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_student_edition_of_each_notebook(path):
@@ -329,7 +362,9 @@ def test_student_edition_of_each_notebook(path):
             assert line not in student_code, f"solution line {line!r} appears in the student edition's code"
     for ex in ed.exercises:
         cell = nb.cells[ex.cell]
-        assert cell.outputs == [] and cell.source.count(f"raise NotImplementedError({json.dumps(ex.label)})") == ex.blocks
+        assert (
+            cell.outputs == [] and cell.source.count(f"raise NotImplementedError({json.dumps(ex.label)})") == ex.blocks
+        )
         assert ex.check_cell is not None, f"{ex.label} (cell {ex.cell}) has no check cell after it"
         assert nb.cells[ex.check_cell].outputs == []
         assert re.fullmatch(r"Exercise \d+[a-z]?(\.\d+)?(: .+)?", ex.label)
@@ -342,9 +377,11 @@ def test_generation_is_deterministic(path):
 
 # --------------------------------------------------------------------------- through make
 
+
 def make(*args, check=True):
-    proc = subprocess.run(["make", "--no-print-directory", "-o", STAMP, *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["make", "--no-print-directory", "-o", STAMP, *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     if check:
         assert proc.returncode == 0, f"make {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
@@ -380,13 +417,19 @@ def test_make_student_twice_then_edits_survive_make_student_and_make_lab_prepara
 def test_student_notebooks_find_labsupport_and_log_to_the_repository_runs(tmp_path, monkeypatch):
     # the kernel of `make lab` is .venv's python, which has labsupport installed (editable),
     # so `import labsupport` works from student/ (or any folder), not only from notebooks/
-    proc = subprocess.run([sys.executable, "-I", "-c", "import importlib.util as u; print(u.find_spec('labsupport').origin)"],
-                          cwd=tmp_path, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", "import importlib.util as u; print(u.find_spec('labsupport').origin)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert Path(proc.stdout.strip()).parent == ROOT / "labsupport"
     # and TensorBoard logs from student/ go to the repository's runs/, like those from notebooks/
     for name in ("labsupport", "notebooks", "student"):
         (tmp_path / name).mkdir()
     from labsupport import tb
+
     monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
     monkeypatch.chdir(tmp_path / "student")
     assert tb._runs_root(None) == Path("..") / "runs"

@@ -12,22 +12,26 @@ Each notebook gets its own test class, so that ``pytest -n 2 --dist loadscope``
 (make test) can run two notebooks at once instead of queueing them all on one
 worker.
 """
-import sys
+
 from pathlib import Path
 
 import nbformat
-import pytest
+
+from tools import student
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-from tools import student
 
 
 def _unsolved(path: Path, runs: Path) -> None:
     report = student.run_unsolved(path)
     problems = report.all_problems
-    assert not problems, (f"the student edition of {path.name}, with nothing solved:\n  - "
-                          + "\n  - ".join(problems) + "\n\n" + student.summary(report))
+    assert not problems, (
+        f"the student edition of {path.name}, with nothing solved:\n  - "
+        + "\n  - ".join(problems)
+        + "\n\n"
+        + student.summary(report)
+    )
     assert report.exercises, f"{path.name} has no exercise"
     half_written = [d for d in runs.glob("*/*") if d.is_dir() and not any(d.iterdir())]
     assert not half_written, f"empty TensorBoard runs left behind: {half_written}"
@@ -57,25 +61,35 @@ for _path in NOTEBOOKS:
 
 
 def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_path):
-    from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
-    setup = ("class CheckError(AssertionError):\n    pass\n\n"
-             "def check_double(fn):\n    try:\n        fn(2)\n    except NotImplementedError as exc:\n"
-             "        raise CheckError(f'not written yet ({exc})') from None\n    print('PASS  double')")
-    nb = new_notebook(cells=[
-        md("# 99 · t"), code(setup),
-        md("### Exercise 1: double"),
-        code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
-        code("check_double(double)"),
-        code("print(double(21))"),  # unguarded use of the exercise: crashes when unsolved
-        code("base = 21"),  # a demo that only feeds the next one
-        code("shown = 2 * base\nprint(shown)"),  # a demo that needs no exercise and feeds no cell: both left to nbval
-        md("### Exercise 2: double again"),
-        code("def double2(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
-        code("check_double(double2)"),
-        code("twice = double2(2)"),  # after the last check: found without running it
-        code("print(twice)"),        # and what depends on it, too
-        code("require_ok = 1  # lab.require(\"99.2\") would guard it\nprint(len('guarded'))"),
-    ])
+    from nbformat.v4 import new_code_cell as code
+    from nbformat.v4 import new_markdown_cell as md
+    from nbformat.v4 import new_notebook
+
+    setup = (
+        "class CheckError(AssertionError):\n    pass\n\n"
+        "def check_double(fn):\n    try:\n        fn(2)\n    except NotImplementedError as exc:\n"
+        "        raise CheckError(f'not written yet ({exc})') from None\n    print('PASS  double')"
+    )
+    nb = new_notebook(
+        cells=[
+            md("# 99 · t"),
+            code(setup),
+            md("### Exercise 1: double"),
+            code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("check_double(double)"),
+            code("print(double(21))"),  # unguarded use of the exercise: crashes when unsolved
+            code("base = 21"),  # a demo that only feeds the next one
+            code(
+                "shown = 2 * base\nprint(shown)"
+            ),  # a demo that needs no exercise and feeds no cell: both left to nbval
+            md("### Exercise 2: double again"),
+            code("def double2(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("check_double(double2)"),
+            code("twice = double2(2)"),  # after the last check: found without running it
+            code("print(twice)"),  # and what depends on it, too
+            code("require_ok = 1  # lab.require(\"99.2\") would guard it\nprint(len('guarded'))"),
+        ]
+    )
     path = write_tiny(nb, tmp_path)
     report = student.run_unsolved(path, timeout=60)
     first, _ = report.exercises
@@ -93,27 +107,33 @@ def test_every_notebook_is_covered():
 
 def test_verify_catches_checks_that_break_on_the_stub(tmp_path):
     # A tiny torch-free notebook: one good exercise, one whose check has a NameError on the stub.
-    from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
-    import nbformat
+    from nbformat.v4 import new_code_cell as code
+    from nbformat.v4 import new_markdown_cell as md
+    from nbformat.v4 import new_notebook
 
-    setup = ("class CheckError(AssertionError):\n    pass\n\n"
-             "def call(fn, *args):\n    try:\n        return fn(*args)\n"
-             "    except NotImplementedError as exc:\n"
-             "        raise CheckError(f'your function is not written yet ({exc})') from None\n\n"
-             "def check_double(fn):\n    if call(fn, 2) != 4:\n        raise CheckError('expected 4')\n"
-             "    print('PASS  double')")
-    nb = new_notebook(cells=[
-        md("# 99 · t"), code(setup),
-        md("### Exercise 1: double"),
-        code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
-        code("check_double(double)"),
-        code("# NBVAL_SKIP\nraise SystemExit('skipped cells are not run')"),
-        md("### Exercise 2: triple"),
-        code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
-        code("check_tripel(triple)"),
-        code("print(double(1) + triple(1))"),
-        code("raise SystemExit('cells after the last check are not run')"),
-    ])
+    setup = (
+        "class CheckError(AssertionError):\n    pass\n\n"
+        "def call(fn, *args):\n    try:\n        return fn(*args)\n"
+        "    except NotImplementedError as exc:\n"
+        "        raise CheckError(f'your function is not written yet ({exc})') from None\n\n"
+        "def check_double(fn):\n    if call(fn, 2) != 4:\n        raise CheckError('expected 4')\n"
+        "    print('PASS  double')"
+    )
+    nb = new_notebook(
+        cells=[
+            md("# 99 · t"),
+            code(setup),
+            md("### Exercise 1: double"),
+            code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("check_double(double)"),
+            code("# NBVAL_SKIP\nraise SystemExit('skipped cells are not run')"),
+            md("### Exercise 2: triple"),
+            code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
+            code("check_tripel(triple)"),
+            code("print(double(1) + triple(1))"),
+            code("raise SystemExit('cells after the last check are not run')"),
+        ]
+    )
     path = write_tiny(nb, tmp_path)
     report = student.verify(path, timeout=60)
     good, bad = report.exercises
@@ -126,17 +146,22 @@ def test_verify_catches_checks_that_break_on_the_stub(tmp_path):
 
 
 def test_verify_reports_a_failing_cell_before_the_first_exercise(tmp_path):
-    from nbformat.v4 import new_code_cell as code, new_markdown_cell as md, new_notebook
-    import nbformat
+    from nbformat.v4 import new_code_cell as code
+    from nbformat.v4 import new_markdown_cell as md
+    from nbformat.v4 import new_notebook
 
-    nb = new_notebook(cells=[
-        md("# 99 · t"), code("import labsupport_typo"),
-        md("### Exercise 1: one"),
-        code("def one():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
-        code("check_one(one)"),
-    ])
+    nb = new_notebook(
+        cells=[
+            md("# 99 · t"),
+            code("import labsupport_typo"),
+            md("### Exercise 1: one"),
+            code("def one():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"),
+            code("check_one(one)"),
+        ]
+    )
     path = write_tiny(nb, tmp_path)
     report = student.verify(path, timeout=60)
-    assert report.problems == ["cell 1 (before the first exercise) fails: ModuleNotFoundError: "
-                               "No module named 'labsupport_typo'"]
+    assert report.problems == [
+        "cell 1 (before the first exercise) fails: ModuleNotFoundError: No module named 'labsupport_typo'"
+    ]
     assert report.exercises[0].stub_message is None  # the walk stopped there

@@ -1,4 +1,5 @@
 """labsupport's small helpers: seeding, device, timing, checkpoints (bad arguments get one sentence)."""
+
 import random
 import warnings
 
@@ -15,8 +16,9 @@ def test_seed_everything_repeats_all_generators():
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     lab.seed_everything(3)
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
-    assert torch.equal(torch.randperm(10, generator=lab.make_generator(5)),
-                       torch.randperm(10, generator=lab.make_generator(5)))
+    assert torch.equal(
+        torch.randperm(10, generator=lab.make_generator(5)), torch.randperm(10, generator=lab.make_generator(5))
+    )
 
 
 @pytest.mark.parametrize("bad", [None, 1.5, "0", -1, 2**32, True])
@@ -60,10 +62,13 @@ def test_timing_helpers():
     lab.sync("cpu")
 
 
-@pytest.mark.parametrize("args, message", [
-    ((None,), "needs a function of no arguments"),
-    ((lambda: 0,), None),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((None,), "needs a function of no arguments"),
+        ((lambda: 0,), None),
+    ],
+)
 def test_time_fn_bad_arguments(args, message):
     if message is None:
         with pytest.raises(ValueError, match="min_run_time"):
@@ -82,6 +87,7 @@ def test_checkpoint_round_trip_and_atomicity(tmp_path, monkeypatch):
     def exploding_save(obj, f):  # a crash in the middle of writing
         f.write(b"partial")
         raise KeyboardInterrupt
+
     monkeypatch.setattr(torch, "save", exploding_save)
     with pytest.raises(KeyboardInterrupt):
         lab.save_checkpoint({"w": torch.zeros(3)}, path)

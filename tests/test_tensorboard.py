@@ -3,9 +3,8 @@
 1. Each training notebook's runs are read back with TensorBoard's own reader
    (tests/tb_events.py): one folder per run named as the notebook named it, every tag
    under the notebook's name, steps strictly increasing, loss falling, hyper-parameters
-   in the HParams data only. Under ``make test`` these are the runs nbval's execution of
-   the notebook logged (conftest.py runs the read-back right after it, on the same
-   worker); run alone, this module executes the notebook up to its last logging cell.
+   in the HParams data only. This module executes each notebook up to its last logging
+   cell (or a short driver of its logging code, SHORT_RUNS) in a kernel of its own.
 2. A real TensorBoard server is started on a free loopback port over the runs of
    the notebooks that log every kind of data (SERVED); its HTTP API must list the
    runs, the scalar tags and one scalar series equal to what the reader saw, the
@@ -16,6 +15,7 @@ Plus: ``tb_writer`` (a rerun replaces its run, a failed run is deleted, tags are
 prefixed, hparams in the run's own folder), the hint line, and the Makefile's
 ``tensorboard`` (one notebook with NB=, Ctrl-C leaves no process) and ``clean-runs``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,18 +52,26 @@ STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machi
 # "runs": run folders' names it must have; "loss": the scalar
 # tag that must fall (tags as the notebook writes them; on disk they start with "<notebook>/"); "scalars"/"histograms": tags every run has; "graph": add_graph
 # was called; "hparams": every run records hyper-parameters, and there are >= 2 runs.
-LECTURE_NET = {"loss": "loss", "scalars": {"loss", "lr"},
-               "histograms": {"weights/w1", "weights/w2", "grads/w1", "grads/w2"}}
+LECTURE_NET = {
+    "loss": "loss",
+    "scalars": {"loss", "lr"},
+    "histograms": {"weights/w1", "weights/w2", "grads/w1", "grads/w2"},
+}
 EXPECTED: dict[str, dict] = {
     "02_manual_backprop": {"runs": {"manual-sgd"}, **LECTURE_NET},
     "03_autograd": {"runs": {"autograd-sgd"}, **LECTURE_NET},
     "05_nn_module": {"runs": {"sequential-sgd"}, "loss": "loss", "scalars": {"loss"}, "graph": True},
-    "06_optim": {"runs": {"sgd", "adam-lr0.01-steplr"}, "loss": "loss", "hparams": True,
-                 "scalars": {"loss", "lr"}},
-    "07_data_loading": {"runs": {"digits-cnn"}, "loss": "loss/train",
-                        "scalars": {"loss/train", "lr", "accuracy/train", "accuracy/val", "loss/val"}},
-    "08_pretrained_models": {"runs": {"scratch", "feature-extraction", "fine-tuning"},
-                             "loss": "loss/train", "scalars": {"loss/train", "accuracy/val", "lr/group0"}},
+    "06_optim": {"runs": {"sgd", "adam-lr0.01-steplr"}, "loss": "loss", "hparams": True, "scalars": {"loss", "lr"}},
+    "07_data_loading": {
+        "runs": {"digits-cnn"},
+        "loss": "loss/train",
+        "scalars": {"loss/train", "lr", "accuracy/train", "accuracy/val", "loss/val"},
+    },
+    "08_pretrained_models": {
+        "runs": {"scratch", "feature-extraction", "fine-tuning"},
+        "loss": "loss/train",
+        "scalars": {"loss/train", "accuracy/val", "lr/group0"},
+    },
     "10_scaling_up": {"runs": {"fp32", "mixed-precision"}, "loss": "loss/train", "scalars": {"loss/train", "lr"}},
 }
 # The cheapest honest way to get each notebook's logs. By default the notebook itself
@@ -71,24 +79,31 @@ EXPECTED: dict[str, dict] = {
 # training part takes longer run their setup cell and the cells that define their
 # logging code (found by these markers), then a short driver of ours calls that code.
 SHORT_RUNS: dict[str, tuple[tuple[str, ...], str]] = {
-    "06_optim": (("def make_model(", "def run("), """\
+    "06_optim": (
+        ("def make_model(", "def run("),
+        """\
 run("sgd", lambda p: torch.optim.SGD(p, lr=1e-1), steps=40)
 run("adam-lr0.01-steplr", lambda p: torch.optim.Adam(p, lr=1e-2), steps=40,
-    make_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 10, 0.5))"""),
-    "07_data_loading": (("def evaluate(", "def train("), """\
+    make_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 10, 0.5))""",
+    ),
+    "07_data_loading": (
+        ("def evaluate(", "def train("),
+        """\
 lab.seed_everything(0)
 train_loader, val_loader = lab.digits_loaders(64)
 model = lab.DigitsCNN().to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
 scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=2 * len(train_loader))
 with lab.tb_writer("07_data_loading", "digits-cnn") as writer:
-    train(model, train_loader, val_loader, optimizer, scheduler, 2, writer)"""),
+    train(model, train_loader, val_loader, optimizer, scheduler, 2, writer)""",
+    ),
 }
 # A cell that writes logs (for a notebook without a %tensorboard cell).
 LOGGING_CELL = re.compile(r"\bwriter\b|tb_writer|make_writer|add_hparams|log_hparams|add_graph")
 
 
 # ---------------------------------------------------------------- executing notebooks
+
 
 def _skipped(cell) -> bool:
     return cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])
@@ -108,10 +123,11 @@ def logging_cells(path: Path) -> list[str]:
             assert len(found) == 1, f"{path.name}: expected one code cell with {marker!r}, found {len(found)}"
             picked += [c for c in found if c not in picked]
         return [c.source for c in picked] + [driver]
-    ends = [i for i, c in enumerate(code) if _skipped(c) and "%tensorboard" in c.source] or \
-           [i for i, c in enumerate(code) if not _skipped(c) and LOGGING_CELL.search(c.source)]
+    ends = [i for i, c in enumerate(code) if _skipped(c) and "%tensorboard" in c.source] or [
+        i for i, c in enumerate(code) if not _skipped(c) and LOGGING_CELL.search(c.source)
+    ]
     assert ends, f"{path.name} has no cell that logs to TensorBoard"
-    return [c.source for c in code[:ends[-1] + 1] if not _skipped(c)]
+    return [c.source for c in code[: ends[-1] + 1] if not _skipped(c)]
 
 
 def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
@@ -126,9 +142,13 @@ def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     current = {}
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOKS)}},
-                            on_cell_execute=lambda cell, cell_index: current.update(i=cell_index))
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+        on_cell_execute=lambda cell, cell_index: current.update(i=cell_index),
+    )
     try:
         client.execute()
     except Exception as err:  # name the notebook whose cell failed
@@ -149,6 +169,7 @@ def notebook_runs(tmp_path_factory):
                 mp.setenv("LAB_RUNS_DIR", str(own))  # the kernel inherits it
                 execute_logging_cells([NOTEBOOKS / f"{stem}.ipynb"])
         return own
+
     return runs
 
 
@@ -168,6 +189,7 @@ def _first_last_tenth(values: list[float]) -> tuple[float, float]:
 
 
 # ------------------------------------------------ 1. event files, TensorBoard's reader
+
 
 @pytest.mark.parametrize("stem", sorted(EXPECTED))
 def test_notebook_logs_read_back(notebook_runs, stem):
@@ -217,17 +239,20 @@ def test_lecture_net_histograms_show_gradients_shrinking(notebook_runs, stem):
     assert steps[0] == 0 and len(steps) >= 5, f"grads/w1 logged at steps {steps}"
     for name, numel in (("w1", 1000 * 100), ("w2", 100 * 10)):
         for kind in ("weights", "grads"):
-            assert all(h.num == numel for _, h in histograms[f"{kind}/{name}"]), \
+            assert all(h.num == numel for _, h in histograms[f"{kind}/{name}"]), (
                 f"{kind}/{name}: every histogram should count all {numel} entries"
+            )
         grads = [h for _, h in histograms[f"grads/{name}"]]
         rms_first, rms_last = (math.sqrt(h.sum_squares / h.num) for h in (grads[0], grads[-1]))
-        assert rms_last < 1e-3 * rms_first, \
+        assert rms_last < 1e-3 * rms_first, (
             f"grads/{name}: RMS should shrink > 1000x as the loss falls, got {rms_first:.3g} -> {rms_last:.3g}"
+        )
     loss = [v for _, v in read_scalars(runs[0])["loss"]]
     assert len(loss) == 500 and loss[-1] < 1e-3 * loss[0]
 
 
 # ------------------------------------------------------------- 2. a live TensorBoard
+
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -257,10 +282,18 @@ class TensorBoardServer:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_file = log_file
         self._log = open(log_file, "wb")
-        command = command or [str(TENSORBOARD), "--logdir", str(logdir), "--host", "127.0.0.1",
-                              "--port", str(self.port), "--reload_interval", "1"]
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL)
+        command = command or [
+            str(TENSORBOARD),
+            "--logdir",
+            str(logdir),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--reload_interval",
+            "1",
+        ]
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def output(self) -> str:
         self._log.flush()
@@ -274,8 +307,10 @@ class TensorBoardServer:
             if self.process.poll() is not None:
                 if "could not bind" in self.output().lower():
                     raise PortTaken(self.port)  # another program took the free port first
-                pytest.fail(f"TensorBoard exited with code {self.process.returncode} before "
-                            f"serving; its output:\n{self.output()}")
+                pytest.fail(
+                    f"TensorBoard exited with code {self.process.returncode} before "
+                    f"serving; its output:\n{self.output()}"
+                )
             try:
                 runs = _get(f"{self.url}/data/runs", timeout=5)
                 if expected <= set(runs):
@@ -283,9 +318,11 @@ class TensorBoardServer:
             except OSError as err:  # not listening yet
                 error = err
             time.sleep(0.1)
-        pytest.fail(f"TensorBoard did not come up at {self.url} within {timeout:.0f} s "
-                    f"(last answer: {runs!r}, last error: {error}); expected runs {sorted(expected)}; "
-                    f"its output:\n{self.output()}")
+        pytest.fail(
+            f"TensorBoard did not come up at {self.url} within {timeout:.0f} s "
+            f"(last answer: {runs!r}, last error: {error}); expected runs {sorted(expected)}; "
+            f"its output:\n{self.output()}"
+        )
 
     def stop(self) -> None:
         self.process.terminate()
@@ -315,7 +352,7 @@ def runs_root(notebook_runs, tmp_path_factory):
 def tensorboard(runs_root, tmp_path_factory):
     assert TENSORBOARD.is_file(), f"no tensorboard program beside {sys.executable}"
     expected = {p.relative_to(runs_root).as_posix() for stem in SERVED for p in _runs_of(runs_root, stem)}
-    for attempt in range(3):
+    for _attempt in range(3):
         server = TensorBoardServer(runs_root, tmp_path_factory.mktemp("tb") / "tensorboard.log")
         try:
             server.runs = server.wait_for_runs(expected)
@@ -373,19 +410,24 @@ def test_server_serves_every_kind_of_log(tensorboard, runs_root):
             for run in _runs_of(runs_root, stem):
                 logged = set(read_hparams(run))
                 assert logged and logged <= served_names, (
-                    f"the HParams view serves {sorted(served_names)}; {run.name} logged {sorted(logged)}")
+                    f"the HParams view serves {sorted(served_names)}; {run.name} logged {sorted(logged)}"
+                )
 
 
 def test_waiting_for_a_server_that_never_answers_fails_clearly(tmp_path):
-    silent = TensorBoardServer(tmp_path, tmp_path / "log",  # a process that never listens
-                               command=[sys.executable, "-c", "import time; time.sleep(60)"])
+    silent = TensorBoardServer(
+        tmp_path,
+        tmp_path / "log",  # a process that never listens
+        command=[sys.executable, "-c", "import time; time.sleep(60)"],
+    )
     try:
         with pytest.raises(pytest.fail.Exception, match=r"did not come up at http://127\.0\.0\.1:\d+ within 1 s"):
             silent.wait_for_runs({"02_manual_backprop/x"}, timeout=1)
     finally:
         silent.stop()
-    crashed = TensorBoardServer(tmp_path, tmp_path / "log2",
-                                command=[sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"])
+    crashed = TensorBoardServer(
+        tmp_path, tmp_path / "log2", command=[sys.executable, "-c", "print('bad flag'); raise SystemExit(3)"]
+    )
     try:
         with pytest.raises(pytest.fail.Exception, match=r"(?s)exited with code 3.*bad flag"):
             crashed.wait_for_runs({"02_manual_backprop/x"}, timeout=30)
@@ -395,6 +437,7 @@ def test_waiting_for_a_server_that_never_answers_fails_clearly(tmp_path):
 
 # ------------------------------------------------------ 3. a headless browser screenshot
 
+
 @pytest.mark.parametrize("tab", ["scalars", "hparams"])
 def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
     chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
@@ -402,14 +445,27 @@ def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
     # start open; hparams has one row per run of 06 and no hparam/* chart exists
     shot = tmp_path / f"tensorboard_{tab}.png"
     url = f"{tensorboard.url}/?darkMode=false#{tab}&_smoothingWeight=0"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}",
-             "--window-size=1400,1000", "--virtual-time-budget=20000"]
-    result = subprocess.run([chromium, *flags, f"--screenshot={shot}", url],
-                            capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1400,1000",
+        "--virtual-time-budget=20000",
+    ]
+    result = subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", url], capture_output=True, text=True, timeout=120
+    )
     assert shot.is_file() and shot.stat().st_size > 20_000, (
-        f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}")
+        f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}"
+    )
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     keep = os.environ.get("LAB_SCREENSHOT_DIR")  # to look at it afterwards
     if keep:
@@ -419,12 +475,13 @@ def test_headless_chromium_screenshot(tensorboard, tmp_path, tab):
 
 # ------------------------------------------------------------- tb_writer and tb_hint
 
+
 def test_writer_prefixes_every_tag_with_the_notebook(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
     with lab.tb_writer("05_nn_module", "mlp", root=tmp_path) as writer:
         writer.add_graph(model, torch.zeros(1, 4))
         writer.add_scalar("loss", 2.0, 0)
-        writer.add_scalar("05_nn_module/lr", 0.1, 0)              # already prefixed: left as it is
+        writer.add_scalar("05_nn_module/lr", 0.1, 0)  # already prefixed: left as it is
         writer.add_histogram("weights/0.weight", model[0].weight.detach(), 0)
     run = tmp_path / "05_nn_module" / "mlp"
     assert Path(writer.log_dir) == run
@@ -438,8 +495,7 @@ def test_add_hparams_stays_in_the_run_folder_and_out_of_the_charts(tmp_path):
     with lab.tb_writer("06_optim", "sgd", root=tmp_path) as writer:
         for step, loss in enumerate([3.0, 2.0, 1.0]):
             writer.add_scalar("loss", loss, step)
-        writer.add_hparams({"optimizer": "sgd", "lr": 0.1, "nesterov": False},
-                           {"hparam/final_loss": 1.0}, run_name=".")
+        writer.add_hparams({"optimizer": "sgd", "lr": 0.1, "nesterov": False}, {"hparam/final_loss": 1.0}, run_name=".")
     run = Path(writer.log_dir)
     assert [p for p in run.iterdir() if p.is_dir()] == [], "add_hparams-style sub-folder was made"
     assert read_hparams(run) == {"lr": 0.1, "nesterov": False, "optimizer": "sgd"}
@@ -452,7 +508,7 @@ def test_add_hparams_stays_in_the_run_folder_and_out_of_the_charts(tmp_path):
 
 
 def test_a_rerun_replaces_its_run_and_a_failed_run_is_deleted(tmp_path):
-    for losses in ([3.0, 2.0, 1.0], [9.0, 8.0]):            # the same cell run twice
+    for losses in ([3.0, 2.0, 1.0], [9.0, 8.0]):  # the same cell run twice
         with lab.tb_writer("06_optim", "adam", root=tmp_path) as writer:
             for step, loss in enumerate(losses):
                 writer.add_scalar("loss", loss, step)
@@ -480,7 +536,7 @@ def test_runs_go_to_lab_runs_dir_or_beside_the_notebooks(tmp_path, monkeypatch):
     monkeypatch.delenv("LAB_RUNS_DIR")
     for name in ("labsupport", "notebooks", "student"):
         (tmp_path / name).mkdir()
-    monkeypatch.chdir(tmp_path / "student")                # as a student's notebook runs
+    monkeypatch.chdir(tmp_path / "student")  # as a student's notebook runs
     with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
         pass
     assert writer.log_dir == os.path.join("..", "runs", "02_manual_backprop", "manual-sgd")
@@ -490,12 +546,11 @@ def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys)
     monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
     (tmp_path / "labsupport").mkdir()
     (tmp_path / "notebooks").mkdir()
-    monkeypatch.chdir(tmp_path / "notebooks")              # as a notebook runs
+    monkeypatch.chdir(tmp_path / "notebooks")  # as a notebook runs
     with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
         pass
     lab.tb_hint(writer)
-    assert capsys.readouterr().out == ("logged to runs/02_manual_backprop/manual-sgd; "
-                                       "view with `make tensorboard`\n")
+    assert capsys.readouterr().out == ("logged to runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n")
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "elsewhere" / "runs"))
     with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
         pass
@@ -503,8 +558,12 @@ def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys)
     line = capsys.readouterr().out
     assert line == f"logged to {tmp_path}/elsewhere/runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n"
     # nbval and `make regenerate` see the same text: the sanitizer maps both lines to one
-    rules = [(r, rep) for r, rep in re.findall(r"^regex: (.*)$\n^replace: (.*)$",
-                                               (ROOT / "tests" / "nbval_sanitize.cfg").read_text(), re.M)]
+    rules = [
+        (r, rep)
+        for r, rep in re.findall(
+            r"^regex: (.*)$\n^replace: (.*)$", (ROOT / "tests" / "nbval_sanitize.cfg").read_text(), re.M
+        )
+    ]
     clean = line
     for regex, replace in rules:
         clean = re.sub(regex, replace, clean)
@@ -530,8 +589,14 @@ def _make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 @needs_make
 def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
     def dry_run(*args: str) -> str:
-        return subprocess.run([MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", "tensorboard", *args],
-                              capture_output=True, text=True, timeout=60, env=_env_without_runs_dir()).stdout
+        return subprocess.run(
+            [MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", "tensorboard", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=_env_without_runs_dir(),
+        ).stdout
+
     assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006$", dry_run(), re.M)
     assert "--logdir runs/06_optim --host 127.0.0.1 --port 6123" in dry_run("TB_PORT=6123", "NB=06_optim")
     assert "--logdir /srv/logs --host" in dry_run("LAB_RUNS_DIR=/srv/logs")
@@ -540,8 +605,13 @@ def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
 @needs_make
 @pytest.mark.parametrize("target", ["test", "unit", "nbval", "regenerate"])
 def test_tests_and_regenerate_log_outside_the_students_runs(target):
-    recipe = subprocess.run([MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
-                            capture_output=True, text=True, timeout=60, env=_env_without_runs_dir()).stdout
+    recipe = subprocess.run(
+        [MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env_without_runs_dir(),
+    ).stdout
     folder = re.search(r"\bLAB_RUNS_DIR=(\S+)", recipe)
     assert folder, f"`make {target}` does not set LAB_RUNS_DIR: {recipe}"
     assert Path(folder.group(1)).is_relative_to(ROOT / "build"), folder.group(1)
@@ -565,7 +635,7 @@ def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
     server = TensorBoardServer(tmp_path / "runs", tmp_path / "tb.log")
     try:
         server.wait_for_runs({"06_optim/adam"})
-        log([9.0, 8.0])                                 # the student runs the cell again
+        log([9.0, 8.0])  # the student runs the cell again
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while served() != [(0, 9.0), (1, 8.0)] and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -583,9 +653,24 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
     port = _free_port()
     log = open(tmp_path / "make_tensorboard.log", "wb")
     # a terminal's Ctrl-C sends SIGINT to the whole foreground process group: make and its children
-    proc = subprocess.Popen([MAKE, "--no-print-directory", "-C", str(ROOT), "-o", ".venv/.installed", "tensorboard",
-                             f"TB_PORT={port}", "NB=02_manual_backprop", f"LAB_RUNS_DIR={runs_root}"],
-                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            MAKE,
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "-o",
+            ".venv/.installed",
+            "tensorboard",
+            f"TB_PORT={port}",
+            "NB=02_manual_backprop",
+            f"LAB_RUNS_DIR={runs_root}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     family: set[int] = set()
     try:
         deadline, runs = time.monotonic() + STARTUP_TIMEOUT_S, None
@@ -595,7 +680,9 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
                 if runs:
                     break
             time.sleep(0.1)
-        assert runs == ["manual-sgd"], f"not served: {runs!r}\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
+        assert runs == ["manual-sgd"], (
+            f"not served: {runs!r}\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
+        )
         family |= descendants(proc.pid)
         assert family, "make started no TensorBoard"
         os.killpg(proc.pid, signal.SIGINT)
@@ -604,9 +691,11 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
         while time.monotonic() < deadline and any(alive(p) for p in family):
             time.sleep(0.2)
         survivors = [p for p in family if alive(p)]
-        assert not survivors, f"left running after Ctrl-C: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in survivors]}"
+        assert not survivors, (
+            f"left running after Ctrl-C: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in survivors]}"
+        )
     finally:
-        for pid in [proc.pid, *family]:   # never leave one behind, whatever failed
+        for pid in [proc.pid, *family]:  # never leave one behind, whatever failed
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=15)
@@ -620,7 +709,7 @@ def test_make_clean_runs_empties_runs_and_nothing_else(tmp_path):
     (repo / "runs" / "02_manual_backprop" / "manual-sgd-20261126-101500" / "events.out").write_text("x")
     outside.mkdir()
     (outside / "precious.txt").write_text("keep me")
-    (repo / "runs" / "link-out").symlink_to(outside)          # a link inside runs/
+    (repo / "runs" / "link-out").symlink_to(outside)  # a link inside runs/
     (repo / "notes.txt").write_text("keep me too")
     shutil.copy(ROOT / "Makefile", repo / "Makefile")
 

@@ -6,6 +6,7 @@ steps into a temporary runs folder, then reads the event files with
 TensorBoard's reader (``tb_events.read_scalars``, tags without the notebook prefix): the expected scalar tags are
 there, steps strictly increase, and the logged loss falls.
 """
+
 import math
 import re
 from pathlib import Path
@@ -14,10 +15,10 @@ import nbformat
 import pytest
 import torch
 import torch.nn.functional as F
+from tb_events import read_scalars
 from torch import nn
 
 import labsupport as lab
-from tb_events import read_scalars
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -58,23 +59,27 @@ def test_06_optimizer_runs_log_loss_lr_and_hparams(runs_dir):
     exec(run_cell, ns)
     losses = {
         "sgd": ns["run"]("sgd", lambda p: torch.optim.SGD(p, lr=1e-1), steps=40),
-        "adam-steplr": ns["run"]("adam-steplr", lambda p: torch.optim.Adam(p, lr=1e-2), steps=40,
-                                 make_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 10, 0.5)),
+        "adam-steplr": ns["run"](
+            "adam-steplr",
+            lambda p: torch.optim.Adam(p, lr=1e-2),
+            steps=40,
+            make_scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 10, 0.5),
+        ),
     }
     folders = sorted((runs_dir / "06_optim").iterdir())
     assert [f.name for f in folders] == ["adam-steplr", "sgd"], "one folder per run"
     for name, folder in zip(["adam-steplr", "sgd"], folders):
         assert [p for p in folder.iterdir() if p.is_dir()] == [], "add_hparams must not make a sub-run"
         scalars = read_scalars(folder)
-        assert set(scalars) == {"loss", "lr"}, sorted(scalars)     # hparams only in the HParams tab
+        assert set(scalars) == {"loss", "lr"}, sorted(scalars)  # hparams only in the HParams tab
         steps = [s for s, _ in scalars["loss"]]
         assert steps == list(range(40)) and strictly_increasing([s for s, _ in scalars["lr"]])
         values = [v for _, v in scalars["loss"]]
-        assert values == pytest.approx(losses[name], rel=1e-6)     # what the notebook plots
+        assert values == pytest.approx(losses[name], rel=1e-6)  # what the notebook plots
         assert values[-1] < values[0] / 2 and sum(values[-5:]) < sum(values[:5])
         assert {"_hparams_/session_start_info", "_hparams_/session_end_info"} <= hparams_tags(folder)
     lrs = [v for _, v in read_scalars(folders[0])["lr"]]
-    assert lrs[0] == pytest.approx(1e-2) and lrs[-1] == pytest.approx(1e-2 * 0.5 ** 3), "StepLR's staircase"
+    assert lrs[0] == pytest.approx(1e-2) and lrs[-1] == pytest.approx(1e-2 * 0.5**3), "StepLR's staircase"
 
 
 def test_07_digits_training_logs_loss_accuracy_and_lr(runs_dir):
@@ -124,17 +129,29 @@ def test_lab_fit_is_the_fit_of_notebook_07():
     assert ast.dump(kept) == ast.dump(taught)
 
 
-@pytest.mark.parametrize("call, error, fragment", [
-    (lambda: lab.fit(None, [], torch.optim.SGD([torch.zeros(1, requires_grad=True)], 0.1)), TypeError,
-     "fit: model must be an nn.Module"),
-    (lambda: lab.fit(nn.Linear(2, 2), "data", torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)), TypeError,
-     "fit: loader must be a DataLoader"),
-    (lambda: lab.fit(nn.Linear(2, 2), [], "adam"), TypeError, "fit: optimizer must be a torch.optim optimizer"),
-    (lambda: lab.fit(nn.Linear(2, 2), [], torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1), epochs=0),
-     ValueError, "fit: epochs must be a whole number >= 1"),
-    (lambda: lab.evaluate(nn.Linear(2, 2), []), ValueError, "the loader gave no batches"),
-    (lambda: lab.evaluate("model", []), TypeError, "evaluate: model must be an nn.Module"),
-])
+@pytest.mark.parametrize(
+    "call, error, fragment",
+    [
+        (
+            lambda: lab.fit(None, [], torch.optim.SGD([torch.zeros(1, requires_grad=True)], 0.1)),
+            TypeError,
+            "fit: model must be an nn.Module",
+        ),
+        (
+            lambda: lab.fit(nn.Linear(2, 2), "data", torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1)),
+            TypeError,
+            "fit: loader must be a DataLoader",
+        ),
+        (lambda: lab.fit(nn.Linear(2, 2), [], "adam"), TypeError, "fit: optimizer must be a torch.optim optimizer"),
+        (
+            lambda: lab.fit(nn.Linear(2, 2), [], torch.optim.SGD(nn.Linear(2, 2).parameters(), 0.1), epochs=0),
+            ValueError,
+            "fit: epochs must be a whole number >= 1",
+        ),
+        (lambda: lab.evaluate(nn.Linear(2, 2), []), ValueError, "the loader gave no batches"),
+        (lambda: lab.evaluate("model", []), TypeError, "evaluate: model must be an nn.Module"),
+    ],
+)
 def test_training_helpers_answer_bad_arguments_in_one_sentence(call, error, fragment):
     with pytest.raises(error, match=re.escape(fragment)):
         call()

@@ -13,13 +13,14 @@ matplotlib's sample image, torchvision's weight metadata); the only files a
 notebook reads beside it (BESIDE, e.g. notebook 10's ``ddp_train.py``) are fetched
 from the same tag. The one place that names the repository and tag is this file.
 """
+
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where the lab is published; the site branch holds the built site and the student edition.
@@ -34,7 +35,7 @@ RAW = f"https://raw.githubusercontent.com/{REPO}/{TAG}/notebooks"
 
 BEGIN = "# -- install the lab's helpers when this notebook runs outside the lab (Colab, JupyterHub) --"
 END = "# -- end of install block --"
-BOOTSTRAP = f'''{BEGIN}
+BOOTSTRAP = f"""{BEGIN}
 try:
     import labsupport as lab
 except ModuleNotFoundError:
@@ -52,13 +53,13 @@ except ModuleNotFoundError:
     import labsupport as lab
     where = "Colab" if importlib.util.find_spec("google.colab") else "this runtime"
     print(f"installed labsupport {VERSION} ({TAG}) for {{where}}; torch {{'kept at ' + keep[0][7:] if keep else 'installed'}}")
-{END}'''
-FETCH = '''    import os, urllib.request
+{END}"""
+FETCH = """    import os, urllib.request
     for name in {names!r}:  # read by this notebook from its own folder
         if not os.path.exists(name):
             urllib.request.urlretrieve(f"{raw}/{{name}}", name)
             print(f"fetched {{name}} from {tag}")
-'''
+"""
 
 
 def bootstrap(notebook: str = "") -> str:
@@ -81,7 +82,7 @@ def setup_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 def with_bootstrap(source: str, notebook: str = "") -> str:
     """``source`` with the install block first (replacing an older one) and no plain import of labsupport."""
     if BEGIN in source and END in source:
-        source = source[source.index(END) + len(END):].lstrip("\n")
+        source = source[source.index(END) + len(END) :].lstrip("\n")
     lines = [line for line in source.splitlines() if line.strip() != "import labsupport as lab"]
     return bootstrap(notebook) + "\n" + "\n".join(lines)
 
@@ -102,8 +103,11 @@ def main(argv: list[str]) -> int:
                 cell.source = wanted
                 nbformat.write(nb, path)
     if argv[0] == "check" and stale:
-        print(f"setup cell install block missing or stale in: {', '.join(stale)} "
-              f"(run python -m tools.colab apply notebooks/*.ipynb)", file=sys.stderr)
+        print(
+            f"setup cell install block missing or stale in: {', '.join(stale)} "
+            f"(run python -m tools.colab apply notebooks/*.ipynb)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -21,6 +21,7 @@ The pieces:
   stand-in for the kernel: it relays interrupts and termination to the forked kernel
   and exits with its status. Without a zygote it calls its fallback (a stock kernel).
 """
+
 from __future__ import annotations
 
 import gc
@@ -33,8 +34,8 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # Imported once by the zygote: what every kernel and every notebook's setup cell needs
 # (print_environment imports torchvision to catch a mismatched pair: 2 s by itself).
@@ -42,8 +43,15 @@ from typing import Callable
 # reads $LAB_*); matplotlib reads $MPLBACKEND at import: the zygote sets the backend its
 # kernels get (ipykernel's inline one, or the grader's Agg) first.
 # ipykernel.debugger (debugpy) is imported by every kernel as it starts, debugger on or off: 0.2 s each.
-PRELOAD = ("torch", "torchvision", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger", "tqdm.auto",
-           "matplotlib.pyplot")
+PRELOAD = (
+    "torch",
+    "torchvision",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.debugger",
+    "tqdm.auto",
+    "matplotlib.pyplot",
+)
 INLINE = "module://matplotlib_inline.backend_inline"  # ipykernel's default backend
 CONNECT_TIMEOUT_S = 120  # the zygote's imports, on a busy 2-core machine
 
@@ -54,8 +62,10 @@ def _stock_kernel(args: list[str]) -> None:
 
 # ----------------------------------------------------------------------------- the stub
 
-def stub(args: list[str], server: str | None,
-         fallback: Callable[[list[str]], None] = _stock_kernel, program: str = "kernel") -> int:
+
+def stub(
+    args: list[str], server: str | None, fallback: Callable[[list[str]], None] = _stock_kernel, program: str = "kernel"
+) -> int:
     """Ask the zygote at ``server`` for a kernel run with ``args``, relay signals to it,
     and return its exit status. ``fallback(args)`` (which must not return) runs when there
     is no zygote, or it does not answer."""
@@ -69,8 +79,12 @@ def stub(args: list[str], server: str | None,
             sock.connect(path)
             break
         except (FileNotFoundError, ConnectionRefusedError):
-            if (not path or time.monotonic() > deadline or not os.path.exists(os.path.dirname(path))
-                    or not _alive(_pid_of(path))):  # a zygote that died importing never listens
+            if (
+                not path
+                or time.monotonic() > deadline
+                or not os.path.exists(os.path.dirname(path))
+                or not _alive(_pid_of(path))
+            ):  # a zygote that died importing never listens
                 sock.close()
                 fallback(args)
             time.sleep(0.05)
@@ -136,12 +150,13 @@ def launch(command: list[str], path: str, **popen) -> subprocess.Popen:
 
 # --------------------------------------------------------------------------- the zygote
 
+
 def parent_of(pid: int) -> int:
     """The parent's pid of process ``pid`` (Linux /proc); 0 when it cannot be read."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return 0
 
@@ -150,6 +165,7 @@ def started_by(owner: int, zygote: int) -> Callable[[int], bool]:
     """A rule for :func:`serve`'s ``allow``: a requester qualifies when ``owner`` is among its
     ancestors and ``zygote`` is not. Every kernel descends from the zygote, so no kernel (nor
     anything it starts) can ask for a kernel of its own, outside its sandbox."""
+
     def allow(pid: int) -> bool:
         for _ in range(64):
             pid = parent_of(pid)
@@ -158,12 +174,18 @@ def started_by(owner: int, zygote: int) -> Callable[[int], bool]:
             if pid == owner:
                 return True
         return False
+
     return allow
 
 
-def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
-          enter: Callable[[dict], None] | None = None, allow: Callable[[int], bool] | None = None,
-          programs: tuple[str, ...] = ("kernel",)) -> None:
+def serve(
+    path: str,
+    preload: tuple[str, ...] = PRELOAD,
+    backend: str = INLINE,
+    enter: Callable[[dict], None] | None = None,
+    allow: Callable[[int], bool] | None = None,
+    programs: tuple[str, ...] = ("kernel",),
+) -> None:
     """Import ``preload``, then fork a kernel for each request until the parent goes away.
 
     ``allow(pid)`` (when given) decides whether the process ``pid`` may ask, and
@@ -172,6 +194,7 @@ def serve(path: str, preload: tuple[str, ...] = PRELOAD, backend: str = INLINE,
     requester's folder, environment and streams, before its program starts.
     """
     import importlib
+
     os.environ.setdefault("MPLBACKEND", backend)
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # debugpy's note that Python has frozen modules
     for name in preload:
@@ -277,6 +300,7 @@ def _child(request: dict, fds: list[int], enter) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         import tempfile
+
         tempfile.tempdir = None  # the zygote's imports may have cached $TMPDIR: read it again
         if enter is not None:
             enter(request)
@@ -284,15 +308,18 @@ def _child(request: dict, fds: list[int], enter) -> None:
         # that off (and its console note with it); the zygote ends the kernel when its stub goes.
         sys.argv = ["-m ipykernel_launcher", *request["argv"], "--IPKernelApp.parent_handle=1"]
         from ipykernel import kernelapp
+
         kernelapp.launch_new_instance()
         code = 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except BaseException:  # noqa: BLE001 - report, then leave the zygote's loop behind
         import traceback
+
         traceback.print_exc()
     finally:
         import atexit
+
         atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -43,6 +43,7 @@ check passed; raising anything fails the exercise. Its message goes to results.j
 says "an additional test of your instructor failed". It may also define
 ``POINTS = {"02.1": 2}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,47 +75,53 @@ ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().with_name("grade_kernel.py")
 KERNEL_NAME = "lab-grader"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SUSPICIOUS = re.compile(r"\b(labsupport|lab\.\w+\s*=|check_\w+\s*=|sys\.modules|builtins|__import__|"
-                         r"get_ipython|os\.system|subprocess|socket)\b")
+_SUSPICIOUS = re.compile(
+    r"\b(labsupport|lab\.\w+\s*=|check_\w+\s*=|sys\.modules|builtins|__import__|"
+    r"get_ipython|os\.system|subprocess|socket)\b"
+)
 
 
 # --------------------------------------------------------------------------- sources
 
+
 @dataclass
 class Exercise:
     """A graded exercise of a source notebook."""
+
     id: str
     label: str
     cell: int
     check_cell: int | None
     cell_id: str
-    names: list[str]        # top-level names its stub defines: how a moved copy is recognised
+    names: list[str]  # top-level names its stub defines: how a moved copy is recognised
     first_line: str
 
 
 @dataclass
 class Written:
     """A written answer (a markdown solution region): collected, not scored."""
+
     id: str
     label: str
     cell: int
     cell_id: str
-    before: list[str]       # the prompt lines around "Your answer here" in the student edition
+    before: list[str]  # the prompt lines around "Your answer here" in the student edition
     after: list[str]
 
 
 @dataclass
 class Source:
     """A solved notebook, its student edition and what grading needs from it."""
+
     name: str
     path: Path
-    notebook: nbformat.NotebookNode     # the solved source (read for nbval-skip tags only)
-    student: nbformat.NotebookNode      # the student edition: the base every rebuild starts from
+    notebook: nbformat.NotebookNode  # the solved source (read for nbval-skip tags only)
+    student: nbformat.NotebookNode  # the student edition: the base every rebuild starts from
     exercises: list[Exercise]
     written: list[Written]
     fingerprint: set[tuple[str, str]]
-    scaffold: set[str]                  # the text of every non-exercise code cell
-    extra: str = ""                     # the instructor-only cases (Python source), if any
+    scaffold: set[str]  # the text of every non-exercise code cell
+    extra: str = ""  # the instructor-only cases (Python source), if any
     points: dict[str, float] = field(default_factory=dict)
 
     def max_score(self) -> float:
@@ -156,20 +163,38 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
     nb = nbformat.read(path, as_version=4)
     ed = edition.make_edition(nb, path)
     cells = ed.notebook.cells
-    exercises = [Exercise(exercise_id(path.stem, e.label), e.label, e.cell, e.check_cell, cells[e.cell].get("id", ""),
-                          edition._assigned_names(cells[e.cell].source), _first_line(cells[e.cell].source))
-                 for e in ed.exercises]
+    exercises = [
+        Exercise(
+            exercise_id(path.stem, e.label),
+            e.label,
+            e.cell,
+            e.check_cell,
+            cells[e.cell].get("id", ""),
+            edition._assigned_names(cells[e.cell].source),
+            _first_line(cells[e.cell].source),
+        )
+        for e in ed.exercises
+    ]
     written = []
     running = len(exercises)
     for i in ed.written_answers:
         lines = cells[i].source.splitlines()
         at = lines.index(edition.ANSWER_PLACEHOLDER)
         label = edition.exercise_label(cells, i, running)
-        written.append(Written(exercise_id(path.stem, label), label, i, cells[i].get("id", ""),
-                               lines[:at], lines[at + 1:]))
+        written.append(
+            Written(exercise_id(path.stem, label), label, i, cells[i].get("id", ""), lines[:at], lines[at + 1 :])
+        )
     graded = {e.cell for e in ed.exercises}
-    src = Source(path.stem, path, nb, ed.notebook, exercises, written, fingerprint(ed.notebook),
-                 {c.source.strip() for i, c in enumerate(cells) if c.cell_type == "code" and i not in graded})
+    src = Source(
+        path.stem,
+        path,
+        nb,
+        ed.notebook,
+        exercises,
+        written,
+        fingerprint(ed.notebook),
+        {c.source.strip() for i, c in enumerate(cells) if c.cell_type == "code" and i not in graded},
+    )
     extra = (extra_dir / f"{path.stem}.py") if extra_dir else None
     if extra and extra.is_file():
         src.extra = extra.read_text()
@@ -188,6 +213,7 @@ def load_sources(src_dir: Path, extra_dir: Path | None = None) -> dict[str, Sour
 
 
 # --------------------------------------------------------------------------- matching
+
 
 def match_source(nb, sources: dict[str, Source]) -> tuple[Source | None, float, str]:
     """The source notebook ``nb`` is a copy of, by content; with the score and a sentence."""
@@ -225,17 +251,30 @@ def _exercise_cells(sub, ex: Exercise, scaffold: set[str]) -> list[int]:
 
 def _written_answer(sub, w: Written, student_md: set[str]) -> str | None:
     """The student's answer to ``w``, verbatim, or None when the cell is gone."""
-    found = [i for i, c in enumerate(sub.cells) if c.cell_type == "markdown" and w.cell_id
-             and c.get("id") == w.cell_id and edition.exercise_label(sub.cells, i, 0) == w.label]
+    found = [
+        i
+        for i, c in enumerate(sub.cells)
+        if c.cell_type == "markdown"
+        and w.cell_id
+        and c.get("id") == w.cell_id
+        and edition.exercise_label(sub.cells, i, 0) == w.label
+    ]
     if not found:
-        found = [i for i, c in enumerate(sub.cells) if c.cell_type == "markdown"
-                 and c.source.strip() not in student_md and edition.exercise_label(sub.cells, i, 0) == w.label]
+        found = [
+            i
+            for i, c in enumerate(sub.cells)
+            if c.cell_type == "markdown"
+            and c.source.strip() not in student_md
+            and edition.exercise_label(sub.cells, i, 0) == w.label
+        ]
     if not found:
         return None
     lines = sub.cells[found[-1]].source.splitlines()
     strip = [line.strip() for line in lines]
-    start = len(w.before) if strip[:len(w.before)] == [b.strip() for b in w.before] else 0
-    end = len(lines) - len(w.after) if w.after and strip[-len(w.after):] == [a.strip() for a in w.after] else len(lines)
+    start = len(w.before) if strip[: len(w.before)] == [b.strip() for b in w.before] else 0
+    end = (
+        len(lines) - len(w.after) if w.after and strip[-len(w.after) :] == [a.strip() for a in w.after] else len(lines)
+    )
     answer = "\n".join(line for line in lines[start:end] if not edition._MARKER.match(line)).strip()
     return "" if answer in ("", edition.ANSWER_PLACEHOLDER) else answer
 
@@ -243,6 +282,7 @@ def _written_answer(sub, w: Written, student_md: set[str]) -> str | None:
 @dataclass
 class Slot:
     """What the submission holds for one exercise."""
+
     code: str | None
     note: str = ""
     cell: int | None = None
@@ -258,56 +298,114 @@ def rebuild(src: Source, sub) -> tuple[nbformat.NotebookNode, dict[str, Slot], l
             slots[ex.id] = Slot(None, "the exercise cell is missing from the notebook (deleted?)")
             continue
         code = sub.cells[found[-1]].source
-        note = (f"this exercise's cell appears {len(found)} times in your notebook; the last one "
-                f"(cell {found[-1]}) was graded, as Run All would leave it" if len(found) > 1 else "")
+        note = (
+            f"this exercise's cell appears {len(found)} times in your notebook; the last one "
+            f"(cell {found[-1]}) was graded, as Run All would leave it"
+            if len(found) > 1
+            else ""
+        )
         nb.cells[ex.cell].source = code
         slots[ex.id] = Slot(code, note, found[-1])
     student_md = {c.source.strip() for c in src.student.cells if c.cell_type == "markdown"}
-    written = [{"exercise": w.id, "label": w.label, "answer": _written_answer(sub, w, student_md)}
-               for w in src.written]
+    written = [{"exercise": w.id, "label": w.label, "answer": _written_answer(sub, w, student_md)} for w in src.written]
     return nb, slots, written
 
 
 # --------------------------------------------------------------------------- the kernel
 
+
 @dataclass
 class Config:
     """How to grade: limits, folders, the sandbox."""
+
     src: str = str(ROOT / "notebooks")
     extra: str | None = None
-    timeout: float = 60.0           # seconds per exercise (its cell and its check cell each)
-    cell_timeout: float = 600.0     # seconds for any other cell
+    timeout: float = 60.0  # seconds per exercise (its cell and its check cell each)
+    cell_timeout: float = 600.0  # seconds for any other cell
     memory_mb: int = 4096
     landlock: bool = True
     scratch_root: str = ""
-    private: tuple[str, ...] = ()   # the submissions and the output folder
-    fork: bool = False              # --fork: kernels forked from one zygote per run (tools/forkkernel.py)
-    zygote: str = ""                # its socket, while it runs
+    private: tuple[str, ...] = ()  # the submissions and the output folder
+    fork: bool = False  # --fork: kernels forked from one zygote per run (tools/forkkernel.py)
+    zygote: str = ""  # its socket, while it runs
 
 
 def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k in ("PATH", "LANG", "LC_ALL", "TZ", "LD_LIBRARY_PATH", "VIRTUAL_ENV", "CONDA_PREFIX",
-                    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TORCHINDUCTOR_VEC_ISA_OK")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        in (
+            "PATH",
+            "LANG",
+            "LC_ALL",
+            "TZ",
+            "LD_LIBRARY_PATH",
+            "VIRTUAL_ENV",
+            "CONDA_PREFIX",
+            "OMP_NUM_THREADS",
+            "MKL_NUM_THREADS",
+            "TORCHINDUCTOR_VEC_ISA_OK",
+        )
+    }
     data = ROOT / "data"
-    env.update(HOME=str(scratch), TMPDIR=str(scratch / "tmp"), MPLCONFIGDIR=str(scratch / "mpl"),
-               IPYTHONDIR=str(scratch / "ipython"), XDG_CACHE_HOME=str(scratch / "cache"),
-               LAB_RUNS_DIR=str(scratch / "runs"), LAB_DATA_DIR=str(data if data.is_dir() else scratch / "data"),
-               LAB_DEVICE="cpu", CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0", LAB_TIME_LIMIT=str(int(cfg.timeout)),
-               MPLBACKEND="Agg", HF_HUB_OFFLINE="1", LAB_FEEDBACK="named", TORCH_HOME=os.environ.get("TORCH_HOME", str(
-                   Path.home() / ".cache" / "torch")), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-               PYTHONDONTWRITEBYTECODE="1")
+    env.update(
+        HOME=str(scratch),
+        TMPDIR=str(scratch / "tmp"),
+        MPLCONFIGDIR=str(scratch / "mpl"),
+        IPYTHONDIR=str(scratch / "ipython"),
+        XDG_CACHE_HOME=str(scratch / "cache"),
+        LAB_RUNS_DIR=str(scratch / "runs"),
+        LAB_DATA_DIR=str(data if data.is_dir() else scratch / "data"),
+        LAB_DEVICE="cpu",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONHASHSEED="0",
+        LAB_TIME_LIMIT=str(int(cfg.timeout)),
+        MPLBACKEND="Agg",
+        HF_HUB_OFFLINE="1",
+        LAB_FEEDBACK="named",
+        TORCH_HOME=os.environ.get("TORCH_HOME", str(Path.home() / ".cache" / "torch")),
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+        PYTHONDONTWRITEBYTECODE="1",
+    )
     src = Path(cfg.src)
-    readable = ["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/opt", "/proc", "/sys", "/dev",
-                sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-                str(ROOT / "labsupport"), str(data), env["TORCH_HOME"]]
+    readable = [
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/bin",
+        "/sbin",
+        "/etc",
+        "/opt",
+        "/proc",
+        "/sys",
+        "/dev",
+        sys.prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        str(ROOT / "labsupport"),
+        str(data),
+        env["TORCH_HOME"],
+    ]
     private = [Path(p).resolve() for p in cfg.private]  # never readable, whatever contains them
-    readable += [p for p in sys.path if p and os.path.isdir(p) and Path(p).resolve() != ROOT
-                 and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)]
+    readable += [
+        p
+        for p in sys.path
+        if p
+        and os.path.isdir(p)
+        and Path(p).resolve() != ROOT
+        and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)
+    ]
     readable += [str(src / rel) for rel in edition.source_files(src) if rel.suffix != ".ipynb"]
-    env["LAB_GRADE_SANDBOX"] = json.dumps({"memory_mb": cfg.memory_mb, "landlock": cfg.landlock,
-                                           "read": readable, "write": [str(scratch), "/dev/null", "/dev/shm"],
-                                           "stderr": str(scratch / "kernel-stderr.txt")})
+    env["LAB_GRADE_SANDBOX"] = json.dumps(
+        {
+            "memory_mb": cfg.memory_mb,
+            "landlock": cfg.landlock,
+            "read": readable,
+            "write": [str(scratch), "/dev/null", "/dev/shm"],
+            "stderr": str(scratch / "kernel-stderr.txt"),
+        }
+    )
     if cfg.zygote:
         env[ZYGOTE_VARIABLE] = cfg.zygote
     return env
@@ -326,8 +424,9 @@ def _start_zygote(cfg: Config, folder: Path) -> subprocess.Popen | None:
     del env["LAB_GRADE_SANDBOX"]
     path = str(folder / "zygote.sock")
     with open(home / "stderr.txt", "wb") as err:
-        return forkkernel.launch([sys.executable, str(LAUNCHER), "serve", path], path, env=env, cwd=home,
-                                 stdout=err, stderr=err)
+        return forkkernel.launch(
+            [sys.executable, str(LAUNCHER), "serve", path], path, env=env, cwd=home, stdout=err, stderr=err
+        )
 
 
 # The hidden first cell: the same seed for every student (with PYTHONHASHSEED=0). The
@@ -336,7 +435,7 @@ def _start_zygote(cfg: Config, folder: Path) -> subprocess.Popen | None:
 _PREAMBLE = "import random as _r; _r.seed(0); del _r"
 
 
-MAX_OUTPUT = 2_000_000   # characters of output kept per cell: a print loop cannot fill the grader's memory
+MAX_OUTPUT = 2_000_000  # characters of output kept per cell: a print loop cannot fill the grader's memory
 
 
 def _capped_client(*args, **kwargs):
@@ -351,8 +450,11 @@ def _capped_client(*args, **kwargs):
                 kept = sum(len(str(o)) for o in outs) if len(outs) < 1000 else MAX_OUTPUT
                 if kept + size > MAX_OUTPUT:
                     if not outs or outs[-1].get("name") != "grader":
-                        outs.append(nbformat.v4.new_output("stream", name="grader",
-                                                           text="[the grader dropped the rest of this output]\n"))
+                        outs.append(
+                            nbformat.v4.new_output(
+                                "stream", name="grader", text="[the grader dropped the rest of this output]\n"
+                            )
+                        )
                     return None
             return super().output(outs, msg, display_id, cell_index)
 
@@ -372,10 +474,14 @@ class Kernel:
         for sub in ("tmp", "mpl", "ipython", "cache", "runs"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         # cells run at index 0 of a throwaway notebook: their outputs land in the cell passed in
-        self.client = _capped_client(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell()]),
-                                     kernel_name=KERNEL_NAME, allow_errors=True, record_timing=False,
-                                     startup_timeout=120,
-                                     resources={"metadata": {"path": str(self.scratch)}})
+        self.client = _capped_client(
+            nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell()]),
+            kernel_name=KERNEL_NAME,
+            allow_errors=True,
+            record_timing=False,
+            startup_timeout=120,
+            resources={"metadata": {"path": str(self.scratch)}},
+        )
         self.client.km = self.client.create_kernel_manager()
         self.client.start_new_kernel(env=self.env, cwd=str(self.scratch))
         self.client.start_new_kernel_client()
@@ -414,6 +520,7 @@ class Kernel:
 
 # --------------------------------------------------------------------------- grading one notebook
 
+
 def _error(cell) -> dict | None:
     return next((o for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
 
@@ -432,9 +539,20 @@ def _message(err: dict) -> str:
 
 
 def _result(ex: Exercise, points: float, student_id: str, notebook: str) -> dict:
-    return {"student": student_id, "notebook": notebook, "exercise": ex.id, "label": ex.label,
-            "points": 0.0, "max_points": points, "status": "not run", "feedback": "", "detail": "",
-            "note": "", "seconds": 0.0, "flags": []}
+    return {
+        "student": student_id,
+        "notebook": notebook,
+        "exercise": ex.id,
+        "label": ex.label,
+        "points": 0.0,
+        "max_points": points,
+        "status": "not run",
+        "feedback": "",
+        "detail": "",
+        "note": "",
+        "seconds": 0.0,
+        "flags": [],
+    }
 
 
 def _plan(src: Source, sub, student_id: str):
@@ -453,8 +571,11 @@ def _plan(src: Source, sub, student_id: str):
         elif _SUSPICIOUS.search(slot.code):
             res["flags"].append("the answer touches the lab's machinery (review it)")
     last = max([e.check_cell or e.cell for e in src.exercises], default=-1)
-    order = [i for i, c in enumerate(nb.cells[:last + 1])
-             if c.cell_type == "code" and not edition._is_skip(src.notebook.cells[i])]
+    order = [
+        i
+        for i, c in enumerate(nb.cells[: last + 1])
+        if c.cell_type == "code" and not edition._is_skip(src.notebook.cells[i])
+    ]
     return nb, results, written, role, order
 
 
@@ -464,8 +585,11 @@ def _lost(res: dict, outcome: str, kind: str, cfg: Config) -> None:
     if outcome == "timeout":
         res.update(status="timeout", feedback=f"timed out after {cfg.timeout:g} s while running {what}")
     else:
-        res.update(status="crashed", feedback=f"the kernel died while running {what} (os._exit, a crash in "
-                                              f"native code, or the memory limit of {cfg.memory_mb} MB)")
+        res.update(
+            status="crashed",
+            feedback=f"the kernel died while running {what} (os._exit, a crash in "
+            f"native code, or the memory limit of {cfg.memory_mb} MB)",
+        )
 
 
 def _restart(kernel: Kernel, nb, clean: list[int]) -> None:
@@ -483,7 +607,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     nb, results, written, role, order = _plan(src, sub, student_id)
     scratch = Path(tempfile.mkdtemp(prefix="s-", dir=cfg.scratch_root or None))
     kernel, t_start = Kernel(cfg, scratch), time.perf_counter()
-    clean: list[int] = []       # cells that ran without error: replayed after a restart
+    clean: list[int] = []  # cells that ran without error: replayed after a restart
     broken = setup_error = ""
     first = min([e.cell for e in src.exercises], default=0)
     try:
@@ -505,7 +629,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
             if outcome == "ok":
                 clean.append(i)
             elif kind == "scaffold" and i < first and not setup_error:  # the source's own setup failed:
-                err = _error(nb.cells[i])                                # no grade below means anything
+                err = _error(nb.cells[i])  # no grade below means anything
                 setup_error = f"the notebook's setup (cell {i}) failed: {err['ename']}: {err['evalue']}"[:300]
             if kind == "exercise":
                 err = _error(nb.cells[i])
@@ -522,23 +646,30 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     for res in results.values():
         if res["status"] == "not run":
             res["feedback"] = ("not graded: " + broken) if broken else "not graded: no check cell follows it"
-    return {"results": list(results.values()), "written": written, "executed": nbformat.writes(nb),
-            "seconds": round(time.perf_counter() - t_start, 3), "kernel_starts": kernel.starts,
-            "error": broken or setup_error}
+    return {
+        "results": list(results.values()),
+        "written": written,
+        "executed": nbformat.writes(nb),
+        "seconds": round(time.perf_counter() - t_start, 3),
+        "kernel_starts": kernel.starts,
+        "error": broken or setup_error,
+    }
 
 
 def _judge(res: dict, cell, outcome: str) -> None:
     """Score one exercise from its check cell's outputs."""
     err = _error(cell)
     passes = [line.strip() for line in _stdout(cell).splitlines() if line.startswith("PASS")]
-    stub = (res.get("exercise_error", "").startswith("NotImplementedError")
-            or (err is not None and "not written yet" in _message(err)))
+    stub = res.get("exercise_error", "").startswith("NotImplementedError") or (
+        err is not None and "not written yet" in _message(err)
+    )
     if outcome == "ok" and passes:
         res.update(status="pass", points=res["max_points"], feedback="\n".join(passes))
     elif err is not None:
-        res.update(status="not written" if stub else "fail",
-                   feedback=("not written yet. " if stub and "not written yet" not in _message(err) else "")
-                   + _message(err))
+        res.update(
+            status="not written" if stub else "fail",
+            feedback=("not written yet. " if stub and "not written yet" not in _message(err) else "") + _message(err),
+        )
     else:
         res.update(status="fail", feedback="the check cell printed no PASS line")
     own = res.get("exercise_error", "")
@@ -555,13 +686,18 @@ def _extras(kernel: Kernel, src: Source, results: dict) -> None:
             continue
         probe = nbformat.v4.new_code_cell(
             f"def _grade_extra():\n    _ns = {{}}\n    exec(compile({src.extra!r}, '<instructor cases>', 'exec'), _ns)"
-            f"\n    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra")
+            f"\n    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra"
+        )
         outcome, secs = kernel.run(probe, -1, kernel.cfg.timeout, hidden=True)
         res["seconds"] = round(res["seconds"] + secs, 3)
         bad = _error(probe)
         if outcome != "ok" or bad is not None:
-            res.update(status="fail", points=0.0, detail=f"extra cases: {_message(bad) if bad else outcome}",
-                       feedback=res["feedback"] + "\nbut an additional test of your instructor failed")
+            res.update(
+                status="fail",
+                points=0.0,
+                detail=f"extra cases: {_message(bad) if bad else outcome}",
+                feedback=res["feedback"] + "\nbut an additional test of your instructor failed",
+            )
         if outcome in ("timeout", "dead"):
             return
 
@@ -585,17 +721,29 @@ def grade_job(job: dict, cfg: Config) -> dict:
         sub = nbformat.reads(job["text"], as_version=4)
         out = grade_notebook(src, sub, cfg, job["student"])
     except Exception as exc:
-        out = {"results": [], "written": [], "executed": "", "seconds": 0.0, "kernel_starts": 0,
-               "error": f"grader error: {type(exc).__name__}: {exc}"}
+        out = {
+            "results": [],
+            "written": [],
+            "executed": "",
+            "seconds": 0.0,
+            "kernel_starts": 0,
+            "error": f"grader error: {type(exc).__name__}: {exc}",
+        }
     return {**job, **out, "text": None}
 
 
 def _kernel_spec(folder: Path) -> None:
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, str(LAUNCHER), "-f", "{connection_file}"],
-        "display_name": "lab grader (sandboxed)", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, str(LAUNCHER), "-f", "{connection_file}"],
+                "display_name": "lab grader (sandboxed)",
+                "language": "python",
+            }
+        )
+    )
 
 
 def _init_worker(jupyter_path: str) -> None:
@@ -607,8 +755,9 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
     jobs, rows = [], []
     for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
         chosen: dict[str, list[tuple[float, float, Path, str, str]]] = {}
-        files = sorted(p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-                       and not p.is_symlink())  # a link could point into another student's folder
+        files = sorted(
+            p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and not p.is_symlink()
+        )  # a link could point into another student's folder
         if not files:
             rows.append({"student": folder.name, "notebook": "", "status": "no notebook handed in"})
         for path in files:
@@ -620,9 +769,15 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
                 why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                 name = path.stem if path.stem in sources else rel
                 log.info("%s/%s: not a notebook: %s", folder.name, rel, why)
-                rows.append({"student": folder.name, "notebook": name, "file": rel,
-                             "status": f"{rel} is not a readable notebook (not JSON: {why})",
-                             "max_score": sources[name].max_score() if name in sources else ""})
+                rows.append(
+                    {
+                        "student": folder.name,
+                        "notebook": name,
+                        "file": rel,
+                        "status": f"{rel} is not a readable notebook (not JSON: {why})",
+                        "max_score": sources[name].max_score() if name in sources else "",
+                    }
+                )
                 continue
             src, score, how = match_source(nb, sources)
             log.info("%s/%s: %s", folder.name, rel, how)
@@ -638,8 +793,15 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
                 others = ", ".join(f"`{c[2].relative_to(folder).as_posix()}`" for c in cands[1:])
                 note += f"; also handed in and not graded: {others} (the closest match, then the newest, is graded)"
             log.info("%s: %s", folder.name, note)
-            jobs.append({"student": folder.name, "notebook": name, "file": path.relative_to(folder).as_posix(),
-                         "match": note, "text": text})
+            jobs.append(
+                {
+                    "student": folder.name,
+                    "notebook": name,
+                    "file": path.relative_to(folder).as_posix(),
+                    "match": note,
+                    "text": text,
+                }
+            )
     return jobs, rows
 
 
@@ -649,8 +811,10 @@ def run_jobs(jobs: list[dict], cfg: Config, workers: int, log: logging.Logger) -
         _kernel_spec(Path(tmp))
         zygote = _start_zygote(cfg, Path(tmp))
         cfg = Config(**{**asdict(cfg), "scratch_root": tmp, "zygote": str(Path(tmp) / "zygote.sock") if zygote else ""})
-        log.info("kernels: %s", "forked from one process that imported torch once (tools/forkkernel.py)"
-                 if zygote else "a new Python each")
+        log.info(
+            "kernels: %s",
+            "forked from one process that imported torch once (tools/forkkernel.py)" if zygote else "a new Python each",
+        )
         try:
             with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
                 return _run_pool(pool, jobs, cfg, log)
@@ -671,19 +835,39 @@ def _run_pool(pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: 
         try:
             out = fut.result()
         except Exception as exc:  # the worker process itself died
-            out = {**job, "text": None, "results": [], "written": [], "executed": "", "seconds": 0.0,
-                   "kernel_starts": 0, "error": f"grader worker died: {type(exc).__name__}: {exc}"}
-        log.info("%s/%s: %s in %.1f s%s", job["student"], job["notebook"],
-                 " ".join(f"{r['exercise']}={r['status']}" for r in out["results"]), out["seconds"],
-                 f" ({out['error']})" if out["error"] else "")
+            out = {
+                **job,
+                "text": None,
+                "results": [],
+                "written": [],
+                "executed": "",
+                "seconds": 0.0,
+                "kernel_starts": 0,
+                "error": f"grader worker died: {type(exc).__name__}: {exc}",
+            }
+        log.info(
+            "%s/%s: %s in %.1f s%s",
+            job["student"],
+            job["notebook"],
+            " ".join(f"{r['exercise']}={r['status']}" for r in out["results"]),
+            out["seconds"],
+            f" ({out['error']})" if out["error"] else "",
+        )
         done.append(out)
     return sorted(done, key=lambda o: (o["student"], o["notebook"]))
 
 
 # --------------------------------------------------------------------------- writing the results
 
-_STATUS_WORDS = {"pass": "✓ passed", "fail": "✗ failed", "not written": "✗ not written yet", "missing": "✗ missing",
-                 "timeout": "✗ timed out", "crashed": "✗ crashed", "not run": "✗ not graded"}
+_STATUS_WORDS = {
+    "pass": "✓ passed",
+    "fail": "✗ failed",
+    "not written": "✗ not written yet",
+    "missing": "✗ missing",
+    "timeout": "✗ timed out",
+    "crashed": "✗ crashed",
+    "not run": "✗ not graded",
+}
 
 
 def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
@@ -691,13 +875,22 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
     src = sources.get(graded["notebook"])
     score = sum(r["points"] for r in graded["results"])
     total = src.max_score() if src else 0
-    lines = [f"# {graded['notebook']}: {score:g} / {total:g}", "", f"Student: `{graded['student']}`  ",
-             f"{graded.get('match', '')}", ""]
+    lines = [
+        f"# {graded['notebook']}: {score:g} / {total:g}",
+        "",
+        f"Student: `{graded['student']}`  ",
+        f"{graded.get('match', '')}",
+        "",
+    ]
     if graded.get("error"):
         lines += [f"**This notebook could not be graded completely:** {graded['error']}", ""]
     for r in graded["results"]:
-        lines += [f"## Exercise {r['exercise']}: {r['label'].split(':', 1)[-1].strip()}",
-                  "", f"**{_STATUS_WORDS.get(r['status'], r['status'])}** ({r['points']:g} / {r['max_points']:g})", ""]
+        lines += [
+            f"## Exercise {r['exercise']}: {r['label'].split(':', 1)[-1].strip()}",
+            "",
+            f"**{_STATUS_WORDS.get(r['status'], r['status'])}** ({r['points']:g} / {r['max_points']:g})",
+            "",
+        ]
         if r["note"] and r["note"] != r["feedback"]:
             lines += [f"_{r['note']}_", ""]
         if r["feedback"]:
@@ -714,12 +907,15 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
 def feedback_html(markdown_text: str, title: str) -> str:
     try:
         import mistune
+
         body = mistune.create_markdown(escape=True)(markdown_text)  # a student's <script> stays text
     except ImportError:
         body = f"<pre>{html.escape(markdown_text)}</pre>"
-    return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>\n"
-            "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}pre{background:#f4f4f4;"
-            "padding:.6em;white-space:pre-wrap}</style></head>\n<body>\n" + body + "</body></html>\n")
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>\n'
+        "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}pre{background:#f4f4f4;"
+        "padding:.6em;white-space:pre-wrap}</style></head>\n<body>\n" + body + "</body></html>\n"
+    )
 
 
 def _safe(name: str) -> str:
@@ -737,37 +933,56 @@ def write_outputs(out: Path, graded: list[dict], rows: list[dict], sources: dict
             by_id = {r["exercise"]: r for r in g["results"]}
             row = {"student": g["student"], "notebook": g["notebook"]}
             row.update({e.id: f"{by_id[e.id]['points']:g}" if e.id in by_id else "0" for e in src.exercises})
-            row.update(score=f"{sum(r['points'] for r in g['results']):g}", max_score=f"{src.max_score():g}",
-                       status="ok" if not g["error"] else g["error"])
+            row.update(
+                score=f"{sum(r['points'] for r in g['results']):g}",
+                max_score=f"{src.max_score():g}",
+                status="ok" if not g["error"] else g["error"],
+            )
             table.append(row)
             for r in g["results"]:
                 jl.write(json.dumps({**r, "file": g["file"], "notebook_seconds": g["seconds"]}) + "\n")
             for w in g["written"]:
-                jl.write(json.dumps({"student": g["student"], "notebook": g["notebook"], "exercise": w["exercise"],
-                                     "label": w["label"], "points": None, "status": "written (not scored)",
-                                     "answer": w["answer"], "file": g["file"]}) + "\n")
+                jl.write(
+                    json.dumps(
+                        {
+                            "student": g["student"],
+                            "notebook": g["notebook"],
+                            "exercise": w["exercise"],
+                            "label": w["label"],
+                            "points": None,
+                            "status": "written (not scored)",
+                            "answer": w["answer"],
+                            "file": g["file"],
+                        }
+                    )
+                    + "\n"
+                )
             folder = out / "feedback" / _safe(g["student"])
             folder.mkdir(parents=True, exist_ok=True)
             md = feedback_markdown(g, sources)
             (folder / f"{g['notebook']}.md").write_text(md, encoding="utf-8")
-            (folder / f"{g['notebook']}.html").write_text(feedback_html(md, f"{g['student']}: {g['notebook']}"),
-                                                          encoding="utf-8")
+            (folder / f"{g['notebook']}.html").write_text(
+                feedback_html(md, f"{g['student']}: {g['notebook']}"), encoding="utf-8"
+            )
             if g["executed"]:
                 ex_dir = out / "executed" / _safe(g["student"])
                 ex_dir.mkdir(parents=True, exist_ok=True)
                 (ex_dir / f"{g['notebook']}.ipynb").write_text(g["executed"], encoding="utf-8")
     for r in rows:
         src = sources.get(r["notebook"])
-        row = {"student": r["student"], "notebook": r["notebook"], "score": "0",
-               "max_score": f"{r['max_score']:g}" if isinstance(r.get("max_score"), float) else "",
-               "status": r["status"]}
+        row = {
+            "student": r["student"],
+            "notebook": r["notebook"],
+            "score": "0",
+            "max_score": f"{r['max_score']:g}" if isinstance(r.get("max_score"), float) else "",
+            "status": r["status"],
+        }
         if src:
             row.update({e.id: "0" for e in src.exercises})
         table.append(row)
     table.sort(key=lambda r: (r["student"], r["notebook"]))
     with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=["student", "notebook", *ids, "score", "max_score", "status"],
-                                restval="")
+        writer = csv.DictWriter(f, fieldnames=["student", "notebook", *ids, "score", "max_score", "status"], restval="")
         writer.writeheader()
         writer.writerows(table)
     write_gradebook(out / "gradebook.csv", table, sources)
@@ -787,8 +1002,13 @@ def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student", *names, "total"])
-        writer.writerow(["(points possible)", *(f"{sources[n].max_score():g}" for n in names),
-                         f"{sum(sources[n].max_score() for n in names):g}"])
+        writer.writerow(
+            [
+                "(points possible)",
+                *(f"{sources[n].max_score():g}" for n in names),
+                f"{sum(sources[n].max_score() for n in names):g}",
+            ]
+        )
         for s in students:
             scores = [best.get((s, n), 0.0) for n in names]
             writer.writerow([s, *(f"{x:g}" for x in scores), f"{sum(scores):g}"])
@@ -808,8 +1028,16 @@ def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = N
     try:
         t0 = time.perf_counter()
         sources = _sources(cfg)
-        log.info("grading %s into %s: %d source notebook(s), %d worker(s), %g s per exercise, %d MB per kernel, "
-                 "sandbox: %s", submissions, out, len(sources), jobs, cfg.timeout, cfg.memory_mb, sandbox_state(cfg))
+        log.info(
+            "grading %s into %s: %d source notebook(s), %d worker(s), %g s per exercise, %d MB per kernel, sandbox: %s",
+            submissions,
+            out,
+            len(sources),
+            jobs,
+            cfg.timeout,
+            cfg.memory_mb,
+            sandbox_state(cfg),
+        )
         # Kernels cannot write bytecode (the sandbox): compile labsupport once, here, instead of in each kernel.
         compileall.compile_dir(str(ROOT / "labsupport"), quiet=2)
         todo, rows = collect(submissions, sources, log)
@@ -827,6 +1055,7 @@ def sandbox_state(cfg: Config) -> str:
     if not cfg.landlock:
         return "Landlock off (--no-landlock)"
     import ctypes
+
     abi = ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) if sys.platform == "linux" else -1
     return f"Landlock ABI {abi}" if abi > 0 else "Landlock unavailable: file isolation is best effort"
 
@@ -840,27 +1069,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", type=Path, default=ROOT / "grading" / "extra", help="instructor-only cases")
     p.add_argument("--timeout", type=float, default=60, help="seconds per exercise cell and per check cell")
     p.add_argument("--cell-timeout", type=float, default=600, help="seconds for any other cell")
-    p.add_argument("--memory-mb", type=int, default=4096,
-                   help="memory (heap and private data) cap per kernel (0: none)")
+    p.add_argument(
+        "--memory-mb", type=int, default=4096, help="memory (heap and private data) cap per kernel (0: none)"
+    )
     p.add_argument("--no-landlock", action="store_true", help="do not fence kernels in with Landlock")
-    p.add_argument("--fork", action="store_true",
-                   help="fork each kernel from one process that imported torch once (Linux only; about 3x faster "
-                        "kernel starts) instead of starting a new Python")
+    p.add_argument(
+        "--fork",
+        action="store_true",
+        help="fork each kernel from one process that imported torch once (Linux only; about 3x faster "
+        "kernel starts) instead of starting a new Python",
+    )
     args = p.parse_args(argv)
     if not args.submissions.is_dir():
         print(f"error: {args.submissions} is not a folder", file=sys.stderr)
         return 2
-    cfg = Config(src=str(args.src.resolve()), extra=str(args.extra.resolve()) if args.extra.is_dir() else None,
-                 timeout=args.timeout, cell_timeout=args.cell_timeout, memory_mb=args.memory_mb,
-                 landlock=not args.no_landlock, fork=args.fork)
+    cfg = Config(
+        src=str(args.src.resolve()),
+        extra=str(args.extra.resolve()) if args.extra.is_dir() else None,
+        timeout=args.timeout,
+        cell_timeout=args.cell_timeout,
+        memory_mb=args.memory_mb,
+        landlock=not args.no_landlock,
+        fork=args.fork,
+    )
     out = args.out.resolve()
     if out == args.submissions.resolve() or args.submissions.resolve() in out.parents:
         print("error: OUT must not be inside SUBMISSIONS", file=sys.stderr)
         return 2
     table = grade(args.submissions.resolve(), out, jobs=args.jobs, cfg=cfg)
     ok = sum(r["status"] == "ok" for r in table)
-    print(f"{len(table)} row(s) in {out / 'grades.csv'} ({ok} graded, {len(table) - ok} with a problem); "
-          f"feedback in {out / 'feedback'}/, the log in {out / 'logs'}/")
+    print(
+        f"{len(table)} row(s) in {out / 'grades.csv'} ({ok} graded, {len(table) - ok} with a problem); "
+        f"feedback in {out / 'feedback'}/, the log in {out / 'logs'}/"
+    )
     return 0
 
 

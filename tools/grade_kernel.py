@@ -29,6 +29,7 @@ socket, this launcher asks it for the kernel instead, and the forked child enter
 sandbox above before it runs anything else. Only the grader's own processes may ask:
 a kernel (or anything it starts) is refused, whatever it sends.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -43,17 +44,20 @@ _VERSION_FLAG = 1
 _PATH_BENEATH, _NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
 _EXECUTE, _WRITE_FILE, _READ_FILE, _READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
-_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE   # the rights that apply to a file (not a folder)
-_ABI1_ALL = (1 << 13) - 1                            # execute ... make_sym
+_FILE_RIGHTS = _EXECUTE | _WRITE_FILE | _READ_FILE  # the rights that apply to a file (not a folder)
+_ABI1_ALL = (1 << 13) - 1  # execute ... make_sym
 _TRUNCATE = 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
-_SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1   # ABI 6: no signal, no abstract socket outside the sandbox
+_SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6: no signal, no abstract socket outside the sandbox
 ZYGOTE_VARIABLE = "LAB_GRADE_ZYGOTE"  # the socket of the grader's zygote, if it started one
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneath(ctypes.Structure):
@@ -92,14 +96,14 @@ def landlock(read: list[str], write: list[str], ports: list[int]) -> str:
                 continue  # a path that does not exist needs no rule
             allowed = rights if os.path.isdir(path) else rights & (_FILE_RIGHTS | (_TRUNCATE & fs))
             rule = _PathBeneath(allowed, pfd)
-            libc.syscall(_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_PATH_BENEATH), ctypes.byref(rule),
-                         ctypes.c_uint32(0))
+            libc.syscall(
+                _ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_PATH_BENEATH), ctypes.byref(rule), ctypes.c_uint32(0)
+            )
             os.close(pfd)
     if net:
         for port in ports:
             rule = _NetPort(_BIND_TCP, port)  # port 0: an ephemeral port (ipykernel's IOPub pipe)
-            libc.syscall(_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_NET_PORT), ctypes.byref(rule),
-                         ctypes.c_uint32(0))
+            libc.syscall(_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_NET_PORT), ctypes.byref(rule), ctypes.c_uint32(0))
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     if libc.syscall(_RESTRICT, ctypes.c_int(fd), ctypes.c_uint32(0)) != 0:
         return f"Landlock restriction refused ({os.strerror(ctypes.get_errno())})"

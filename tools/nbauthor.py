@@ -7,6 +7,7 @@ or ``# %%`` (the "percent" format many editors understand). Markdown cells have
 each line prefixed with ``# ``. The written notebook has no outputs: run
 ``python -m tools.regenerate`` on it next.
 """
+
 from __future__ import annotations
 
 import re

@@ -15,6 +15,7 @@ output stored last time as long as their source is unchanged, so a re-run does
 not churn measured figures; ``--refresh-ignored`` records them anew (after a
 torch upgrade, say, for the environment line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,12 @@ def merge_streams(outputs: list) -> list:
     merged: list = []
     for out in outputs:
         prev = merged[-1] if merged else None
-        if (prev is not None and out.get("output_type") == "stream"
-                and prev.get("output_type") == "stream" and prev.get("name") == out.get("name")):
+        if (
+            prev is not None
+            and out.get("output_type") == "stream"
+            and prev.get("output_type") == "stream"
+            and prev.get("name") == out.get("name")
+        ):
             prev["text"] = prev["text"] + out["text"]
         else:
             merged.append(out)
@@ -102,12 +107,20 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False) -> fl
     # Cells tagged nbval-skip (the %tensorboard launcher) are not run, as under nbval:
     # running one would start a TensorBoard server that outlives the kernel.
     # nbclient passes over a code cell whose source is blank.
-    skipped = {i: cell.source for i, cell in enumerate(nb.cells)
-               if cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])}
+    skipped = {
+        i: cell.source
+        for i, cell in enumerate(nb.cells)
+        if cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])
+    }
     for i in skipped:
         nb.cells[i].source = ""
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
     start = time.perf_counter()
     try:
         client.execute()
@@ -125,8 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
-    parser.add_argument("--refresh-ignored", action="store_true",
-                        help="also re-record the outputs of NBVAL_IGNORE_OUTPUT cells")
+    parser.add_argument(
+        "--refresh-ignored", action="store_true", help="also re-record the outputs of NBVAL_IGNORE_OUTPUT cells"
+    )
     args = parser.parse_args(argv)
     for path in args.notebooks:
         if not path.is_file():

@@ -49,6 +49,7 @@ Example:
         # YOUR CODE HERE
         raise NotImplementedError("Exercise 1: identity")
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,9 +61,9 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import nbformat
 
@@ -81,8 +82,9 @@ _MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
 # trailing hashes): an error, since it would silently publish the solution.
 _NEAR_MARKER = re.compile(r"^\s*#.*\b(begin|end)[\s_-]*solution", re.IGNORECASE)
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
-_EXERCISE = re.compile(r"^exercise\b\s*(?P<num>\d+[a-z]?(?:\.\d+)?)?\s*(?:[:.\u2013\u2014-]\s*)?(?P<title>.*)$",
-                       re.IGNORECASE)
+_EXERCISE = re.compile(
+    r"^exercise\b\s*(?P<num>\d+[a-z]?(?:\.\d+)?)?\s*(?:[:.\u2013\u2014-]\s*)?(?P<title>.*)$", re.IGNORECASE
+)
 _CHECK_CALL = re.compile(r"\bcheck\w*\s*\(")
 
 
@@ -95,6 +97,7 @@ class MarkerError(ValueError):
 
 
 # --------------------------------------------------------------------------- parsing
+
 
 def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int = 0) -> list[tuple[int, int]]:
     """``(begin, end)`` line indices (0-based) of each marker pair in ``source``.
@@ -113,13 +116,22 @@ def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int =
         m = _MARKER.match(line)
         if not m:
             if _NEAR_MARKER.match(line):
-                raise MarkerError(path, cell, i + 1, f"{line.strip()!r} is not a solution marker: write "
-                                  f"exactly '### BEGIN SOLUTION' or '### END SOLUTION' on its own line")
+                raise MarkerError(
+                    path,
+                    cell,
+                    i + 1,
+                    f"{line.strip()!r} is not a solution marker: write "
+                    f"exactly '### BEGIN SOLUTION' or '### END SOLUTION' on its own line",
+                )
             continue
         if m.group(1) == "BEGIN":
             if open_at is not None:
-                raise MarkerError(path, cell, i + 1, f"nested '### BEGIN SOLUTION': the block opened "
-                                  f"at line {open_at + 1} is not closed yet")
+                raise MarkerError(
+                    path,
+                    cell,
+                    i + 1,
+                    f"nested '### BEGIN SOLUTION': the block opened at line {open_at + 1} is not closed yet",
+                )
             open_at = i
         else:
             if open_at is None:
@@ -127,8 +139,9 @@ def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int =
             blocks.append((open_at, i))
             open_at = None
     if open_at is not None:
-        raise MarkerError(path, cell, open_at + 1, "'### BEGIN SOLUTION' is never closed by "
-                          "'### END SOLUTION' in this cell")
+        raise MarkerError(
+            path, cell, open_at + 1, "'### BEGIN SOLUTION' is never closed by '### END SOLUTION' in this cell"
+        )
     return blocks
 
 
@@ -258,8 +271,10 @@ def unguarded_uses(cells: list, exercise_cells: set[int], after: int) -> list[st
         else:
             tainted -= stored  # bound afresh by a cell that needs no exercise
         if used and not guarded and i > after:
-            problems.append(f"cell {i} uses {', '.join(sorted(used))}, which an exercise makes, without "
-                            f"lab.require(...): it would crash while that exercise is unsolved")
+            problems.append(
+                f"cell {i} uses {', '.join(sorted(used))}, which an exercise makes, without "
+                f"lab.require(...): it would crash while that exercise is unsolved"
+            )
     return problems
 
 
@@ -271,18 +286,22 @@ def _names(code: str) -> tuple[set[str], set[str], set[str]]:
     except SyntaxError:
         every = set(re.findall(r"[A-Za-z_]\w*", code))
         return every, set(), every
-    imported = {(a.asname or a.name).split(".")[0] for n in ast.walk(tree)
-                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    imported = {
+        (a.asname or a.name).split(".")[0]
+        for n in ast.walk(tree)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        for a in n.names
+    }
     changed, handed = set(imported), []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            changed.add(node.id)                                  # x = ...
+            changed.add(node.id)  # x = ...
         elif isinstance(node, (ast.Attribute, ast.Subscript)) and not isinstance(node.ctx, ast.Load):
-            handed.append(node.value)                             # x.a = ..., x[i] += ...
+            handed.append(node.value)  # x.a = ..., x[i] += ...
         elif isinstance(node, ast.Call):
-            handed += [*node.args, *(k.value for k in node.keywords)]   # f(x), f(k=x)
+            handed += [*node.args, *(k.value for k in node.keywords)]  # f(x), f(k=x)
             if isinstance(node.func, ast.Attribute):
-                handed.append(node.func.value)                    # x.method(...)
+                handed.append(node.func.value)  # x.method(...)
     for value in handed:
         value = value.value if isinstance(value, ast.Starred) else value
         if isinstance(value, ast.Name):
@@ -296,7 +315,7 @@ def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
     (modules aside), nor anything a cell that does so could change, and binding nothing that a
     later cell still run reads: a plot, a timing, a printout, and the demo cells that only feed
     those. They run the same whether or not anything is solved."""
-    code = [i for i, c in enumerate(cells[:last + 1]) if c.cell_type == "code"]
+    code = [i for i, c in enumerate(cells[: last + 1]) if c.cell_type == "code"]
     names = {i: _names(cells[i].source) for i in code}
     modules = set().union(*(imported for _, imported, _ in names.values())) | {"lab"}
     reads = {i: _free_names(cells[i].source) for i in code}
@@ -310,7 +329,7 @@ def demo_leaves(cells: list, roles: set[int], last: int) -> set[int]:
     leaves: set[int] = set()
     for k in reversed(free):  # the last first: whether a later cell still runs is known
         live = set(binds[code[k]])  # what this cell made that a later cell could still read
-        for j in code[k + 1:]:
+        for j in code[k + 1 :]:
             if j in leaves:
                 continue
             if reads[j] & live:
@@ -326,8 +345,9 @@ def _py_string(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def stub_code(source: str, label: str, check_source: str = "", *, path: str | Path = "<notebook>",
-              cell: int = 0) -> tuple[str, int]:
+def stub_code(
+    source: str, label: str, check_source: str = "", *, path: str | Path = "<notebook>", cell: int = 0
+) -> tuple[str, int]:
     """Replace each solution block of a code cell by the stub; return (new source, blocks).
 
     The stub keeps the BEGIN marker's indentation. A block at the top level of
@@ -343,7 +363,7 @@ def stub_code(source: str, label: str, check_source: str = "", *, path: str | Pa
         indent = re.match(r"\s*", lines[begin]).group(0)
         out.append(f"{indent}{STUB_COMMENT}")
         if not indent:
-            body = "\n".join(lines[begin + 1:end])
+            body = "\n".join(lines[begin + 1 : end])
             wanted = _read_names(check_source)
             out.extend(f"{name} = None" for name in _assigned_names(body) if name in wanted)
         out.append(f"{indent}raise NotImplementedError({_py_string(label)})")
@@ -369,6 +389,7 @@ def stub_markdown(source: str, *, path: str | Path = "<notebook>", cell: int = 0
 @dataclass
 class Exercise:
     """One exercise cell of a notebook, and the check cell after it."""
+
     cell: int
     label: str
     check_cell: int | None
@@ -378,6 +399,7 @@ class Exercise:
 @dataclass
 class Edition:
     """A generated student notebook and what the generator found in its source."""
+
     notebook: nbformat.NotebookNode
     exercises: list[Exercise] = field(default_factory=list)
     written_answers: list[int] = field(default_factory=list)
@@ -389,8 +411,7 @@ class Edition:
 
 def _nbval_marked(cell, marker: str, *tags: str) -> bool:
     """True if ``cell`` carries nbval's ``marker`` as a comment line (as nbval reads it) or a tag."""
-    comments = {line.strip().lstrip("#").strip() for line in cell.source.splitlines()
-                if line.strip().startswith("#")}
+    comments = {line.strip().lstrip("#").strip() for line in cell.source.splitlines() if line.strip().startswith("#")}
     cell_tags = set(cell.get("metadata", {}).get("tags", []))
     return marker in comments or bool(cell_tags & set(tags))
 
@@ -411,8 +432,7 @@ def _clear(cell) -> None:
     cell.execution_count = None
 
 
-def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *,
-                 keep_outputs: bool = False) -> Edition:
+def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *, keep_outputs: bool = False) -> Edition:
     """The student edition of a solved notebook (the input is not modified).
 
     ``keep_outputs`` (the public site) keeps the stored outputs of cells that are
@@ -473,6 +493,7 @@ def generate(src: Path) -> bytes:
 
 # --------------------------------------------------------------------------- files
 
+
 def source_files(src_dir: Path) -> list[Path]:
     """Files under ``src_dir`` to publish, relative, sorted (no hidden files or folders)."""
     files = []
@@ -504,9 +525,11 @@ def _load_manifest(out: Path) -> dict[str, str]:
 
 
 def _save_manifest(out: Path, files: dict[str, str]) -> None:
-    data = {"about": "hashes of the files tools/student.py generated last; a file whose hash "
-                     "differs has been edited and is never overwritten without --force",
-            "files": dict(sorted(files.items()))}
+    data = {
+        "about": "hashes of the files tools/student.py generated last; a file whose hash "
+        "differs has been edited and is never overwritten without --force",
+        "files": dict(sorted(files.items())),
+    }
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     path = out / MANIFEST
     if not path.exists() or path.read_text() != text:
@@ -574,12 +597,16 @@ def build(src_dir: Path, out: Path, force: bool = False, log=print) -> int:
         manifest[key] = sha
     _save_manifest(out, manifest)
     notebooks = [rel for rel in generated if rel.suffix == ".ipynb"]
-    log(f"student edition of {_show(src_dir)}/: {len(notebooks)} notebook(s), {len(generated) - len(notebooks)} "
-        f"other file(s) in {out}/")
+    log(
+        f"student edition of {_show(src_dir)}/: {len(notebooks)} notebook(s), {len(generated) - len(notebooks)} "
+        f"other file(s) in {out}/"
+    )
     if refused:
-        log(f"\n{len(refused)} file(s) in {out}/ were edited and were NOT overwritten: {', '.join(refused)}.\n"
+        log(
+            f"\n{len(refused)} file(s) in {out}/ were edited and were NOT overwritten: {', '.join(refused)}.\n"
             f"To replace them with the new student edition anyway, run `make student FORCE=1`:\n"
-            f"each edited file is first copied to {out}/{BACKUP_DIR}/<name>-<timestamp>.")
+            f"each edited file is first copied to {out}/{BACKUP_DIR}/<name>-<timestamp>."
+        )
         return 1
     return 0
 
@@ -609,32 +636,39 @@ def prepare(src_dir: Path, out: Path, log=print) -> int:
         if recorded is None and (src_dir / rel).stat().st_mtime <= dest.stat().st_mtime:
             continue  # no record, and the copy is the newer file: assume it is the student's work
         if current == recorded:
-            log(f"newer    {_show(src_dir / rel)} changed since {dest} was made (you have not edited it): "
-                f"`make student` updates it.")
+            log(
+                f"newer    {_show(src_dir / rel)} changed since {dest} was made (you have not edited it): "
+                f"`make student` updates it."
+            )
         else:
-            log(f"newer    {_show(src_dir / rel)} changed since {dest} was made; your copy is kept. "
-                f"To take the new version: `make student FORCE=1` (your copy goes to {out}/{BACKUP_DIR}/).")
+            log(
+                f"newer    {_show(src_dir / rel)} changed since {dest} was made; your copy is kept. "
+                f"To take the new version: `make student FORCE=1` (your copy goes to {out}/{BACKUP_DIR}/)."
+            )
     _save_manifest(out, manifest)
     return 0
 
 
 # --------------------------------------------------------------------------- verify
 
+
 @dataclass
 class ExerciseResult:
     """What happened to one exercise in :func:`verify`."""
+
     label: str
     cell: int
     check_cell: int | None
-    stub_raised: str | None = None      # the exercise cell's own error, if it raised
-    stub_message: str | None = None     # the check's message against the stub
-    solved_output: str | None = None    # the check's output once the solution is back
+    stub_raised: str | None = None  # the exercise cell's own error, if it raised
+    stub_message: str | None = None  # the check's message against the stub
+    solved_output: str | None = None  # the check's output once the solution is back
     problems: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Report:
     """The result of :func:`verify` for one notebook."""
+
     path: Path
     exercises: list[ExerciseResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
@@ -665,8 +699,9 @@ def _raises_expected(cell) -> bool:
     return _nbval_marked(cell, "NBVAL_RAISES_EXCEPTION", "nbval-raises-exception", "raises-exception")
 
 
-def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
-           kernel_name: str = "python3", whole: bool = False) -> Report:
+def verify(
+    path: Path, *, timeout: int = 300, cwd: Path | None = None, kernel_name: str = "python3", whole: bool = False
+) -> Report:
     """Run the student edition of ``path`` in one fresh kernel, pasting each solution
     back after its check has failed on the stub (see the module docstring).
 
@@ -691,11 +726,22 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
             res.problems.append("no check cell follows it (the next code cell must call a lab.check_... function)")
     checks = {e.check_cell: by_cell[e.cell] for e in ed.exercises if e.check_cell is not None}
     first_exercise = min(by_cell, default=len(student.cells))
-    last_needed = len(student.cells) - 1 if whole else max(
-        [e.check_cell if e.check_cell is not None else e.cell for e in ed.exercises], default=len(student.cells) - 1)
-    report.tail_cells = sum(c.cell_type == "code" for c in student.cells[last_needed + 1:])
-    client = NotebookClient(student, timeout=timeout, kernel_name=kernel_name, allow_errors=False,
-                            record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
+    last_needed = (
+        len(student.cells) - 1
+        if whole
+        else max(
+            [e.check_cell if e.check_cell is not None else e.cell for e in ed.exercises], default=len(student.cells) - 1
+        )
+    )
+    report.tail_cells = sum(c.cell_type == "code" for c in student.cells[last_needed + 1 :])
+    client = NotebookClient(
+        student,
+        timeout=timeout,
+        kernel_name=kernel_name,
+        allow_errors=False,
+        record_timing=False,
+        resources={"metadata": {"path": str(cwd or path.parent)}},
+    )
 
     def run(cell, index):
         """Execute a copy of ``cell``; return (cell with outputs, error or None)."""
@@ -708,7 +754,7 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
 
     start = time.perf_counter()
     with client.setup_kernel():
-        for i, cell in enumerate(student.cells[:last_needed + 1]):
+        for i, cell in enumerate(student.cells[: last_needed + 1]):
             if cell.cell_type != "code" or _is_skip(source.cells[i]):
                 continue
             where = f"cell {i}"
@@ -718,8 +764,10 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
                 if err is not None:
                     res.stub_raised = f"{err.ename}: {err.evalue}"
                     if err.ename != "NotImplementedError" or res.label not in err.evalue:
-                        res.problems.append(f"the stub cell should raise NotImplementedError({res.label!r}), "
-                                            f"but raised {err.ename}: {err.evalue}")
+                        res.problems.append(
+                            f"the stub cell should raise NotImplementedError({res.label!r}), "
+                            f"but raised {err.ename}: {err.evalue}"
+                        )
                 if res.check_cell is None:  # nothing to check: paste the solution back and go on
                     _, err = run(source.cells[i], i)
                     if err is not None:
@@ -733,12 +781,16 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
                 else:
                     res.stub_message = f"{err.ename}: {err.evalue}"
                     if err.ename != "CheckError":
-                        res.problems.append(f"on the stub, the check cell {i} raised {err.ename} instead of "
-                                            f"a CheckError a student can act on: {err.evalue}")
+                        res.problems.append(
+                            f"on the stub, the check cell {i} raised {err.ename} instead of "
+                            f"a CheckError a student can act on: {err.evalue}"
+                        )
                     elif res.stub_raised is None and res.label not in err.evalue:
-                        res.problems.append(f"on the stub, the check's message does not name "
-                                            f"{res.label!r} (was the student's function called "
-                                            f"through call_student?): {err.evalue}")
+                        res.problems.append(
+                            f"on the stub, the check's message does not name "
+                            f"{res.label!r} (was the student's function called "
+                            f"through call_student?): {err.evalue}"
+                        )
                 # the round trip: the original solution cell, then the same check again
                 _, err = run(source.cells[res.cell], res.cell)
                 if err is not None:
@@ -749,8 +801,9 @@ def verify(path: Path, *, timeout: int = 300, cwd: Path | None = None,
                 if err is not None:
                     res.problems.append(f"with the solution pasted back, the check fails: {err.ename}: {err.evalue}")
                 elif "PASS" not in res.solved_output:
-                    res.problems.append(f"with the solution pasted back, the check printed no PASS line "
-                                        f"(got {res.solved_output!r})")
+                    res.problems.append(
+                        f"with the solution pasted back, the check printed no PASS line (got {res.solved_output!r})"
+                    )
                 continue
             _, err = run(cell, i)
             if err is not None and not _raises_expected(cell):
@@ -770,7 +823,7 @@ def _error(cell) -> tuple[str, str] | None:
 
 
 def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> Report:
-    """"Run all" on the untouched student edition, as a student who solved nothing would,
+    """ "Run all" on the untouched student edition, as a student who solved nothing would,
     going on after every error. Each stub must raise the NotImplementedError naming its
     exercise, each check must fail with a CheckError, and every other cell must either
     run or stop at once with ExerciseNotSolved (``lab.require``): an unsolved exercise
@@ -791,16 +844,25 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     # "Run all" goes as far as the last check; after it, the cells that need an exercise are found
     # statically (nbval runs all of them on the solved source anyway).
     last = max([e.check_cell or e.cell for e in ed.exercises], default=len(nb.cells) - 1)
-    report.problems += unguarded_uses(nb.cells, {e.cell for e in ed.exercises} |
-                                      {e.check_cell for e in ed.exercises if e.check_cell is not None}, last)
-    report.tail_cells = sum(c.cell_type == "code" for c in nb.cells[last + 1:])
-    nb.cells = nb.cells[:last + 1]
+    report.problems += unguarded_uses(
+        nb.cells,
+        {e.cell for e in ed.exercises} | {e.check_cell for e in ed.exercises if e.check_cell is not None},
+        last,
+    )
+    report.tail_cells = sum(c.cell_type == "code" for c in nb.cells[last + 1 :])
+    nb.cells = nb.cells[: last + 1]
     roles = {r.cell: ("exercise", r) for r in report.exercises}
     roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
     for i in demo_leaves(nb.cells, set(roles), last):  # nbval runs them; here they would only cost time
         nb.cells[i].source, report.demo_cells = "", report.demo_cells + 1
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            record_timing=False, resources={"metadata": {"path": str(cwd or path.parent)}})
+    client = NotebookClient(
+        nb,
+        timeout=timeout,
+        kernel_name="python3",
+        allow_errors=True,
+        record_timing=False,
+        resources={"metadata": {"path": str(cwd or path.parent)}},
+    )
     start = time.perf_counter()
     client.execute()
     report.seconds = time.perf_counter() - start
@@ -812,8 +874,10 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
         if role == "exercise":
             res.stub_raised = error and f"{error[0]}: {error[1]}"
             if error is not None and (error[0] != "NotImplementedError" or res.label not in error[1]):
-                res.problems.append(f"the stub cell should define its stub or raise "
-                                    f"NotImplementedError({res.label!r}), but raised {res.stub_raised}")
+                res.problems.append(
+                    f"the stub cell should define its stub or raise "
+                    f"NotImplementedError({res.label!r}), but raised {res.stub_raised}"
+                )
         elif role == "check":
             res.stub_message = error and f"{error[0]}: {error[1]}"
             if error is None:
@@ -821,17 +885,21 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
             elif error[0] not in ("CheckError", "ExerciseNotSolved"):
                 res.problems.append(f"on the stub, the check raised {res.stub_message} instead of a CheckError")
         elif error is not None and error[0] != "ExerciseNotSolved":
-            report.problems.append(f"cell {i} crashes when nothing is solved: {error[0]}: {error[1][:200]} "
-                                   f"(start it with lab.require(...) if it uses an exercise's result)")
+            report.problems.append(
+                f"cell {i} crashes when nothing is solved: {error[0]}: {error[1][:200]} "
+                f"(start it with lab.require(...) if it uses an exercise's result)"
+            )
     return report
 
 
 def summary(report: Report) -> str:
     """A readable account of a :func:`verify` run (used by the CLI and the tests)."""
-    lines = [f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
-             f"{report.seconds:.1f} s" + (f" ({report.tail_cells} code cell(s) after the last check not run)"
-                                          if report.tail_cells else "")
-             + (f" ({report.demo_cells} demo cell(s) left to nbval)" if report.demo_cells else "")]
+    lines = [
+        f"{report.path.name}: {len(report.exercises)} exercise(s), {report.checks} check(s), "
+        f"{report.seconds:.1f} s"
+        + (f" ({report.tail_cells} code cell(s) after the last check not run)" if report.tail_cells else "")
+        + (f" ({report.demo_cells} demo cell(s) left to nbval)" if report.demo_cells else "")
+    ]
     for e in report.exercises:
         lines.append(f"  {e.label} (cell {e.cell}, check cell {e.check_cell})")
         if e.stub_raised:
@@ -845,17 +913,21 @@ def summary(report: Report) -> str:
 
 # --------------------------------------------------------------------------- CLI
 
+
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="The student edition of the lab's notebooks.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, text in (("build", "write the student edition (make student)"),
-                       ("prepare", "create missing student files only (make lab)")):
+    for name, text in (
+        ("build", "write the student edition (make student)"),
+        ("prepare", "create missing student files only (make lab)"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--src", type=Path, default=ROOT / "notebooks", help="solved notebooks (default notebooks/)")
         p.add_argument("--out", type=Path, default=ROOT / "student", help="student edition (default student/)")
         if name == "build":
-            p.add_argument("--force", action="store_true",
-                           help="overwrite edited student files too, after backing each up")
+            p.add_argument(
+                "--force", action="store_true", help="overwrite edited student files too, after backing each up"
+            )
     p = sub.add_parser("verify", help="run each notebook's student edition and its round trip")
     p.add_argument("notebooks", nargs="+", type=Path)
     p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
@@ -873,8 +945,7 @@ def main(argv: Iterable[str] | None = None) -> int:
         return 2
     status = 0
     for nb in args.notebooks:
-        report = (run_unsolved(nb) if args.command == "unsolved"
-                  else verify(nb, timeout=args.timeout, whole=args.whole))
+        report = run_unsolved(nb) if args.command == "unsolved" else verify(nb, timeout=args.timeout, whole=args.whole)
         print(summary(report), flush=True)
         status |= bool(report.all_problems)
     return status

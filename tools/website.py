@@ -14,6 +14,7 @@ Why nbconvert and not JupyterBook: nbconvert already comes with JupyterLab (no
 new dependency, no Sphinx build), renders exactly the stored outputs nbval
 checked, and eleven pages plus an index need no table-of-contents machinery.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,10 +31,12 @@ from nbconvert.filters.strings import clean_html
 from . import colab, student
 
 ROOT = Path(__file__).resolve().parent.parent
-STYLE = ("body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
-         "nav.lab{display:flex;gap:1rem;flex-wrap:wrap;padding:.6rem 1rem;background:#f3f4f6;"
-         "border-bottom:1px solid #ddd;font-family:system-ui,sans-serif;font-size:.95rem}"
-         "nav.lab a{color:#1f4fbf;text-decoration:none}li{margin:.6rem 0}.blurb{color:#555}")
+STYLE = (
+    "body{font-family:system-ui,sans-serif;max-width:60rem;margin:2rem auto;padding:0 1rem;color:#222}"
+    "nav.lab{display:flex;gap:1rem;flex-wrap:wrap;padding:.6rem 1rem;background:#f3f4f6;"
+    "border-bottom:1px solid #ddd;font-family:system-ui,sans-serif;font-size:.95rem}"
+    "nav.lab a{color:#1f4fbf;text-decoration:none}li{margin:.6rem 0}.blurb{color:#555}"
+)
 
 
 # Markup with no tag but div, pre, span and code, each with at most a class: what Pygments
@@ -60,9 +63,11 @@ def title_and_blurb(nb: nbformat.NotebookNode) -> tuple[str, str]:
 def nav(name: str, names: list[str]) -> str:
     """The bar at the top of a page: index, Colab, download, previous and next."""
     i = names.index(name)
-    links = ['<a href="index.html">All notebooks</a>',
-             f'<a href="{colab.colab_url(name)}">Open in Colab</a>',
-             f'<a href="student/{name}" download>Download the notebook</a>']
+    links = [
+        '<a href="index.html">All notebooks</a>',
+        f'<a href="{colab.colab_url(name)}">Open in Colab</a>',
+        f'<a href="student/{name}" download>Download the notebook</a>',
+    ]
     if i > 0:
         links.append(f'<a href="{Path(names[i - 1]).stem}.html">&larr; {Path(names[i - 1]).stem}</a>')
     if i + 1 < len(names):
@@ -85,22 +90,27 @@ def build(src: Path, out: Path) -> list[Path]:
         (out / "student" / path.name).write_bytes(student.generate(path))
         body, _ = exporter.from_notebook_node(public)
         title, blurb = title_and_blurb(source)
-        body = body.replace("<body", f"<body data-notebook=\"{path.stem}\"", 1)
-        body = re.sub(r"(<body[^>]*>)", lambda m: m.group(1) + nav(path.name, names), body, count=1)
+        body = body.replace("<body", f'<body data-notebook="{path.stem}"', 1)
+        body_start = re.search(r"<body[^>]*>", body).end()
+        body = body[:body_start] + nav(path.name, names) + body[body_start:]
         body = body.replace("<title>Notebook</title>", f"<title>{html.escape(title)}</title>")
         body = body.replace("</head>", f"<style>{STYLE.split('body{')[1].split('}', 1)[1]}</style></head>", 1)
         page = out / f"{path.stem}.html"
         page.write_text(body)
         pages.append(page)
-        entries.append(f'<li><a href="{page.name}">{html.escape(title)}</a> · <a href="{colab.colab_url(path.name)}">'
-                       f'Colab</a><div class="blurb">{html.escape(blurb)}</div></li>')
+        entries.append(
+            f'<li><a href="{page.name}">{html.escape(title)}</a> · <a href="{colab.colab_url(path.name)}">'
+            f'Colab</a><div class="blurb">{html.escape(blurb)}</div></li>'
+        )
     index = out / "index.html"
-    index.write_text(f"<!doctype html><html><head><meta charset=\"utf-8\"><title>PyTorch lab</title>"
-                     f"<style>{STYLE}</style></head><body><h1>The PyTorch lab</h1>"
-                     f"<p>Eleven notebooks, from the hardware under PyTorch to training on several GPUs. "
-                     f"Read them here with their outputs, or open one in Colab and solve its exercises: "
-                     f"every exercise has a check that says what it expected and what it got.</p>"
-                     f"<ol>{''.join(entries)}</ol></body></html>\n")
+    index.write_text(
+        f'<!doctype html><html><head><meta charset="utf-8"><title>PyTorch lab</title>'
+        f"<style>{STYLE}</style></head><body><h1>The PyTorch lab</h1>"
+        f"<p>Eleven notebooks, from the hardware under PyTorch to training on several GPUs. "
+        f"Read them here with their outputs, or open one in Colab and solve its exercises: "
+        f"every exercise has a check that says what it expected and what it got.</p>"
+        f"<ol>{''.join(entries)}</ol></body></html>\n"
+    )
     return [index, *pages]
 
 
