@@ -1,7 +1,6 @@
 """Pretrained models without surprises (notebook 08): torchvision weights from the torch hub cache,
 downloaded (hash checked by ``torch.hub``) only when the network is there; ImageNet top-k on a photo
 that ships with matplotlib; a digits CNN pre-trained offline in seconds, for transfer learning."""
-
 from __future__ import annotations
 
 import contextlib
@@ -43,9 +42,7 @@ def weights_file(arch: str, weights: Any) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / os.path.basename(_resolve(arch, weights).url)
 
 
-def load_pretrained(
-    arch: str, weights: Any, *, download: bool | None = None, timeout: float = 10.0
-) -> nn.Module | None:
+def load_pretrained(arch: str, weights: Any, *, download: bool | None = None, timeout: float = 10.0) -> nn.Module | None:
     """torchvision ``arch`` with ``weights``, in eval mode, or None after one line saying why. A missing
     file is downloaded if ``download`` (default: unless $LAB_OFFLINE is set)."""
     from torchvision import models
@@ -57,28 +54,22 @@ def load_pretrained(
         try:
             socket.setdefaulttimeout(timeout)
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.hub.download_url_to_file(
-                weights.url, str(path), hash_prefix=path.stem.rsplit("-", 1)[-1], progress=False
-            )
+            torch.hub.download_url_to_file(weights.url, str(path), hash_prefix=path.stem.rsplit("-", 1)[-1], progress=False)
         except (OSError, RuntimeError) as exc:  # no network, a timeout, or a wrong hash (nothing is left behind)
             why = f"cannot be downloaded ({str(getattr(exc, 'reason', exc)).strip().splitlines()[0][:80]})"
         finally:
             socket.setdefaulttimeout(old)
     name = f"{type(weights).__name__}.{weights.name}"
     if not path.is_file():
-        print(
-            f"{name} is not in the torch hub cache and {why}: put {path.name} (from {weights.url}) in "
-            f"{path.parent}{os.sep} and run this cell again; going on without it."
-        )
+        print(f"{name} is not in the torch hub cache and {why}: put {path.name} (from {weights.url}) in "
+              f"{path.parent}{os.sep} and run this cell again; going on without it.")
         return None
     try:
         torch.load(path, map_location="cpu", weights_only=True)  # tensors only, never pickled code
         return models.get_model(arch, weights=weights, progress=False).eval()
     except Exception as exc:  # truncated, pickled code, or the tensors of another network
-        return print(
-            f"{path} is there but is not a valid {name} file ({type(exc).__name__}): delete it and "
-            f"put the original file there; going on without it."
-        )
+        return print(f"{path} is there but is not a valid {name} file ({type(exc).__name__}): delete it and "
+                     f"put the original file there; going on without it.")
 
 
 def grace_hopper():
@@ -91,18 +82,14 @@ def grace_hopper():
 
 
 @torch.no_grad()
-def imagenet_topk(
-    model: nn.Module, weights: Any, image: Any = None, k: int = 5, device: torch.device | str = "cpu"
-) -> list[tuple[str, float]]:
+def imagenet_topk(model: nn.Module, weights: Any, image: Any = None, k: int = 5,
+                  device: torch.device | str = "cpu") -> list[tuple[str, float]]:
     """The ``k`` likeliest ImageNet classes of ``image`` (default: grace_hopper()), [(name, probability)]."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not 1 <= k <= len(weights.meta["categories"]):
         raise ValueError(f"k must be between 1 and {len(weights.meta['categories'])}, got {k}")
-    batch, was_training = (
-        weights.transforms()(grace_hopper() if image is None else image)[None].to(device),
-        model.training,
-    )
+    batch, was_training = weights.transforms()(grace_hopper() if image is None else image)[None].to(device), model.training
     top, _ = model.to(device).eval()(batch).softmax(dim=1)[0].cpu().topk(k), model.train(was_training)
     return [(weights.meta["categories"][i], float(p)) for p, i in zip(top.values.tolist(), top.indices.tolist())]
 
@@ -118,10 +105,8 @@ def transfer_digits(per_class: int = 3, *, seed: int = 0) -> dict[str, TensorDat
     if isinstance(per_class, bool) or not isinstance(per_class, int) or not 1 <= per_class <= min(map(len, pools)):
         raise ValueError(f"per_class must be an int from 1 to {min(map(len, pools))}, got {per_class!r}")
     small = torch.cat([pool[torch.randperm(len(pool), generator=g)[:per_class]] for pool in pools]).sort().values
-    return {
-        name: TensorDataset(images[idx], labels[idx])
-        for name, idx in (("source", part_a), ("target_train", small), ("target_val", val_idx))
-    }
+    return {name: TensorDataset(images[idx], labels[idx])
+            for name, idx in (("source", part_a), ("target_train", small), ("target_val", val_idx))}
 
 
 def pretrain_digits_cnn(*, epochs: int = 10, seed: int = 0, lr: float = 3e-3, batch_size: int = 64) -> DigitsCNN:
@@ -132,8 +117,6 @@ def pretrain_digits_cnn(*, epochs: int = 10, seed: int = 0, lr: float = 3e-3, ba
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = DigitsCNN()
-        loader = DataLoader(
-            transfer_digits()["source"], batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
-        )
+        loader = DataLoader(transfer_digits()["source"], batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
         fit(model, loader, torch.optim.Adam(model.parameters(), lr=lr), epochs=epochs, device="cpu")
     return model.eval()

@@ -8,7 +8,6 @@ Example:
     >>> len(seconds), seconds[0] >= 8 * 0.001
     (1, True)
 """
-
 from __future__ import annotations
 
 import functools
@@ -30,12 +29,7 @@ class SlowDataset(Dataset):
     def __init__(self, base: Dataset, delay: float = 0.002, mode: str = "sleep") -> None:
         if not (hasattr(base, "__getitem__") and hasattr(base, "__len__")):
             raise TypeError(f"base must be a map-style dataset, got {type(base).__name__}")
-        if (
-            isinstance(delay, bool)
-            or not isinstance(delay, (int, float))
-            or not delay >= 0
-            or mode not in ("sleep", "spin")
-        ):
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0 or mode not in ("sleep", "spin"):
             raise ValueError(f"delay must be seconds >= 0 and mode 'sleep' or 'spin', got {delay!r}, {mode!r}")
         self.base, self.delay, self.mode = base, float(delay), mode
 
@@ -69,9 +63,8 @@ class SyntheticImages(Dataset):
         return torch.rand(self.shape, generator=g), int(torch.randint(self.num_classes, (), generator=g))
 
 
-def time_loader(
-    loader: DataLoader, *, epochs: int = 1, device: torch.device | str | None = None, non_blocking: bool = False
-) -> list[float]:
+def time_loader(loader: DataLoader, *, epochs: int = 1, device: torch.device | str | None = None,
+                non_blocking: bool = False) -> list[float]:
     """Seconds of each of ``epochs`` passes over ``loader``; with ``device``, each batch is moved there."""
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be an int >= 1, got {epochs!r}")
@@ -91,21 +84,13 @@ def time_loader(
 def worker_speedup(mode: str, items: int = 24, delay: float = 0.01) -> float:
     """Epoch time with 0 workers / with 2 workers over a slow dataset, with this process (and so its
     workers) pinned to one core where the OS allows it (Linux)."""
-    ds, cores = (
-        SlowDataset(SyntheticImages(items, shape=(1,)), delay, mode),
-        getattr(os, "sched_getaffinity", lambda _: None)(0),
-    )
+    ds, cores = SlowDataset(SyntheticImages(items, shape=(1,)), delay, mode), getattr(os, "sched_getaffinity", lambda _: None)(0)
     with warnings.catch_warnings():  # on one core, torch warns that 2 workers are more than it suggests: we know
         warnings.filterwarnings("ignore", "This DataLoader will create")
         try:
             _ = os.sched_setaffinity(0, {min(cores)}) if cores else None
-            loader = DataLoader(
-                ds,
-                batch_size=4,
-                num_workers=2,
-                persistent_workers=True,
-                multiprocessing_context="fork" if cores else None,
-            )  # other programs on the core slow
+            loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=True,
+                                multiprocessing_context="fork" if cores else None)  # other programs on the core slow
             rounds = [(time_loader(DataLoader(ds, batch_size=4))[0], time_loader(loader)[0]) for _ in range(5)]
             return min(a for a, _ in rounds) / min(w for _, w in rounds[1:])  # a pass: the best of interleaved ones
         finally:

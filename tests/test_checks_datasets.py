@@ -1,6 +1,5 @@
 """Checks of notebook 07: evaluate and train (one test per named mistake, from one spec),
 the workers prediction (measured), and the capstone on held-out digits."""
-
 import time
 
 import pytest
@@ -18,11 +17,9 @@ DEVICE = lab.pick_device()
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
 
 
-def make_evaluate(
-    eval_mode=True, no_grad=True, back_to_train=True, per_batch=False, count=False, percent=False, tensors=False
-):
+def make_evaluate(eval_mode=True, no_grad=True, back_to_train=True, per_batch=False, count=False,
+                  percent=False, tensors=False):
     """A student's evaluate with the listed mistakes switched on."""
-
     def evaluate(model, loader):
         _ = model.eval() if eval_mode else None
         loss_sum, correct, total, batches = 0.0, 0, 0, 0
@@ -38,22 +35,12 @@ def make_evaluate(
         loss = loss_sum / (batches if per_batch else total)
         acc = correct if count else correct / total * (100 if percent else 1)
         return (torch.tensor(loss), torch.tensor(acc)) if tensors else (loss, acc)
-
     return evaluate
 
 
-def make_train(
-    train_mode=True,
-    zero_grad=True,
-    step=True,
-    sched_per_epoch=False,
-    epoch_steps=False,
-    tensors=False,
-    returns=True,
-    evaluate=make_evaluate(),
-):
+def make_train(train_mode=True, zero_grad=True, step=True, sched_per_epoch=False, epoch_steps=False,
+               tensors=False, returns=True, evaluate=make_evaluate()):
     """A student's train with the listed mistakes switched on."""
-
     def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
         history, n = {"loss": [], "val_loss": [], "val_acc": []}, 0
         for epoch in range(epochs):
@@ -80,7 +67,6 @@ def make_train(
             for tag, value in (("accuracy/train", correct / seen), ("accuracy/val", val_acc), ("loss/val", val_loss)):
                 writer.add_scalar(tag, value, at)
         return history if returns else None
-
     return train
 
 
@@ -137,20 +123,8 @@ def test_bad_answers_to_the_loop_check_are_check_errors(bad, monkeypatch):
 
 # ---------------------------------------------------------------- the workers prediction
 
-
-@pytest.mark.parametrize(
-    "answer",
-    [
-        ("faster", "faster"),
-        ("not faster", "not faster"),
-        ("not faster", "faster"),
-        None,
-        "faster",
-        ["fast", "slow"],
-        float("nan"),
-        ("faster",),
-    ],
-)
+@pytest.mark.parametrize("answer", [("faster", "faster"), ("not faster", "not faster"), ("not faster", "faster"),
+                                    None, "faster", ["fast", "slow"], float("nan"), ("faster",)])
 def test_wrong_or_malformed_predictions_fail(answer, monkeypatch):
     monkeypatch.setattr(ds, "worker_speedup", lambda mode: 1.9 if mode == "sleep" else 1.0)
     with pytest.raises(core.CheckError):
@@ -159,12 +133,9 @@ def test_wrong_or_malformed_predictions_fail(answer, monkeypatch):
 
 def test_the_prediction_is_measured(capsys, monkeypatch):
     from labsupport import slowdata
-
     measured = []  # a real measurement, on 16 items: 4 batches, 2 for each worker
-    monkeypatch.setattr(
-        ds, "worker_speedup", lambda mode: measured.append(mode) or slowdata.worker_speedup(mode, items=16)
-    )
-    lab.check_workers_prediction(["faster", "not faster"])  # a list counts like a tuple
+    monkeypatch.setattr(ds, "worker_speedup", lambda mode: measured.append(mode) or slowdata.worker_speedup(mode, items=16))
+    lab.check_workers_prediction(["faster", "not faster"])       # a list counts like a tuple
     assert measured == ["sleep", "spin"]
     assert "('faster', 'not faster') is right" in capsys.readouterr().out
 
@@ -175,10 +146,8 @@ def test_spin_workers_on_one_core_do_not_help():
 
 # ---------------------------------------------------------------- the capstone
 
-
 def make_capstone(epochs=3, eval_mode=True, estimate="val", sleep=0.0, nan=False):
     """A quick capstone solution (an MLP) with the listed mistakes switched on."""
-
     def train_capstone(images, labels):
         torch.manual_seed(0)
         val, fit = torch.arange(200), torch.arange(200, len(labels))
@@ -195,7 +164,6 @@ def make_capstone(epochs=3, eval_mode=True, estimate="val", sleep=0.0, nan=False
             acc = (model(images[part]).argmax(1) == labels[part]).float().mean().item()
             _ = [p.fill_(float("nan")) for p in model.parameters()] if nan else None
         return model, acc
-
     return train_capstone
 
 
@@ -205,15 +173,12 @@ def test_a_good_capstone_passes(capsys):
     assert result["accuracy"] >= 0.97 and 0 < result["cpu_seconds"] < 30
 
 
-@pytest.mark.parametrize(
-    "flags, fragment",
-    [
-        (dict(eval_mode=False), "training mode"),
-        (dict(epochs=1), "below the target"),
-        (dict(epochs=20, estimate="train"), "measured on images the model trained on"),
-        (dict(nan=True), "not finite"),
-    ],
-)
+@pytest.mark.parametrize("flags, fragment", [
+    (dict(eval_mode=False), "training mode"),
+    (dict(epochs=1), "below the target"),
+    (dict(epochs=20, estimate="train"), "measured on images the model trained on"),
+    (dict(nan=True), "not finite"),
+])
 def test_each_capstone_mistake_is_named(flags, fragment):
     with pytest.raises(core.CheckError) as err:
         lab.check_capstone(make_capstone(**flags))
@@ -226,19 +191,8 @@ def test_the_capstone_time_budget(monkeypatch):
         lab.check_capstone(make_capstone(epochs=1))
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        None,
-        [1, 2],
-        "model",
-        _raises,
-        _never,
-        lambda x, y: (nn.Linear(64, 10), 0.9),
-        lambda x, y: (None, 0.9),
-        lambda x, y: nn.Flatten(),
-    ],
-)
+@pytest.mark.parametrize("bad", [None, [1, 2], "model", _raises, _never, lambda x, y: (nn.Linear(64, 10), 0.9),
+                                 lambda x, y: (None, 0.9), lambda x, y: nn.Flatten()])
 def test_bad_capstone_answers_are_check_errors(bad, monkeypatch):
     monkeypatch.setattr(ds, "BUDGET", 0.2)
     monkeypatch.setattr(core, "TIME_LIMIT", 0.5)  # how long _never runs
