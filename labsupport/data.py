@@ -120,6 +120,8 @@ class DigitsDataset(Dataset):
         if split != "all":
             idx = digits_split(len(self.labels), val_fraction, seed)[split == "val"]
             self.images, self.labels = self.images[idx], self.labels[idx]
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be a function of an image (or None), got {type(transform).__name__}")
         self.split, self.transform = split, transform
 
     def __len__(self) -> int:
@@ -127,4 +129,24 @@ class DigitsDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         image = self.images[index]
-        return (self.transform(image) if self.transform else image), int(self.labels[index])
+        if self.transform is not None:
+            image = _transformed(self.transform, image, index)
+        return image, int(self.labels[index])
+
+
+#: Seconds one call of a DigitsDataset transform may take before it is stopped.
+TRANSFORM_LIMIT = 10.0
+
+
+def _transformed(transform: Callable[[torch.Tensor], torch.Tensor], image: torch.Tensor, index: int) -> torch.Tensor:
+    """``transform(image)``, stopped with a TimeoutError after TRANSFORM_LIMIT s; where a time limit
+    already runs (time_loader, a check), that one stays in charge."""
+    import signal
+
+    from .checks.running import stopped_after
+
+    if hasattr(signal, "getitimer") and signal.getitimer(signal.ITIMER_REAL)[0] > 0:
+        return transform(image)
+    why = "a transform that never returns (a loop whose condition never changes?)"
+    with stopped_after(TRANSFORM_LIMIT, f"the transform of item {index}", why):
+        return transform(image)

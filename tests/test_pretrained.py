@@ -1,6 +1,7 @@
 """labsupport.pretrained (offline-first weights loader, ImageNet top-k, digits
 transfer data and pre-training) and the notebook 08 check. No network: the
 weights file is a state dict made here and put in a temporary hub cache."""
+
 import pathlib
 import urllib.error
 
@@ -10,7 +11,6 @@ from torch import nn
 from torchvision.models import ResNet18_Weights, VGG16_Weights, resnet18
 
 import labsupport as lab
-import labsupport.pretrained as pretrained
 
 W = ResNet18_Weights.IMAGENET1K_V1
 FILE = "resnet18-f37072fd.pth"
@@ -19,7 +19,7 @@ FILE = "resnet18-f37072fd.pth"
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
     """An empty torch hub cache under tmp_path (via $TORCH_HOME); downloads off."""
-    monkeypatch.setattr(torch.hub, "_hub_dir", None)   # follow $TORCH_HOME, as by default
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)  # follow $TORCH_HOME, as by default
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     monkeypatch.setenv("LAB_OFFLINE", "1")
     checkpoints = tmp_path / "hub" / "checkpoints"
@@ -38,6 +38,7 @@ def _place(checkpoints, obj, name=FILE):
 
 
 # ---------------------------------------------------------------- the weights loader
+
 
 def test_uncached_and_offline_prints_one_line_naming_file_and_folder(hub, capsys):
     assert lab.load_pretrained("resnet18", W) is None
@@ -67,8 +68,7 @@ def test_failed_download_is_one_line_and_leaves_no_file(hub, capsys, monkeypatch
 
 def test_download_false_never_touches_the_network(hub, monkeypatch, capsys):
     monkeypatch.delenv("LAB_OFFLINE")
-    monkeypatch.setattr(torch.hub, "urlopen",
-                        lambda *a, **k: pytest.fail("download=False must not download"))
+    monkeypatch.setattr(torch.hub, "urlopen", lambda *a, **k: pytest.fail("download=False must not download"))
     assert lab.load_pretrained("resnet18", W, download=False) is None
     assert "downloads are off" in capsys.readouterr().out
 
@@ -86,7 +86,7 @@ def test_cached_state_dict_is_loaded(hub, capsys):
 
 def test_hub_set_dir_is_honoured(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
-    torch.hub.set_dir(str(tmp_path / "elsewhere"))   # undone by monkeypatch
+    torch.hub.set_dir(str(tmp_path / "elsewhere"))  # undone by monkeypatch
     assert lab.weights_file("resnet18", "DEFAULT") == tmp_path / "elsewhere" / "checkpoints" / FILE
     reference = _local_resnet18(seed=3)
     _place(tmp_path / "elsewhere" / "checkpoints", reference.state_dict())
@@ -94,10 +94,13 @@ def test_hub_set_dir_is_honoured(tmp_path, monkeypatch, capsys):
     assert torch.equal(model.fc.weight, reference.fc.weight)
 
 
-@pytest.mark.parametrize("content, why", [
-    (b"not a checkpoint", "UnpicklingError"),
-    ({"weight": torch.zeros(2)}, "RuntimeError"),
-])
+@pytest.mark.parametrize(
+    "content, why",
+    [
+        (b"not a checkpoint", "UnpicklingError"),
+        ({"weight": torch.zeros(2)}, "RuntimeError"),
+    ],
+)
 def test_a_bad_file_in_the_cache_is_reported_not_raised(hub, capsys, content, why):
     if isinstance(content, bytes):
         hub.mkdir(parents=True)
@@ -118,13 +121,21 @@ def test_a_file_holding_code_is_refused(hub, capsys):
     assert "(UnpicklingError)" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("arch, weights, error, text", [
-    ("resnet1", "IMAGENET1K_V1", ValueError, "torchvision has no model called 'resnet1'"),
-    ("resnet18", "IMAGENET9K", ValueError, "'IMAGENET9K' are not weights for resnet18: choose one of IMAGENET1K_V1"),
-    ("resnet18", VGG16_Weights.IMAGENET1K_V1, ValueError, "are not weights for resnet18"),
-    ("resnet18", None, ValueError, "are not weights for resnet18"),
-    (resnet18, W, TypeError, "arch must be a torchvision model name"),
-])
+@pytest.mark.parametrize(
+    "arch, weights, error, text",
+    [
+        ("resnet1", "IMAGENET1K_V1", ValueError, "torchvision has no model called 'resnet1'"),
+        (
+            "resnet18",
+            "IMAGENET9K",
+            ValueError,
+            "'IMAGENET9K' are not weights for resnet18: choose one of IMAGENET1K_V1",
+        ),
+        ("resnet18", VGG16_Weights.IMAGENET1K_V1, ValueError, "are not weights for resnet18"),
+        ("resnet18", None, ValueError, "are not weights for resnet18"),
+        (resnet18, W, TypeError, "arch must be a torchvision model name"),
+    ],
+)
 def test_bad_arguments_say_what_is_wrong(hub, arch, weights, error, text):
     with pytest.raises(error, match=text.replace("(", r"\(")):
         lab.load_pretrained(arch, weights)
@@ -144,6 +155,7 @@ def test_a_download_with_the_wrong_hash_leaves_nothing(hub, capsys, monkeypatch)
 
 
 # ---------------------------------------------------------------- ImageNet inference
+
 
 def test_grace_hopper_ships_with_matplotlib():
     image = lab.grace_hopper()
@@ -172,6 +184,7 @@ def test_imagenet_topk_rejects_bad_arguments():
 
 
 # ---------------------------------------------------------------- transfer learning data and pre-training
+
 
 def _rows(dataset):
     return {tuple(row.tolist()) for row in dataset.tensors[0].reshape(len(dataset), -1)}
@@ -215,81 +228,5 @@ def test_pretrained_digits_cnn_is_good_on_held_out_digits():
     assert lab.evaluate(model, val) > 0.93
 
 
-# ---------------------------------------------------------------- notebook 08's checks
-
-def test_the_vgg_share_is_counted(capsys):
-    lab.check_vgg_share_prediction(0.9)
-    assert capsys.readouterr().out.startswith("PASS  the share of VGG16's parameters in its Linear layers: 0.89")
-
-
-@pytest.mark.parametrize("answer", [89, 0.5, None, "0.89", [0.89], float("nan")])
-def test_wrong_vgg_shares_fail(answer):
-    with pytest.raises(lab.CheckError):
-        lab.check_vgg_share_prediction(answer)
-
-
-def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, optimizer="head", nan=False):
-    """prepare_for_transfer with the listed mistakes switched on."""
-    def prepare(model, num_classes):
-        model.requires_grad_(not freeze)
-        if replace:
-            model.fc = nn.Linear(model.fc.in_features, classes or num_classes)
-        model.fc.requires_grad_(not freeze_head)
-        if nan:
-            torch.nn.init.constant_(model.fc.weight, float("nan"))
-        params = {"head": model.fc.parameters(), "all": model.parameters()}[optimizer]
-        return model, torch.optim.SGD(params, lr=0.01)
-    return prepare
-
-
-def make_step(eval_mode=True):
-    def step(model, optimizer, images, labels):
-        model.eval() if eval_mode else model.train()
-        model.fc.train()
-        loss = nn.functional.cross_entropy(model(images), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.item()
-    return step
-
-
-def test_check_transfer_passes_the_reference(capsys):
-    lab.check_transfer(make_prepare(), make_step())
-    assert capsys.readouterr().out.startswith("PASS  transfer: backbone and batch-norm statistics frozen")
-
-
-@pytest.mark.parametrize("prepare, step, fragment", [
-    (make_prepare(replace=False), make_step(), "model.fc must be a new nn.Linear"),
-    (make_prepare(classes=10), make_step(), "Linear(512, 3)"),
-    (make_prepare(freeze=False, optimizer="all"), make_step(), "the backbone is not frozen"),
-    (make_prepare(), make_step(eval_mode=False), "batch norm's running statistics still update"),
-    (make_prepare(freeze_head=True), make_step(), "the head is frozen too"),
-    (make_prepare(nan=True), make_step(), "not finite"),
-    (make_prepare(optimizer="all"), make_step(), "parameters that are not the new head's"),
-], ids=["head-not-replaced", "wrong-out-features", "backbone-not-frozen", "bn-stats-update", "head-frozen",
-        "nan-head", "optimizer-over-all"])
-def test_check_transfer_names_the_mistake(prepare, step, fragment):
-    with pytest.raises(lab.CheckError) as info:
-        lab.check_transfer(prepare, step)
-    assert fragment in str(info.value)
-
-
-def _raises(*args):
-    raise RuntimeError("boom")
-
-
-def _never(*args):
-    while True:
-        pass
-
-
-@pytest.mark.parametrize("bad", [None, [1, 2], "prepare", _raises, _never, lambda m, n: m,
-                                 lambda m, n: (m, None), lambda *a: float("nan")])
-def test_bad_answers_to_check_transfer_are_check_errors(bad, monkeypatch):
-    import labsupport.checks.core as core
-
-    monkeypatch.setattr(core, "TIME_LIMIT", 0.5)
-    for args in ((bad, make_step()), (make_prepare(), bad)):
-        with pytest.raises(lab.CheckError):
-            lab.check_transfer(*args)
+# ---------------------------------------------------------------- notebook 08's checks (moved)
+# The checks of notebook 08 are tested in tests/test_checks_pretrained.py.

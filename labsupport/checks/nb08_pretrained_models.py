@@ -1,80 +1,425 @@
-"""Checks for notebook 08: where VGG16's parameters are (predicted, then counted here), and a
-torchvision ResNet made ready for feature extraction: what is frozen stays exactly as it was."""
+"""Checks of notebook 08: where VGG16's parameters are (08.1, predicted, then counted here), and a
+torchvision ResNet made ready for feature extraction (08.2): what is frozen stays exactly as it was,
+and the head learns as one step of the student's own optimizer says it should."""
+
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
+import math
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .core import CheckError, check_prediction, describe, exercise, expect_tensor, passed, read_prediction, run_student
+from .core import (
+    CheckError,
+    Mistake,
+    as_number,
+    check_prediction,
+    compare,
+    describe,
+    exercise,
+    expect_function,
+    expect_tensor,
+    first_mistake,
+    mistake_error,
+    passed,
+    read_prediction,
+    run_student,
+)
 
 __all__ = ["check_vgg_share_prediction", "check_transfer"]
+
+STEPS = 3  # 08.2: training steps per case
+CLASSES = (3, 7)  # 08.2: the cases
 
 
 @exercise("08.1", "where VGG16's parameters are (predict, then count)")
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     from torchvision.models import vgg16
-    prediction = read_prediction("the share of VGG16's parameters in its Linear layers", prediction)
+
+    name = "the share of VGG16's parameters in its Linear layers"
+    share = as_number(read_prediction(name, prediction), name)
+    if not 0 <= share <= 1:
+        raise CheckError(
+            f"{name}: answer with a fraction between 0 and 1",
+            got=repr(share),
+            hint="a share of 45% is written 0.45",
+            usage=True,
+        )
     with torch.device("meta"):
         model = vgg16(weights=None)
     linear = sum(p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters())
-    check_prediction("the share of VGG16's parameters in its Linear layers", prediction,
-                     round(linear / sum(p.numel() for p in model.parameters()), 2), rel=0.05,
-                     why="The first Linear layer alone maps 512 x 7 x 7 = 25088 features to 4096 outputs: "
-                         "103 M weights; the 13 convolutions hold 15 M. (Give a fraction, not a percentage.)")
+    total = sum(p.numel() for p in model.parameters())
+    actual = round(linear / total, 2)
+    check_prediction(
+        name,
+        share,
+        actual,
+        rel=0.05,
+        why="The first Linear layer alone maps 512 x 7 x 7 = 25088 features to 4096 outputs: 103 M weights; "
+        "the 13 convolutions hold 15 M.",
+        mistakes={
+            round(1 - actual, 2): "That is the convolutions' share: they do most of the arithmetic, "
+            "but hold few parameters."
+        },
+        ask="which single layer holds most of them, and what about its input makes it so large? Why does a "
+        "convolution with many more multiplications need so few weights?",
+    )
+
+
+# ---------------------------------------------------------------- 08.2 freeze, then a new head
 
 
 @functools.lru_cache(maxsize=1)
 def _resnet18() -> nn.Module:
+    """A ResNet-18 with random weights: the same layers as a pretrained one, batch norm included."""
     from torchvision.models import resnet18
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        return resnet18(weights=None)  # stands in for a pretrained one: same layers, batch norm included
+        return resnet18(weights=None)
 
 
-def _fail(hint: str) -> None:
-    raise CheckError("the model is not ready for feature extraction", hint=hint)
+def _prepared(prepare: Any, n: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
+    """The student's (model, optimizer) for ``n`` classes, and the head the model had before."""
+    __tracebackhide__ = True
+    model = copy.deepcopy(_resnet18())
+    old_head = model.fc
+    got = run_student(prepare, model, n, what="prepare_for_transfer(model, num_classes)")
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise CheckError(
+            "prepare_for_transfer must return (model, optimizer)",
+            got=describe(got),
+            hint="end with `return model, optimizer`",
+            usage=True,
+        )
+    model, optimizer = got
+    if not isinstance(model, nn.Module) or not isinstance(optimizer, torch.optim.Optimizer):
+        raise CheckError(
+            "prepare_for_transfer must return (model, optimizer), in this order",
+            expected="(an nn.Module, a torch.optim optimizer)",
+            got=f"({describe(model)}, {describe(optimizer)})",
+            usage=True,
+        )
+    head = getattr(model, "fc", None)
+    if not isinstance(head, nn.Module):
+        raise CheckError("the model has no head model.fc", got=describe(head), hint="replace model.fc", usage=True)
+    return model, optimizer, old_head
+
+
+def _probe(model: nn.Module, n: int) -> None:
+    """The model's output on two images must have one score per class."""
+    __tracebackhide__ = True
+    weight = next(model.parameters(), torch.empty(0))
+    if weight.device.type == "meta":
+        raise CheckError("the model is on the meta device, which holds no weights", usage=True)
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = run_student(model, torch.zeros(2, 3, 32, 32, device=weight.device), what="your model")
+    finally:
+        for module, training in modes.items():
+            module.train(training)
+    out = expect_tensor(out, "the model's output")
+    if out.dim() != 2 or out.shape[1] != n:
+        mistake = Mistake(
+            "wrong number of classes",
+            None,
+            "the new head must have one output per class: nn.Linear(model.fc.in_features, num_classes)",
+        )
+        raise mistake_error(
+            f"the model's output has the wrong shape for {n} classes",
+            mistake,
+            expected=f"(2, {n})",
+            got=str(tuple(out.shape)),
+        )
+
+
+def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_head: nn.Module) -> CheckError | None:
+    """A replaced head, a frozen backbone, and an SGD optimizer (lr 0.01) that holds the head."""
+    head = model.fc
+    if head is old_head:
+        mistake = Mistake(
+            "head not replaced",
+            None,
+            "model.fc is still the pretrained 1000-class layer: assign a new nn.Linear to model.fc",
+            look="model.fc = nn.Linear(model.fc.in_features, num_classes)",
+        )
+        return mistake_error("the model still has its old head", mistake, expected="a new model.fc", got="the old one")
+    head_ids = {id(p) for p in head.parameters()}
+    backbone = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in head_ids]
+    if backbone:
+        mistake = Mistake(
+            "backbone not frozen",
+            None,
+            "the backbone's parameters still require grad: freeze them (requires_grad_(False)) before you add the head",
+            look="model.requires_grad_(False)",
+        )
+        return mistake_error(
+            f"{len(backbone)} backbone parameters still require grad",
+            mistake,
+            expected="only the head's parameters require grad",
+            got=", ".join(backbone[:3]) + (", ..." if len(backbone) > 3 else ""),
+        )
+    if not all(p.requires_grad for p in head.parameters()):
+        mistake = Mistake(
+            "head frozen",
+            None,
+            "the new head was frozen too: freeze the backbone first, then replace the head (a new layer requires grad)",
+        )
+        return mistake_error("the new head does not require grad", mistake, expected="requires_grad=True", got="False")
+    return _optimizer_error(optimizer, head, old_head)
+
+
+def _optimizer_error(optimizer: torch.optim.Optimizer, head: nn.Module, old_head: nn.Module) -> CheckError | None:
+    """The optimizer must update the head (frozen parameters in it do no harm): SGD, lr 0.01."""
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    if not {id(p) for p in head.parameters()} <= held:
+        old = any(id(p) in held for p in old_head.parameters())
+        if old:
+            why = "the optimizer was created before the head was replaced: it updates the old head's parameters"
+            mistake = Mistake("optimizer over the old head", None, why)
+        else:
+            why = "the optimizer holds none of the new head's parameters: give it model.fc.parameters()"
+            mistake = Mistake("head not in the optimizer", None, why)
+        got = "the old head's parameters" if old else f"{len(held)} parameters, none of the new head's"
+        return mistake_error("the optimizer does not hold the new head's parameters", mistake, got=got)
+    lrs = {group["lr"] for group in optimizer.param_groups if any(id(p) in held for p in head.parameters())}
+    plain_lrs = {float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()) for lr in lrs}
+    if not isinstance(optimizer, torch.optim.SGD) or any(not math.isclose(lr, 0.01) for lr in plain_lrs):
+        mistake = Mistake("optimizer settings", None, "the exercise asks for SGD with learning rate 0.01")
+        got = f"{type(optimizer).__name__} with lr {sorted(plain_lrs)}"
+        return mistake_error("the optimizer is not the one asked for", mistake, expected="SGD, lr=0.01", got=got)
+    return None
+
+
+class Mirror:
+    """A copy of the student's model and optimizer that takes the reference step from the student's state."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model = copy.deepcopy(model)
+        index = {id(p): i for i, p in enumerate(model.parameters())}
+        params = list(self.model.parameters())
+        groups = []
+        for group in optimizer.param_groups:
+            settings = {key: value for key, value in group.items() if key != "params"}
+            groups.append({**settings, "params": [params[index[id(p)]] for p in group["params"]]})
+        self.optimizer = type(optimizer)(groups)
+
+    def step(
+        self, state: Snapshot, images: torch.Tensor, labels: torch.Tensor, *, zero_grad: bool = True, scale: float = 1.0
+    ) -> tuple[list[torch.Tensor], float]:
+        """One step from the student's state before its step; returns the head's parameters and the loss."""
+        head = self.model.fc
+        with torch.no_grad():
+            for p, before in zip(head.parameters(), state.head):
+                p.copy_(before)
+        for p, grad in zip(head.parameters(), state.grads):
+            p.grad = grad.clone() if grad is not None and not zero_grad else None
+        self.optimizer.load_state_dict(copy.deepcopy(state.optimizer))  # the step changes its buffers in place
+        self.model.eval()
+        head.train(state.head_training)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(state.seed)
+            loss = F.cross_entropy(self.model(images), labels)
+        (loss * scale).backward()
+        self.optimizer.step()
+        return [p.detach().clone() for p in head.parameters()], float(loss.detach())
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The student's head and optimizer just before one of its steps."""
+
+    head: list[torch.Tensor]
+    grads: list[torch.Tensor | None]
+    optimizer: dict
+    seed: int
+    head_training: bool = True
+
+
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> Snapshot:
+    head = list(model.fc.parameters())
+    grads = [None if p.grad is None else p.grad.detach().clone() for p in head]
+    return Snapshot([p.detach().clone() for p in head], grads, copy.deepcopy(optimizer.state_dict()), seed)
+
+
+def _frozen_error(model: nn.Module, step: int) -> CheckError | None:
+    """After a step, every backbone parameter and buffer must hold what the pretrained model held."""
+    original = _resnet18().state_dict()
+    now = model.state_dict()
+    moved = [
+        k for k, v in original.items() if not k.startswith("fc.") and (k not in now or not torch.equal(v, now[k].cpu()))
+    ]
+    if not moved:
+        return None
+    statistics = [k for k in moved if "running_" in k or "num_batches" in k]
+    if statistics and len(statistics) == len(moved):
+        mistake = Mistake(
+            "batch norm in training mode",
+            None,
+            "batch norm's running statistics still update: the model is in training mode during the step; "
+            "put the backbone (or the whole model) in eval mode: only the head learns",
+            look="model.eval()  # in transfer_step, before the forward pass",
+        )
+        return mistake_error(
+            f"after step {step} the backbone's batch-norm statistics changed",
+            mistake,
+            expected="every backbone buffer as it was",
+            got=f"{len(statistics)} buffers changed, e.g. {statistics[0]}",
+        )
+    return CheckError(
+        f"after step {step} the backbone changed",
+        expected="every backbone parameter and buffer as it was",
+        got=f"{len(moved)} changed, e.g. {moved[0]}",
+        hint="only the head may learn: what else updates the backbone's weights in your step?",
+    )
+
+
+def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tuple) -> list[Mistake]:
+    """Known wrong updates of the head in this step (computed only when the update is wrong)."""
+    head = list(model.fc.parameters())
+    unchanged = all(torch.equal(p.detach(), b) for p, b in zip(head, state.head))
+    if unchanged:
+        has_grad = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in head)
+        if has_grad:
+            return [
+                Mistake(
+                    "optimizer.step() missing",
+                    _always,
+                    "optimizer.step() is not called: the gradients are there, but nothing applies them",
+                    look="optimizer.step()  # after loss.backward()",
+                )
+            ]
+        return [
+            Mistake(
+                "no gradient at step",
+                _always,
+                "the step found no gradients: loss.backward() is missing, "
+                "or zero_grad() runs between backward() and step()",
+                look="zero_grad(), backward(), step()",
+            )
+        ]
+    unzeroed, _ = mirror.step(state, *batch, zero_grad=False)
+    summed, _ = mirror.step(state, *batch, scale=float(len(batch[1])))
+    return [
+        Mistake(
+            "zero_grad missing",
+            _close_to(unzeroed),
+            "optimizer.zero_grad() is missing: this step added its gradients to those of the steps before",
+            look="optimizer.zero_grad()  # before loss.backward()",
+        ),
+        Mistake(
+            "loss summed over the batch",
+            _close_to(summed),
+            "the loss is summed over the batch, not averaged: "
+            "cross-entropy's default (the mean) keeps the step size independent of the batch size",
+        ),
+    ]
+
+
+def _always(got: Any) -> bool:
+    return True
+
+
+def _close_to(params: list[torch.Tensor]) -> Any:
+    """A predicate: is the student's head (a list of tensors) within float error of ``params``?"""
+
+    def close(got: Any) -> bool:
+        return all(torch.allclose(g.cpu(), p.cpu(), rtol=1e-4, atol=1e-6) for g, p in zip(got, params))
+
+    return close
+
+
+def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple, loss: Any, step: int) -> None:
+    """The head's parameters and the returned loss after one step, against the mirror's reference step."""
+    __tracebackhide__ = True
+    want, want_loss = mirror.step(state, *batch)
+    head = [p.detach() for p in model.fc.parameters()]
+    where = f"after step {step}"
+    for (name, got), expected in zip(model.fc.named_parameters(), want):
+        try:
+            compare(f"the head's {name}", got.detach(), expected, rtol=1e-4, atol=1e-6, where=where)
+        except CheckError as err:
+            mistake = first_mistake(head, _head_mistakes(mirror, state, model, batch))
+            if mistake is None:
+                raise
+            raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+    if isinstance(loss, torch.Tensor):
+        mistake = Mistake(
+            "loss returned as a tensor",
+            None,
+            "the prompt asks for the loss as a number: .item() "
+            "turns a one-element tensor into a float (a tensor keeps its whole graph alive)",
+            look="return loss.item()",
+        )
+        raise mistake_error("transfer_step returned a tensor", mistake, expected="a Python float", got=describe(loss))
+    if loss is None:
+        raise CheckError(
+            "transfer_step returned None",
+            expected="the loss, a float",
+            got="None",
+            hint="end with `return loss.item()`",
+            usage=True,
+        )
+    value = as_number(loss, "transfer_step's loss")
+    compare("transfer_step's loss", torch.tensor(float(value)), torch.tensor(want_loss), rtol=1e-4, where=where)
+
+
+def _mirror(model: nn.Module, optimizer: torch.optim.Optimizer) -> Mirror:
+    __tracebackhide__ = True
+    try:
+        return Mirror(model, optimizer)
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise CheckError(
+            f"the check could not take a reference step with your optimizer ({type(exc).__name__}: {exc})",
+            hint="create torch.optim.SGD over parameters of the returned model, with lr=0.01",
+            usage=True,
+        ) from None
+
+
+def _head_mode(model: nn.Module) -> list[bool]:
+    """A record of the head's mode at each forward pass (read by a forward pre-hook)."""
+    modes: list[bool] = []
+    model.fc.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    return modes
 
 
 @exercise("08.2", "freeze, then a new head")
 def check_transfer(prepare_for_transfer, transfer_step) -> None:
     """prepare_for_transfer(resnet, N) -> (model, optimizer), then 3 x transfer_step(model, optimizer,
-    images, labels): only the new head may change; weights and batch-norm statistics stay as they were."""
-    for n in (3, 7):
-        model = copy.deepcopy(_resnet18())
-        old_head, before = model.fc, {k: v.clone() for k, v in model.state_dict().items() if not k.startswith("fc.")}
-        got = run_student(prepare_for_transfer, model, n, what="prepare_for_transfer(model, num_classes)")
-        if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[0], nn.Module)
-                and isinstance(got[1], torch.optim.Optimizer)):
-            raise CheckError("prepare_for_transfer must return (model, optimizer)", got=describe(got))
-        model, optimizer = got
-        head = getattr(model, "fc", None)
-        if head is old_head or not isinstance(head, nn.Linear) or head.out_features != n or head.in_features != 512:
-            _fail(f"model.fc must be a new nn.Linear(model.fc.in_features, num_classes) = Linear(512, {n}); "
-                  f"it is {head}")
-        expect_tensor(head.weight, "the new head's weight")
-        head_ids = {id(p) for p in head.parameters()}
-        in_opt = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        for bad, hint in [(any(p.requires_grad for p in model.parameters() if id(p) not in head_ids), "the backbone is not frozen: its parameters "
-                           "still require grad"), (not all(p.requires_grad for p in head.parameters()),
-                           "the head is frozen too: freeze the backbone before you replace the head"),
-                          (not head_ids <= in_opt, "the optimizer does not get the new head's parameters"),
-                          (bool(in_opt - head_ids), "the optimizer gets parameters that are not the new head's")]:
-            if bad:
-                _fail(hint)
-        g, w0 = torch.Generator().manual_seed(n), head.weight.detach().clone()
-        for _ in range(3):
-            loss = run_student(transfer_step, model, optimizer, torch.randn(4, 3, 32, 32, generator=g),
-                               torch.randint(0, n, (4,), generator=g), what="transfer_step")
-            expect_tensor(torch.tensor(loss) if type(loss) in (int, float) else loss, "transfer_step's loss")
-        moved = [k for k, v in before.items() if not torch.equal(v, model.state_dict()[k])]
-        if any("running_" in k or "num_batches" in k for k in moved):
-            _fail("batch norm's running statistics still update: the model is in training mode in the step; "
-                  "put the frozen backbone (or the whole model) in eval mode: only the head trains")
-        if moved or torch.equal(w0, head.weight.detach()):
-            _fail(f"after 3 steps {'the backbone changed' if moved else 'the head did not change'}")
-    passed("transfer: backbone and batch-norm statistics frozen, a new trainable head, the optimizer over it")
+    images, labels): the backbone stays exactly as it was; the head moves as one reference SGD step says."""
+    expect_function(prepare_for_transfer, "prepare_for_transfer")
+    expect_function(transfer_step, "transfer_step")
+    for n in CLASSES:
+        model, optimizer, old_head = _prepared(prepare_for_transfer, n)
+        error = _structure_error(model, optimizer, old_head)
+        if error is not None:
+            raise error
+        _probe(model, n)
+        mirror = _mirror(model, optimizer)
+        device = next(model.fc.parameters()).device
+        modes = _head_mode(model)
+        g = torch.Generator().manual_seed(n)
+        for step in range(1, STEPS + 1):
+            batch = (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, n, (4,), generator=g))
+            state = _snapshot(model, optimizer, seed=100 * n + step)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(state.seed)
+                loss = run_student(transfer_step, model, optimizer, *batch, what="transfer_step")
+            state.head_training = modes[-1] if modes else True
+            error = _frozen_error(model, step)
+            if error is not None:
+                raise error
+            on_device = tuple(t.to(device) for t in batch)
+            _check_step(model, mirror, state, on_device, loss, step)
+    passed(
+        "transfer: backbone and batch-norm statistics frozen, a new trainable head, "
+        "and each step moves the head as SGD says"
+    )

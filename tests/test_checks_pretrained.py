@@ -1,0 +1,260 @@
+"""Checks of notebook 08: the VGG16 prediction (08.1) and feature extraction on a ResNet (08.2):
+one test per named mistake, the correct variants the prompt allows, and bad input."""
+
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import labsupport as lab
+import labsupport.checks.nb08_pretrained_models as nb08
+from labsupport.checks import core, running
+
+# ---------------------------------------------------------------- 08.1 where VGG16's parameters are
+
+
+def test_the_vgg_share_is_counted(capsys):
+    lab.check_vgg_share_prediction(0.9)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  the share of VGG16's parameters in its Linear layers: 0.89 is right")
+    assert "(recorded answer: 0.9)" in out
+
+
+@pytest.mark.parametrize("answer", [torch.tensor(0.89), 0.89, 0.87])
+def test_right_shares_pass_in_any_numeric_form(answer, capsys):
+    lab.check_vgg_share_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize(
+    "answer", [None, 89, -0.1, "0.89", [0.89], float("nan"), float("inf"), True, torch.zeros((), device="meta")]
+)
+def test_malformed_shares_are_refused_before_anything_is_recorded(answer):
+    with pytest.raises(lab.CheckError):
+        lab.check_vgg_share_prediction(answer)
+    assert not core.COMMITTED
+
+
+def test_a_wrong_share_is_recorded_first_and_never_passes(capsys):
+    lab.check_vgg_share_prediction(0.11)
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and "Now explain: which single layer" in first
+    lab.check_vgg_share_prediction(0.89)  # the right answer, after reading the outcome
+    second = capsys.readouterr().out
+    assert "PASS" not in second and "recorded answer: 0.11" in second
+    lab.hint("08.1")
+    assert "convolutions' share" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- 08.2 freeze, then a new head
+
+
+def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, optimizer="head", nan=False,
+                 head=None, momentum=0.0, lr=0.01, kind=torch.optim.SGD):  # fmt: skip
+    """prepare_for_transfer; each keyword switches on one way of writing it (a mistake or a variant)."""
+
+    def prepare(model, num_classes):
+        old_params = list(model.fc.parameters())
+        if freeze:
+            model.requires_grad_(False)
+        if replace:
+            if head == "sequential":
+                model.fc = nn.Sequential(nn.Dropout(0.2), nn.Linear(model.fc.in_features, num_classes))
+            else:
+                model.fc = nn.Linear(model.fc.in_features, classes or num_classes)
+        if freeze_head:
+            model.fc.requires_grad_(False)
+        if nan:
+            torch.nn.init.constant_(model.fc.weight, float("nan"))
+        params = {
+            "head": model.fc.parameters(),
+            "all": model.parameters(),
+            "old": old_params,
+            "backbone": model.layer4.parameters(),
+        }[optimizer]
+        if kind is torch.optim.SGD:
+            return model, kind(params, lr=lr, momentum=momentum)
+        return model, kind(params, lr=lr)
+
+    return prepare
+
+
+def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed=False, returns="item"):
+    """transfer_step; each keyword switches on one way of writing it."""
+
+    def transfer_step(model, optimizer, images, labels):
+        if eval_mode:
+            model.eval()
+            model.fc.train()
+        else:
+            model.train()
+        loss = nn.functional.cross_entropy(model(images), labels, reduction="sum" if summed else "mean")
+        if zero_grad and not late_zero:
+            optimizer.zero_grad()
+        loss.backward()
+        if late_zero:
+            optimizer.zero_grad()
+        if step:
+            optimizer.step()
+        return {"item": loss.item(), "tensor": loss, "detached": loss.detach(), "none": None}[returns]
+
+    return transfer_step
+
+
+def test_check_transfer_passes_the_reference(capsys):
+    lab.check_transfer(make_prepare(), make_step())
+    assert capsys.readouterr().out.startswith("PASS  transfer: backbone and batch-norm statistics frozen")
+
+
+def _features_then_head(model, optimizer, images, labels):
+    """A correct step that runs the frozen backbone under no_grad, then the head."""
+    model.eval()
+    backbone = nn.Sequential(*list(model.children())[:-1])
+    with torch.no_grad():
+        features = backbone(images).flatten(1)
+    loss = nn.functional.cross_entropy(model.fc(features), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def _prepare_a_copy(model, num_classes):
+    """A correct prepare that returns a new model object."""
+    model = copy.deepcopy(model)
+    return make_prepare()(model, num_classes)
+
+
+CORRECT_TRANSFERS = {
+    # issue 23: a frozen backbone left in the optimizer (harmless: no gradient, no step) was refused
+    "frozen backbone in the optimizer": (make_prepare(optimizer="all"), make_step()),
+    "... with momentum": (make_prepare(optimizer="all", momentum=0.9), make_step()),
+    "momentum on the head": (make_prepare(momentum=0.9), make_step()),
+    "a head with dropout": (make_prepare(head="sequential"), make_step()),
+    "backbone under no_grad": (make_prepare(), _features_then_head),
+    "a new model object": (_prepare_a_copy, make_step()),
+}
+
+
+@pytest.mark.parametrize("prepare, step", CORRECT_TRANSFERS.values(), ids=CORRECT_TRANSFERS.keys())
+def test_correct_variants_pass(prepare, step, capsys):
+    lab.check_transfer(prepare, step)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+TRANSFER_MISTAKES = [
+    (make_prepare(replace=False), make_step(), "head not replaced"),
+    (make_prepare(classes=10), make_step(), "wrong number of classes"),
+    (make_prepare(freeze=False), make_step(), "backbone not frozen"),
+    (make_prepare(freeze_head=True), make_step(), "head frozen"),
+    (make_prepare(optimizer="old"), make_step(), "optimizer over the old head"),
+    (make_prepare(optimizer="backbone"), make_step(), "head not in the optimizer"),
+    (make_prepare(lr=0.1), make_step(), "optimizer settings"),
+    (make_prepare(kind=torch.optim.Adam), make_step(), "optimizer settings"),
+    (make_prepare(), make_step(eval_mode=False), "batch norm in training mode"),
+    (make_prepare(), make_step(zero_grad=False), "zero_grad missing"),  # issue 23: passed ("head changed")
+    (make_prepare(momentum=0.9), make_step(zero_grad=False), "zero_grad missing"),
+    (make_prepare(), make_step(step=False), "optimizer.step() missing"),
+    (make_prepare(), make_step(late_zero=True), "no gradient at step"),
+    (make_prepare(), make_step(summed=True), "loss summed over the batch"),
+    (make_prepare(), make_step(returns="tensor"), "loss returned as a tensor"),  # issue 23: passed
+    (make_prepare(), make_step(returns="detached"), "loss returned as a tensor"),
+]
+
+
+@pytest.mark.parametrize("prepare, step, name", TRANSFER_MISTAKES, ids=[n for _, _, n in TRANSFER_MISTAKES])
+def test_each_transfer_mistake_is_named(prepare, step, name):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_transfer(prepare, step)
+    assert err.value.mistake == name, str(err.value)
+    assert err.value.hint and name not in err.value.message
+
+
+def test_every_mistake_the_check_names_has_a_test():
+    source = Path(nb08.__file__).read_text()
+    named = set(re.findall(r'Mistake\(\s*"([^"]+)"', source))
+    assert named == {name for _, _, name in TRANSFER_MISTAKES}
+
+
+def _raises(*args):
+    raise RuntimeError("boom")
+
+
+def _never(*args):
+    while True:
+        pass
+
+
+class Raises(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("boom")
+
+
+class Never(nn.Module):
+    def forward(self, x):
+        while True:
+            pass
+
+
+def _head(module):
+    def prepare(model, num_classes):
+        model.requires_grad_(False)
+        model.fc = module
+        return model, torch.optim.SGD(model.fc.parameters() or [torch.zeros(1, requires_grad=True)], lr=0.01)
+
+    return prepare
+
+
+def _on_meta(model, num_classes):
+    model, optimizer = make_prepare()(model, num_classes)
+    return model.to("meta"), optimizer
+
+
+BAD_PREPARES = {
+    "None": None,
+    "list": [1, 2],
+    "str": "prepare",
+    "raises": _raises,
+    "never returns": _never,
+    "model only": lambda m, n: m,
+    "no optimizer": lambda m, n: (m, None),
+    "swapped": lambda m, n: tuple(reversed(make_prepare()(m, n))),
+    "NaN": lambda *a: float("nan"),
+    "NaN head": make_prepare(nan=True),
+    "head raises": _head(nn.Sequential(Raises(), nn.Linear(512, 3))),
+    "head never returns": _head(nn.Sequential(Never(), nn.Linear(512, 3))),
+    "on meta": _on_meta,
+}
+
+
+@pytest.mark.parametrize("bad", BAD_PREPARES.values(), ids=BAD_PREPARES.keys())
+def test_bad_prepares_are_one_sentence(bad, monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 1.0)
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_transfer(bad, make_step())
+    text = str(err.value)
+    assert "could not use what it was given" not in text and "Traceback" not in text, text
+
+
+BAD_STEPS = {
+    "None": None,
+    "list": [1, 2],
+    "raises": _raises,
+    "never returns": _never,
+    "returns None": make_step(returns="none"),
+    "returns a string": lambda *a: make_step()(*a) and "0.5",
+    "returns NaN": lambda *a: make_step()(*a) and float("nan"),
+    "returns a list": lambda *a: [make_step()(*a)],
+}
+
+
+@pytest.mark.parametrize("bad", BAD_STEPS.values(), ids=BAD_STEPS.keys())
+def test_bad_steps_are_one_sentence(bad, monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 1.0)
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_transfer(make_prepare(), bad)
+    text = str(err.value)
+    assert "could not use what it was given" not in text and "Traceback" not in text, text
