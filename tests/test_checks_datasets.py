@@ -53,6 +53,8 @@ def make_evaluate(**mistakes):
         acc = correct / total
         if mistakes.get("per_batch"):
             loss = sum(batch_means) / batches
+        if mistakes.get("batch_means_over_images"):
+            loss = sum(batch_means) / total
         if mistakes.get("summed"):
             loss = loss_sum
         if mistakes.get("last_batch"):
@@ -143,12 +145,13 @@ def make_train(evaluate=None, **mistakes):
                 history["loss"].append(sum(epoch_losses) / len(epoch_losses))
             val_loss, val_acc = evaluate(model, train_loader if mistakes.get("val_on_train") else val_loader)
             history["val_loss"].append(torch.as_tensor(val_loss) if mistakes.get("tensors") else val_loss)
-            history["val_acc"].append(val_acc)
+            history["val_acc"].append(correct / seen if mistakes.get("train_acc_as_val") else val_acc)
             train_acc = {
                 None: correct / seen,
                 "batch_mean": sum(batch_accs) / len(batch_accs),
                 "percent": 100 * correct / seen,
                 "count": correct,
+                "last_batch": batch_accs[-1],
             }[mistakes.get("train_acc") if mistakes.get("train_acc") != "remeasured" else None]
             if mistakes.get("train_acc") == "remeasured":
                 train_acc = evaluate(model, train_loader)[1]
@@ -226,6 +229,9 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc="remeasured"), "re-measured after the epoch"),
     ({}, dict(train_acc="percent"), "percent"),
     ({}, dict(train_acc="count"), "count, not fraction"),
+    ({}, dict(train_acc="last_batch"), "last batch only"),
+    ({}, dict(train_acc_as_val=True), "training accuracy as validation"),
+    (dict(batch_means_over_images=True), {}, "batch means divided by the image count"),
 ]
 
 

@@ -68,7 +68,7 @@ class Near:
 def _numbers(values: Any, name: str, count: int, hint: str) -> list[float]:
     """``count`` plain numbers from a list or tuple (0-d tensors and numpy scalars are converted)."""
     __tracebackhide__ = True
-    if isinstance(values, torch.Tensor) and values.dim() == 1:
+    if isinstance(values, torch.Tensor) and values.dim() == 1 and values.device.type != "meta":
         values = list(values.detach().cpu().unbind())
     if not isinstance(values, (list, tuple)):
         raise CheckError(f"{name} must be a list of numbers", got=describe(values), hint=hint, usage=True)
@@ -170,6 +170,12 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
             "first batch only",
             Near(m.batch_losses[0]),
             "that is the first batch's loss alone: is the `return` inside the loop?",
+        ),
+        Mistake(
+            "batch means divided by the image count",
+            Near(sum(m.batch_losses) / (m.loss_sum / m.loss)),
+            "the batch means were added up, then divided by the number of images: each batch mean must first "
+            "be multiplied by its batch size (or use reduction='sum')",
         ),
     ]
 
@@ -331,6 +337,7 @@ class Run:
     lrs_after: list[float] = dataclasses.field(default_factory=list)  # the rate after scheduler.step()
     train_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, over its images
     train_batch_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, mean of batch accuracies
+    train_last_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, its last batch's accuracy
     train_correct: list[float] = dataclasses.field(default_factory=list)  # per epoch, a count
     val: list[Measured] = dataclasses.field(default_factory=list)  # per epoch
     remeasured: list[Measured] = dataclasses.field(default_factory=list)  # per epoch, on the training loader
@@ -369,6 +376,7 @@ def _reference_train(
         run.train_accs.append(correct / seen)
         run.train_correct.append(correct)
         run.train_batch_accs.append(sum(batch_accs) / len(batch_accs))
+        run.train_last_accs.append(batch_accs[-1])
         run.val.append(_measure(model, val))
         run.remeasured.append(_measure(model, loader))
     run.weights = _flat_weights(model)
@@ -387,11 +395,21 @@ class StudentRun:
     weights: torch.Tensor
 
 
+class _Count:
+    """An optimizer step hook that counts the steps."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, *args: Any) -> None:
+        self.count += 1
+
+
 def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLoader) -> StudentRun:
     __tracebackhide__ = True
     optimizer, scheduler = _optimizer(model)
-    steps = []
-    optimizer.register_step_post_hook(lambda *args: steps.append(1))
+    steps = _Count()
+    optimizer.register_step_post_hook(steps)
     writer = FakeWriter()
     spy = _Spy(model)
     history = run_student(
@@ -405,7 +423,7 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
         writer,
         what="train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)",
     )
-    return StudentRun(history, writer.logged, len(steps), scheduler.last_epoch, spy.seen, _flat_weights(model))
+    return StudentRun(history, writer.logged, steps.count, scheduler.last_epoch, spy.seen, _flat_weights(model))
 
 
 def _counting_error(student: StudentRun, n: int) -> CheckError | None:
@@ -563,13 +581,15 @@ def _val_mistakes(ref: Run, which: str) -> list[Mistake]:
         ),
     ]
     if which == "acc":
-        mistakes.append(
-            Mistake(
-                "percent",
-                Near([100 * m.acc for m in ref.val]),
-                "that is a percentage: accuracies are fractions in [0, 1]",
-            )
+        percent = Mistake(
+            "percent", Near([100 * m.acc for m in ref.val]), "that is a percentage: accuracies are fractions in [0, 1]"
         )
+        training = Mistake(
+            "training accuracy as validation",
+            Near(ref.train_accs),
+            "that is the epoch's training accuracy: the validation accuracy is what evaluate measures on val_loader",
+        )
+        mistakes.extend([percent, training])
     return mistakes
 
 
@@ -686,6 +706,12 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
             Near(ref.train_batch_accs),
             "the mean of the batch accuracies weighs the "
             "short last batch like a full one: count right answers over the epoch, divide by the images seen",
+        ),
+        Mistake(
+            "last batch only",
+            Near(ref.train_last_accs),
+            "that is the accuracy of the epoch's last batch alone: count the right answers of every batch of the "
+            "epoch, then divide by the images seen",
         ),
         Mistake(
             "re-measured after the epoch",

@@ -384,10 +384,17 @@ def _mirror(model: nn.Module, optimizer: torch.optim.Optimizer) -> Mirror:
         ) from None
 
 
+class _Modes(list):
+    """A forward pre-hook that records the mode of its module at each forward pass."""
+
+    def __call__(self, module: nn.Module, args: Any) -> None:
+        self.append(module.training)
+
+
 def _head_mode(model: nn.Module) -> list[bool]:
-    """A record of the head's mode at each forward pass (read by a forward pre-hook)."""
-    modes: list[bool] = []
-    model.fc.register_forward_pre_hook(lambda module, args: modes.append(module.training))
+    """A record of the head's mode at each forward pass."""
+    modes = _Modes()
+    model.fc.register_forward_pre_hook(modes)
     return modes
 
 
@@ -412,7 +419,8 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
             state = _snapshot(model, optimizer, seed=100 * n + step)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(state.seed)
-                loss = run_student(transfer_step, model, optimizer, *batch, what="transfer_step")
+                given = tuple(t.clone() for t in batch)  # the reference keeps the batch as it was
+                loss = run_student(transfer_step, model, optimizer, *given, what="transfer_step")
             state.head_training = modes[-1] if modes else True
             error = _frozen_error(model, step)
             if error is not None:
