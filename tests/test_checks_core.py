@@ -1,5 +1,7 @@
 """The check engine: messages, rendering, require(), student calls, comparison, predictions."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -227,3 +229,14 @@ def test_check_gradients_stops_a_function_that_never_returns(monkeypatch):
     monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
     assert "did not finish the gradient check within 0.2 s" in message(lab.check_gradients, forever, {"w": w}, {"w": w})
     assert "f raised ZeroDivisionError" in message(lab.check_gradients, lambda: 1 / 0, {"w": w}, {"w": w})
+
+
+def test_an_inner_time_limit_leaves_the_enclosing_one_running():
+    start = time.monotonic()
+    with pytest.raises(running.TimedOut):
+        with running.time_limit(0.5):
+            with running.time_limit(0.1):
+                pass  # the inner block ends at once
+            while True:
+                pass  # only the enclosing limit can stop this
+    assert time.monotonic() - start < 5

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import threading
+import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -45,12 +46,16 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         raise TimedOut()
 
     old = signal.signal(signal.SIGALRM, ring)
+    started = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+        if outer_left:  # the enclosing limit goes on with what is left of it (at least a tick)
+            left = outer_left - (time.monotonic() - started)
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
 
 
 @contextlib.contextmanager
