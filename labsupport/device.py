@@ -14,7 +14,7 @@ import warnings
 
 import torch
 
-__all__ = ["pick_device", "print_environment"]
+__all__ = ["pick_device", "pick_amp_dtype", "print_environment"]
 
 #: The oldest versions every notebook and test passes on (pyproject.toml says the same).
 MIN_VERSIONS = {"torch": (2, 6), "torchvision": (0, 21)}
@@ -56,6 +56,23 @@ def pick_device(prefer: str | None = None) -> torch.device:
     if str(dev) not in names and not (dev.index is None and any(n.startswith(dev.type) for n in names)):
         raise RuntimeError(f"{wanted!r} was asked for but is not available; available: {', '.join(names)}")
     return dev
+
+
+def pick_amp_dtype(device: torch.device | str) -> torch.dtype:
+    """The autocast type for ``device``: bf16 on a CUDA GPU of compute capability 8.0 (Ampere) or
+    later, fp16 (with a ``GradScaler``) below it, bf16 on any other device.
+
+    ``torch.cuda.is_bf16_supported()`` would not do: it counts emulation and answers True on a
+    T4 (7.5), where bf16 runs without tensor cores and cuDNN has no bf16 convolutions.
+
+    Example:
+        >>> pick_amp_dtype("cpu")
+        torch.bfloat16
+    """
+    device = torch.device(device)
+    if device.type != "cuda":
+        return torch.bfloat16
+    return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16
 
 
 def _version(module: str) -> str:

@@ -10,6 +10,7 @@ Example:
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections import namedtuple
@@ -47,12 +48,35 @@ _CORES_PER_SM = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 9): 128, (
 _TENSOR_FLOP_PER_SM = {(7, 0): 1024, (7, 5): 1024, (8, 0): 2048, (8, 6): 1024, (8, 9): 1024, (9, 0): 4096}
 # Clock of NVIDIA's datasheet tensor figures (989 TFLOP/s bf16 dense on H100/H200 SXM), by name.
 _TENSOR_CLOCK_GHZ = [("H100 PCIe", 1.62), ("H100", 1.83), ("H200", 1.83), ("A100", 1.41)]
+# _TENSOR_FLOP_PER_SM is the workstation and data-center boards' rate (RTX A6000, A40, A10, RTX 6000 Ada,
+# L4, L40S, T4, Titan RTX). GeForce boards, and the L40 (not the L40S), run fp16/bf16/tf32 tensor math
+# with fp32 accumulation, PyTorch's, at half of it (fp16 accumulation keeps the full rate): the RTX
+# 4090's dense bf16 is 165 TFLOP/s, not 330. Sources: NVIDIA's whitepapers "NVIDIA Ada GPU
+# Architecture" (Ada Lovelace: RTX 4090), "NVIDIA Ampere GA102 GPU Architecture" (RTX 3090) and
+# "NVIDIA Turing GPU Architecture" (RTX 2080 Ti), each giving fp32- and fp16-accumulate rates; the
+# NVIDIA L40 and L40S datasheets.
+_HALF_RATE_TENSOR = re.compile(r"GeForce|RTX [2-5]0[5-9]0|\bL40\b")
 
 
-#: The CPU as the OS and torch describe it; ``fma_bits``: the FMA datapath's width.
+#: The CPU as the OS and torch describe it; ``fma_bits``: the FMA datapath's width, which on
+#: some AMD cores is narrower than the registers (:func:`_amd_fma_bits`).
 CpuInfo = namedtuple("CpuInfo", "model torch_threads capability simd_bits fma_bits clock_ghz clock_source bf16_factor")
 #: One size of a sweep: median seconds per call and FLOP/s.
 Measurement = namedtuple("Measurement", "size precision seconds flops_per_s")
+
+
+def _amd_fma_bits(family: int, model: int, simd: int) -> int:
+    """Width of an AMD core's FMA datapath. Zen 1 and Zen+ (family 23, models below 0x30) have 128-bit
+    FMA units and run a 256-bit AVX2 instruction as two halves (older cores: 128 bits at most); Zen 2
+    and 3 have 256-bit units and no AVX-512; Zen 4 (family 25, like Zen 3) runs a 512-bit AVX-512
+    instruction as two 256-bit halves; desktop and server Zen 5 (family 26) have 512-bit units.
+    Example:
+    >>> _amd_fma_bits(23, 1, 256), _amd_fma_bits(23, 0x71, 256), _amd_fma_bits(25, 0x11, 512)
+    (128, 256, 256)
+    """
+    if family < 23 or (family == 23 and model < 0x30):
+        return min(simd, 128)
+    return min(simd, 256) if family <= 25 else simd
 
 
 def cpu_info(cpuinfo: str | None = None, capability: str | None = None) -> CpuInfo:
@@ -70,11 +94,9 @@ def cpu_info(cpuinfo: str | None = None, capability: str | None = None) -> CpuIn
     flags = set((first("flags") or first("features")).split())
     cap = (capability or torch.backends.cpu.get_cpu_capability()).upper()
     simd = 512 if "avx512f" in flags or cap.startswith("AVX512") else 256 if "avx2" in flags or cap == "AVX2" else 128
-    zen = (
-        first("vendor_id") == "AuthenticAMD"
-        and first("cpu family", "0").isdigit()
-        and int(first("cpu family", "0")) <= 25
-    )
+    family, model = (int(v) if v.isdigit() else 0 for v in (first("cpu family", "0"), first("model", "0")))
+    amd = first("vendor_id") == "AuthenticAMD"
+    zen = amd and family <= 25
     max_khz = read("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq").strip() if cpuinfo is None else ""
     if max_khz.isdigit():
         clock, source = int(max_khz) / 1e6, "cpufreq maximum (boost)"
@@ -90,7 +112,7 @@ def cpu_info(cpuinfo: str | None = None, capability: str | None = None) -> CpuIn
         torch.get_num_threads(),
         cap,
         simd,
-        min(simd, 256) if zen else simd,
+        _amd_fma_bits(family, model, simd) if amd else simd,
         clock,
         source,
         bf16,
@@ -109,7 +131,8 @@ class GpuInfo:
     tensor_clock_ghz: float | None
 
     def peak(self, precision: str = "fp32") -> float | None:
-        """Dense peak FLOP/s for ``fp32``/``tf32``/``bf16``/``fp16`` (None where unknown)."""
+        """Dense peak FLOP/s for ``fp32``/``tf32``/``bf16``/``fp16``, tensor math accumulating in
+        fp32 as PyTorch's does (None where unknown)."""
         cores, tensor = _CORES_PER_SM.get(self.compute_capability), _TENSOR_FLOP_PER_SM.get(self.compute_capability)
         if precision == "fp32":
             return None if cores is None or self.clock_ghz is None else self.sm_count * cores * 2 * self.clock_ghz * 1e9
@@ -119,7 +142,8 @@ class GpuInfo:
             or (self.compute_capability < (8, 0) and precision != "fp16")
         ):
             return None
-        return self.sm_count * tensor * (0.5 if precision == "tf32" else 1) * self.tensor_clock_ghz * 1e9
+        rate = (0.5 if precision == "tf32" else 1) * (0.5 if _HALF_RATE_TENSOR.search(self.name) else 1)
+        return self.sm_count * tensor * rate * self.tensor_clock_ghz * 1e9
 
 
 def gpu_info(index: int = 0) -> GpuInfo | None:

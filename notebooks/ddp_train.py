@@ -7,7 +7,8 @@ WORLD_SIZE in the environment; this script does the rest:
 - joins the process group (NCCL with one GPU per process, gloo on the CPU);
 - wraps the model in DistributedDataParallel, which broadcasts rank 0's weights at construction;
 - gives each rank its own part of the data with DistributedSampler, reshuffled by set_epoch;
-- scales the learning rate with the global batch (per-process batch x world size);
+- scales the learning rate with the global batch (per-process batch x world size): linearly for
+  SGD, with the square root for Adam (scaled_lr says why);
 - writes the checkpoint and results.json from rank 0 only, atomically (a temporary file, then os.replace).
 """
 import argparse
@@ -26,10 +27,28 @@ import labsupport as lab
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")        # NVLink multicast off: DDP does not need it
 
+
+def scaled_lr(base_lr, global_batch, optimizer):
+    """The learning rate for a global batch, from ``base_lr``, the one found for a batch of 64.
+
+    One step on k times the batch should do the work of k steps. SGD: the linear scaling rule,
+    k * base_lr (Goyal et al., 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour");
+    large k also needs a warm-up. Adam divides each step by the gradient's running RMS, mostly
+    noise at small batches; k times the batch cuts that noise by sqrt(k), so Adam's step already
+    grows by about sqrt(k), and the learning rate supplies the other sqrt(k): the square-root rule
+    (Malladi et al., 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms", which
+    also adjusts the betas and eps for large k). The linear rule would overshoot with Adam.
+    """
+    k = global_batch / 64
+    return base_lr * (k if optimizer == "sgd" else k ** 0.5)
+
+
 parser = argparse.ArgumentParser()
 parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--batch-per-process", type=int, default=32)
-parser.add_argument("--base-lr", type=float, default=1e-3, help="learning rate for a batch of 64")
+parser.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+parser.add_argument("--base-lr", type=float, default=None,
+                    help="learning rate for a batch of 64 (default: 1e-3 for Adam, 0.05 for SGD with momentum)")
 parser.add_argument("--out", type=Path, required=True)
 args = parser.parse_args()
 
@@ -45,8 +64,12 @@ dist.init_process_group("nccl" if use_cuda else "gloo")   # address and port com
 torch.manual_seed(rank)                               # different on purpose: DDP copies rank 0's weights
 model = DDP(lab.DigitsCNN().to(device), device_ids=[local_rank] if use_cuda else None)
 global_batch = args.batch_per_process * world_size
-lr = args.base_lr * global_batch / 64                 # the linear scaling rule
-optimizer = torch.optim.Adam(model.parameters(), lr=lr)   # built after the model is on its device
+base_lr = args.base_lr or {"adam": 1e-3, "sgd": 0.05}[args.optimizer]
+lr = scaled_lr(base_lr, global_batch, args.optimizer)  # linear for SGD, square root for Adam
+if args.optimizer == "sgd":                           # built after the model is on its device
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+else:
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
 
 train = lab.DigitsDataset("train")
 sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
@@ -84,7 +107,7 @@ if rank == 0:                                         # one writer: the replicas
     val = DataLoader(lab.DigitsDataset("val"), batch_size=256)
     first = [set(s[0]) for s in all_seen]
     results = {"world_size": world_size, "backend": dist.get_backend(), "global_batch": global_batch,
-               "lr": lr, "epoch_losses": epoch_losses, "seconds": seconds,
+               "optimizer": args.optimizer, "lr": lr, "epoch_losses": epoch_losses, "seconds": seconds,
                "val_accuracy": lab.evaluate(model.module, val, device),
                "replicas_identical": bool(weights_equal.item()),
                "dataset_size": len(train), "per_rank_epoch0": [len(s) for s in first],

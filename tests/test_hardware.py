@@ -20,6 +20,13 @@ ZEN4_VM = (
 ARM = "processor\t: 0\nFeatures\t: fp asimd evtstrm\n"
 
 
+def amd(family, model, flags="sse2 avx avx2 fma"):
+    return (
+        f"processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {family}\nmodel\t\t: {model}\n"
+        f"model name\t: AMD Ryzen\ncpu MHz\t\t: 3000.000\nflags\t\t: {flags}\n"
+    )
+
+
 def test_titan_rtx_facts_give_the_lectures_16_tflops_fp32():
     t = lab.TITAN_RTX
     assert t["sms"] * t["cuda_cores_per_sm"] == 4608 and t["tensor_cores_per_sm"] == 8
@@ -37,6 +44,17 @@ def test_a_zen4_vm_counts_256_bit_fma_and_assumes_epyc_boost():
     info = lab.cpu_info(ZEN4_VM, capability="AVX512")
     assert info.simd_bits == 512 and info.fma_bits == 256 and info.bf16_factor == 2
     assert info.clock_ghz == 3.7 and "EPYC" in info.clock_source  # boost, not the 2.6 GHz it reports
+
+
+@pytest.mark.parametrize(
+    "family, model, fma_bits",
+    [(23, 1, 128), (23, 8, 128), (23, 0x71, 256), (25, 0x21, 256)],  # Zen 1, Zen+, Zen 2 (3950X), Zen 3
+)
+def test_zen1_runs_avx2_on_128_bit_fma_units_so_its_peak_is_not_doubled(family, model, fma_bits):
+    info = lab.cpu_info(amd(family, model), capability="AVX2")
+    assert info.simd_bits == 256 and info.fma_bits == fma_bits
+    per_cycle = 2 * info.fma_bits / 32 * 2  # per core: 2 FMA units x fp32 lanes x 2 FLOP (notebook 00's peak)
+    assert per_cycle == (16 if (family, model) < (23, 0x30) else 32)  # Zen 1: 16 fp32 FLOP per cycle, not 32
 
 
 def test_arm_neon_is_128_bit_and_an_unknown_clock_is_none():
@@ -76,6 +94,24 @@ def test_turing_has_fp16_but_no_bf16_tensor_cores(monkeypatch):
     fake_cuda(monkeypatch, "NVIDIA TITAN RTX", 7, 5, sms=72, clock_rate=1770000)
     info = lab.gpu_info()
     assert info.peak("fp16") == pytest.approx(130.5e12, rel=1e-3) and info.peak("bf16") is None
+
+
+def test_geforce_cards_run_fp32_accumulate_tensor_math_at_half_the_workstation_rate(monkeypatch):
+    fake_cuda(monkeypatch, "NVIDIA GeForce RTX 4090", 8, 9, sms=128, clock_rate=2520000)
+    info = lab.gpu_info()
+    assert info.peak("bf16") == pytest.approx(165.2e12, rel=2e-3)  # Ada whitepaper; notebook 00's table: 165
+    assert info.peak("fp16") == info.peak("bf16") and info.peak("tf32") == pytest.approx(82.6e12, rel=2e-3)
+    assert info.peak("fp32") == pytest.approx(82.6e12, rel=2e-3)  # the CUDA cores are not halved
+    fake_cuda(monkeypatch, "NVIDIA GeForce RTX 3090", 8, 6, sms=82, clock_rate=1695000)
+    assert lab.gpu_info().peak("bf16") == pytest.approx(71.2e12, rel=2e-3)  # GA102 whitepaper
+    fake_cuda(monkeypatch, "NVIDIA RTX A6000", 8, 6, sms=84, clock_rate=1800000)
+    assert lab.gpu_info().peak("bf16") == pytest.approx(154.8e12, rel=2e-3)  # same chip, full rate
+    fake_cuda(monkeypatch, "NVIDIA RTX 6000 Ada Generation", 8, 9, sms=142, clock_rate=2505000)
+    assert lab.gpu_info().peak("bf16") == pytest.approx(364.2e12, rel=2e-3)
+    fake_cuda(monkeypatch, "NVIDIA L40S", 8, 9, sms=142, clock_rate=2490000)
+    assert lab.gpu_info().peak("bf16") == pytest.approx(362.05e12, rel=2e-3)  # the datasheets: the L40S
+    fake_cuda(monkeypatch, "NVIDIA L40", 8, 9, sms=142, clock_rate=2490000)
+    assert lab.gpu_info().peak("bf16") == pytest.approx(181.05e12, rel=2e-3)  # has twice the L40's rate
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")

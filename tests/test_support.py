@@ -41,6 +41,17 @@ def test_pick_device_order_and_override(monkeypatch):
             lab.pick_device("cuda")
 
 
+@pytest.mark.parametrize(
+    "capability, dtype",
+    [((7, 5), torch.float16), ((7, 0), torch.float16), ((8, 0), torch.bfloat16), ((9, 0), torch.bfloat16)],
+)
+def test_amp_dtype_follows_compute_capability_not_is_bf16_supported(monkeypatch, capability, dtype):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # a T4 says True (emulation)
+    assert lab.pick_amp_dtype(torch.device("cuda")) == dtype  # 7.x: fp16, so notebook 10 turns its GradScaler on
+    assert lab.pick_amp_dtype("cpu") == torch.bfloat16
+
+
 def test_environment_line_and_version_floor(capsys, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
