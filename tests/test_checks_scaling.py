@@ -13,6 +13,13 @@ from labsupport.checks import nb10_scaling_up as nb10
 from labsupport.checks import running
 
 
+def _label(value) -> str:
+    """A parameter's test id that is the same in every process (a function by its name, not its address)."""
+    if isinstance(value, str):
+        return value
+    return getattr(value, "__name__", type(value).__name__)
+
+
 def never_returns(*args):
     while True:
         time.sleep(0.01)
@@ -259,7 +266,7 @@ def test_every_listed_amp_mistake_has_a_test():
 
 
 @pytest.mark.parametrize(
-    "mistake, student", [(name, s) for name, students in AMP_MISTAKES.items() for s in students], ids=str
+    "mistake, student", [(name, s) for name, students in AMP_MISTAKES.items() for s in students], ids=_label
 )
 def test_amp_step_names_each_mistake(mistake, student):
     with pytest.raises(lab.CheckError) as info:
@@ -328,7 +335,7 @@ def test_the_first_amp_failure_says_what_and_where_only():
         (torch.tensor(2.3, device="meta"), "meta device"),
         (lambda m, o, s, x, y, d: torch.tensor(7.0), "expected 2."),
     ],
-    ids=repr,
+    ids=_label,
 )
 def test_amp_step_refuses_a_returned_loss_that_is_no_loss(returns, words):
     with pytest.raises(lab.CheckError, match=words):
@@ -354,7 +361,7 @@ def test_a_nan_loss_on_a_finite_batch_is_refused_although_the_weights_are_right(
         (lambda *a: 1 / 0, "ZeroDivisionError"),
         (lambda x: x, "TypeError"),
     ],
-    ids=repr,
+    ids=_label,
 )
 def test_amp_step_answers_bad_functions(bad, words):
     with pytest.raises(lab.CheckError, match=words):
@@ -464,7 +471,7 @@ def test_data_parallel_accepts_correct_designs(student, capsys):
 
 
 @pytest.mark.parametrize(
-    "mistake, student", [(name, s) for name, students in DP_MISTAKES.items() for s in students], ids=str
+    "mistake, student", [(name, s) for name, students in DP_MISTAKES.items() for s in students], ids=_label
 )
 def test_data_parallel_names_each_mistake(mistake, student):
     with pytest.raises(lab.CheckError) as info:
@@ -525,7 +532,7 @@ def test_the_data_parallel_starting_code_never_gets_the_fix(starting, capsys):
         ("not a function", "not a function"),
         (None, "is None"),
     ],
-    ids=repr,
+    ids=_label,
 )
 def test_data_parallel_answers_bad_results(bad, words):
     with pytest.raises(lab.CheckError, match=words):
