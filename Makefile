@@ -160,6 +160,7 @@ test-oldest: $(OLDEST_STAMP)
 
 # The series as a static website in build/site/ (stored outputs, no solutions; each page
 # links to its notebook in Colab and to its student edition): see tools/website.py.
+# It works offline: MathJax is copied in from jupyter-server-mathjax, nothing comes from a CDN.
 site: $(STAMP)
 	$(BIN)/python -m tools.website --out build/site
 

@@ -131,3 +131,76 @@ def test_regenerate_reproduces_stored_outputs_byte_for_byte(tmp_path):
     shutil.copy(src, copy)
     regenerate.execute(copy)  # keeps the stored outputs of nbval-ignore-output cells
     assert copy.read_text() == src.read_text()
+
+
+def _png(y) -> str:
+    """A loss-curve plot of ``y`` as a notebook stores it (base64 PNG)."""
+    import base64
+    import io
+
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 3.5))
+    fig.add_subplot().semilogy(y)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _plot_cell(source: str, text: str, png: str) -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source, execution_count=1)
+    cell.outputs = [
+        nbformat.v4.new_output("stream", name="stdout", text=text),
+        nbformat.v4.new_output(
+            "display_data", data={"image/png": png, "text/plain": "<Figure size 600x350 with 1 Axes>"}
+        ),
+    ]
+    return cell
+
+
+def test_regenerate_keeps_a_plot_that_moved_by_float_noise_only():
+    import numpy as np
+
+    y = np.exp(-np.arange(300) / 60) + 0.01
+    stored = _png(y)
+    noisy = _png(y * (1 + 1e-4 * np.random.default_rng(0).standard_normal(300)))  # another CPU's sums
+    other = _png(y**2)  # a real change of the curve
+    assert noisy != stored and regenerate.images_close(stored, noisy)
+    assert not regenerate.images_close(stored, other) and not regenerate.images_close(stored, _png(y[:100]))
+    old = nbformat.v4.new_notebook(cells=[_plot_cell(s, "loss 0.012\n", stored) for s in "abcd"])
+    new = nbformat.v4.new_notebook(
+        cells=[
+            _plot_cell("a", "loss 0.012\n", noisy),  # same source and text, pixels alike: keeps the stored PNG
+            _plot_cell("b", "loss 0.012\n", other),  # the picture changed: stored anew
+            _plot_cell("c", "loss 0.013\n", noisy),  # a text output changed: everything stored anew
+            _plot_cell("d2", "loss 0.012\n", noisy),  # the source changed: stored anew
+        ]
+    )
+    assert regenerate.keep_close_images(old, new) == 1
+    assert [c.outputs[1].data["image/png"] for c in new.cells] == [stored, other, noisy, noisy]
+
+
+PLOT_NOTEBOOK = """\
+import os
+import matplotlib.pyplot as plt
+import numpy as np
+noise = float(os.environ.get("LAB_TEST_NOISE", "0")) * np.random.default_rng(0).standard_normal(300)
+y = (np.exp(-np.arange(300) / 60) + 0.01) * (1 + noise)
+print(f"final loss {y[-1]:.3f}")
+plt.semilogy(y)
+plt.show()"""
+
+
+def test_regenerate_on_another_cpu_leaves_a_plot_notebook_unchanged(tmp_path, monkeypatch):
+    path = tmp_path / "plot.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PLOT_NOTEBOOK)]), path)
+    regenerate.execute(path)
+    first = path.read_text()
+    assert '"image/png"' in first
+    kept = []
+    keep = regenerate.keep_close_images
+    monkeypatch.setattr(regenerate, "keep_close_images", lambda old, new: kept.append(keep(old, new)) or kept[-1])
+    monkeypatch.setenv("LAB_TEST_NOISE", "1e-4")  # the kernel inherits it: float noise, same printed numbers
+    regenerate.execute(path)
+    assert kept == [1], "the noise did not reach the pixels: the test proves nothing"
+    assert path.read_text() == first

@@ -5,13 +5,15 @@ import json
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
+import nbformat
 import pytest
 from browser import chromium_or_skip
 from test_spoilers import solution_lines
 
-from tools import colab, website
+from tools import colab, student, website
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,23 +59,34 @@ def test_page_has_outputs_and_links_but_no_solution(built, path):
     assert downloaded["metadata"]["labsupport"]["edition"] == "student"
 
 
+def offline_chromium(chromium: str, profile: Path) -> list[str]:
+    """Headless Chromium with the network off: every http(s) request goes to a proxy that
+    refuses it (127.0.0.1:9), every host name fails to resolve; file:// pages still load."""
+    return [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--proxy-server=127.0.0.1:9",
+        "--host-resolver-rules=MAP * ~NOTFOUND",
+        f"--user-data-dir={profile}",
+    ]
+
+
 def test_pages_render_in_headless_chromium(built, tmp_path):
     chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
     for page in ("index.html", f"{NOTEBOOKS[2].stem}.html"):
         shot = tmp_path / f"{page}.png"
         subprocess.run(
             [
-                chromium,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={tmp_path / 'profile'}",
+                *offline_chromium(chromium, tmp_path / "profile"),
                 "--window-size=1200,1400",
+                "--virtual-time-budget=10000",
                 f"--screenshot={shot}",
                 (built / page).as_uri(),
             ],
@@ -81,6 +94,142 @@ def test_pages_render_in_headless_chromium(built, tmp_path):
             timeout=120,
         )
         assert shot.is_file() and shot.stat().st_size > 20_000, f"{page} did not render"
+
+
+# Reports, once MathJax has typeset the page (or at load, if it never came), which fonts loaded
+# and which URLs the page fetched, in a <pre id="probe"> that --dump-dom shows.
+PROBE = """<script>
+function labProbe(mathjax) {
+  var fonts = [];
+  document.fonts.forEach(function (f) { fonts.push(f.family + ":" + f.status); });
+  var urls = performance.getEntriesByType("resource").map(function (e) { return e.name; });
+  var pre = document.createElement("pre");
+  pre.id = "probe";
+  pre.textContent = JSON.stringify({mathjax: mathjax, fonts: fonts, urls: urls});
+  document.body.appendChild(pre);
+}
+window.addEventListener("load", function () {
+  if (window.MathJax && MathJax.Hub) { MathJax.Hub.Register.StartupHook("End", function () { labProbe(true); }); }
+  else { labProbe(false); }
+});
+</script></body>"""
+# TeX that MathJax did not typeset: display delimiters, or $...$ around TeX-looking text.
+RAW_TEX = re.compile(r"\$\$|\\\(|\\\[|\$[^$\n]{0,200}[\\^_{}][^$\n]{0,200}\$")
+
+
+class RenderedText(HTMLParser):
+    """The text a reader sees outside code, and the classes of every element."""
+
+    SKIP = {"script", "style", "pre", "code", "textarea"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.text, self.classes, self.depth = [], [], 0
+
+    def handle_starttag(self, tag, attrs):
+        self.classes.extend((dict(attrs).get("class") or "").split())
+        self.depth += tag in self.SKIP
+
+    def handle_endtag(self, tag):
+        self.depth -= tag in self.SKIP and self.depth > 0
+
+    def handle_data(self, data):
+        if not self.depth:
+            self.text.append(data)
+
+
+def has_math(path: Path) -> bool:
+    md = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    return bool(re.search(r"\$[^$\n]+\$", md))
+
+
+def test_pages_load_nothing_from_the_network(built):
+    assert (built / website.MATHJAX_DIR / "MathJax.js").is_file()
+    size = sum(f.stat().st_size for f in (built / website.MATHJAX_DIR).rglob("*") if f.is_file())
+    assert size < 4_000_000, f"MathJax takes {size / 1e6:.1f} MB of the site: copy fewer of its files"
+    remote = re.compile(r"""(?:src=|href=|url\(|import\(|@import)\s*["']?(?:https?:)?//""", re.IGNORECASE)
+    for page in sorted(built.glob("*.html")):
+        raw = page.read_text()
+        heads = raw.split("<body", 1)[0] + "".join(re.findall(r"<script.*?</script>", raw, re.S))
+        assert not remote.search(heads), f"{page.name} loads {remote.search(heads).group(0)}..."
+        assert "cdnjs" not in raw and "mermaid" not in raw.lower(), f"{page.name} still names a CDN or mermaid"
+
+
+def test_math_renders_offline_in_headless_chromium(built, tmp_path):
+    chromium = chromium_or_skip()
+    pages = [p for p in NOTEBOOKS if has_math(p)]
+    assert pages, "no notebook has math: the test checks nothing"
+    for path in pages:
+        probe = built / f"probe-{path.stem}.html"  # next to the page: mathjax/ resolves alike
+        probe.write_text((built / f"{path.stem}.html").read_text().replace("</body>", PROBE, 1))
+        try:
+            proc = subprocess.run(
+                [*offline_chromium(chromium, tmp_path / "profile"), "--virtual-time-budget=30000", "--dump-dom"]
+                + [probe.as_uri()],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            probe.unlink()
+        dom = proc.stdout
+        found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+        assert found, f"{path.stem}: the page never finished loading:\n{proc.stderr[-1500:]}"
+        report = json.loads(html.unescape(found.group(1)))
+        assert report["mathjax"], f"{path.stem}: MathJax did not load from {website.MATHJAX_DIR}/"
+        assert not [u for u in report["urls"] if not u.startswith("file:")], f"{path.stem} fetched {report['urls']}"
+        assert "STIXMathJax_Main:loaded" in report["fonts"], f"{path.stem}: math fonts not loaded: {report['fonts']}"
+        formulas = len(re.findall(r'<script type="math/tex', dom))
+        frames = len(re.findall(r'id="MathJax-Element-\d+-Frame"', dom))
+        assert formulas and frames == formulas, f"{path.stem}: {frames} of {formulas} formulas typeset"
+        seen = RenderedText()
+        seen.feed(dom)
+        raw = RAW_TEX.search("".join(seen.text))
+        assert not raw, f"{path.stem}: raw TeX left on the page: {raw.group(0)!r}"
+        errors = {c for c in seen.classes if c in ("merror", "noError", "MathJax_Error")}
+        assert not errors, f"{path.stem}: MathJax reports TeX errors ({errors})"
+
+
+def test_blurb_keeps_inline_code_and_drops_emphasis():
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(
+        nbformat.v4.new_markdown_cell(
+            "# 99 · Title\n\nThe *update* was `p -= lr * p.grad` and `f. g`, **always**. A second sentence."
+        )
+    )
+    title, blurb = website.title_and_blurb(nb)
+    assert title == "99 · Title"
+    assert blurb == "The update was `p -= lr * p.grad` and `f. g`, always."
+    shown = website.inline_html(blurb + " <b>")
+    assert "<code>p -= lr * p.grad</code>" in shown and "<code>f. g</code>" in shown and "&lt;b&gt;" in shown
+
+
+def test_index_teaser_shows_inline_code(built):
+    index = (built / "index.html").read_text()
+    assert "<code>param -= learning_rate * param.grad</code>" in index  # 06's first sentence
+
+
+def cell_divs(raw: str) -> list[str]:
+    """The opening tags of a page's cells."""
+    return re.findall(r'<div[^>]* class="jp-Cell [^"]*"', raw)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_exercise_cells_look_like_the_student_edition(built, path):
+    page = built / f"{path.stem}.html"
+    raw = page.read_text()
+    # No execution count on any cell: a student's copy has none, and "In [ ]:" beside "In [7]:" misleads.
+    assert "jp-InputPrompt" not in raw.split("<body", 1)[1] and "In&nbsp;[" not in raw
+    edition = student.make_edition(nbformat.read(path, as_version=4), path, keep_outputs=True)
+    checks = [e.check_cell for e in edition.exercises if e.check_cell is not None]
+    cells = cell_divs(raw)
+    exercises = [c for c in cells if "celltag_lab-exercise" in c]
+    checked = [c for c in cells if "celltag_lab-check" in c]
+    assert (len(exercises), len(checked)) == (len(edition.exercises), len(checks))
+    assert all("jp-mod-noOutputs" in c for c in exercises + checked), "an exercise or check cell shows an output"
+    shown = text_of(page)
+    for ex in edition.exercises:  # the stub the student gets, naming its exercise
+        assert f'NotImplementedError("{ex.label}")' in shown
 
 
 @pytest.mark.parametrize(

@@ -14,20 +14,45 @@ Cells tagged ``nbval-ignore-output`` (timings, versions, hardware) keep the
 output stored last time as long as their source is unchanged, so a re-run does
 not churn measured figures; ``--refresh-ignored`` records them anew (after a
 torch upgrade, say, for the environment line).
+
+Plots keep their stored PNG when they look the same. A loss curve is drawn from
+float sums whose last bits depend on the CPU (SIMD width, BLAS kernels), so on
+another machine its anti-aliased line moves by a fraction of a pixel: the PNG's
+bytes change although the printed, rounded numbers are byte-identical. A code
+cell whose source and text outputs are unchanged therefore keeps each stored
+image that decodes to the same size with at most ``PIXEL_SHARE`` of its pixels
+changed by more than ``PIXEL_DELTA`` (of full scale) in some channel; a real
+change (another curve, axis, label or size) moves far more pixels and is stored.
+``--refresh-images`` stores every new image. Comparing images is regenerate's
+job alone: nbval (0.11, ``IPyNbFile.skip_compare``) never compares
+``image/png`` or ``image/jpeg`` unless run with ``--nbdime``; of a figure it
+compares only the ``text/plain`` line (``<Figure size 1000x350 with 2 Axes>``),
+so these pixels never fail ``make test``, they only make diffs that mean nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import copy
+import io
 import re
 import sys
 import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
 from nbclient import NotebookClient
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+PNG = "image/png"
+# An image counts as unchanged when at most PIXEL_SHARE of its pixels differ by more than
+# PIXEL_DELTA (0..1) in a channel. Measured on a 1000x350 two-panel loss plot: curves moved
+# by float noise change at most 0.001 % of them (1e-4 relative) or 0.006 % (1e-3); one letter of the
+# title changes 0.055 %, a legend label 0.086 %, one point of a curve 1 % off 0.7 %.
+PIXEL_DELTA = 0.1
+PIXEL_SHARE = 0.0002
 SANITIZE = Path(__file__).resolve().parent.parent / "tests" / "nbval_sanitize.cfg"
 
 
@@ -100,7 +125,63 @@ def keep_ignored_outputs(old: nbformat.NotebookNode, new: nbformat.NotebookNode)
     return kept
 
 
-def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False) -> float:
+def png_pixels(data: str) -> np.ndarray:
+    """The pixels (floats in 0..1) of a base64 PNG as a notebook stores it."""
+    from matplotlib import image
+
+    return image.imread(io.BytesIO(base64.b64decode(data)), format="png")
+
+
+def images_close(old: str, new: str, delta: float = PIXEL_DELTA, share: float = PIXEL_SHARE) -> bool:
+    """Whether two stored PNGs show the same picture, but for a few pixels (see the module's notes)."""
+    if old == new:
+        return True
+    try:
+        a, b = png_pixels(old), png_pixels(new)
+    except (ValueError, OSError, SyntaxError):  # not a PNG Pillow can read
+        return False
+    if a.shape != b.shape:
+        return False
+    diff = abs(a - b)
+    changed = diff.max(axis=-1) > delta if diff.ndim == 3 else diff > delta
+    return float(changed.mean()) <= share
+
+
+def _without_images(outputs: list) -> list:
+    """The outputs with each PNG's data blanked: what must match exactly."""
+    bare = copy.deepcopy(list(outputs))
+    for out in bare:
+        if PNG in out.get("data", {}):
+            out["data"][PNG] = ""
+    return bare
+
+
+def keep_close_images(old: nbformat.NotebookNode, new: nbformat.NotebookNode) -> int:
+    """Give each code cell of ``new`` the stored PNGs of its counterpart in ``old`` (same source,
+    matched in order) when every other output is identical and each image is close
+    (images_close). Both notebooks normalised. Returns how many images were kept."""
+    stored: dict[str, list] = {}
+    for cell in old.cells:
+        if cell.cell_type == "code" and cell.execution_count is not None:
+            stored.setdefault(cell.source, []).append(cell.outputs)
+    kept = 0
+    for cell in new.cells:
+        if cell.cell_type != "code" or not stored.get(cell.source):
+            continue
+        before = stored[cell.source].pop(0)
+        if not any(PNG in out.get("data", {}) for out in cell.outputs):
+            continue
+        if _without_images(before) != _without_images(cell.outputs):
+            continue
+        pairs = [(o, n) for o, n in zip(before, cell.outputs) if PNG in n.get("data", {})]
+        if all(images_close(o["data"][PNG], n["data"][PNG]) for o, n in pairs):
+            for o, n in pairs:
+                kept += o["data"][PNG] != n["data"][PNG]
+                n["data"][PNG] = o["data"][PNG]
+    return kept
+
+
+def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False, refresh_images: bool = False) -> float:
     """Execute ``path`` in place; return the seconds it took."""
     nb = nbformat.read(path, as_version=4)
     before = nbformat.read(path, as_version=4)
@@ -130,7 +211,10 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False) -> fl
     seconds = time.perf_counter() - start
     if not refresh_ignored:
         keep_ignored_outputs(before, nb)
-    nbformat.write(normalise(nb), path)
+    nb = normalise(nb)
+    if not refresh_images:
+        keep_close_images(before, nb)
+    nbformat.write(nb, path)
     return seconds
 
 
@@ -141,12 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--refresh-ignored", action="store_true", help="also re-record the outputs of NBVAL_IGNORE_OUTPUT cells"
     )
+    parser.add_argument(
+        "--refresh-images", action="store_true", help="store every new plot, even one that looks like the stored one"
+    )
     args = parser.parse_args(argv)
     for path in args.notebooks:
         if not path.is_file():
             print(f"no such notebook: {path}", file=sys.stderr)
             return 2
-        seconds = execute(path, args.timeout, refresh_ignored=args.refresh_ignored)
+        seconds = execute(path, args.timeout, refresh_ignored=args.refresh_ignored, refresh_images=args.refresh_images)
         print(f"{path}: {seconds:.1f} s", flush=True)
     return 0
 

@@ -13,6 +13,15 @@ edition, which the site carries under ``student/`` (publish the folder as the
 Why nbconvert and not JupyterBook: nbconvert already comes with JupyterLab (no
 new dependency, no Sphinx build), renders exactly the stored outputs nbval
 checked, and eleven pages plus an index need no table-of-contents machinery.
+
+The site works offline (opened from disk or a server without internet): it loads
+nothing from a CDN. MathJax 2 comes from the ``jupyter-server-mathjax`` package
+(what Jupyter itself serves) and is copied into ``mathjax/`` (only what renders
+TeX to HTML-CSS with the STIX web fonts, ~2.5 MB); mermaid and require.js, which
+no page uses, are left out (a notebook that draws a mermaid diagram stops the
+build). Exercise and check cells are shown as the student gets them: stubs, no
+outputs, and no execution counts on any cell (a student's copy has none), each
+labelled "Exercise" or "Check" instead.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import shutil
 import sys
 from pathlib import Path
 
+import jinja2
 import nbformat
 from nbconvert import HTMLExporter
 from nbconvert.filters.strings import clean_html
@@ -36,7 +46,55 @@ STYLE = (
     "nav.lab{display:flex;gap:1rem;flex-wrap:wrap;padding:.6rem 1rem;background:#f3f4f6;"
     "border-bottom:1px solid #ddd;font-family:system-ui,sans-serif;font-size:.95rem}"
     "nav.lab a{color:#1f4fbf;text-decoration:none}li{margin:.6rem 0}.blurb{color:#555}"
+    ".blurb code{background:#f3f4f6;padding:0 .2em}"
 )
+# What marks exercise and check cells on a page (cell tags become classes in nbconvert's lab template).
+CELL_STYLE = (
+    ".celltag_lab-exercise,.celltag_lab-check{border-left:4px solid #e8a33d;padding-left:.4rem}"
+    ".celltag_lab-check{border-left-color:#5b8def}"
+    ".celltag_lab-exercise::before,.celltag_lab-check::before{font:600 .85rem system-ui,sans-serif;color:#555}"
+    '.celltag_lab-exercise::before{content:"Exercise: your code goes here"}'
+    '.celltag_lab-check::before{content:"Check: run it after the exercise"}'
+)
+EXERCISE_TAG = "lab-exercise"
+CHECK_TAG = "lab-check"
+MATHJAX_DIR = "mathjax"
+# The files of jupyter-server-mathjax's MathJax 2.7 that its TeX-AMS-MML_HTMLorMML config loads
+# to typeset TeX in Chromium and Firefox (HTML-CSS output, STIX-Web fonts), with the TeX
+# extensions a formula may ask for; not its localizations, a11y tools or SVG output (9 of 12 MB).
+MATHJAX_FILES = (
+    "LICENSE",
+    "MathJax.js",
+    "config/*.js",
+    "extensions/*.js",
+    "extensions/TeX/**/*",
+    "extensions/HTML-CSS/*.js",
+    "jax/element/**/*",
+    "jax/input/TeX/*.js",
+    "jax/output/HTML-CSS/**/*",
+    "fonts/HTML-CSS/STIX-Web/woff/**/*",
+)
+# nbconvert's lab page without its CDN scripts: MathJax from mathjax/, no require.js (for
+# widgets, which regenerate strips) and no mermaid (no notebook draws a diagram).
+PAGE_TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({
+  tex2jax: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+            processEscapes: true, processEnvironments: true},
+  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true}},
+  "HTML-CSS": {availableFonts: [], webFont: "STIX-Web", imageFont: null, preferredFont: null,
+               linebreaks: {automatic: true}},
+  "fast-preview": {disabled: true},
+  displayAlign: "center",
+  messageStyle: "none"
+});
+</script>
+<script src="{{ resources.mathjax_url }}"></script>
+{%- endblock html_head_js_mathjax -%}
+"""
 
 
 # Markup with no tag but div, pre, span and code, each with at most a class: what Pygments
@@ -51,13 +109,58 @@ def sanitized(markup: str | bytes) -> str:
     return markup if _PLAIN_MARKUP.fullmatch(markup) else clean_html(markup)
 
 
+_CODE_SPAN = re.compile(r"(`[^`]*`)")
+
+
 def title_and_blurb(nb: nbformat.NotebookNode) -> tuple[str, str]:
-    """The notebook's ``# NN · title`` heading and the first sentence after it."""
+    """The notebook's ``# NN · title`` heading and the first sentence after it, as markdown
+    whose emphasis marks are gone and whose `code spans` are kept as they are."""
     first = nb.cells[0].source.splitlines()
     title = first[0].lstrip("# ").strip()
     body = " ".join(line for line in first[1:] if line.strip() and not line.startswith(("**", "-")))
-    sentence = re.split(r"(?<=[.!?])\s", body.strip(), maxsplit=1)[0]
-    return title, re.sub(r"[`*]", "", sentence)
+    parts = _CODE_SPAN.split(body.strip())
+    sentence = []
+    for k, part in enumerate(parts):
+        if k % 2:  # a code span: no sentence ends inside it, and its characters stay
+            sentence.append(part)
+            continue
+        head, *rest = re.split(r"(?<=[.!?])\s", part, maxsplit=1)
+        sentence.append(re.sub(r"\*+|(?<!\w)_+|_+(?!\w)", "", head))
+        if rest:
+            break
+    return title, "".join(sentence).strip()
+
+
+def inline_html(markdown: str) -> str:
+    """Escaped HTML of a one-line markdown text whose only markup is `code spans`."""
+    parts = _CODE_SPAN.split(markdown)
+    return "".join(f"<code>{html.escape(p[1:-1])}</code>" if k % 2 else html.escape(p) for k, p in enumerate(parts))
+
+
+def copy_mathjax(out: Path) -> Path:
+    """Copy MATHJAX_FILES of jupyter-server-mathjax into ``out``; returns MathJax.js's path."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError as exc:
+        raise SystemExit("the site needs jupyter-server-mathjax (make install, or pip install -e '.[lab]')") from exc
+    static = Path(jupyter_server_mathjax.__file__).parent / "static"
+    for pattern in MATHJAX_FILES:
+        for path in static.glob(pattern):
+            if path.is_file():
+                target = out / path.relative_to(static)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+    return out / "MathJax.js"
+
+
+def mark_exercises(edition: student.Edition) -> None:
+    """Tag the edition's exercise and check cells (CELL_STYLE labels them on the page)."""
+    cells = edition.notebook.cells
+    for ex in edition.exercises:
+        for index, tag in ((ex.cell, EXERCISE_TAG), (ex.check_cell, CHECK_TAG)):
+            if index is not None:
+                tags = cells[index].metadata.setdefault("tags", [])
+                tags.append(tag)
 
 
 def nav(name: str, names: list[str]) -> str:
@@ -82,25 +185,38 @@ def build(src: Path, out: Path) -> list[Path]:
     if out.exists():
         shutil.rmtree(out)
     (out / "student").mkdir(parents=True)
-    exporter = HTMLExporter(template_name="lab", filters={"clean_html": sanitized})
+    mathjax = copy_mathjax(out / MATHJAX_DIR)
+    exporter = HTMLExporter(
+        template_name="lab",
+        template_file="site.html.j2",
+        extra_loaders=[jinja2.DictLoader({"site.html.j2": PAGE_TEMPLATE})],
+        filters={"clean_html": sanitized},
+        exclude_input_prompt=True,
+        exclude_output_prompt=True,
+        mathjax_url=f"{mathjax.relative_to(out).as_posix()}?config=TeX-AMS-MML_HTMLorMML-full,Safe",
+    )
     entries, pages = [], []
     for path in paths:
         source = nbformat.read(path, as_version=4)
-        public = student.make_edition(source, path, keep_outputs=True).notebook
+        edition = student.make_edition(source, path, keep_outputs=True)
+        mark_exercises(edition)
         (out / "student" / path.name).write_bytes(student.generate(path))
-        body, _ = exporter.from_notebook_node(public)
+        body, _ = exporter.from_notebook_node(edition.notebook)
+        if 'class="jp-Mermaid"' in body:
+            raise SystemExit(f"{path.name} draws a mermaid diagram: vendor mermaid.js into the site (tools/website.py)")
         title, blurb = title_and_blurb(source)
         body = body.replace("<body", f'<body data-notebook="{path.stem}"', 1)
         body_start = re.search(r"<body[^>]*>", body).end()
         body = body[:body_start] + nav(path.name, names) + body[body_start:]
         body = body.replace("<title>Notebook</title>", f"<title>{html.escape(title)}</title>")
-        body = body.replace("</head>", f"<style>{STYLE.split('body{')[1].split('}', 1)[1]}</style></head>", 1)
+        style = STYLE.split("body{")[1].split("}", 1)[1] + CELL_STYLE
+        body = body.replace("</head>", f"<style>{style}</style></head>", 1)
         page = out / f"{path.stem}.html"
         page.write_text(body)
         pages.append(page)
         entries.append(
             f'<li><a href="{page.name}">{html.escape(title)}</a> · <a href="{colab.colab_url(path.name)}">'
-            f'Colab</a><div class="blurb">{html.escape(blurb)}</div></li>'
+            f'Colab</a><div class="blurb">{inline_html(blurb)}</div></li>'
         )
     index = out / "index.html"
     index.write_text(
