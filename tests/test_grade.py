@@ -6,8 +6,10 @@ whatever it holds now. The whole class is graded ONCE (a module fixture), with t
 workers, and each test reads its student's row, feedback and results.
 """
 
+import copy
 import csv
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from nbformat.v4 import new_code_cell as code
 from nbformat.v4 import new_markdown_cell as md
 from nbformat.v4 import new_notebook
 
-from tools import grade, student
+from tools import grade, migrate_exercises, student
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +71,7 @@ def tiny_source() -> nbformat.NotebookNode:
         ]
     )
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    migrate_exercises.annotate(nb, "99_tiny")
     return nb
 
 
@@ -102,6 +105,7 @@ def graded(tmp_path_factory):
             code("check_one(one)"),
         ]
     )
+    migrate_exercises.annotate(broken, "98_broken")
     nbformat.write(broken, src_dir / "98_broken.ipynb")
     shutil_copy = src_dir / "01_tensors.ipynb"
     shutil_copy.write_bytes(REAL.read_bytes())
@@ -126,8 +130,14 @@ def graded(tmp_path_factory):
     (extra / "99_tiny.py").write_text(EXTRA)
     edited = nbformat.from_dict(json.loads(json.dumps(answered)))
     del edited.cells[7]  # exercise 2's cell deleted; exercise 1's cell copied, an older attempt above it
-    edited.cells.insert(4, nbformat.v4.new_code_cell("def double(x):\n    return 0"))
+    older = copy.deepcopy(edited.cells[4])  # Jupyter's copy and paste: the metadata too, a new id
+    older.update(id="pasted-copy", source="def double(x):\n    return 0")
+    edited.cells.insert(4, older)
+    edited.cells.insert(4, nbformat.v4.new_code_cell("def double(x):\n    return -1"))  # no metadata: not it
     _write(sub / "edited", name, edited)
+    reordered = nbformat.from_dict(json.loads(json.dumps(answered)))
+    reordered.cells[7], reordered.cells[10] = reordered.cells[10], reordered.cells[7]  # exercise 3's cell above 2's
+    _write(sub / "reordered", name, reordered)
     (sub / "notjson").mkdir()
     (sub / "notjson" / name).write_text("this is not {json")
     hostile = HOSTILE.format(out=str(out), neighbour=str(sub / "answered" / name), canary=str(tmp / "hacked.txt"))
@@ -296,17 +306,127 @@ def test_every_notebook_and_its_student_edition_match_their_source():
 
 
 def test_points_per_exercise(tmp_path):
-    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
-    (tmp_path / "99_tiny.py").write_text("POINTS = {'99.2': 2.5}")
+    source = tiny_source()
+    source.cells[4].metadata["lab"]["points"] = 2  # exercise 1's solution cell: the notebook says 2
+    nbformat.write(source, tmp_path / "99_tiny.ipynb")
+    src = grade.load_source(tmp_path / "99_tiny.ipynb")
+    assert [e.id for e in src.exercises] == ["99.1", "99.2", "99.3"] and src.max_score() == 4
+    (tmp_path / "99_tiny.py").write_text("POINTS = {'99.2': 2.5}")  # the instructor's private file overrides
     src = grade.load_source(tmp_path / "99_tiny.ipynb", tmp_path)
-    assert [e.id for e in src.exercises] == ["99.1", "99.2", "99.3"] and src.max_score() == 4.5
+    assert src.points == {"99.1": 2, "99.2": 2.5, "99.3": 1} and src.max_score() == 5.5
     assert [w.id for w in src.written] == ["99.4"]
+
+
+# --------------------------------------------------------------------------- matching cells, no kernel
+
+
+def predictions_source() -> nbformat.NotebookNode:
+    """Two prediction exercises (both assign ``prediction``), then a written answer whose heading
+    sits in the answer cell itself, after another written answer."""
+    nb = new_notebook(
+        cells=[
+            md("# 97 · Predictions"),
+            code(SETUP),
+            md("### Exercise 1: first prediction"),
+            code('### BEGIN SOLUTION\nprediction = "error"\n### END SOLUTION'),
+            code("check_prediction(prediction)"),
+            md("### Exercise 2: second prediction"),
+            code('### BEGIN SOLUTION\nprediction = "error"\n### END SOLUTION'),
+            code("check_prediction(prediction)"),
+            md("### Exercise 3: explain\n\nIn one sentence."),
+            md("### BEGIN SOLUTION\nThe reference's reason.\n### END SOLUTION"),
+            md(
+                "### Exercise 4: why did it win?\n\nIn two sentences: why?\n\n### BEGIN SOLUTION\nIt did.\n### END SOLUTION"
+            ),
+        ]
+    )
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    migrate_exercises.annotate(nb, "97_predictions")
+    return nb
+
+
+@pytest.fixture
+def predictions(tmp_path):
+    nbformat.write(predictions_source(), tmp_path / "97_predictions.ipynb")
+    src = grade.load_source(tmp_path / "97_predictions.ipynb")
+    return src, nbformat.from_dict(json.loads(json.dumps(src.student)))
+
+
+def test_a_reordered_pair_of_prediction_cells_is_graded_under_their_own_exercises(predictions):
+    src, sub = predictions
+    sub.cells[3].source, sub.cells[6].source = 'prediction = "first"', 'prediction = "second"'
+    sub.cells[3], sub.cells[6] = sub.cells[6], sub.cells[3]  # the student moved them: second above first
+    nb, slots, _ = grade.rebuild(src, sub)
+    assert (slots["97.1"].code, slots["97.2"].code) == ('prediction = "first"', 'prediction = "second"')
+    assert (nb.cells[3].source, nb.cells[6].source) == ('prediction = "first"', 'prediction = "second"')
+    assert (slots["97.1"].cell, slots["97.2"].cell) == (6, 3)
+
+
+def test_a_written_answer_whose_heading_sits_in_its_own_cell(predictions):
+    src, sub = predictions
+    assert [(w.id, w.label) for w in src.written] == [
+        ("97.3", "Exercise 3: explain"),
+        ("97.4", "Exercise 4: why did it win?"),
+    ]
+    sub.cells[9].source = "Because of the learning rate."
+    sub.cells[10].source = sub.cells[10].source.replace("Your answer here", "Adam's step adapts.")
+    _, _, written = grade.rebuild(src, sub)
+    assert written == [
+        {"exercise": "97.3", "label": "Exercise 3: explain", "answer": "Because of the learning rate."},
+        {"exercise": "97.4", "label": "Exercise 4: why did it win?", "answer": "Adam's step adapts."},
+    ]
+
+
+@pytest.mark.parametrize(
+    "edit, answer",
+    [
+        (lambda text: text.replace("\nYour answer here", ""), ""),  # the placeholder deleted, nothing written
+        (lambda text: text.replace("Your answer here", ""), ""),
+        (lambda text: text.replace("\nYour answer here", "") + "\nIt adapts.", "It adapts."),
+        (lambda text: text.replace("Your answer here", "It adapts.\nTwice."), "It adapts.\nTwice."),
+        (lambda text: "It adapts.", "It adapts."),  # the question deleted too
+        (lambda text: text, ""),
+    ],
+)
+def test_the_question_is_never_collected_as_the_answer(predictions, edit, answer):
+    src, sub = predictions
+    sub.cells[10].source = edit(sub.cells[10].source)
+    _, _, written = grade.rebuild(src, sub)
+    assert written[1]["answer"] == answer
+
+
+def test_cells_are_found_by_metadata_or_id_never_by_heading_or_position(predictions):
+    src, sub = predictions
+    sub.cells[6].source = 'prediction = "second"'
+    lost = sub.cells[3]
+    lost.source, lost.metadata = 'prediction = "first"', {}  # metadata stripped: found by its id
+    sub.cells.insert(3, code('prediction = "under the heading, but not the cell"'))
+    del sub.cells[7].metadata["lab"]  # exercise 2's cell: no metadata, and a new id
+    sub.cells[7]["id"] = "recreated"
+    _, slots, _ = grade.rebuild(src, sub)
+    assert slots["97.1"].code == 'prediction = "first"' and slots["97.2"].code is None
+    assert "missing" in slots["97.2"].note
+
+
+def test_a_renamed_file_is_matched_by_content(predictions, tmp_path):
+    src, sub = predictions
+    folder = tmp_path / "handed_in" / "ana"
+    _write(folder, "my homework (final).ipynb", sub)
+    jobs, rows = grade.collect(tmp_path / "handed_in", {src.name: src}, logging.getLogger("test"))
+    assert rows == [] and [(j["notebook"], j["file"]) for j in jobs] == [
+        ("97_predictions", "my homework (final).ipynb")
+    ]
+    assert "matched to 97_predictions by content" in jobs[0]["match"]
 
 
 def test_a_deleted_and_a_duplicated_exercise_cell(graded):
     assert _points(_rows(graded)["edited", "99_tiny"]) == ["1", "0", "1", "2", "3", "ok"]
     text = _feedback(graded, "edited")
     assert "missing from the notebook" in text and "appears 2 times" in text
+
+
+def test_moved_exercise_cells_are_graded_under_their_own_exercise(graded):
+    assert _points(_rows(graded)["reordered", "99_tiny"]) == ["1", "1", "1", "3", "3", "ok"]
 
 
 def test_renamed_files_and_two_copies_are_matched_by_content(graded):

@@ -81,3 +81,19 @@ def test_student_edition_holds_no_solution_line_and_no_output(path):
             assert c.outputs == [] and c.execution_count is None
             assert not [t for t in c.metadata.get("tags", []) if t.startswith("nbval-")]
         assert "NBVAL_" not in c.source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_line_of_the_student_edition_reads_as_a_marker(path):
+    # marker text outside a solution or answer cell stops the build (tools/student.py), so what
+    # is published holds no marker, exact or near (### SOLUTION BEGIN, a zero-width space, ...)
+    import nbformat
+
+    edition = student.make_edition(nbformat.read(path, as_version=4), path).notebook
+    found = [
+        (i, line)
+        for i, c in enumerate(edition.cells)
+        for line in c.source.splitlines()
+        if student.looks_like_marker(line)
+    ]
+    assert not found, f"marker text in the student edition: {found[:3]}"

@@ -14,7 +14,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from tools import student
+from tools import migrate_exercises, student
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -22,12 +22,23 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 STAMP = ".venv/.installed"  # `make -o` this: the tests must never trigger an install
 
 
-def nb_of(*cells):
+def nb_of(*cells, annotate=True):
+    """A notebook of ``cells``; ``annotate``: its exercises marked as tools/migrate_exercises.py would."""
     nb = new_notebook(cells=list(cells))
     nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     for i, c in enumerate(nb.cells):
         c["id"] = f"c{i:03d}"
+    if annotate:
+        migrate_exercises.annotate(nb, "99_sample")
     return nb
+
+
+def lab(cell, exercise="99.1", role="solution", points=1):
+    """``cell`` with its exercise metadata (points on a solution or answer cell only)."""
+    cell.metadata["lab"] = {"exercise": exercise, "role": role}
+    if role in ("solution", "answer"):
+        cell.metadata["lab"]["points"] = points
+    return cell
 
 
 def ran(cell, text="out\n", count=1):
@@ -47,7 +58,9 @@ def sample():
         ran(new_code_cell(EXERCISE), "", 2),
         ran(new_code_cell("lab.check_double(f)"), "PASS  double\n", 3),
         ran(new_code_cell("print(f(2))"), "4\n", 4),
-        new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause 2 * 2 = 4.\n### END SOLUTION\nThe end."),
+        new_markdown_cell(
+            "### Exercise 5: why\nWhy?\n### BEGIN SOLUTION\nBecause 2 * 2 = 4.\n### END SOLUTION\nThe end."
+        ),
     )
 
 
@@ -65,6 +78,7 @@ def test_function_stub_keeps_scaffold_and_indentation():
     with pytest.raises(NotImplementedError, match="^Exercise 4: double it$"):
         ns["f"](1)
     assert [(e.cell, e.label, e.check_cell, e.blocks) for e in ed.exercises] == [(3, "Exercise 4: double it", 4, 1)]
+    assert [(e.id, e.points, e.heading_cell) for e in ed.exercises] == [("99.4", 1, 2)]
 
 
 def test_every_output_and_nbval_tag_is_cleared():
@@ -80,8 +94,9 @@ def test_every_output_and_nbval_tag_is_cleared():
 
 def test_markdown_solution_becomes_answer_placeholder():
     ed = student.make_edition(sample(), "x.ipynb")
-    assert ed.notebook.cells[6].source == "Why?\nYour answer here\nThe end."
+    assert ed.notebook.cells[6].source == "### Exercise 5: why\nWhy?\nYour answer here\nThe end."
     assert ed.written_answers == [6]
+    assert [(a.id, a.label, a.points, a.heading_cell) for a in ed.answers] == [("99.5", "Exercise 5: why", 0, 6)]
 
 
 def test_metadata_valid_and_marked():
@@ -89,7 +104,17 @@ def test_metadata_valid_and_marked():
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert nb.metadata["labsupport"] == {"edition": "student", "source": "notebooks/99_sample.ipynb"}
-    assert [c["id"] for c in nb.cells] == [f"c{i:03d}" for i in range(7)]
+    assert [c["id"] for c in nb.cells] == [f"nb99-c{i:03d}" for i in range(7)]
+    roles = [c.metadata.get("lab") for c in nb.cells]  # the edition carries the metadata (the grader, the site)
+    assert roles == [
+        None,
+        None,
+        {"exercise": "99.4", "role": "heading"},
+        {"exercise": "99.4", "role": "solution", "points": 1},
+        {"exercise": "99.4", "role": "check"},
+        None,
+        {"exercise": "99.5", "role": ["heading", "answer"], "points": 0},
+    ]
 
 
 def test_source_notebook_is_not_modified():
@@ -176,6 +201,15 @@ def test_two_blocks_in_one_cell_and_no_check_cell():
 # --------------------------------------------------------------------------- marker errors
 
 
+# The four spellings that used to publish a solution silently, and their kin.
+SPELLINGS = {
+    "word order": "### SOLUTION BEGIN",
+    "start": "### START SOLUTION",
+    "zero-width space": "### BEGIN\u200b SOLUTION",
+    "full-width letters": "### \uff22\uff25\uff27\uff29\uff2e SOLUTION",
+}
+
+
 @pytest.mark.parametrize(
     "source, cell_type, line, problem",
     [
@@ -184,22 +218,142 @@ def test_two_blocks_in_one_cell_and_no_check_cell():
         ("def f():\n    ### BEGIN SOLUTION\n    return 1", "code", 2, "never closed"),
         ("Answer:\n### BEGIN SOLUTION\nyes", "markdown", 2, "never closed"),
         # Almost-markers would silently publish the solution: each is an error naming the cell.
-        ("x = 1\n### begin solution\ny = 2\n### end solution", "code", 2, "is not a solution marker"),
+        ("x = 1\n### begin solution\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
         ("x = 1\n### BEGIN SOLUTION:\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
         ("x = 1\n### BEGIN SOLUTION ###\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker"),
         ("x = 1\n### BEGIN_SOLUTION\ny = 2\n### END_SOLUTION", "code", 2, "is not a solution marker"),
         ("x = 1\n# BEGIN SOLUTION\ny = 2\n# END SOLUTION", "code", 2, "is not a solution marker"),
         ("Answer:\n### Begin Solution\nyes\n### END SOLUTION", "markdown", 2, "is not a solution marker"),
+        *[(f"x = 1\n{m}\ny = 2\n### END SOLUTION", "code", 2, "is not a solution marker") for m in SPELLINGS.values()],
+        *[
+            (f"Answer:\n### BEGIN SOLUTION\nyes\n{m}", "markdown", 4, "is not a solution marker")
+            for m in SPELLINGS.values()
+        ],
     ],
 )
-def test_bad_markers_name_file_cell_and_line(source, cell_type, line, problem):
+def test_bad_markers_in_a_solution_cell_name_file_cell_and_line(source, cell_type, line, problem):
     make = new_code_cell if cell_type == "code" else new_markdown_cell
-    nb = nb_of(new_markdown_cell("# t"), new_code_cell("ok = 1"), make(source))
+    cell = lab(make(source), role="solution" if cell_type == "code" else "answer")
+    nb = nb_of(new_markdown_cell("# t"), new_code_cell("ok = 1"), cell, annotate=False)
     with pytest.raises(student.MarkerError) as info:
         student.make_edition(nb, "notebooks/42_bad.ipynb")
     assert str(info.value).startswith(f"notebooks/42_bad.ipynb: cell 2, line {line}: ")
     assert problem in str(info.value)
     assert (info.value.cell, info.value.line) == (2, line)
+
+
+MARKER_TEXT = [
+    *SPELLINGS.values(),
+    "### BEGIN SOLUTION",  # exact, but the metadata does not make the cell a solution cell
+    "### END SOLUTION",
+    "### begin solution",
+    "### BEGIN_SOLUTION",
+    "# END SOLUTION",
+    "### SOLUTION END",
+    "### STOP SOLUTION",
+    "**End of solution**",
+    "    ### start\u200bsolution",
+    "### \uff25\uff2e\uff24 \uff33\uff2f\uff2c\uff35\uff34\uff29\uff2f\uff2e",  # ＥＮＤ ＳＯＬＵＴＩＯＮ
+]
+
+
+@pytest.mark.parametrize("text", MARKER_TEXT, ids=ascii)
+@pytest.mark.parametrize("where", ["code", "markdown", "check"])
+def test_marker_text_outside_a_solution_cell_stops_the_build(text, where, tmp_path, capsys):
+    cells = (
+        new_markdown_cell("### Exercise 1: double"),
+        new_code_cell(EXERCISE),
+        new_code_cell("lab.check_double(f)"),
+        new_code_cell("y = 1"),
+        new_markdown_cell("Notes."),
+    )
+    nb = nb_of(*cells)  # the exercise's cells marked; then the text lands in one of the others
+    at = {"code": 3, "markdown": 4, "check": 2}[where]
+    nb.cells[at].source += f"\n{text}\nz = 2"
+    src, out = tmp_path / "notebooks", tmp_path / "student"
+    src.mkdir()
+    nbformat.write(nb, src / "42_bad.ipynb")
+    with pytest.raises(student.MarkerError) as info:
+        student.make_edition(nbformat.read(src / "42_bad.ipynb", as_version=4), src / "42_bad.ipynb")
+    assert (info.value.cell, info.value.line) == (at, 2)
+    assert "reads as a solution marker" in str(info.value)
+    assert student.main(["build", "--src", str(src), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"42_bad.ipynb: cell {at}, line 2: " in err and "reads as a solution marker" in err
+    assert not (out / "42_bad.ipynb").exists()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# the solution ends here when n is small",
+        "# begin with the solution of exercise 2",
+        "end_solution = begin_solution()",
+        "print('start solution')",
+        "A solution that starts small is fine.",
+        "### Exercise 3: the end",
+    ],
+)
+def test_ordinary_lines_about_solutions_are_not_markers(line):
+    assert not student.looks_like_marker(line)
+    nb = nb_of(new_code_cell(f"x = 1\n{line}"))
+    student.make_edition(nb, "x.ipynb")
+
+
+@pytest.mark.parametrize("cell_type", ["code", "markdown"])
+def test_a_solution_cell_without_a_marker_pair_is_an_error(cell_type):
+    make = new_code_cell if cell_type == "code" else new_markdown_cell
+    cell = lab(make("x = 1"), role="solution" if cell_type == "code" else "answer")
+    nb = nb_of(new_markdown_cell("# t"), cell, annotate=False)
+    with pytest.raises(student.ExerciseError, match=r"^x\.ipynb: cell 1: .* no '### BEGIN SOLUTION' / '### END"):
+        student.make_edition(nb, "x.ipynb")
+
+
+def test_a_solution_region_is_what_the_metadata_says():
+    # a marked cell is a solution because its metadata says so: not the heading above, not its place
+    nb = nb_of(
+        new_markdown_cell("### Exercise 1: double"),
+        new_code_cell("print('setup')"),
+        lab(new_code_cell(EXERCISE), "99.7"),
+        lab(new_markdown_cell("### Exercise 7: ours"), "99.7", "heading"),
+        lab(new_code_cell("lab.check_double(f)"), "99.7", "check"),
+        annotate=False,
+    )
+    ed = student.make_edition(nb, "x.ipynb")
+    assert [(e.id, e.cell, e.label, e.check_cell, e.heading_cell) for e in ed.exercises] == [
+        ("99.7", 2, "Exercise 7: ours", 4, 3)
+    ]
+
+
+@pytest.mark.parametrize(
+    "metadata, problem",
+    [
+        ({"exercise": "99.1", "role": "solutions", "points": 1}, "role must be one of"),
+        ({"exercise": "99.1", "role": "solution"}, "needs its exercise's points"),
+        ({"exercise": "99.1", "role": "solution", "points": True}, "needs its exercise's points"),
+        ({"exercise": "99.1", "role": "answer", "points": 0}, "belongs on a markdown cell"),
+        ({"exercise": "Exercise 1", "role": "solution", "points": 1}, "needs the exercise's id"),
+        ({"exercise": "99.1", "role": "solution", "points": 1, "point": 2}, "unknown keys"),
+        ("solution", "must be an object"),
+    ],
+)
+def test_malformed_exercise_metadata_is_an_error(metadata, problem):
+    cell = new_code_cell(EXERCISE)
+    cell.metadata["lab"] = metadata
+    with pytest.raises(student.ExerciseError, match=problem):
+        student.make_edition(nb_of(new_markdown_cell("# t"), cell, annotate=False), "x.ipynb")
+
+
+def test_an_exercise_needs_one_solution_and_its_check_after_it():
+    one, two = lab(new_code_cell(EXERCISE)), lab(new_code_cell(EXERCISE))
+    with pytest.raises(student.ExerciseError, match="has a solution cell already"):
+        student.make_edition(nb_of(one, two, annotate=False), "x.ipynb")
+    check = lab(new_code_cell("lab.check_double(f)"), role="check")
+    with pytest.raises(student.ExerciseError, match="comes before its solution cell"):
+        student.make_edition(nb_of(check, lab(new_code_cell(EXERCISE)), annotate=False), "x.ipynb")
+    heading = lab(new_markdown_cell("### Exercise 1: d"), role="heading")
+    with pytest.raises(student.ExerciseError, match="needs exactly one solution"):
+        student.make_edition(nb_of(heading, annotate=False), "x.ipynb")
 
 
 def test_build_stops_on_bad_markers_before_writing_anything(tmp_path, capsys):

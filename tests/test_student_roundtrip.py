@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 
-from tools import student
+from tools import migrate_exercises, student
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -38,8 +38,10 @@ def _unsolved(path: Path, runs: Path) -> None:
 
 
 def write_tiny(nb, folder: Path) -> Path:
-    """Save a tiny test notebook (with the kernelspec nbclient needs) as folder/99_t.ipynb."""
+    """Save a tiny test notebook (with the kernelspec nbclient needs, and its exercises marked as
+    tools/migrate_exercises.py marks them) as folder/99_t.ipynb."""
     nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    migrate_exercises.annotate(nb, "99_t")
     path = folder / "99_t.ipynb"
     nbformat.write(nb, path)
     return path

@@ -12,19 +12,23 @@ says which.
 
 Rebuild, don't trust. The grader starts from the student edition of the source
 (tools/student.py: the scaffold, the check cells, no answers, no outputs) and puts
-into it only the student's *exercise cells*: the code cells that hold a solution
-region in the source, found in the submission by cell id, else by their exercise
-heading and the names they define. Deleted, moved or edited scaffold cells and
-stored outputs cannot change a grade. Written answers (markdown solution regions)
-are collected verbatim for the instructor and never scored.
+into it only the student's *solution cells*. Which cells those are, the cells
+say: the student edition carries each exercise's metadata (``metadata["lab"]``:
+its id, the cell's role, its points) and the source's cell ids, and Jupyter keeps
+both. A submission's cell is exercise 03.5's solution when its metadata says so
+(a copy made in Jupyter keeps it: the last copy is graded) or when it has the
+source cell's id; nothing else (its heading, position or first line) counts.
+Deleted, moved or edited scaffold cells and stored outputs cannot change a grade.
+Written answers (answer cells) are collected verbatim for the instructor and
+never scored: the student's lines minus the question's.
 
 Each rebuilt notebook runs cell by cell in its own kernel (tools/grade_kernel.py:
 a memory cap, and with Landlock no access to anything but a scratch folder, the
 Python installation and labsupport; no outgoing TCP), with LAB_DEVICE=cpu and a
 time limit per exercise. A cell that runs past it, or a kernel that dies, costs
 that exercise its points; the kernel is restarted, the cells that had run cleanly
-are replayed, and grading goes on. An exercise scores its points (1 unless
-``POINTS`` in the extra cases says otherwise) when its check cell printed a
+are replayed, and grading goes on. An exercise scores its points (its solution
+cell's ``points`` metadata, unless ``POINTS`` in the extra cases says otherwise) when its check cell printed a
 ``PASS`` line and raised nothing, and the instructor's extra cases for it passed.
 Kernels write nothing the grader reads back: results travel over the kernel
 protocol, and only this process writes OUT, after the kernels have ended.
@@ -51,6 +55,7 @@ import compileall
 import concurrent.futures as cf
 import copy
 import csv
+import difflib
 import html
 import json
 import logging
@@ -92,21 +97,18 @@ class Exercise:
     label: str
     cell: int
     check_cell: int | None
-    cell_id: str
-    names: list[str]  # top-level names its stub defines: how a moved copy is recognised
-    first_line: str
+    cell_id: str  # its solution cell's id, unique across the series
 
 
 @dataclass
 class Written:
-    """A written answer (a markdown solution region): collected, not scored."""
+    """A written answer (an answer cell): collected, not scored."""
 
     id: str
     label: str
     cell: int
     cell_id: str
-    before: list[str]  # the prompt lines around "Your answer here" in the student edition
-    after: list[str]
+    question: list[str]  # the answer cell's lines in the student edition, but "Your answer here"
 
 
 @dataclass
@@ -120,24 +122,16 @@ class Source:
     exercises: list[Exercise]
     written: list[Written]
     fingerprint: set[tuple[str, str]]
-    scaffold: set[str]  # the text of every non-exercise code cell
     extra: str = ""  # the instructor-only cases (Python source), if any
     points: dict[str, float] = field(default_factory=dict)
 
     def max_score(self) -> float:
-        return sum(self.points.get(e.id, 1.0) for e in self.exercises)
-
-
-def exercise_id(notebook: str, label: str) -> str:
-    """``02.1`` from ``02_manual_backprop`` and ``Exercise 1: ...`` (as the checks' @exercise)."""
-    prefix = re.match(r"\d+", notebook)
-    num = re.match(r"Exercise\s+([^:\s]+)", label)
-    return f"{prefix.group(0) if prefix else notebook}.{num.group(1) if num else label}"
+        return sum(self.points[e.id] for e in self.exercises)
 
 
 def fingerprint(nb) -> set[tuple[str, str]]:
     """What identifies a notebook whatever its file name: its headings, its markdown cells and
-    each code cell's id with its first line (cell ids alone repeat across the series: c000...)."""
+    each code cell's id with its first line."""
     found = {("heading", h) for h in _headings(nb)}
     for cell in nb.cells:
         if cell.cell_type == "markdown":
@@ -159,32 +153,21 @@ def _headings(nb) -> set[str]:
 
 
 def load_source(path: Path, extra_dir: Path | None = None) -> Source:
-    """Read a solved notebook and derive everything grading needs from its markers."""
+    """Read a solved notebook and what grading needs from its exercises' metadata."""
     nb = nbformat.read(path, as_version=4)
     ed = edition.make_edition(nb, path)
     cells = ed.notebook.cells
-    exercises = [
-        Exercise(
-            exercise_id(path.stem, e.label),
-            e.label,
-            e.cell,
-            e.check_cell,
-            cells[e.cell].get("id", ""),
-            edition._assigned_names(cells[e.cell].source),
-            _first_line(cells[e.cell].source),
+    exercises = [Exercise(e.id, e.label, e.cell, e.check_cell, cells[e.cell].get("id", "")) for e in ed.exercises]
+    written = [
+        Written(
+            a.id,
+            a.label,
+            a.cell,
+            cells[a.cell].get("id", ""),
+            [line for line in cells[a.cell].source.splitlines() if line.strip() != edition.ANSWER_PLACEHOLDER],
         )
-        for e in ed.exercises
+        for a in ed.answers
     ]
-    written = []
-    running = len(exercises)
-    for i in ed.written_answers:
-        lines = cells[i].source.splitlines()
-        at = lines.index(edition.ANSWER_PLACEHOLDER)
-        label = edition.exercise_label(cells, i, running)
-        written.append(
-            Written(exercise_id(path.stem, label), label, i, cells[i].get("id", ""), lines[:at], lines[at + 1 :])
-        )
-    graded = {e.cell for e in ed.exercises}
     src = Source(
         path.stem,
         path,
@@ -193,14 +176,14 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
         exercises,
         written,
         fingerprint(ed.notebook),
-        {c.source.strip() for i, c in enumerate(cells) if c.cell_type == "code" and i not in graded},
+        points={e.id: float(e.points) for e in ed.exercises},
     )
     extra = (extra_dir / f"{path.stem}.py") if extra_dir else None
     if extra and extra.is_file():
         src.extra = extra.read_text()
         namespace: dict = {}
         exec(compile(src.extra, str(extra), "exec"), namespace)  # the instructor's own file
-        src.points = {str(k): float(v) for k, v in namespace.get("POINTS", {}).items()}
+        src.points.update({str(k): float(v) for k, v in namespace.get("POINTS", {}).items()})
     return src
 
 
@@ -229,53 +212,37 @@ def match_source(nb, sources: dict[str, Source]) -> tuple[Source | None, float, 
     return best, best_score, f"matched to {best.name} by content ({best_score:.0%} of its headings and cells)"
 
 
-def _exercise_cells(sub, ex: Exercise, scaffold: set[str]) -> list[int]:
-    """Cells of the submission holding ``ex``: its cell id, and any copy under its heading
-    that defines the same names (a duplicated or re-created cell)."""
+def _cells_of(sub, ex_id: str, role: str, cell_type: str, cell_id: str) -> list[int]:
+    """Cells of the submission that are exercise ``ex_id``'s ``role`` cell: by their ``lab``
+    metadata (a copy made in Jupyter keeps it), or by the source cell's id when the metadata is gone."""
     found = []
     for i, cell in enumerate(sub.cells):
-        if cell.cell_type != "code":
+        if cell.get("cell_type") != cell_type:
             continue
-        text = cell.source.strip()
-        if not text or text in scaffold:
-            continue
-        names = edition._assigned_names(cell.source)
-        alike = (ex.names and set(ex.names) & set(names)) or (not ex.names and _first_line(text) == ex.first_line)
-        under = edition.exercise_label(sub.cells, i, 0) == ex.label
-        # an id counts only with the exercise's heading or names: ids are positional (c011) and
-        # may point at another cell in an older copy of the notebook
-        if (ex.cell_id and cell.get("id", "") == ex.cell_id and (under or alike)) or (under and alike):
+        own_id, roles = edition.lab_metadata(cell)
+        if (own_id == ex_id and role in roles) or (own_id is None and cell_id and cell.get("id") == cell_id):
             found.append(i)
     return found
 
 
-def _written_answer(sub, w: Written, student_md: set[str]) -> str | None:
-    """The student's answer to ``w``, verbatim, or None when the cell is gone."""
-    found = [
-        i
-        for i, c in enumerate(sub.cells)
-        if c.cell_type == "markdown"
-        and w.cell_id
-        and c.get("id") == w.cell_id
-        and edition.exercise_label(sub.cells, i, 0) == w.label
-    ]
-    if not found:
-        found = [
-            i
-            for i, c in enumerate(sub.cells)
-            if c.cell_type == "markdown"
-            and c.source.strip() not in student_md
-            and edition.exercise_label(sub.cells, i, 0) == w.label
-        ]
+def _written_answer(sub, w: Written) -> str | None:
+    """The student's answer to ``w``, verbatim, or None when the cell is gone: the answer cell's
+    lines that are not the question's (the lines around "Your answer here" in the student edition),
+    so a deleted placeholder never makes the question the answer."""
+    found = _cells_of(sub, w.id, "answer", "markdown", w.cell_id)
     if not found:
         return None
     lines = sub.cells[found[-1]].source.splitlines()
-    strip = [line.strip() for line in lines]
-    start = len(w.before) if strip[: len(w.before)] == [b.strip() for b in w.before] else 0
-    end = (
-        len(lines) - len(w.after) if w.after and strip[-len(w.after) :] == [a.strip() for a in w.after] else len(lines)
-    )
-    answer = "\n".join(line for line in lines[start:end] if not edition._MARKER.match(line)).strip()
+    question = [line.strip() for line in w.question]
+    matcher = difflib.SequenceMatcher(None, [line.strip() for line in lines], question, autojunk=False)
+    theirs = [
+        line
+        for tag, i1, i2, _, _ in matcher.get_opcodes()
+        if tag != "equal"
+        for line in lines[i1:i2]
+        if not edition._MARKER.match(line)
+    ]
+    answer = "\n".join(theirs).strip()
     return "" if answer in ("", edition.ANSWER_PLACEHOLDER) else answer
 
 
@@ -293,7 +260,7 @@ def rebuild(src: Source, sub) -> tuple[nbformat.NotebookNode, dict[str, Slot], l
     nb = copy.deepcopy(src.student)
     slots: dict[str, Slot] = {}
     for ex in src.exercises:
-        found = _exercise_cells(sub, ex, src.scaffold)
+        found = _cells_of(sub, ex.id, "solution", "code", ex.cell_id)
         if not found:
             slots[ex.id] = Slot(None, "the exercise cell is missing from the notebook (deleted?)")
             continue
@@ -306,8 +273,7 @@ def rebuild(src: Source, sub) -> tuple[nbformat.NotebookNode, dict[str, Slot], l
         )
         nb.cells[ex.cell].source = code
         slots[ex.id] = Slot(code, note, found[-1])
-    student_md = {c.source.strip() for c in src.student.cells if c.cell_type == "markdown"}
-    written = [{"exercise": w.id, "label": w.label, "answer": _written_answer(sub, w, student_md)} for w in src.written]
+    written = [{"exercise": w.id, "label": w.label, "answer": _written_answer(sub, w)} for w in src.written]
     return nb, slots, written
 
 
@@ -558,7 +524,7 @@ def _result(ex: Exercise, points: float, student_id: str, notebook: str) -> dict
 def _plan(src: Source, sub, student_id: str):
     """The rebuilt notebook, a blank result per exercise, each graded cell's role, the cells to run."""
     nb, slots, written = rebuild(src, sub)
-    results = {ex.id: _result(ex, src.points.get(ex.id, 1.0), student_id, src.name) for ex in src.exercises}
+    results = {ex.id: _result(ex, src.points[ex.id], student_id, src.name) for ex in src.exercises}
     role: dict[int, tuple[str, Exercise]] = {}
     for ex in src.exercises:
         role[ex.cell] = ("exercise", ex)

@@ -5,22 +5,27 @@
     python -m tools.student verify  notebooks/01_tensors.ipynb [...]              # round trip
     python -m tools.student unsolved notebooks/01_tensors.ipynb [...]             # Run all, nothing solved
 
-``build`` writes every student notebook. In a code cell, each block between the
-lines ``### BEGIN SOLUTION`` and ``### END SOLUTION`` becomes a stub::
+``build`` writes every student notebook. What is an exercise is data in the
+notebook: each cell of one carries ``metadata["lab"]``, e.g.
+``{"exercise": "03.5", "role": "solution", "points": 1}`` (the schema is in
+CONTRIBUTING.md; ``python -m tools.migrate_exercises`` writes it). In a
+solution cell, each block between the lines ``### BEGIN SOLUTION`` and
+``### END SOLUTION`` becomes a stub::
 
     # YOUR CODE HERE
     raise NotImplementedError("Exercise 2: the forward pass")
 
-named after the nearest ``### Exercise N: title`` heading above the cell (the
-number falls back to a running count when the heading has none). When the
+named by the exercise's id (``02.2``: 2) and its heading cell's title. When the
 block sits at the top level of its cell, any name it assigns that the check
-cell below reads is set to ``None`` first, so the check answers "got None"
-instead of a NameError. In a markdown cell the block becomes
+cell reads is set to ``None`` first, so the check answers "got None" instead
+of a NameError. In an answer cell (markdown) the block becomes
 ``Your answer here``. Every code cell loses its stored outputs (a PASS line or
 a finished loss curve would spoil the exercise; nbgrader clears them too) and
-its ``nbval-*`` tags. Other files under the source folder (images) are copied
-as they are, except that the repository's ``student/README.md`` comes from
-``docs/student_README.md`` (``notebooks/README.md`` is the instructors' map).
+its ``nbval-*`` tags; every cell keeps its id and its ``lab`` metadata (the
+grader matches a submission's cells by them). Other files under the source
+folder (images) are copied as they are, except that the repository's
+``student/README.md`` comes from ``docs/student_README.md``
+(``notebooks/README.md`` is the instructors' map).
 
 A student's work is never lost. ``build`` overwrites a student file only when
 it is still exactly what was generated last time (the hashes are kept in
@@ -39,8 +44,11 @@ state. The run stops after the last check (``--whole`` runs the rest too): from
 there on the cells and the state are the source's, which nbval runs anyway.
 Cells marked ``# NBVAL_SKIP`` (as nbval reads it) are skipped.
 
-Unbalanced or nested markers stop ``build``/``prepare`` with the file, the
-cell (counted from 0, as in the .ipynb file) and the line (from 1).
+Unbalanced or nested markers, a solution cell without a marker pair, text
+that reads as a marker in any other cell (``### SOLUTION BEGIN``, a zero-width
+space, full-width letters: :func:`looks_like_marker`) and malformed metadata
+stop ``build``/``prepare`` with the file, the cell (counted from 0, as in the
+.ipynb file) and the line (from 1).
 
 Example:
     >>> cell = "def f(x):\\n    ### BEGIN SOLUTION\\n    return x\\n    ### END SOLUTION"
@@ -61,6 +69,7 @@ import re
 import shutil
 import sys
 import time
+import unicodedata
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,34 +86,74 @@ STUB_COMMENT = "# YOUR CODE HERE"
 ANSWER_PLACEHOLDER = "Your answer here"
 EDITION = "student"
 
+LAB = "lab"  # the key of an exercise cell's metadata: {"exercise": "03.5", "role": "solution", "points": 1}
+ROLES = ("heading", "solution", "check", "answer")
+_CELL_TYPE = {"heading": "markdown", "solution": "code", "check": "code", "answer": "markdown"}
+_GRADED = ("solution", "answer")  # the roles that carry the exercise's points
+_ID = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9]+$")
+
 _MARKER = re.compile(r"^\s*### (BEGIN|END) SOLUTION\s*$")
-# Anything that looks like a marker but is not exactly one (case, colon, underscore,
-# trailing hashes): an error, since it would silently publish the solution.
-_NEAR_MARKER = re.compile(r"^\s*#.*\b(begin|end)[\s_-]*solution", re.IGNORECASE)
+# What reads as a marker once case, spacing, underscores, word order, zero-width and
+# full-width characters are set aside (see looks_like_marker).
+_JOINED = re.compile(r"(begin|start|end|stop|finish)(of)?(the)?solutions?|solutions?(begin|start|end|stop|finish)s?")
+_DECORATION = re.compile(r"[\s#*:.`~=>|-]")
+_NEAR = re.compile(r"\b(begin|start|end)\s+solutions?\b|\bsolutions?\s+(begin|start|end)\b")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 _EXERCISE = re.compile(
     r"^exercise\b\s*(?P<num>\d+[a-z]?(?:\.\d+)?)?\s*(?:[:.\u2013\u2014-]\s*)?(?P<title>.*)$", re.IGNORECASE
 )
-_CHECK_CALL = re.compile(r"\bcheck\w*\s*\(")
 
 
-class MarkerError(ValueError):
-    """Solution markers that do not pair up: says the file, cell and line."""
+class ExerciseError(ValueError):
+    """An exercise whose cells or metadata are wrong: says the file and the cell."""
+
+    def __init__(self, path: str | Path, cell: int, problem: str) -> None:
+        self.path, self.cell, self.line, self.problem = str(path), cell, None, problem
+        super().__init__(f"{path}: cell {cell}: {problem}")
+
+
+class MarkerError(ExerciseError):
+    """Solution markers that do not pair up, or marker text where none belongs: says the file, cell and line."""
 
     def __init__(self, path: str | Path, cell: int, line: int, problem: str) -> None:
         self.path, self.cell, self.line, self.problem = str(path), cell, line, problem
-        super().__init__(f"{path}: cell {cell}, line {line}: {problem}")
+        ValueError.__init__(self, f"{path}: cell {cell}, line {line}: {problem}")
 
 
 # --------------------------------------------------------------------------- parsing
+
+
+def _plain(line: str) -> str:
+    """``line`` folded (NFKC: full-width letters), without format characters (Cf: zero-width
+    spaces), lower-cased, with underscores read as spaces."""
+    text = unicodedata.normalize("NFKC", line)
+    text = "".join(ch for ch in text if unicodedata.category(ch) != "Cf")
+    return text.replace("_", " ").lower()
+
+
+def looks_like_marker(line: str) -> bool:
+    """True if ``line`` reads as a solution marker, exact or not: case, spacing, underscores,
+    word order, zero-width and full-width characters set aside.
+
+    Example:
+        >>> [looks_like_marker(s) for s in ("### SOLUTION BEGIN", "### START SOLUTION", "# the solution ends")]
+        [True, True, False]
+    """
+    text = _plain(line)
+    if "solution" not in text:
+        return False
+    rest = _DECORATION.sub("", re.sub(r"[a-z]", "", text))
+    if not rest and _JOINED.fullmatch(re.sub(r"[^a-z]", "", text)):
+        return True
+    return text.lstrip().startswith("#") and bool(_NEAR.search(text))
 
 
 def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int = 0) -> list[tuple[int, int]]:
     """``(begin, end)`` line indices (0-based) of each marker pair in ``source``.
 
     Raises :class:`MarkerError` (1-based line) for an END without BEGIN, a
-    BEGIN inside an open block, a BEGIN never closed, or a line that is almost
-    a marker (``### begin solution``, ``### BEGIN SOLUTION:``, ``### BEGIN_SOLUTION``).
+    BEGIN inside an open block, a BEGIN never closed, or a line that reads as a
+    marker but is not exactly one (:func:`looks_like_marker`).
 
     Example:
         >>> solution_blocks("a\\n### BEGIN SOLUTION\\nb\\n### END SOLUTION")
@@ -115,7 +164,7 @@ def solution_blocks(source: str, *, path: str | Path = "<notebook>", cell: int =
     for i, line in enumerate(lines):
         m = _MARKER.match(line)
         if not m:
-            if _NEAR_MARKER.match(line):
+            if looks_like_marker(line):
                 raise MarkerError(
                     path,
                     cell,
@@ -150,42 +199,20 @@ def has_marker(text: str) -> bool:
     return any(_MARKER.match(line) for line in text.splitlines())
 
 
-def _heading_label(text: str, running: int) -> tuple[str | None, bool]:
-    """Scan a markdown cell bottom-up. Returns (label, stop): the exercise label if
-    the nearest heading is an exercise heading, and whether the search stops here."""
-    for line in reversed(text.splitlines()):
-        h = _HEADING.match(line)
-        if not h:
-            continue
-        m = _EXERCISE.match(h.group(2))
-        if m:
-            num = m.group("num") or str(running)
-            title = m.group("title").strip()
-            return (f"Exercise {num}: {title}" if title else f"Exercise {num}"), True
-        if len(h.group(1)) <= 3:  # a section heading: this cell has no exercise heading of its own
-            return None, True
-    return None, False
-
-
-def exercise_label(cells: list, index: int, running: int) -> str:
-    """The name of the exercise in ``cells[index]``: from the nearest heading above
-    (``### Exercise N: title``), crossing only sub-headings (level 4+) and cells
-    without headings; ``Exercise <running>`` when there is none.
+def heading_title(text: str) -> str:
+    """The title of the first ``### Exercise k: title`` line of a heading cell (display text:
+    the exercise's id is in the cell's metadata), or ``""``.
 
     Example:
-        >>> from nbformat.v4 import new_markdown_cell as md, new_code_cell as code
-        >>> exercise_label([md("### Exercise 3: loss"), code("pass")], 1, running=1)
-        'Exercise 3: loss'
+        >>> heading_title("Intro.\\n### Exercise 2: the forward pass")
+        'the forward pass'
     """
-    for j in range(index - 1, -1, -1):
-        if cells[j].cell_type != "markdown":
-            continue
-        label, stop = _heading_label(cells[j].source, running)
-        if label:
-            return label
-        if stop:
-            break
-    return f"Exercise {running}"
+    for line in text.splitlines():
+        h = _HEADING.match(line)
+        m = _EXERCISE.match(h.group(2)) if h else None
+        if m:
+            return m.group("title").strip()
+    return ""
 
 
 def _assigned_names(code: str) -> list[str]:
@@ -394,6 +421,20 @@ class Exercise:
     label: str
     check_cell: int | None
     blocks: int
+    id: str = ""
+    points: float = 1
+    heading_cell: int | None = None
+
+
+@dataclass
+class Answer:
+    """A written answer: a markdown cell whose solution region becomes ``Your answer here``."""
+
+    cell: int
+    label: str
+    id: str
+    points: float = 0
+    heading_cell: int | None = None
 
 
 @dataclass
@@ -402,11 +443,157 @@ class Edition:
 
     notebook: nbformat.NotebookNode
     exercises: list[Exercise] = field(default_factory=list)
-    written_answers: list[int] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
 
     @property
     def checks(self) -> int:
         return sum(e.check_cell is not None for e in self.exercises)
+
+    @property
+    def written_answers(self) -> list[int]:
+        return [a.cell for a in self.answers]
+
+
+@dataclass
+class Parts:
+    """The cells of one exercise, as their metadata say (cell indices; None where there is none)."""
+
+    id: str
+    heading: int | None = None
+    solution: int | None = None
+    check: int | None = None
+    answer: int | None = None
+    points: float | None = None
+
+    @property
+    def graded(self) -> int:
+        """The solution cell, else the answer cell."""
+        return self.solution if self.solution is not None else self.answer
+
+
+def _lab_problem(lab, cell) -> str | None:
+    """What is wrong with a cell's ``metadata["lab"]``, or None."""
+    example = '{"exercise": "03.5", "role": "solution", "points": 1}'
+    if not isinstance(lab, dict):
+        return f"metadata {LAB!r} must be an object such as {example}, not {lab!r}"
+    role = lab.get("role")
+    roles = [role] if isinstance(role, str) else role
+    if set(lab) - {"exercise", "role", "points"}:
+        return f"metadata {LAB!r} has unknown keys {sorted(set(lab) - {'exercise', 'role', 'points'})}: {example}"
+    if not isinstance(lab.get("exercise"), str) or not _ID.match(lab["exercise"]):
+        return (
+            f'metadata {LAB!r} needs the exercise\'s id, as its check declares it ("03.5"), not {lab.get("exercise")!r}'
+        )
+    if not isinstance(roles, list) or not roles or len(set(roles)) < len(roles) or set(roles) - set(ROLES):
+        return f"metadata {LAB!r}: role must be one of {', '.join(ROLES)} (or a list of them), not {role!r}"
+    for r in roles:
+        if _CELL_TYPE[r] != cell.cell_type:
+            return f"metadata {LAB!r}: role {r!r} belongs on a {_CELL_TYPE[r]} cell, this is a {cell.cell_type} cell"
+    points = lab.get("points")
+    if set(roles) & set(_GRADED):
+        if isinstance(points, bool) or not isinstance(points, (int, float)) or points < 0:
+            return f"metadata {LAB!r}: a {'/'.join(roles)} cell needs its exercise's points (a number >= 0), not {points!r}"
+    elif points is not None:
+        return f"metadata {LAB!r}: points belong on the exercise's solution or answer cell, not on its {role} cell"
+    return None
+
+
+def lab_metadata(cell) -> tuple[str | None, tuple[str, ...]]:
+    """(exercise id, roles) from ``cell.metadata["lab"]``; ``(None, ())`` when the cell has none
+    (or it is malformed: :func:`exercise_parts` says how).
+
+    Example:
+        >>> from nbformat.v4 import new_code_cell
+        >>> lab_metadata(new_code_cell(metadata={"lab": {"exercise": "03.5", "role": "check"}}))
+        ('03.5', ('check',))
+    """
+    lab = cell.get("metadata", {}).get(LAB)
+    if lab is None or _lab_problem(lab, cell):
+        return None, ()
+    role = lab["role"]
+    return lab["exercise"], (role,) if isinstance(role, str) else tuple(role)
+
+
+def _check_markers(cell, index: int, roles: tuple[str, ...], path: str | Path, student_copy: bool) -> None:
+    """A solution or answer cell has a valid marker pair (a student copy: none needed); any
+    other cell has nothing that reads as a marker."""
+    graded = [r for r in roles if r in _GRADED]
+    if graded:
+        if not solution_blocks(cell.source, path=path, cell=index) and not student_copy:
+            raise ExerciseError(
+                path,
+                index,
+                f"its metadata makes it an exercise's {graded[0]} cell, but it has no "
+                f"'### BEGIN SOLUTION' / '### END SOLUTION' pair: mark the answer, or remove its {LAB!r} metadata",
+            )
+        return
+    for k, line in enumerate(cell.source.splitlines()):
+        if _MARKER.match(line) or looks_like_marker(line):
+            what = f"the {'/'.join(roles)} cell of an exercise" if roles else f"a cell without {LAB!r} metadata"
+            raise MarkerError(
+                path,
+                index,
+                k + 1,
+                f"{line.strip()!r} reads as a solution marker, in {what}: only an exercise's solution or "
+                f"answer cell (metadata {LAB!r}) may hold one, and here it would be published as it is. Give the "
+                f"cell its exercise's metadata (python -m tools.migrate_exercises), or reword the line",
+            )
+
+
+def exercise_parts(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -> list[Parts]:
+    """The exercises of ``nb``, read from its cells' ``metadata["lab"]`` alone, in the order of
+    their solution (or answer) cells. Raises :class:`ExerciseError` for malformed metadata, a role
+    taken twice, an exercise without a solution or answer cell, a check cell before its solution;
+    :class:`MarkerError` for a solution cell whose markers do not pair up and for marker text in
+    any other cell."""
+    found: dict[str, Parts] = {}
+    student_copy = nb.metadata.get("labsupport", {}).get("edition") == EDITION
+    for i, cell in enumerate(nb.cells):
+        lab = cell.get("metadata", {}).get(LAB)
+        problem = None if lab is None else _lab_problem(lab, cell)
+        if problem:
+            raise ExerciseError(path, i, problem)
+        ex_id, roles = lab_metadata(cell)
+        if cell.cell_type in ("code", "markdown"):
+            _check_markers(cell, i, roles, path, student_copy)
+        if ex_id is None:
+            continue
+        part = found.setdefault(ex_id, Parts(ex_id))
+        for role in roles:
+            if getattr(part, role) is not None:
+                raise ExerciseError(
+                    path,
+                    i,
+                    f"exercise {ex_id} has a {role} cell already (cell {getattr(part, role)}): one per exercise",
+                )
+            setattr(part, role, i)
+        if "points" in lab:
+            part.points = lab["points"]
+    for part in found.values():
+        first = min(i for i in (part.heading, part.solution, part.check, part.answer) if i is not None)
+        if (part.solution is None) == (part.answer is None):
+            raise ExerciseError(
+                path, first, f"exercise {part.id} needs exactly one solution (code) or answer (markdown) cell"
+            )
+        if part.check is not None and (part.solution is None or part.check < part.solution):
+            raise ExerciseError(
+                path, part.check, f"the check cell of exercise {part.id} comes before its solution cell"
+            )
+    return sorted(found.values(), key=lambda p: p.graded)
+
+
+def exercise_label(cells: list, ex_id: str, heading: int | None) -> str:
+    """``Exercise k: title``, what the stub raises: ``k`` from the id (``03.5``: 5), the title from
+    the exercise's heading cell.
+
+    Example:
+        >>> from nbformat.v4 import new_markdown_cell as md
+        >>> exercise_label([md("### Exercise 3: loss")], "07.3", 0)
+        'Exercise 3: loss'
+    """
+    title = heading_title(cells[heading].source) if heading is not None else ""
+    number = ex_id.split(".", 1)[-1]
+    return f"Exercise {number}: {title}" if title else f"Exercise {number}"
 
 
 def _nbval_marked(cell, marker: str, *tags: str) -> bool:
@@ -420,13 +607,6 @@ def _is_skip(cell) -> bool:
     return _nbval_marked(cell, "NBVAL_SKIP", "nbval-skip")
 
 
-def _next_code_cell(cells: list, index: int) -> int | None:
-    for j in range(index + 1, len(cells)):
-        if cells[j].cell_type == "code":
-            return j
-    return None
-
-
 def _clear(cell) -> None:
     cell.outputs = []
     cell.execution_count = None
@@ -435,23 +615,19 @@ def _clear(cell) -> None:
 def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *, keep_outputs: bool = False) -> Edition:
     """The student edition of a solved notebook (the input is not modified).
 
-    ``keep_outputs`` (the public site) keeps the stored outputs of cells that are
-    neither an exercise nor its check: the demos' printouts and plots."""
+    Its exercises are what the cells' ``metadata["lab"]`` say (:func:`exercise_parts`; the
+    schema is in CONTRIBUTING.md), and each cell keeps that metadata and its id, so the grader
+    and the site read the same. ``keep_outputs`` (the public site) keeps the stored outputs of
+    cells that are neither an exercise nor its check: the demos' printouts and plots."""
     nb = copy.deepcopy(nb)
     cells = nb.cells
-    # pass 1: find the exercises (validates every cell's markers)
-    exercise_cells = []
-    for i, cell in enumerate(cells):
-        if cell.cell_type in ("code", "markdown"):
-            blocks = solution_blocks(cell.source, path=path, cell=i)
-            if blocks and cell.cell_type == "code":
-                exercise_cells.append(i)
     ed = Edition(nb)
-    for n, i in enumerate(exercise_cells, start=1):
-        j = _next_code_cell(cells, i)
-        is_check = j is not None and j not in exercise_cells and bool(_CHECK_CALL.search(cells[j].source))
-        ed.exercises.append(Exercise(i, exercise_label(cells, i, n), j if is_check else None, 0))
-    # pass 2: rewrite
+    for part in exercise_parts(nb, path):
+        label = exercise_label(cells, part.id, part.heading)
+        if part.solution is not None:
+            ed.exercises.append(Exercise(part.solution, label, part.check, 0, part.id, part.points, part.heading))
+        else:
+            ed.answers.append(Answer(part.answer, label, part.id, part.points, part.heading))
     for ex in ed.exercises:
         cell = cells[ex.cell]
         check_src = cells[ex.check_cell].source if ex.check_cell is not None else ""
@@ -459,12 +635,10 @@ def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *, 
         _clear(cell)
         if ex.check_cell is not None:
             _clear(cells[ex.check_cell])
-    for i, cell in enumerate(cells):
-        if cell.cell_type == "markdown":
-            cell.source, n = stub_markdown(cell.source, path=path, cell=i)
-            if n:
-                ed.written_answers.append(i)
-        elif cell.cell_type == "code" and not keep_outputs:
+    for answer in ed.answers:
+        cells[answer.cell].source, _ = stub_markdown(cells[answer.cell].source, path=path, cell=answer.cell)
+    for cell in cells:
+        if cell.cell_type == "code" and not keep_outputs:
             # No stored output survives (a PASS line or a finished loss curve spoils the
             # exercise), and nbval's tags are for the instructors' CI, not for students.
             _clear(cell)
@@ -940,7 +1114,7 @@ def main(argv: Iterable[str] | None = None) -> int:
             return build(args.src, args.out, force=args.force)
         if args.command == "prepare":
             return prepare(args.src, args.out)
-    except (MarkerError, FileNotFoundError) as err:
+    except (ExerciseError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     status = 0
