@@ -337,9 +337,9 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
 
 
 def test_notebook_solutions_pass(capsys):
-    solved = notebook_functions("c122")["train_fixed"]
+    solved = notebook_functions("nb03-c122")["train_fixed"]
     lab.check_fixed_training(solved)
-    accumulated = notebook_functions("c125")["train_accumulated"]
+    accumulated = notebook_functions("nb03-c125")["train_accumulated"]
     lab.check_accumulated_training(accumulated)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("PASS  train_fixed") and out[1].startswith("PASS  train_accumulated")
@@ -456,7 +456,7 @@ LEAKS = ["-=", "in place", "in-place", "sub_", ".data", "copy_", "learning_rate 
 
 def test_the_starting_code_of_03_5_gets_no_answer(capsys):
     """The classmate's loop handed in unchanged: the bug is named, the repaired line never shown."""
-    classmate = notebook_functions("c120")["classmate_train"]
+    classmate = notebook_functions("nb03-c120")["classmate_train"]
     assert failure(lab.check_fixed_training, classmate).mistake == "update rebinds the names"
     core.reset_feedback()
     text = all_rungs(lab.check_fixed_training, classmate, "03.5", capsys)

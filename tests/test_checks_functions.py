@@ -116,9 +116,9 @@ class ScaledMatmulWithNeeds(torch.autograd.Function):
 
 
 def test_the_notebook_solutions_pass(capsys):
-    lab.check_softplus_function(notebook_classes("c108")["Softplus"])
-    classmate = notebook_classes("c115")["ClassmateScaledMatmul"]
-    solved = notebook_classes("c119", {"ClassmateScaledMatmul": classmate})["ScaledMatmul"]
+    lab.check_softplus_function(notebook_classes("nb04-c108")["Softplus"])
+    classmate = notebook_classes("nb04-c115")["ClassmateScaledMatmul"]
+    solved = notebook_classes("nb04-c119", {"ClassmateScaledMatmul": classmate})["ScaledMatmul"]
     lab.check_scaled_matmul_function(solved)
     out = capsys.readouterr().out.splitlines()
     assert out == [
@@ -302,7 +302,7 @@ def test_what_backward_returns_is_named(forward, backward, name):
 
 
 def test_the_classmates_function_handed_in_unchanged_gets_no_answer(capsys):
-    classmate = notebook_classes("c115")["ClassmateScaledMatmul"]
+    classmate = notebook_classes("nb04-c115")["ClassmateScaledMatmul"]
     not_overridden = type("ScaledMatmul", (classmate,), {})
     for starting in (classmate, not_overridden):
         core.reset_feedback()
