@@ -75,6 +75,7 @@ import nbformat
 from . import forkkernel
 from . import student as edition  # the markers, labels and the student edition
 from .grade_kernel import ZYGOTE_VARIABLE
+from .runner import notebook_client
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().with_name("grade_kernel.py")
@@ -404,29 +405,6 @@ _PREAMBLE = "import random as _r; _r.seed(0); del _r"
 MAX_OUTPUT = 2_000_000  # characters of output kept per cell: a print loop cannot fill the grader's memory
 
 
-def _capped_client(*args, **kwargs):
-    """An nbclient.NotebookClient that keeps at most MAX_OUTPUT characters of each cell's output
-    (errors always), then one line saying the rest was dropped."""
-    from nbclient import NotebookClient
-
-    class Capped(NotebookClient):
-        def output(self, outs, msg, display_id, cell_index):
-            if msg["msg_type"] != "error":
-                size = sum(len(str(v)) for v in msg.get("content", {}).values())
-                kept = sum(len(str(o)) for o in outs) if len(outs) < 1000 else MAX_OUTPUT
-                if kept + size > MAX_OUTPUT:
-                    if not outs or outs[-1].get("name") != "grader":
-                        outs.append(
-                            nbformat.v4.new_output(
-                                "stream", name="grader", text="[the grader dropped the rest of this output]\n"
-                            )
-                        )
-                    return None
-            return super().output(outs, msg, display_id, cell_index)
-
-    return Capped(*args, **kwargs)
-
-
 class Kernel:
     """One sandboxed kernel, restartable; runs one cell at a time."""
 
@@ -440,13 +418,14 @@ class Kernel:
         for sub in ("tmp", "mpl", "ipython", "cache", "runs"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         # cells run at index 0 of a throwaway notebook: their outputs land in the cell passed in
-        self.client = _capped_client(
+        self.client = notebook_client(
             nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell()]),
+            self.scratch,
+            timeout=self.cfg.cell_timeout,
             kernel_name=KERNEL_NAME,
             allow_errors=True,
-            record_timing=False,
+            max_output=MAX_OUTPUT,
             startup_timeout=120,
-            resources={"metadata": {"path": str(self.scratch)}},
         )
         self.client.km = self.client.create_kernel_manager()
         self.client.start_new_kernel(env=self.env, cwd=str(self.scratch))

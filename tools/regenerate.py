@@ -43,7 +43,8 @@ from pathlib import Path
 
 import nbformat
 import numpy as np
-from nbclient import NotebookClient
+
+from .runner import blank_skipped, notebook_client, restore_skipped
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 PNG = "image/png"
@@ -187,27 +188,13 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False, refre
     before = nbformat.read(path, as_version=4)
     # Cells tagged nbval-skip (the %tensorboard launcher) are not run, as under nbval:
     # running one would start a TensorBoard server that outlives the kernel.
-    # nbclient passes over a code cell whose source is blank.
-    skipped = {
-        i: cell.source
-        for i, cell in enumerate(nb.cells)
-        if cell.cell_type == "code" and "nbval-skip" in cell.get("metadata", {}).get("tags", [])
-    }
-    for i in skipped:
-        nb.cells[i].source = ""
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        record_timing=False,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
+    skipped = blank_skipped(nb)
+    client = notebook_client(nb, path.parent, timeout=timeout)
     start = time.perf_counter()
     try:
         client.execute()
     finally:
-        for i, source in skipped.items():
-            nb.cells[i].update(source=source, outputs=[], execution_count=None)
+        restore_skipped(nb, skipped)
     seconds = time.perf_counter() - start
     if not refresh_ignored:
         keep_ignored_outputs(before, nb)

@@ -885,8 +885,9 @@ def verify(
     The kernel's working folder is ``cwd`` (default: the notebook's own folder,
     a sibling of ``student/``, so relative paths such as ``../runs`` agree).
     """
-    from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+
+    from .runner import notebook_client
 
     path = Path(path)
     source = nbformat.read(path, as_version=4)
@@ -908,14 +909,7 @@ def verify(
         )
     )
     report.tail_cells = sum(c.cell_type == "code" for c in student.cells[last_needed + 1 :])
-    client = NotebookClient(
-        student,
-        timeout=timeout,
-        kernel_name=kernel_name,
-        allow_errors=False,
-        record_timing=False,
-        resources={"metadata": {"path": str(cwd or path.parent)}},
-    )
+    client = notebook_client(student, cwd or path.parent, timeout=timeout, kernel_name=kernel_name)
 
     def run(cell, index):
         """Execute a copy of ``cell``; return (cell with outputs, error or None)."""
@@ -1005,7 +999,7 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     their checks, nbval proves on the solved sources.) Demo cells that need no exercise
     and feed no later cell (:func:`demo_leaves`) are left to nbval too.
     """
-    from nbclient import NotebookClient
+    from .runner import notebook_client
 
     path = Path(path)
     source = nbformat.read(path, as_version=4)
@@ -1029,14 +1023,7 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
     for i in demo_leaves(nb.cells, set(roles), last):  # nbval runs them; here they would only cost time
         nb.cells[i].source, report.demo_cells = "", report.demo_cells + 1
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        allow_errors=True,
-        record_timing=False,
-        resources={"metadata": {"path": str(cwd or path.parent)}},
-    )
+    client = notebook_client(nb, cwd or path.parent, timeout=timeout, allow_errors=True)
     start = time.perf_counter()
     client.execute()
     report.seconds = time.perf_counter() - start
