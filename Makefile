@@ -164,10 +164,16 @@ test-oldest: $(OLDEST_STAMP)
 site: $(STAMP)
 	$(BIN)/python -m tools.website --out build/site
 
-# What students get: the student edition and its README, zipped (never the repository:
-# notebooks/ and tests/ hold answers). labsupport installs itself from each setup cell.
+# What students get: the student edition, its README and a wheel of labsupport, zipped (never
+# the repository: notebooks/ and tests/ hold answers). The README says the one command that
+# installs the wheel; the wheel is built from a copy of the package (the repository's build/
+# and egg-info stay as they are), offline: --no-build-isolation uses this venv's setuptools.
 handout: $(STAMP)
-	rm -rf build/handout && $(BIN)/python -m tools.student build --out build/handout
-	rm -f build/handout/.generated.json build/handout.zip
+	rm -rf build/handout build/handout.zip build/handout-wheel
+	$(BIN)/python -m tools.student handout --out build/handout
+	mkdir -p build/handout-wheel && cp -R pyproject.toml README.md labsupport build/handout-wheel/
+	$(BIN)/python -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+	    -w build/handout build/handout-wheel
+	rm -rf build/handout-wheel
 	cd build && $(abspath $(BIN))/python -m zipfile -c handout.zip handout/
-	@echo "build/handout.zip: the student edition and README.md, nothing else"
+	@echo "build/handout.zip: the student edition, README.md and labsupport's wheel (pip install labsupport-*.whl)"

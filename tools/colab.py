@@ -89,6 +89,17 @@ def colab_url(notebook: str) -> str:
     return f"https://colab.research.google.com/github/{REPO}/blob/{SITE_BRANCH}/student/{notebook}"
 
 
+README = ROOT / "README.md"
+
+
+def with_links(text: str) -> str:
+    """``text`` (README.md) with its Colab links and its pip requirement following REPO and the version."""
+    text = re.sub(
+        r"https://colab\.research\.google\.com/github/[\w.-]+/[\w.-]+/blob/[\w.-]+/student/", colab_url(""), text
+    )
+    return re.sub(r"labsupport @ git\+https://github\.com/[\w.-]+/[\w.-]+@v[\w.]+", INSTALL, text)
+
+
 def setup_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     return next(c for c in nb.cells if c.cell_type == "code")
 
@@ -145,9 +156,14 @@ def main(argv: list[str]) -> int:
             if argv[0] == "apply":
                 cell.source = wanted
                 nbformat.write(nb, path)
+    readme = README.read_text()
+    if with_links(readme) != readme:
+        stale.append(f"{README.name} (its Colab links or pip line)")
+        if argv[0] == "apply":
+            README.write_text(with_links(readme))
     if argv[0] == "check" and stale:
         print(
-            f"setup cell install block missing or stale in: {', '.join(stale)} "
+            f"install block or links missing or stale in: {', '.join(stale)} "
             f"(run python -m tools.colab apply notebooks/*.ipynb)",
             file=sys.stderr,
         )

@@ -2,6 +2,7 @@
 
     python -m tools.student build   [--src notebooks] [--out student] [--force]   # make student
     python -m tools.student prepare [--src notebooks] [--out student]             # make lab
+    python -m tools.student handout --out build/handout                           # make handout
     python -m tools.student verify  notebooks/01_tensors.ipynb [...]              # round trip
     python -m tools.student unsolved notebooks/01_tensors.ipynb [...]             # Run all, nothing solved
 
@@ -75,6 +76,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+import tomllib
+from nbconvert.preprocessors import ClearOutputPreprocessor
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".generated.json"
@@ -82,6 +85,63 @@ BACKUP_DIR = "backup"
 # student/README.md is written for students (what the folder is, how to start, what the checks
 # say); notebooks/README.md is the instructors' map and stays in notebooks/.
 STUDENT_README = ROOT / "docs" / "student_README.md"
+
+# The handout (make handout, build/handout.zip) is used away from the repository: its README
+# says how to install labsupport from the wheel beside the notebooks (the Makefile builds it
+# into the folder) and keeps the student README's part on the checks' messages.
+HANDOUT_README = """\
+# Your notebooks (the lab's handout)
+
+This folder holds the lab's notebooks, `00_hardware` to `10_scaling_up`, with every exercise left
+for you to write; `ddp_train.py`, the script notebook 10 runs; and `{wheel}`, the lab's
+helper package (`labsupport`, imported as `lab`): the notebooks call it, and its checks tell you
+whether an exercise is right. Work through the notebooks in order: each one builds on the one before.
+
+## Setting up, once
+
+In a terminal, in this folder, with Python 3.10 or newer (a virtual environment of its own is
+best: `python -m venv .venv`, then `source .venv/bin/activate`, on Windows `.venv\\Scripts\\activate`):
+
+```bash
+pip install {wheel} jupyterlab
+```
+
+This one command installs the helpers, what they need (PyTorch 2.6 or newer, torchvision, NumPy,
+matplotlib, scikit-learn, tqdm, TensorBoard: a PyTorch already installed is kept) and JupyterLab.
+
+## Starting
+
+```bash
+jupyter lab                   # in this folder; open the http://localhost:8888/lab?token=... link it prints
+tensorboard --logdir runs     # in a second terminal: the training notebooks' curves on http://localhost:6006
+```
+
+Run each notebook's first cell (its setup) before anything else, then go down cell by cell. If that
+cell's line says the helpers are not installed, run the `pip install` line above, then restart the
+kernel (Kernel > Restart Kernel). Stop JupyterLab or TensorBoard with Ctrl-C in their terminal.
+`runs/` (made here by the training cells) holds what they log for TensorBoard.
+
+"""
+
+
+def handout_readme() -> str:
+    """The handout's README.md: how to install and start, then the student README's part on the checks."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    wheel = f"labsupport-{version}-py3-none-any.whl"
+    text = STUDENT_README.read_text()
+    checks = text[text.index("## Exercises") : text.index("## What else is here")]
+    return HANDOUT_README.format(wheel=wheel) + checks.rstrip() + "\n"
+
+
+def handout(src_dir: Path, out: Path) -> int:
+    """The handout's folder (make handout zips it, with the labsupport wheel the Makefile adds):
+    the student edition of ``src_dir`` with the handout's README, without the build's hashes."""
+    status = build(src_dir, out, force=False)
+    (out / MANIFEST).unlink(missing_ok=True)
+    (out / "README.md").write_text(handout_readme())
+    return status
+
+
 STUB_COMMENT = "# YOUR CODE HERE"
 ANSWER_PLACEHOLDER = "Your answer here"
 EDITION = "student"
@@ -637,11 +697,14 @@ def make_edition(nb: nbformat.NotebookNode, path: str | Path = "<notebook>", *, 
             _clear(cells[ex.check_cell])
     for answer in ed.answers:
         cells[answer.cell].source, _ = stub_markdown(cells[answer.cell].source, path=path, cell=answer.cell)
+    if not keep_outputs:
+        # No stored output survives (a PASS line or a finished loss curve spoils the exercise):
+        # nbconvert's ClearOutputPreprocessor empties every code cell's outputs and counts.
+        nb, _ = ClearOutputPreprocessor().preprocess(nb, {})
+        cells = nb.cells
     for cell in cells:
         if cell.cell_type == "code" and not keep_outputs:
-            # No stored output survives (a PASS line or a finished loss curve spoils the
-            # exercise), and nbval's tags are for the instructors' CI, not for students.
-            _clear(cell)
+            # nbval's tags are for the instructors' CI, not for students.
             tags = [t for t in cell.metadata.get("tags", []) if not t.startswith("nbval-")]
             if tags:
                 cell.metadata["tags"] = tags
@@ -1081,6 +1144,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     for name, text in (
         ("build", "write the student edition (make student)"),
         ("prepare", "create missing student files only (make lab)"),
+        ("handout", "write the handout's folder (make handout): the edition and its README"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--src", type=Path, default=ROOT / "notebooks", help="solved notebooks (default notebooks/)")
@@ -1101,6 +1165,8 @@ def main(argv: Iterable[str] | None = None) -> int:
             return build(args.src, args.out, force=args.force)
         if args.command == "prepare":
             return prepare(args.src, args.out)
+        if args.command == "handout":
+            return handout(args.src, args.out)
     except (ExerciseError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
