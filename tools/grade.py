@@ -56,6 +56,7 @@ import concurrent.futures as cf
 import copy
 import csv
 import difflib
+import hashlib
 import html
 import json
 import logging
@@ -110,6 +111,7 @@ class Written:
     cell: int
     cell_id: str
     question: list[str]  # the answer cell's lines in the student edition, but "Your answer here"
+    points: float = 0.0  # scored by hand (manual.csv)
 
 
 @dataclass
@@ -166,6 +168,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
             a.cell,
             cells[a.cell].get("id", ""),
             [line for line in cells[a.cell].source.splitlines() if line.strip() != edition.ANSWER_PLACEHOLDER],
+            float(a.points or 0),
         )
         for a in ed.answers
     ]
@@ -695,28 +698,99 @@ def _init_worker(jupyter_path: str) -> None:
     os.environ["JUPYTER_PATH"] = jupyter_path + os.pathsep + os.environ.get("JUPYTER_PATH", "")
 
 
+_CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<id>\d+)_(?P<sub>\d+)_(?P<file>.+\.ipynb)$")
+
+
+def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple[str, Path]]], list[dict]]:
+    """Each student's files (name as handed in, path): a folder per student, or Canvas's flat
+    ``<name>_<id>_<submission id>_<file>.ipynb`` files at the top (the student is ``<name>_<id>``)."""
+    units: dict[str, list[tuple[str, Path]]] = {}
+    rows = []
+    for entry in sorted(submissions.iterdir()):
+        if entry.name.startswith(".") or entry.is_symlink():
+            continue
+        if entry.is_dir():
+            files = sorted(
+                p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and not p.is_symlink()
+            )  # a link could point into another student's folder
+            units.setdefault(entry.name, []).extend((p.relative_to(entry).as_posix(), p) for p in files)
+        elif entry.suffix == ".ipynb":
+            canvas = _CANVAS.match(entry.name)
+            if canvas:
+                units.setdefault(f"{canvas['name']}_{canvas['id']}", []).append((canvas["file"], entry))
+            else:
+                log.info(
+                    "%s: a notebook outside any student folder, not named as Canvas names them: skipped", entry.name
+                )
+                rows.append(
+                    {"student": "", "notebook": entry.name, "file": entry.name, "status": "not in a student folder"}
+                )
+    return units, rows
+
+
+def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
+    """Extract a zip into ``into``, refusing absolute paths, ``..`` and links; keep each file's time."""
+    import zipfile
+
+    with zipfile.ZipFile(archive) as zf:
+        for info in zf.infolist():
+            name = info.filename.replace("\\", "/")
+            parts = Path(name).parts
+            mode = info.external_attr >> 16
+            if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in parts or (mode & 0o170000) == 0o120000:
+                log.info("%s: refused %r (an absolute path, .. or a link)", archive.name, info.filename)
+                continue
+            target = into.joinpath(*parts)
+            if into.resolve() not in target.resolve().parents:
+                log.info("%s: refused %r (outside the folder)", archive.name, info.filename)
+                continue
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(info) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            stamp = time.mktime((*info.date_time, 0, 0, -1))
+            os.utime(target, (stamp, stamp))
+    entries = [e for e in into.iterdir() if not e.name.startswith((".", "__MACOSX"))]
+    if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
+        return entries[0]  # one folder around the class
+    return into
+
+
 def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) -> tuple[list[dict], list[dict]]:
-    """Match every file to a source; return the jobs to run and the rows that need no kernel."""
-    jobs, rows = [], []
-    for folder in sorted(p for p in submissions.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        chosen: dict[str, list[tuple[float, float, Path, str, str]]] = {}
-        files = sorted(
-            p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and not p.is_symlink()
-        )  # a link could point into another student's folder
+    """Match every file to a source; return the jobs to run and the rows that need no kernel.
+    A ``.zip`` at the top of ``submissions`` is read as another such folder (extracted into a temporary folder)."""
+    units, rows = _units(submissions, log)
+    jobs: list[dict] = []
+    for archive in sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()):
+        with tempfile.TemporaryDirectory(prefix="lab-grade-zip-") as tmp:
+            try:
+                root = _safe_extract(archive, Path(tmp), log)
+            except Exception as exc:
+                log.info("%s: not a readable zip: %s", archive.name, exc)
+                status = f"not a readable zip: {exc}"
+                rows.append({"student": "", "notebook": archive.name, "file": archive.name, "status": status})
+                continue
+            log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
+            more_jobs, more_rows = collect(root, sources, log)
+        jobs += [{**job, "file": f"{archive.name}:{job['file']}"} for job in more_jobs]
+        rows += more_rows
+    for student_id, files in units.items():
+        chosen: dict[str, list[tuple[float, float, str, str, str]]] = {}
         if not files:
-            rows.append({"student": folder.name, "notebook": "", "status": "no notebook handed in"})
-        for path in files:
-            rel = path.relative_to(folder).as_posix()
+            rows.append({"student": student_id, "notebook": "", "status": "no notebook handed in"})
+        for rel, path in files:
             try:
                 text = path.read_text(encoding="utf-8")
                 nb = nbformat.reads(text, as_version=4)
             except Exception as exc:
                 why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                 name = path.stem if path.stem in sources else rel
-                log.info("%s/%s: not a notebook: %s", folder.name, rel, why)
+                log.info("%s/%s: not a notebook: %s", student_id, rel, why)
                 rows.append(
                     {
-                        "student": folder.name,
+                        "student": student_id,
                         "notebook": name,
                         "file": rel,
                         "status": f"{rel} is not a readable notebook (not JSON: {why})",
@@ -725,27 +799,21 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
                 )
                 continue
             src, score, how = match_source(nb, sources)
-            log.info("%s/%s: %s", folder.name, rel, how)
+            log.info("%s/%s: %s", student_id, rel, how)
             if src is None:
-                rows.append({"student": folder.name, "notebook": rel, "file": rel, "status": how})
+                rows.append({"student": student_id, "notebook": rel, "file": rel, "status": how})
                 continue
-            chosen.setdefault(src.name, []).append((score, path.stat().st_mtime, path, text, how))
+            chosen.setdefault(src.name, []).append((path.stat().st_mtime, score, rel, text, how))
         for name, cands in chosen.items():
-            cands.sort(key=lambda c: (c[0], c[1]), reverse=True)
-            score, _, path, text, how = cands[0]
-            note = f"graded `{path.relative_to(folder).as_posix()}`: {how}"
+            cands.sort(key=lambda c: (c[0], c[1]), reverse=True)  # the newest copy, then the closer match
+            mtime, score, rel, text, how = cands[0]
+            note = f"graded `{rel}`: {how}"
             if len(cands) > 1:
-                others = ", ".join(f"`{c[2].relative_to(folder).as_posix()}`" for c in cands[1:])
-                note += f"; also handed in and not graded: {others} (the closest match, then the newest, is graded)"
-            log.info("%s: %s", folder.name, note)
+                others = ", ".join(f"`{c[2]}`" for c in cands[1:])
+                note += f"; also handed in and not graded: {others} (the newest copy is graded, as handed in last)"
+            log.info("%s: %s", student_id, note)
             jobs.append(
-                {
-                    "student": folder.name,
-                    "notebook": name,
-                    "file": path.relative_to(folder).as_posix(),
-                    "match": note,
-                    "text": text,
-                }
+                {"student": student_id, "notebook": name, "file": rel, "match": note, "text": text, "mtime": mtime}
             )
     return jobs, rows
 
@@ -864,74 +932,328 @@ def feedback_html(markdown_text: str, title: str) -> str:
 
 
 def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._@+-]", "_", name) or "_"
+    """A folder name for a student id: the id itself when it is plain ASCII, else a slug and a
+    short hash of the id, so two ids never share a folder (``José`` and ``Josè`` both slug to ``Jos_``)."""
+    slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name)[:60]
+    if slug == name and not name.startswith("."):
+        return name
+    return f"{slug.lstrip('.') or '_'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
 
-def write_outputs(out: Path, graded: list[dict], rows: list[dict], sources: dict[str, Source]) -> list[dict]:
-    """grades.csv, results.jsonl, feedback/ and executed/; returns the csv rows."""
-    present = {g["notebook"] for g in graded} | {r["notebook"] for r in rows}
-    ids = [e.id for s in sources.values() if s.name in present for e in s.exercises]  # notebooks in this run
-    table = []
-    with open(out / "results.jsonl", "w", encoding="utf-8") as jl:
-        for g in graded:
-            src = sources[g["notebook"]]
-            by_id = {r["exercise"]: r for r in g["results"]}
-            row = {"student": g["student"], "notebook": g["notebook"]}
-            row.update({e.id: f"{by_id[e.id]['points']:g}" if e.id in by_id else "0" for e in src.exercises})
-            row.update(
-                score=f"{sum(r['points'] for r in g['results']):g}",
-                max_score=f"{src.max_score():g}",
-                status="ok" if not g["error"] else g["error"],
-            )
-            table.append(row)
-            for r in g["results"]:
-                jl.write(json.dumps({**r, "file": g["file"], "notebook_seconds": g["seconds"]}) + "\n")
-            for w in g["written"]:
-                jl.write(
-                    json.dumps(
-                        {
-                            "student": g["student"],
-                            "notebook": g["notebook"],
-                            "exercise": w["exercise"],
-                            "label": w["label"],
-                            "points": None,
-                            "status": "written (not scored)",
-                            "answer": w["answer"],
-                            "file": g["file"],
-                        }
-                    )
-                    + "\n"
-                )
-            folder = out / "feedback" / _safe(g["student"])
-            folder.mkdir(parents=True, exist_ok=True)
-            md = feedback_markdown(g, sources)
-            (folder / f"{g['notebook']}.md").write_text(md, encoding="utf-8")
-            (folder / f"{g['notebook']}.html").write_text(
-                feedback_html(md, f"{g['student']}: {g['notebook']}"), encoding="utf-8"
-            )
-            if g["executed"]:
-                ex_dir = out / "executed" / _safe(g["student"])
-                ex_dir.mkdir(parents=True, exist_ok=True)
-                (ex_dir / f"{g['notebook']}.ipynb").write_text(g["executed"], encoding="utf-8")
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_cell(value) -> str:
+    """A CSV cell a spreadsheet never runs as a formula (OWASP's advice): text starting with
+    ``= + - @``, a tab or a carriage return gets a leading ``'``; numbers stay numbers."""
+    text = "" if value is None else str(value)
+    if text.startswith(_FORMULA):
+        try:
+            float(text)
+        except ValueError:
+            return "'" + text
+    return text
+
+
+def _csv_uncell(text: str) -> str:
+    """The value :func:`_csv_cell` wrote."""
+    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA) else text
+
+
+def _write_csv(path: Path, header: list[str], rows: list) -> None:
+    """A CSV file whose every cell went through :func:`_csv_cell`; ``rows`` are dicts or lists."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow([_csv_cell(h) for h in header])
+        for row in rows:
+            cells = [row.get(h, "") for h in header] if isinstance(row, dict) else row
+            writer.writerow([_csv_cell(c) for c in cells])
+
+
+def _read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file this module wrote (or an instructor filled in), unescaped."""
+    if not path.is_file():
+        return []
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        return [{_csv_uncell(k or ""): _csv_uncell(v or "") for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+AUTO = "auto-grades.csv"  # the checks' points of every row so far, before manual scores and late penalties
+MANUAL = "manual.csv"  # the instructor's: written answers' scores, overrides, comments
+_MANUAL_HEADER = ["student", "exercise", "points", "comment", "max_points", "answer"]
+
+
+def write_outputs(
+    out: Path,
+    graded: list[dict],
+    rows: list[dict],
+    sources: dict[str, Source],
+    *,
+    log: logging.Logger | None = None,
+    deadline: float | None = None,
+    penalty: float = 0.0,
+) -> list[dict]:
+    """feedback/, executed/, then the class's gradebook: this run's rows merged into the earlier
+    runs' by (student, notebook), so regrading one student changes only that student's rows;
+    returns the grades.csv rows (see :func:`finish`)."""
+    new = []
+    fresh: list[str] = []
+    for g in graded:
+        src = sources[g["notebook"]]
+        by_id = {r["exercise"]: r for r in g["results"]}
+        row = {"student": g["student"], "notebook": g["notebook"], "file": g.get("file", "")}
+        row.update({e.id: f"{by_id[e.id]['points']:g}" if e.id in by_id else "0" for e in src.exercises})
+        row.update(
+            score=f"{sum(r['points'] for r in g['results']):g}",
+            max_score=f"{src.max_score():g}",
+            status="ok" if not g["error"] else g["error"],
+            submitted=_when(g.get("mtime")),
+        )
+        new.append(row)
+        for r in g["results"]:
+            fresh.append(json.dumps({**r, "file": g["file"], "notebook_seconds": g["seconds"]}))
+        for w in g["written"]:
+            line = {
+                "student": g["student"],
+                "notebook": g["notebook"],
+                "exercise": w["exercise"],
+                "label": w["label"],
+                "points": None,
+                "status": "written (not scored)",
+                "answer": w["answer"],
+                "file": g["file"],
+            }
+            fresh.append(json.dumps(line))
+        folder = out / "feedback" / _safe(g["student"])
+        folder.mkdir(parents=True, exist_ok=True)
+        md = feedback_markdown(g, sources)
+        (folder / f"{g['notebook']}.md").write_text(md, encoding="utf-8")
+        (folder / f"{g['notebook']}.html").write_text(
+            feedback_html(md, f"{g['student']}: {g['notebook']}"), encoding="utf-8"
+        )
+        if g["executed"]:
+            ex_dir = out / "executed" / _safe(g["student"])
+            ex_dir.mkdir(parents=True, exist_ok=True)
+            (ex_dir / f"{g['notebook']}.ipynb").write_text(g["executed"], encoding="utf-8")
     for r in rows:
         src = sources.get(r["notebook"])
         row = {
             "student": r["student"],
             "notebook": r["notebook"],
+            "file": r.get("file", ""),
             "score": "0",
             "max_score": f"{r['max_score']:g}" if isinstance(r.get("max_score"), float) else "",
             "status": r["status"],
         }
         if src:
             row.update({e.id: "0" for e in src.exercises})
+        new.append(row)
+    keys = {(r["student"], r["notebook"]) for r in new}
+    students = {r["student"] for r in new}
+
+    def stale(r: dict) -> bool:  # replaced by this run's rows
+        return (r["student"], r["notebook"]) in keys or (r["student"] in students and not r["notebook"])
+
+    old = _read_csv(out / AUTO) or _read_csv(out / "grades.csv")  # a gradebook from before auto-grades.csv
+    kept = [r for r in old if not stale(r)]
+    if old and log:
+        log.info("gradebook: %d row(s) graded now merged with %d kept from earlier runs", len(new), len(kept))
+    auto = sorted(new + kept, key=lambda r: (r["student"], r["notebook"]))
+    ids = [e.id for s in sources.values() for e in s.exercises]
+    _write_csv(out / AUTO, ["student", "notebook", "file", "submitted", *ids, "score", "max_score", "status"], auto)
+    lines = []
+    if (out / "results.jsonl").is_file():
+        for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines():
+            r = json.loads(line)
+            if (r["student"], r["notebook"]) not in keys:
+                lines.append(line)
+    with open(out / "results.jsonl", "w", encoding="utf-8") as jl:
+        jl.writelines(line + "\n" for line in [*fresh, *lines])
+    return finish(out, sources, log=log, deadline=deadline, penalty=penalty)
+
+
+def _when(mtime: float | None) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(mtime)) if mtime else ""
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def finish(
+    out: Path,
+    sources: dict[str, Source],
+    *,
+    log: logging.Logger | None = None,
+    deadline: float | None = None,
+    penalty: float = 0.0,
+) -> list[dict]:
+    """grades.csv, gradebook.csv, written.csv, report.html and report.csv from the checks' points
+    (auto-grades.csv), the instructor's manual.csv (written answers' scores, overrides, comments)
+    and the late rule (``penalty`` percent of the score per day started after ``deadline``)."""
+    auto = _read_csv(out / AUTO)
+    results = (
+        [json.loads(x) for x in (out / "results.jsonl").read_text(encoding="utf-8").splitlines()]
+        if (out / "results.jsonl").is_file()
+        else []
+    )
+    owner = {e.id: s for s in sources.values() for e in s.exercises}
+    written = {w.id: (s, w) for s in sources.values() for w in s.written}
+    manual = _read_csv(out / MANUAL)
+    if not (out / MANUAL).is_file():  # the sheet to fill in: one line per written answer
+        answers = [r for r in results if r.get("status") == "written (not scored)"]
+        sheet = [
+            {
+                "student": r["student"],
+                "exercise": r["exercise"],
+                "max_points": f"{written[r['exercise']][1].points:g}" if r["exercise"] in written else "",
+                "answer": (r.get("answer") or "")[:500],
+            }
+            for r in answers
+        ]
+        _write_csv(out / MANUAL, _MANUAL_HEADER, sheet)
+    by_key = {(r["student"], r["notebook"]): dict(r) for r in auto}
+    extra_cols: list[str] = []
+    comments: dict[tuple[str, str], list[str]] = {}
+    for m in manual:
+        ex, who, pts = m.get("exercise", "").strip(), m.get("student", "").strip(), _number(m.get("points", ""))
+        src = owner.get(ex) or (written[ex][0] if ex in written else None)
+        if src is None or not who:
+            if log and any(m.values()):
+                log.info("%s: row %r names no known exercise or student: ignored", MANUAL, m)
+            continue
+        row = by_key.get((who, src.name))
+        if row is None:
+            if log:
+                log.info("%s: %s has no row for %s: ignored", MANUAL, who, src.name)
+            continue
+        if m.get("comment", "").strip() or pts is not None:
+            shown = f"{pts:g}" if pts is not None else "-"
+            comments.setdefault((who, src.name), []).append(f"**{ex}** ({shown}): {m.get('comment', '').strip()}")
+        if pts is None:
+            continue
+        if ex in written:
+            top = _number(m.get("max_points", "")) or float(written[ex][1].points)
+            row[ex] = f"{pts:g}"
+            row["max_score"] = f"{float(row.get('max_score') or 0) + top:g}"
+            if ex not in extra_cols:
+                extra_cols.append(ex)
+        else:
+            row[ex] = f"{pts:g}"
+            row["override"] = (row.get("override", "") + f" {ex}").strip()
+    table = []
+    for row in sorted(by_key.values(), key=lambda r: (r["student"], r["notebook"])):
+        src = sources.get(row["notebook"])
+        if src is not None and row.get("status") == "ok":
+            cols = [e.id for e in src.exercises] + [w.id for w in src.written if w.id in row and row[w.id] != ""]
+            score = sum(_number(row.get(c, "")) or 0.0 for c in cols)
+            when = row.get("submitted", "")
+            if deadline is not None and when:
+                late = time.mktime(time.strptime(when, "%Y-%m-%dT%H:%M:%S")) - deadline
+                if late > 0:
+                    days = int(-(-late // 86400))
+                    cut = min(100.0, penalty * days)
+                    score *= 1 - cut / 100
+                    row["late"] = f"{days} day(s): -{cut:g}%"
+            row["score"] = f"{round(score, 3):g}"
         table.append(row)
-    table.sort(key=lambda r: (r["student"], r["notebook"]))
-    with open(out / "grades.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=["student", "notebook", *ids, "score", "max_score", "status"], restval="")
-        writer.writeheader()
-        writer.writerows(table)
+    present = {r["notebook"] for r in table}
+    ids = [e.id for s in sources.values() if s.name in present for e in s.exercises]
+    ids += [i for i in (w.id for s in sources.values() for w in s.written) if i in extra_cols]
+    header = ["student", "notebook", *ids, "score", "max_score", "status"]
+    header += [c for c in ("override", "late") if any(c in r for r in table)]
+    _write_csv(out / "grades.csv", header, table)
     write_gradebook(out / "gradebook.csv", table, sources)
+    for (who, name), notes in comments.items():
+        _instructor_notes(out / "feedback" / _safe(who) / f"{name}.md", notes, f"{who}: {name}")
+    write_report(out, table, results, sources)
     return table
+
+
+_NOTES = "## From your instructor"
+
+
+def _instructor_notes(path: Path, notes: list[str], title: str) -> None:
+    """Put the instructor's scores and comments at the end of a feedback file (replacing earlier ones)."""
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8").split("\n" + _NOTES + "\n")[0].rstrip()
+    text += "\n\n" + _NOTES + "\n\n" + "\n\n".join(notes) + "\n"
+    path.write_text(text, encoding="utf-8")
+    path.with_suffix(".html").write_text(feedback_html(text, title), encoding="utf-8")
+
+
+_MISTAKE = re.compile(r"likely mistake:\s*(.+)", re.I)
+_OTHER_REASONS = {
+    "not written": "not written yet",
+    "missing": "exercise cell missing",
+    "timeout": "timed out",
+    "crashed": "kernel died",
+    "not run": "not graded",
+}
+
+
+def mistake_of(result: dict) -> str:
+    """The named mistake a failed exercise's feedback gives (its "likely mistake:" line), else why it failed."""
+    if result.get("status") == "pass":
+        return ""
+    found = _MISTAKE.search(result.get("feedback", ""))
+    if found:
+        return found.group(1).strip().rstrip(".")
+    if "additional test of your instructor" in result.get("feedback", ""):
+        return "an instructor-only case failed"
+    return _OTHER_REASONS.get(result.get("status", ""), "failed, no named mistake")
+
+
+def write_report(out: Path, table: list[dict], results: list[dict], sources: dict[str, Source]) -> None:
+    """report.csv and report.html: per exercise, how many students, the distribution of their
+    scores (after the instructor's scores and overrides) and the named mistakes with their counts."""
+    rows = [r for r in table if r["notebook"] in sources and r.get("status") == "ok"]
+    lines = []
+    for src in sources.values():
+        mine = [r for r in rows if r["notebook"] == src.name]
+        if not mine:
+            continue
+        for ex in [*src.exercises, *src.written]:
+            scores = [_number(r.get(ex.id, "")) for r in mine]
+            scores = [x for x in scores if x is not None]
+            if not scores:
+                continue
+            counts: dict[float, int] = {}
+            for x in scores:
+                counts[x] = counts.get(x, 0) + 1
+            spread = "; ".join(f"{k:g}: {v}" for k, v in sorted(counts.items()))
+            base = {"notebook": src.name, "exercise": ex.id, "label": ex.label, "students": len(scores)}
+            lines.append({**base, "mean": f"{sum(scores) / len(scores):.3g}", "scores": spread})
+            students = {r["student"] for r in mine}
+            named: dict[str, int] = {}
+            for res in results:
+                if res.get("exercise") == ex.id and res.get("student") in students and "max_points" in res:
+                    why = mistake_of(res)
+                    if why:
+                        named[why] = named.get(why, 0) + 1
+            for why, n in sorted(named.items(), key=lambda kv: -kv[1]):
+                lines.append({**base, "mistake": why, "count": n, "share": f"{n / len(scores):.0%}"})
+    header = ["notebook", "exercise", "label", "students", "mean", "scores", "mistake", "count", "share"]
+    _write_csv(out / "report.csv", header, lines)
+    cells = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(line.get(h, '')))}</td>" for h in header) + "</tr>\n" for line in lines
+    )
+    (out / "report.html").write_text(
+        '<!doctype html>\n<html><head><meta charset="utf-8"><title>Class report</title>\n'
+        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.2em .5em}"
+        "table{border-collapse:collapse}</style></head>\n<body>\n<h1>Class report</h1>\n"
+        "<p>Per exercise: the students graded, their mean, how many scored what, then each named mistake "
+        "(the check's <em>likely mistake</em>) with how many students made it.</p>\n<table>\n<tr>"
+        + "".join(f"<th>{h}</th>" for h in header)
+        + "</tr>\n"
+        + cells
+        + "</table>\n</body></html>\n",
+        encoding="utf-8",
+    )
 
 
 def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -> None:
@@ -939,28 +1261,69 @@ def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -
     LMS gradebook import (Canvas, Moodle) expects. A notebook not handed in scores 0."""
     names = sorted({r["notebook"] for r in table if r["notebook"] in sources})
     students = sorted({r["student"] for r in table})
-    best = {}
+    best: dict[tuple[str, str], float] = {}
+    possible = {n: sources[n].max_score() for n in names}
     for r in table:
         if r["notebook"] in sources:
             key = (r["student"], r["notebook"])
-            best[key] = max(best.get(key, 0.0), float(r["score"] or 0))
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student", *names, "total"])
-        writer.writerow(
-            [
-                "(points possible)",
-                *(f"{sources[n].max_score():g}" for n in names),
-                f"{sum(sources[n].max_score() for n in names):g}",
+            best[key] = max(best.get(key, 0.0), _number(r.get("score", "")) or 0.0)
+            possible[r["notebook"]] = max(possible[r["notebook"]], _number(r.get("max_score", "")) or 0.0)
+    lines = [["(points possible)", *(f"{possible[n]:g}" for n in names), f"{sum(possible.values()):g}"]]
+    for s in students:
+        scores = [best.get((s, n), 0.0) for n in names]
+        lines.append([s, *(f"{x:g}" for x in scores), f"{sum(scores):g}"])
+    _write_csv(path, ["student", *names, "total"], lines)
+
+
+class EnvironmentProblem(RuntimeError):
+    """The grading environment itself is broken: the solved notebooks do not score full marks."""
+
+
+def _canary(todo: list[dict], sources: dict[str, Source], cfg: Config, jobs: int, log: logging.Logger) -> None:
+    """Grade each solved source of this run first, as a submission: one that scores less than full
+    marks means the environment is broken (labsupport not importable in the sandbox, a missing
+    package, an instructor case that fails the reference), and no student's row would mean anything."""
+    names = sorted({j["notebook"] for j in todo})
+    checks = [
+        {
+            "student": "(canary)",
+            "notebook": n,
+            "file": sources[n].path.name,
+            "match": "the solved source",
+            "text": sources[n].path.read_text(encoding="utf-8"),
+        }
+        for n in names
+    ]
+    for g in run_jobs(checks, cfg, jobs, log):
+        got = sum(r["points"] for r in g["results"])
+        if g["error"] or got < sources[g["notebook"]].max_score():
+            failed = [
+                f"{r['exercise']}: {r['feedback'].splitlines()[0] if r['feedback'] else r['status']}"
+                for r in g["results"]
+                if r["status"] != "pass"
             ]
-        )
-        for s in students:
-            scores = [best.get((s, n), 0.0) for n in names]
-            writer.writerow([s, *(f"{x:g}" for x in scores), f"{sum(scores):g}"])
+            why = g["error"] or "; ".join(failed[:3])
+            raise EnvironmentProblem(
+                f"the solved notebook {g['notebook']} scores {got:g} / {sources[g['notebook']].max_score():g} "
+                f"in the grader's sandbox ({why[:400]}), so every student's would be wrong: fix the environment "
+                "(is labsupport installed from this checkout? `pip show labsupport`) and grade again; nothing was written"
+            )
+    log.info("canary: %s score full marks in the sandbox", ", ".join(names) or "no notebook")
 
 
-def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = None) -> list[dict]:
-    """Grade every submission under ``submissions`` into ``out``; return the grades.csv rows."""
+def grade(
+    submissions: Path,
+    out: Path,
+    *,
+    jobs: int = 2,
+    cfg: Config | None = None,
+    canary: bool = False,
+    deadline: float | None = None,
+    penalty: float = 0.0,
+) -> list[dict]:
+    """Grade every submission under ``submissions`` into ``out``; return the grades.csv rows. With
+    ``canary``, the solved sources are graded first and must score full marks (else
+    :class:`EnvironmentProblem`); ``deadline`` and ``penalty`` (percent per day started) make late rows lose points."""
     cfg = cfg or Config()
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
@@ -987,8 +1350,10 @@ def grade(submissions: Path, out: Path, *, jobs: int = 2, cfg: Config | None = N
         compileall.compile_dir(str(ROOT / "labsupport"), quiet=2)
         todo, rows = collect(submissions, sources, log)
         cfg = Config(**{**asdict(cfg), "private": (str(submissions), str(out))})
+        if canary and todo:
+            _canary(todo, sources, cfg, jobs, log)
         graded = run_jobs(todo, cfg, jobs, log)
-        table = write_outputs(out, graded, rows, sources)
+        table = write_outputs(out, graded, rows, sources, log=log, deadline=deadline, penalty=penalty)
         log.info("done: %d row(s) in grades.csv in %.1f s", len(table), time.perf_counter() - t0)
         return table
     finally:
@@ -1005,9 +1370,29 @@ def sandbox_state(cfg: Config) -> str:
     return f"Landlock ABI {abi}" if abi > 0 else "Landlock unavailable: file isolation is best effort"
 
 
+def _policy(out: Path, deadline: str | None, penalty: float | None) -> tuple[float | None, float] | str:
+    """The late rule: from the flags (then saved in OUT/policy.json), else from OUT/policy.json."""
+    saved = json.loads((out / "policy.json").read_text()) if (out / "policy.json").is_file() else {}
+    if deadline is not None:
+        saved["deadline"] = deadline
+    if penalty is not None:
+        saved["late_penalty"] = penalty
+    if not saved.get("deadline"):
+        return None, 0.0
+    try:
+        when = time.mktime(time.strptime(saved["deadline"], "%Y-%m-%dT%H:%M"))
+    except ValueError:
+        return f"--deadline {saved['deadline']!r}: use local time as YYYY-MM-DDTHH:MM"
+    saved.setdefault("late_penalty", 10.0)
+    if deadline is not None or penalty is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "policy.json").write_text(json.dumps(saved) + "\n")
+    return when, float(saved["late_penalty"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Grade a folder of submissions (one sub-folder per student).")
-    p.add_argument("submissions", type=Path)
+    p.add_argument("submissions", type=Path, nargs="?", help="the folder handed in (not with --apply)")
     p.add_argument("--out", type=Path, default=Path("grades"))
     p.add_argument("--jobs", type=int, default=2, help="worker processes (one kernel each)")
     p.add_argument("--src", type=Path, default=ROOT / "notebooks", help="the solved notebooks")
@@ -1024,8 +1409,34 @@ def main(argv: list[str] | None = None) -> int:
         help="fork each kernel from one process that imported torch once (Linux only; about 3x faster "
         "kernel starts) instead of starting a new Python",
     )
+    p.add_argument("--no-canary", action="store_true", help="do not grade the solved notebooks first")
+    p.add_argument("--deadline", help="local time YYYY-MM-DDTHH:MM; kept in OUT/policy.json for later runs")
+    p.add_argument("--late-penalty", type=float, help="percent of the score lost per day started after the deadline")
+    p.add_argument(
+        "--apply", action="store_true", help="grade nothing: rewrite the gradebook and report from OUT/manual.csv"
+    )
     args = p.parse_args(argv)
-    if not args.submissions.is_dir():
+    out = args.out.resolve()
+    policy = _policy(out, args.deadline, args.late_penalty)
+    if isinstance(policy, str):
+        print(f"error: {policy}", file=sys.stderr)
+        return 2
+    deadline, penalty = policy
+    if args.apply:
+        if not (out / AUTO).is_file():
+            print(f"error: {out / AUTO} does not exist: grade first", file=sys.stderr)
+            return 2
+        table = finish(
+            out,
+            load_sources(args.src.resolve(), args.extra.resolve() if args.extra.is_dir() else None),
+            deadline=deadline,
+            penalty=penalty,
+        )
+        print(
+            f"{len(table)} row(s) in {out / 'grades.csv'} with {out / MANUAL} applied; the class report in {out / 'report.html'}"
+        )
+        return 0
+    if args.submissions is None or not args.submissions.is_dir():
         print(f"error: {args.submissions} is not a folder", file=sys.stderr)
         return 2
     cfg = Config(
@@ -1037,11 +1448,22 @@ def main(argv: list[str] | None = None) -> int:
         landlock=not args.no_landlock,
         fork=args.fork,
     )
-    out = args.out.resolve()
     if out == args.submissions.resolve() or args.submissions.resolve() in out.parents:
         print("error: OUT must not be inside SUBMISSIONS", file=sys.stderr)
         return 2
-    table = grade(args.submissions.resolve(), out, jobs=args.jobs, cfg=cfg)
+    try:
+        table = grade(
+            args.submissions.resolve(),
+            out,
+            jobs=args.jobs,
+            cfg=cfg,
+            canary=not args.no_canary,
+            deadline=deadline,
+            penalty=penalty,
+        )
+    except EnvironmentProblem as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
     ok = sum(r["status"] == "ok" for r in table)
     print(
         f"{len(table)} row(s) in {out / 'grades.csv'} ({ok} graded, {len(table) - ok} with a problem); "

@@ -19,20 +19,39 @@ from nbclient import NotebookClient
 
 class _CappedClient(NotebookClient):
     """A NotebookClient that keeps at most ``max_output`` characters of each cell's output (errors
-    always), then one line saying the rest was dropped: a print loop cannot fill the runner's memory."""
+    always), then one line saying the rest was dropped, then the last ``max_tail`` characters of
+    its streams (whole lines): a print loop cannot fill the runner's memory, and the verdict a
+    check prints last (its ``PASS`` line) survives however much came before it."""
 
     max_output = 2_000_000
+    max_tail = 20_000
 
     def output(self, outs, msg, display_id, cell_index):
-        if msg["msg_type"] != "error":
-            size = sum(len(str(value)) for value in msg.get("content", {}).values())
-            kept = sum(len(str(o)) for o in outs) if len(outs) < 1000 else self.max_output
-            if kept + size > self.max_output:
-                if not outs or outs[-1].get("name") != "runner":
-                    note = "[the rest of this output was dropped: too long]\n"
-                    outs.append(nbformat.v4.new_output("stream", name="runner", text=note))
-                return None
+        if msg["msg_type"] == "error":
+            return super().output(outs, msg, display_id, cell_index)
+        text = msg.get("content", {}).get("text", "") if msg["msg_type"] == "stream" else ""
+        if len(outs) >= 2 and outs[-2].get("name") == "runner":  # capped already: only the tail grows
+            _keep_tail(outs[-1], text, self.max_tail)
+            return None
+        size = sum(len(str(value)) for value in msg.get("content", {}).values())
+        kept = sum(len(str(o)) for o in outs) if len(outs) < 1000 else self.max_output
+        if kept + size > self.max_output:
+            note = "\n[the rest of this output was dropped: too long; its last lines follow]\n"
+            outs.append(nbformat.v4.new_output("stream", name="runner", text=note))
+            outs.append(nbformat.v4.new_output("stream", name="stdout", text=""))
+            _keep_tail(outs[-1], text, self.max_tail)
+            return None
         return super().output(outs, msg, display_id, cell_index)
+
+
+def _keep_tail(out, text: str, limit: int) -> None:
+    """Append ``text`` to the stream output ``out``, keeping its last ``limit`` characters, cut at a line start."""
+    tail = out.text + text
+    if len(tail) > limit:
+        tail = tail[-limit:]
+        start = tail.find("\n")
+        tail = tail[start + 1 :] if 0 <= start < len(tail) - 1 else tail
+    out.text = tail
 
 
 def notebook_client(

@@ -1,0 +1,211 @@
+"""tools/grade.py: honest rows and the instructor's week, on the tiny torch-free notebook.
+
+One class is graded once (a module fixture, one worker): a 3 MB print, two copies of one
+notebook, two non-ASCII ids, formula-like names, Canvas's flat files and a zip. Then one
+student is regraded into the same OUT, the instructor's manual.csv is applied, and a
+broken environment is refused by the canary.
+"""
+
+import csv
+import json
+import os
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_notebook
+from test_grade import _set, _write, tiny_source
+
+from tools import grade, runner, student
+
+ANSWERS = {
+    "### Exercise 1": "def double(x):\n    return x + x",
+    "### Exercise 2": "def triple(x):\n    return x * 3",
+    "### Exercise 3": "prediction = 'error'",
+}
+
+
+def _answered(ed, **changes):
+    nb = ed
+    for label, text in {**ANSWERS, **changes}.items():
+        nb = _set(nb, label, text)
+    return nb
+
+
+def _rows(out: Path) -> dict:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        return {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
+
+
+def _age(path: Path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rows")
+    src_dir = tmp / "notebooks"
+    src_dir.mkdir()
+    nbformat.write(tiny_source(), src_dir / "99_tiny.ipynb")
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    sub, out = tmp / "handed_in", tmp / "grades"
+    name = "99_tiny.ipynb"
+    _write(sub / "ana", name, _answered(ed))
+    loud = "def double(x):\n    print('x' * 3_000_000)\n    return 2 * x"
+    _write(sub / "loud", name, _answered(ed, **{"### Exercise 1": loud}))
+    _age(_write(sub / "copies", "99_tiny.ipynb", ed), 3600)  # the older, barely started copy
+    _write(sub / "copies", "homework final.ipynb", _answered(ed))
+    _write(sub / "José", name, _answered(ed))
+    _write(sub / "Josè", name, _answered(ed, **{"### Exercise 2": "def triple(x):\n    return 0"}))
+    (sub / "=evil").mkdir()
+    (sub / "=evil" / "=1+1.ipynb").write_text("not {json")
+    nbformat.write(_answered(ed), sub / "doejane_1234_5678_99_tiny.ipynb")  # Canvas's flat download
+    nbformat.write(ed, sub / "smithjo_LATE_42_77_hw.ipynb")
+    with zipfile.ZipFile(sub / "late batch.zip", "w") as zf:
+        zf.writestr("zipped/hw.ipynb", nbformat.writes(_answered(ed)))
+        zf.writestr("../escaped-by-zip.ipynb", nbformat.writes(ed))
+        zf.writestr("/abs-by-zip.ipynb", nbformat.writes(ed))
+    cfg = grade.Config(src=str(src_dir), timeout=10, cell_timeout=120)
+    table = grade.grade(sub, out, jobs=1, cfg=cfg, canary=True)
+    log = next((out / "logs").glob("grade-*.log")).read_text()
+    return {"table": table, "out": out, "tmp": tmp, "src": src_dir, "ed": ed, "cfg": cfg, "log": log}
+
+
+def test_a_huge_print_keeps_the_pass_line(graded):
+    assert _rows(graded["out"])["loud", "99_tiny"]["99.1"] == "1"
+    results = [json.loads(x) for x in (graded["out"] / "results.jsonl").read_text().splitlines()]
+    loud = next(r for r in results if r["student"] == "loud" and r["exercise"] == "99.1")
+    assert loud["status"] == "pass" and "PASS" in loud["feedback"]
+    assert "dropped: too long" in (graded["out"] / "executed" / "loud" / "99_tiny.ipynb").read_text()
+
+
+def test_the_runner_keeps_the_first_part_and_the_last_lines():
+    client = runner.notebook_client(new_notebook(), ".", timeout=5, max_output=1000)
+    client.max_tail = 100
+    client.clear_before_next_output = False
+    outs = []
+    for text in ["a" * 600 + "\n", "b" * 600 + "\n", "c" * 300 + "\n", "PASS  ok\n"]:
+        msg = {
+            "msg_type": "stream",
+            "header": {"msg_type": "stream"},
+            "parent_header": {"msg_id": "m"},
+            "content": {"name": "stdout", "text": text},
+        }
+        client.output(outs, msg, None, 0)
+    text = "".join(o["text"] for o in outs)
+    assert text.startswith("a" * 600) and "dropped: too long" in text and text.endswith("\nPASS  ok\n")
+    assert len(text) < 1000 + 200
+
+
+def test_the_newest_of_two_copies_is_graded_and_the_log_says_so(graded):
+    assert _rows(graded["out"])["copies", "99_tiny"]["score"] == "3"
+    assert "graded `homework final.ipynb`" in graded["log"] and "the newest copy is graded" in graded["log"]
+
+
+def test_non_ascii_ids_get_their_own_feedback_folders(graded):
+    folders = [p for p in (graded["out"] / "feedback").iterdir() if p.name.startswith("Jos")]
+    assert len(folders) == 2
+    texts = sorted((p / "99_tiny.md").read_text() for p in folders)
+    assert "`José`" in " ".join(texts) and "`Josè`" in " ".join(texts)
+    assert grade._safe("ana") == "ana" and grade._safe("..") != ".." and grade._safe("a/b") != grade._safe("a_b")
+
+
+def test_csv_cells_are_escaped_against_formulas(graded):
+    text = (graded["out"] / "grades.csv").read_text(encoding="utf-8")
+    assert "\n'=evil," in text and ",'=1+1.ipynb," in text
+    assert "\n=" not in text and ",=" not in text and ",@" not in text
+    assert grade._csv_cell("-1.5") == "-1.5" and grade._csv_cell("@SUM(A1)") == "'@SUM(A1)"
+    assert grade._csv_cell("\tx") == "'\tx" and grade._csv_uncell("'=x") == "=x"
+
+
+def test_canvas_flat_files_and_a_zip_are_read_as_they_come(graded):
+    rows = _rows(graded["out"])
+    assert rows["doejane_1234", "99_tiny"]["score"] == "3"
+    assert rows["smithjo_42", "99_tiny"]["score"] == "0" and rows["smithjo_42", "99_tiny"]["status"] == "ok"
+    assert rows["zipped", "99_tiny"]["score"] == "3"
+    assert "refused '../escaped-by-zip.ipynb'" in graded["log"] and "refused '/abs-by-zip.ipynb'" in graded["log"]
+    assert not any(Path(p, "escaped-by-zip.ipynb").exists() for p in ("/tmp", graded["tmp"], graded["out"]))
+    assert not Path("/abs-by-zip.ipynb").exists()
+
+
+def test_the_canary_passed_and_is_logged(graded):
+    assert "canary: 99_tiny score full marks" in graded["log"]
+    assert not any(r["student"] == "(canary)" for r in graded["table"])
+
+
+def test_a_report_counts_scores_and_mistakes(graded):
+    with open(graded["out"] / "report.csv", newline="", encoding="utf-8") as f:
+        lines = list(csv.DictReader(f))
+    ex2 = [r for r in lines if r["exercise"] == "99.2"]
+    assert ex2[0]["mistake"] == "" and "0: " in ex2[0]["scores"] and "1: " in ex2[0]["scores"]
+    assert any(r["mistake"] == "not written yet" for r in ex2)  # smithjo and ... handed in the blank edition
+    assert "<table>" in (graded["out"] / "report.html").read_text()
+
+
+def test_named_mistakes_are_read_from_the_feedback_block():
+    block = "Expected shape (4, 5); got shape (5, 4).\n  likely mistake: a transpose is missing"
+    assert grade.mistake_of({"status": "fail", "feedback": block}) == "a transpose is missing"
+    assert grade.mistake_of({"status": "timeout", "feedback": "timed out after 60 s"}) == "timed out"
+    assert grade.mistake_of({"status": "pass", "feedback": "PASS"}) == ""
+
+
+def test_regrading_one_student_updates_the_gradebook_in_place(graded, tmp_path):
+    out = graded["out"]
+    before = _rows(out)
+    again = tmp_path / "again"
+    _write(again / "Josè", "99_tiny.ipynb", _answered(graded["ed"]))  # fixed exercise 2
+    grade.grade(again, out, jobs=1, cfg=graded["cfg"])
+    after = _rows(out)
+    assert set(after) == set(before) and after["Josè", "99_tiny"]["score"] == "3"
+    assert before["Josè", "99_tiny"]["score"] == "2" and after["ana", "99_tiny"] == before["ana", "99_tiny"]
+    results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    assert sum(r["student"] == "Josè" and r["exercise"] == "99.2" for r in results) == 1
+    assert any(r["student"] == "ana" for r in results)
+
+
+def test_manual_scores_overrides_and_a_late_penalty(graded, tmp_path):
+    out = tmp_path / "week"
+    out.mkdir()
+    for f in ("auto-grades.csv", "results.jsonl"):
+        (out / f).write_bytes((graded["out"] / f).read_bytes())
+    (out / "feedback" / "ana").mkdir(parents=True)
+    (out / "feedback" / "ana" / "99_tiny.md").write_text("# 99_tiny: 3 / 3\n")
+    assert grade.main(["--apply", "--out", str(out), "--src", str(graded["src"]), "--extra", str(tmp_path)]) == 0
+    with open(out / "manual.csv", newline="", encoding="utf-8") as f:
+        sheet = list(csv.DictReader(f))
+    assert {r["exercise"] for r in sheet} == {"99.4"} and any(r["student"] == "ana" for r in sheet)
+    with open(out / "manual.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["student", "exercise", "points", "comment", "max_points"])
+        w.writerow(["ana", "99.4", "1.5", "clear and right", "2"])
+        w.writerow(["doejane_1234", "99.2", "0", "copied from a neighbour", ""])
+    deadline = time.strftime("%Y-%m-%dT%H:%M", time.localtime(time.time() - 1.5 * 86400))
+    args = ["--apply", "--out", str(out), "--src", str(graded["src"]), "--extra", str(tmp_path)]
+    assert grade.main([*args, "--deadline", deadline, "--late-penalty", "10"]) == 0
+    rows = _rows(out)
+    ana = rows["ana", "99_tiny"]
+    assert ana["99.4"] == "1.5" and ana["max_score"] == "5" and ana["late"] == "2 day(s): -20%"
+    assert ana["score"] == f"{(3 + 1.5) * 0.8:g}"
+    assert rows["doejane_1234", "99_tiny"]["99.2"] == "0" and rows["doejane_1234", "99_tiny"]["override"] == "99.2"
+    feedback = (out / "feedback" / "ana" / "99_tiny.md").read_text()
+    assert feedback.count("From your instructor") == 1 and "clear and right" in feedback
+    assert grade.main(args) == 0  # the deadline is remembered in policy.json
+    assert _rows(out)["ana", "99_tiny"]["late"] == "2 day(s): -20%"
+    assert (out / "feedback" / "ana" / "99_tiny.md").read_text().count("From your instructor") == 1
+
+
+def test_a_broken_environment_stops_the_run(graded, tmp_path):
+    src_dir = tmp_path / "notebooks"
+    src_dir.mkdir()
+    broken = tiny_source()
+    broken.cells[1].source = "raise ImportError('labsupport: permission denied')"
+    nbformat.write(broken, src_dir / "99_tiny.ipynb")
+    sub = tmp_path / "in"
+    _write(sub / "ana", "99_tiny.ipynb", _answered(graded["ed"]))
+    cfg = grade.Config(src=str(src_dir), timeout=10, cell_timeout=120)
+    with pytest.raises(grade.EnvironmentProblem, match="solved notebook 99_tiny scores 0 / 3"):
+        grade.grade(sub, tmp_path / "out", jobs=1, cfg=cfg, canary=True)
+    assert not (tmp_path / "out" / "grades.csv").exists()
