@@ -73,8 +73,9 @@ from pathlib import Path
 
 import nbformat
 
-from . import forkkernel
+from . import forkkernel, grade_kernel
 from . import student as edition  # the markers, labels and the student edition
+from .flags import suspicious
 from .grade_kernel import ZYGOTE_VARIABLE
 from .runner import notebook_client
 
@@ -82,10 +83,6 @@ ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().with_name("grade_kernel.py")
 KERNEL_NAME = "lab-grader"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_SUSPICIOUS = re.compile(
-    r"\b(labsupport|lab\.\w+\s*=|check_\w+\s*=|sys\.modules|builtins|__import__|"
-    r"get_ipython|os\.system|subprocess|socket)\b"
-)
 
 
 # --------------------------------------------------------------------------- sources
@@ -367,13 +364,18 @@ def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
         and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)
     ]
     readable += [str(src / rel) for rel in edition.source_files(src) if rel.suffix != ".ipynb"]
+    grade_kernel.seal_grader(reaper=bool(cfg.scratch_root))  # a worker of run_jobs reaps its kernels' orphans
     env["LAB_GRADE_SANDBOX"] = json.dumps(
         {
             "memory_mb": cfg.memory_mb,
+            "file_mb": cfg.memory_mb,  # no file larger than the memory cap
+            "shm_mb": max(64, cfg.memory_mb // 4) if cfg.memory_mb > 0 else 0,
+            "pids_max": 512,
             "landlock": cfg.landlock,
             "read": readable,
             "write": [str(scratch), "/dev/null", "/dev/shm"],
             "stderr": str(scratch / "kernel-stderr.txt"),
+            **grade_kernel.prepare(str(scratch)),
         }
     )
     if cfg.zygote:
@@ -437,12 +439,15 @@ class Kernel:
         self.run(nbformat.v4.new_code_cell(_PREAMBLE), -1, 60, hidden=True)
 
     def stop(self) -> None:
+        """End the kernel and every process it started (new sessions too); its /dev/shm files go."""
         if self.client is not None:
+            pid = getattr(getattr(self.client.km, "provisioner", None), "pid", None) or 0
             try:
                 self.client._cleanup_kernel()
             except Exception:  # a dead kernel: nothing left to stop
                 pass
             self.client = None
+            grade_kernel.end(pid, json.loads(self.env["LAB_GRADE_SANDBOX"]), str(self.scratch))
 
     def run(self, cell, index: int, timeout: float, hidden: bool = False) -> tuple[str, float]:
         """Execute ``cell`` (outputs land in it); return ("ok" | "error" | "timeout" | "dead", seconds).
@@ -516,8 +521,8 @@ def _plan(src: Source, sub, student_id: str):
         res["note"] = slot.note
         if slot.code is None:
             res.update(status="missing", feedback=slot.note)
-        elif _SUSPICIOUS.search(slot.code):
-            res["flags"].append("the answer touches the lab's machinery (review it)")
+        else:
+            res["flags"] += [f"review it: {why}" for why in suspicious(slot.code)]
     last = max([e.check_cell or e.cell for e in src.exercises], default=-1)
     order = [
         i
@@ -1325,6 +1330,7 @@ def grade(
     ``canary``, the solved sources are graded first and must score full marks (else
     :class:`EnvironmentProblem`); ``deadline`` and ``penalty`` (percent per day started) make late rows lose points."""
     cfg = cfg or Config()
+    grade_kernel.seal_grader()  # this process's environment (an LMS token?) and memory: no kernel reads them
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     log = logging.getLogger(f"grade.{id(out)}")

@@ -36,7 +36,10 @@ import ctypes
 import json
 import os
 import resource
+import shutil
+import signal
 import sys
+from pathlib import Path
 
 # Linux syscall numbers (the same on x86_64 and aarch64) and flags, from <linux/landlock.h>.
 _CREATE, _ADD_RULE, _RESTRICT = 444, 445, 446
@@ -50,6 +53,14 @@ _TRUNCATE = 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6: no signal, no abstract socket outside the sandbox
 ZYGOTE_VARIABLE = "LAB_GRADE_ZYGOTE"  # the socket of the grader's zygote, if it started one
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 4, 24, 36
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+_CAP_VERSION_3 = 0x20080522
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_CGROUP_BASES = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")
+_SHM = "/dev/shm"
+_SHM_BEFORE: dict[str, set[str]] = {}  # scratch -> /dev/shm's entries before its kernel (no private /dev/shm)
 
 
 class _RulesetAttr(ctypes.Structure):
@@ -111,6 +122,205 @@ def landlock(read: list[str], write: list[str], ports: list[int]) -> str:
     return ""
 
 
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc
+
+
+def _why(what: str) -> str:
+    return f"{what} ({os.strerror(ctypes.get_errno())})"
+
+
+def seal_grader(reaper: bool = False) -> None:
+    """This grader process: not dumpable, so no kernel (even as root, without CAP_SYS_PTRACE) reads
+    its /proc/<pid>/environ or memory; with ``reaper``, the parent of its kernels' orphans."""
+    if sys.platform != "linux":
+        return
+    libc = _libc()
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if reaper:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def drop_capabilities() -> str:
+    """Empty this process's capability sets (bounding, ambient, effective, permitted, inheritable):
+    root in a kernel can no longer read another process's /proc files, ptrace, mount or bypass file
+    modes. Returns "" when done, else why not."""
+    libc = _libc()
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EPERM without CAP_SETPCAP: there is nothing to drop
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = (ctypes.c_uint32 * 2)(_CAP_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}: all empty
+    if libc.capset(header, data) != 0:
+        return _why("capset refused")
+    return ""
+
+
+def private_shm(size_mb: int) -> str:
+    """A /dev/shm of this process's own (a tmpfs of ``size_mb`` MB in a new mount namespace), gone
+    with its last process. Needs CAP_SYS_ADMIN (root). Returns "" when done, else why not."""
+    libc = _libc()
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return _why("no mount namespace")
+    if libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        return _why("mounts not made private")
+    size = f",size={size_mb}m" if size_mb > 0 else ""
+    options = f"mode=1777{size}".encode()
+    if libc.mount(b"tmpfs", _SHM.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        return _why("no tmpfs on /dev/shm")
+    return ""
+
+
+def _can_unshare() -> bool:
+    """Whether a kernel started from here could have a mount namespace (tried in a forked child)."""
+    if sys.platform != "linux" or not os.path.isdir(_SHM):
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _libc().unshare(_CLONE_NEWNS) == 0 else 1)
+    return os.waitpid(pid, 0)[1] == 0
+
+
+_UNSHARE: list[bool] = []
+
+
+def prepare(scratch: str) -> dict:
+    """The grader's side of a kernel's sandbox, before it starts: its cgroup (where one can be made)
+    and whether it gets a private /dev/shm; else /dev/shm's entries now, to delete its own after it."""
+    if not _UNSHARE:
+        _UNSHARE.append(_can_unshare())
+    name = "lab-grade-" + "-".join(Path(scratch).parts[-2:]).replace("/", "")
+    cgroup = next(
+        (
+            os.path.join(base, name)
+            for base in _CGROUP_BASES
+            if os.path.isfile(os.path.join(base, "cgroup.procs")) and os.access(base, os.W_OK)
+        ),
+        "",
+    )
+    if not _UNSHARE[0] and os.path.isdir(_SHM):
+        _SHM_BEFORE[scratch] = set(os.listdir(_SHM))
+    return {"cgroup": cgroup, "private_shm": _UNSHARE[0]}
+
+
+def _join_cgroup(path: str, pids_max: int) -> str:
+    try:
+        os.makedirs(path, exist_ok=True)
+        if pids_max > 0 and os.path.exists(os.path.join(path, "pids.max")):
+            with open(os.path.join(path, "pids.max"), "w") as f:
+                f.write(str(pids_max))
+        with open(os.path.join(path, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+    except OSError as err:
+        return f"no cgroup of its own ({err.strerror})"
+    return ""
+
+
+def _processes() -> dict[int, int]:
+    """Every process's parent (Linux /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    return parents
+
+
+def descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (children, theirs...), now."""
+    parents = _processes()
+    found, todo = set(), [pid]
+    while todo:
+        parent = todo.pop()
+        for child, ppid in parents.items():
+            if ppid == parent and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _marked(scratch: str) -> set[int]:
+    """Processes started in, or with an environment naming, the kernel's scratch folder."""
+    marker = scratch.encode()
+    found = set()
+    for pid in _processes():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            continue
+        if pid != os.getpid() and (marker + b"/" in env or cwd == scratch or cwd.startswith(scratch + "/")):
+            found.add(pid)
+    return found
+
+
+def end(pid: int, sandbox: dict, scratch: str) -> list[int]:
+    """After a kernel stopped: kill every process it left (its cgroup, its descendants, anything
+    started in its scratch folder), reap those that are this process's, remove its cgroup, and
+    delete the /dev/shm entries it made when it had no /dev/shm of its own. The pids killed."""
+    import time
+
+    if sys.platform != "linux":
+        return []
+    killed: set[int] = set()
+    cgroup = sandbox.get("cgroup", "")
+    for _ in range(20):
+        left = descendants(pid) if pid > 0 else set()
+        if cgroup:
+            try:
+                with open(os.path.join(cgroup, "cgroup.procs")) as f:
+                    left |= {int(x) for x in f.read().split()}
+            except (OSError, ValueError):
+                pass
+        left |= _marked(scratch)
+        left.discard(os.getpid())
+        if not left:
+            break
+        for victim in left:
+            try:
+                os.kill(victim, signal.SIGKILL)
+                killed.add(victim)
+            except OSError:
+                pass
+        for victim in left:
+            try:
+                os.waitpid(victim, os.WNOHANG)
+            except (ChildProcessError, OSError):
+                pass
+        time.sleep(0.05)
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:  # orphans reparented to this reaper, now zombies
+            pass
+    except ChildProcessError:
+        pass
+    if cgroup:
+        try:
+            os.rmdir(cgroup)
+        except OSError:
+            pass
+    before = _SHM_BEFORE.pop(scratch, None)
+    if before is not None and os.path.isdir(_SHM):
+        for entry in set(os.listdir(_SHM)) - before:
+            path = os.path.join(_SHM, entry)
+            try:
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+            except OSError:
+                pass
+    return sorted(killed)
+
+
 def enter_sandbox(connection: str) -> None:
     """Fence this process in, as ``$LAB_GRADE_SANDBOX`` (removed from the environment) says."""
     cfg = json.loads(os.environ.pop("LAB_GRADE_SANDBOX", "{}"))
@@ -125,10 +335,29 @@ def enter_sandbox(connection: str) -> None:
         fd = os.open(cfg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 2)
         os.close(fd)
+    file_mb = int(cfg.get("file_mb", 0))
+    if file_mb > 0:  # no file the kernel writes grows past it (SIGXFSZ is ignored: the write fails)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2**20, file_mb * 2**20))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cfg.get("cgroup"):
+        why = _join_cgroup(cfg["cgroup"], int(cfg.get("pids_max", 0)))
+        if why:
+            print(f"lab-grade: {why}; its processes are found by their parent", file=sys.stderr)
+    if cfg.get("private_shm"):
+        why = private_shm(int(cfg.get("shm_mb", 0)))
+        if why:
+            print(f"lab-grade: {why}; /dev/shm is shared", file=sys.stderr)
     if cfg.get("landlock", True):
         why = landlock(list(cfg.get("read", [])) + [connection], list(cfg.get("write", [])), ports)
         if why:
             print(f"lab-grade: {why}; file isolation is best effort", file=sys.stderr)
+    libc = _libc()
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    why = drop_capabilities()
+    if why:
+        print(f"lab-grade: {why}; the kernel keeps its capabilities", file=sys.stderr)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # its own /proc files: the grader's (root's) only
 
 
 def _connection(argv: list[str]) -> str:
@@ -150,6 +379,8 @@ def serve(path: str) -> None:
     """The grader's zygote (tools/forkkernel.py): its kernels enter their sandbox right after
     the fork; only processes of the grader that started it (not a kernel) may ask for one."""
     import forkkernel  # this file runs as a script (the kernelspec's program): tools/ is sys.path[0]
+
+    seal_grader()  # its memory and /proc files: out of its kernels' reach
 
     def enter(request: dict) -> None:
         os.environ.pop(ZYGOTE_VARIABLE, None)

@@ -1,0 +1,217 @@
+"""The sealed kernel (tools/grade_kernel.py) and the code-analysis flags (tools/flags.py).
+
+A grader process is started with a secret in its environment (an instructor's LMS token);
+its kernel tries to read it through /proc, leaves processes in new sessions, files in
+/dev/shm and a file past the size cap. Nothing of it may succeed or survive the kernel.
+"""
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tools import grade, grade_kernel
+from tools.flags import suspicious
+
+ROOT = Path(__file__).resolve().parent.parent
+LINUX = sys.platform == "linux" and Path("/proc/self/stat").exists()
+
+# --------------------------------------------------------------------------- flags
+
+ATTACKS = {
+    "showtraceback": "get_ipython().showtraceback = lambda *a, **k: print('PASS  ok')",
+    "set_custom_exc": "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: print('PASS  ok'))",
+    "input transformer": "ip = get_ipython()\nip.input_transformers_post.append(lambda lines: ['pass\\n'])",
+    "check_*": "import labsupport as lab\nlab.check_relu = lambda *a: None",
+    "check_* (the setup's lab)": "lab.check_relu = lambda *a, **k: None",
+    "run_cases": "from labsupport.checks import core; core.run_cases = lambda *a, **k: None",
+    "compare": "from labsupport.checks import core\ncore.compare = lambda *a, **k: None",
+    "always equal": "class Anything(str):\n    def __eq__(self, other):\n        return True\nprediction = Anything()",
+    "torch.equal": "torch.equal = lambda *a: True",
+    "torch.allclose": "import torch\ntorch.allclose = lambda *a, **k: True",
+    "alias": "t = torch\nt.allclose = lambda *a, **k: True",
+    "augmented": "torch.nn.functional.__doc__ += 'x'",
+    "del": "del lab.check_relu",
+    "setattr": "setattr(lab, 'check_relu', print)",
+    "sys.modules": "import sys\nsys.modules['labsupport'].check_relu = print",
+    "builtins": "import builtins\nbuiltins.print = lambda *a: None",
+    "exec": "exec('x = 1')",
+    "eval": "y = eval('1 + 1')",
+    "importlib": "import importlib\nm = importlib.import_module('labsupport')",
+    "ctypes": "import ctypes",
+    "__import__": "m = __import__('labsupport')",
+    "globals": "globals()['check_relu'] = print",
+    "gc": "import gc\nobjs = gc.get_objects()",
+    "frames": "import sys\nf = sys._getframe(1)",
+    "environ": "import os\ntoken = os.environ.get('LMS_TOKEN')",
+    "/proc": "text = open('/proc/1/environ').read()",
+    "does not parse": "def relu(x):\n    return x.clamp(min=0",
+}
+
+
+@pytest.mark.parametrize("name", ATTACKS)
+def test_every_attack_is_flagged(name):
+    assert suspicious(ATTACKS[name]), name
+
+
+def _solutions(limit_per_notebook: int = 3) -> list[tuple[str, str]]:
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        cells = [c for c in nb.cells if c.get("metadata", {}).get("lab", {}).get("role") == "solution"]
+        found += [(f"{path.stem}/{c.metadata['lab']['exercise']}", c.source) for c in cells[:limit_per_notebook]]
+    return found
+
+
+def test_honest_solutions_are_not_flagged():
+    solutions = _solutions()
+    assert len(solutions) >= 12
+    assert {name: suspicious(code) for name, code in solutions if suspicious(code)} == {}
+
+
+def test_magics_and_indented_regions_parse():
+    assert suspicious("%time y = relu(x)\n!ls\nz = 1") == []
+    assert suspicious("    return torch.where(x > 0, x, 0)") == []
+    assert suspicious("x = torch.arange(3)[0]\nx[0] = 1\nself_w = nn.Linear(2, 3)") == []
+
+
+# --------------------------------------------------------------------------- the kernel's environment
+
+
+def test_the_kernels_environment_holds_nothing_of_the_instructors_shell(monkeypatch, tmp_path):
+    monkeypatch.setenv("LMS_TOKEN", "s3cret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cret")
+    monkeypatch.setenv("JUPYTER_TOKEN", "s3cret")
+    extra = ROOT / "grading" / "extra"
+    env = grade._sandbox_env(grade.Config(extra=str(extra), scratch_root=str(tmp_path)), tmp_path / "s-x")
+    assert not [k for k, v in env.items() if "s3cret" in v]
+    sandbox = json.loads(env["LAB_GRADE_SANDBOX"])
+    readable = [Path(p).resolve() for p in sandbox["read"]]
+    assert not any(p == extra or extra.is_relative_to(p) for p in readable), "the extra cases are readable"
+    assert sandbox["file_mb"] > 0 and "cgroup" in sandbox and "private_shm" in sandbox
+
+
+# --------------------------------------------------------------------------- a kernel, from a grader with a secret
+
+GRADER = r"""
+import json, os, sys, tempfile, time
+from pathlib import Path
+import nbformat
+from tools import grade, grade_kernel
+
+opts = json.loads(sys.argv[1])
+if opts["fallback"]:  # a machine without cgroups or mount namespaces
+    grade_kernel._CGROUP_BASES = ()
+    grade_kernel._UNSHARE[:] = [False]
+tmp = Path(tempfile.mkdtemp(prefix="lab-grade-"))
+grade._kernel_spec(tmp)
+os.environ["JUPYTER_PATH"] = str(tmp)
+base = dict(timeout=30, cell_timeout=60, memory_mb=1024, landlock=opts["landlock"])
+zygote = grade._start_zygote(grade.Config(**base, fork=True), tmp) if opts["fork"] else None
+cfg = grade.Config(**base, scratch_root=str(tmp), zygote=str(tmp / "zygote.sock") if zygote else "")
+scratch = Path(tempfile.mkdtemp(prefix="s-", dir=tmp))
+kernel = grade.Kernel(cfg, scratch)
+kernel.start()
+cell = nbformat.v4.new_code_cell(opts["cell"].replace("GRADER", str(os.getpid())))
+outcome, _ = kernel.run(cell, 0, 60)
+shm_during = sorted(e for e in os.listdir("/dev/shm") if e.startswith(opts["shm"]))
+kernel.stop()
+time.sleep(0.3)
+def cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+alive = [p for p in os.listdir("/proc") if p.isdigit() and b"sleep\0" + opts["tag"].encode() in cmdline(p)]
+if zygote is not None:
+    zygote.terminate()
+    zygote.wait()
+print(json.dumps({
+    "outcome": outcome,
+    "text": "".join(o.get("text", "") for o in cell.outputs),
+    "errors": [o for o in cell.outputs if o.get("output_type") == "error"],
+    "own_environ_has_secret": "s3cret-lms" in open("/proc/self/environ").read(),
+    "shm_during": shm_during,
+    "shm_after": sorted(e for e in os.listdir("/dev/shm") if e.startswith(opts["shm"])),
+    "alive": alive,
+    "cgroup_left": bool(json.loads(kernel.env["LAB_GRADE_SANDBOX"])["cgroup"]) and os.path.exists(json.loads(kernel.env["LAB_GRADE_SANDBOX"])["cgroup"]),
+}))
+"""
+
+CELL = r"""
+import os, subprocess
+def _read(path):
+    try:
+        return "s3cret-lms" in open(path).read()
+    except OSError as err:
+        return type(err).__name__
+print("OWNER-ENVIRON", _read("/proc/GRADER/environ"))
+print("PARENT-ENVIRON", _read(f"/proc/{os.getppid()}/environ"))
+print("SUBPROCESS-RC", subprocess.run(["cat", "/proc/GRADER/environ"], capture_output=True).returncode)
+print("KERNEL-ENVIRON", "LMS_TOKEN" in os.environ)
+print("CAPS", [l.split()[1] for l in open("/proc/self/status") if l.startswith(("CapEff", "CapPrm", "CapBnd"))])
+subprocess.Popen(["setsid", "sleep", "TAG1"])
+os.system("setsid sleep TAG2 &")
+open("/dev/shm/TAG-answer", "w").write("42")
+try:
+    with open("big", "wb") as f:
+        for _ in range(1100):
+            f.write(b"x" * 2**20)
+    print("FILE written")
+except OSError as err:
+    print("FILE", err.errno)
+try:
+    with open("/dev/shm/TAG-big", "wb") as f:
+        for _ in range(400):
+            f.write(b"x" * 2**20)
+    print("SHM written")
+except OSError as err:
+    print("SHM", err.errno)
+"""
+
+
+def _grade_one(landlock: bool, fork: bool, fallback: bool) -> dict:
+    tag = f"lab{random.randrange(10**8):08d}"
+    n = random.randrange(10**6)
+    cell = CELL.replace("TAG1", f"300.{n}1").replace("TAG2", f"300.{n}2").replace("TAG", tag)
+    opts = {"landlock": landlock, "fork": fork, "fallback": fallback, "cell": cell, "tag": f"300.{n}", "shm": tag}
+    env = {**os.environ, "LMS_TOKEN": "s3cret-lms", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", GRADER, json.dumps(opts)], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    shm = [e for e in os.listdir("/dev/shm") if e.startswith(tag)]
+    return {**out, "tag": tag, "shm_host": shm}
+
+
+@pytest.mark.skipif(not LINUX, reason="Linux /proc")
+@pytest.mark.parametrize(
+    "landlock,fork,fallback",
+    [(True, False, False), (False, False, False), (True, True, False), (False, False, True)],
+    ids=["landlock", "no-landlock", "forked", "no-cgroup-no-namespace"],
+)
+def test_a_kernel_reads_no_secret_and_leaves_nothing_behind(landlock, fork, fallback):
+    out = _grade_one(landlock, fork, fallback)
+    text = out["text"]
+    assert out["outcome"] == "ok" and not out["errors"], out
+    assert out["own_environ_has_secret"], "the test's grader did not hold the secret"
+    assert "OWNER-ENVIRON PermissionError" in text, text
+    assert "PARENT-ENVIRON True" not in text and "SUBPROCESS-RC 0" not in text, text
+    assert "KERNEL-ENVIRON False" in text, text
+    if os.geteuid() == 0:
+        assert "CAPS ['0000000000000000', '0000000000000000', '0000000000000000']" in text, text
+    assert "FILE 27" in text, text  # EFBIG: RLIMIT_FSIZE (1024 MB, the memory cap)
+    assert out["alive"] == [], "a process started in a new session outlived its kernel"
+    assert out["shm_after"] == [] and out["shm_host"] == [], "a /dev/shm file outlived its kernel"
+    assert not out["cgroup_left"]
+    if grade_kernel._can_unshare() and not fallback:  # root: a /dev/shm of its own, capped
+        assert out["shm_during"] == [], "the kernel's /dev/shm was visible to the grader"
+        assert "SHM 28" in text, text  # ENOSPC: 256 MB of /dev/shm
+    else:
+        assert out["shm_during"], "the fallback test wrote nothing to the shared /dev/shm"

@@ -1,0 +1,252 @@
+"""Code analysis of a submission's solution cells: what an instructor should review.
+
+``suspicious(source)`` parses the cell (``ast``, IPython's ``%``/``!`` lines blanked) and
+returns one short reason per construct that could reach the grader, the lab's checks or
+torch's comparisons instead of answering the exercise. A cell that does not parse is
+flagged too. Nothing here decides a point: it marks a row for review.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+# modules whose attributes a solution must not assign: the checks, torch (and its usual aliases)
+_GUARDED_MODULES = ("labsupport", "torch")
+_GUARDED_NAMES = {"lab", "labsupport", "torch", "nn", "F", "optim"}  # what the setup cells bind
+_CALLS = {
+    "get_ipython": "reaches the IPython shell (get_ipython)",
+    "setattr": "setattr()",
+    "delattr": "delattr()",
+    "exec": "exec()",
+    "eval": "eval()",
+    "compile": "compile()",
+    "__import__": "__import__()",
+    "globals": "globals()",
+    "vars": "vars()",
+    "breakpoint": "breakpoint()",
+}
+_ATTRIBUTES = {
+    "get_ipython": "reaches the IPython shell (get_ipython)",
+    "set_custom_exc": "replaces IPython's error handler (set_custom_exc)",
+    "showtraceback": "touches IPython's traceback display (showtraceback)",
+    "showsyntaxerror": "touches IPython's traceback display (showsyntaxerror)",
+    "input_transformers_post": "an IPython input transformer",
+    "input_transformers_cleanup": "an IPython input transformer",
+    "input_transformer_manager": "an IPython input transformer",
+    "ast_transformers": "an IPython AST transformer",
+    "run_cell": "runs IPython cells itself",
+    "user_ns": "reaches the kernel's namespace",
+    "modules": None,  # sys.modules: checked with its owner below
+    "_getframe": "frame access (sys._getframe)",
+    "currentframe": "frame access (inspect.currentframe)",
+    "stack": None,  # inspect.stack: checked with its owner below
+    "get_objects": "walks the heap (gc.get_objects)",
+    "get_referrers": "walks the heap (gc.get_referrers)",
+    "get_referents": "walks the heap (gc.get_referents)",
+    "environ": None,  # os.environ
+    "getenv": "reads the environment (os.getenv)",
+    "putenv": "sets the environment (os.putenv)",
+    "system": None,  # os.system
+    "tb_frame": "frame access (a traceback's frame)",
+    "f_back": "frame access (f_back)",
+    "f_globals": "frame access (f_globals)",
+    "f_locals": "frame access (f_locals)",
+    "f_builtins": "frame access (f_builtins)",
+    "gi_frame": "frame access (a generator's frame)",
+    "__dict__": "a module's or class's __dict__",
+    "__setattr__": "__setattr__",
+    "__delattr__": "__delattr__",
+    "__globals__": "a function's globals (__globals__)",
+    "__builtins__": "builtins",
+    "__subclasses__": "__subclasses__",
+    "__code__": "a function's code (__code__)",
+    "__closure__": "a function's closure (__closure__)",
+    "__bases__": "a class's bases (__bases__)",
+    "__mro__": "a class's mro (__mro__)",
+    "__loader__": "a module's loader",
+}
+_OWNED = {
+    ("sys", "modules"): "sys.modules",
+    ("inspect", "stack"): "frame access (inspect.stack)",
+    ("os", "environ"): "reads the environment (os.environ)",
+    ("os", "system"): "runs a shell command (os.system)",
+    ("events", "register"): "registers an IPython event callback (events.register)",
+}
+_MODULES = {
+    "importlib": "importlib",
+    "ctypes": "ctypes",
+    "builtins": "builtins",
+    "gc": "the garbage collector (gc)",
+    "inspect": "inspect",
+    "subprocess": "subprocess",
+    "socket": "socket",
+    "IPython": "imports IPython",
+    "ipykernel": "imports ipykernel",
+    "traitlets": "imports traitlets",
+    "zmq": "imports zmq",
+    "jupyter_client": "imports jupyter_client",
+}
+_IPYTHON_OK = ("IPython.display",)  # display() and friends: honest
+_DUNDERS = {
+    "__eq__",
+    "__ne__",
+    "__hash__",
+    "__bool__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__array__",
+    "__torch_function__",
+    "__torch_dispatch__",
+    "__instancecheck__",
+    "__subclasscheck__",
+}
+
+
+def _strip_magics(source: str) -> str:
+    """IPython's ``%magic`` and ``!shell`` lines as ``pass`` (same indentation), so the rest parses."""
+    lines = []
+    for line in source.splitlines():
+        body = line.lstrip()
+        lines.append(line[: len(line) - len(body)] + "pass" if body[:1] in ("%", "!") else line)
+    return "\n".join(lines)
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an attribute/subscript chain starts from: ``torch`` for ``torch.nn.functional.relu``."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _plain_root(node: ast.AST) -> str | None:
+    """The name a plain ``a.b.c`` chain starts from (no call, no subscript); else None."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+class _Visitor(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.reasons: list[str] = []
+        self.guarded = set(_GUARDED_NAMES)
+
+    def add(self, reason: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+    # imports: the names they bind, and the modules that are flagged themselves
+    def _module(self, name: str) -> None:
+        top = name.split(".")[0]
+        if top in _MODULES and not name.startswith(_IPYTHON_OK):
+            self.add(_MODULES[top])
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._module(alias.name)
+            if alias.name.split(".")[0] in _GUARDED_MODULES:
+                self.guarded.add(alias.asname or alias.name.split(".")[0])
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        self._module(module)
+        for alias in node.names:
+            self._module(f"{module}.{alias.name}")
+            if alias.name in _CALLS or alias.name in _ATTRIBUTES and _ATTRIBUTES[alias.name]:
+                self.add(_CALLS.get(alias.name) or _ATTRIBUTES[alias.name])
+            if module.split(".")[0] in _GUARDED_MODULES:
+                self.guarded.add(alias.asname or alias.name)
+
+    # assignments to the lab's or torch's attributes (and to aliases of them)
+    def _target(self, target: ast.AST, verb: str) -> None:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            for elt in target.elts:
+                self._target(elt, verb)
+        elif isinstance(target, ast.Starred):
+            self._target(target.value, verb)
+        elif isinstance(target, (ast.Attribute, ast.Subscript)):
+            root = _root(target)
+            if root in self.guarded:
+                self.add(f"{verb} an attribute of {root} (the lab's checks or torch)")
+            if isinstance(target, ast.Attribute) and target.attr in _DUNDERS:
+                self.add(f"{verb} {target.attr}")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._target(target, "assigns")
+        if isinstance(node.value, (ast.Name, ast.Attribute)) and _plain_root(node.value) in self.guarded:
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    self.guarded.add(target.id)  # an alias: x = torch; x.equal = ...
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._target(node.target, "assigns")
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        self._target(node.target, "assigns")
+        self.generic_visit(node)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        for target in node.targets:
+            self._target(target, "deletes")
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        for item in node.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _DUNDERS:
+                self.add(f"a class that defines {item.name}")
+            elif isinstance(item, ast.Assign):
+                for target in item.targets:
+                    if isinstance(target, ast.Name) and target.id in _DUNDERS:
+                        self.add(f"a class that defines {target.id}")
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in _CALLS:
+            self.add(_CALLS[node.id])
+        elif node.id in ("__builtins__", "builtins"):
+            self.add("builtins")
+        elif node.id in _MODULES and node.id in ("importlib", "ctypes"):
+            self.add(_MODULES[node.id])
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        reason = _ATTRIBUTES.get(node.attr)
+        if reason:
+            self.add(reason)
+        owner = node.value.attr if isinstance(node.value, ast.Attribute) else _root(node.value)
+        if (owner, node.attr) in _OWNED:
+            self.add(_OWNED[owner, node.attr])
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and "/proc" in node.value:
+            self.add("reads /proc")
+        elif isinstance(node.value, str) and node.value in _ATTRIBUTES and _ATTRIBUTES[node.value]:
+            self.add(_ATTRIBUTES[node.value] + " (by name)")
+
+
+def suspicious(source: str) -> list[str]:
+    """Short reasons to review this solution code; [] when nothing in it reaches past the exercise."""
+    text = _strip_magics(source)
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        try:
+            tree = ast.parse(textwrap.dedent(text))
+        except SyntaxError as err:
+            return [f"the code does not parse ({err.msg}, line {err.lineno}): review it by hand"]
+    except (ValueError, RecursionError, MemoryError) as err:
+        return [f"the code cannot be analysed ({type(err).__name__}): review it by hand"]
+    visitor = _Visitor()
+    try:
+        visitor.visit(tree)
+    except RecursionError:
+        visitor.add("the code nests too deep to analyse: review it by hand")
+    return visitor.reasons
