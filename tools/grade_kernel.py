@@ -20,6 +20,15 @@ Before the kernel starts, this launcher
   (ABI 6+) it cannot signal a process outside its sandbox (kill the grader, or another
   student's kernel).
 
+On Linux it also, before Landlock: caps every file it writes (``RLIMIT_FSIZE``, ``file_mb``);
+joins a cgroup of its own (``cgroup``, with ``pids_max``) that the grader made room for, so
+that everything it starts, in new sessions too, is found and killed when it stops
+(:func:`end`); and, where it may make a mount namespace (root), mounts a ``/dev/shm`` of its
+own (a tmpfs of ``shm_mb``), gone with it. After Landlock: ``no_new_privs``, every capability
+dropped (bounding, ambient, effective, permitted, inheritable sets), so root in a kernel
+cannot read another process's ``/proc/<pid>/environ`` or memory, and not dumpable. The
+grader's own processes are not dumpable either (:func:`seal_grader`).
+
 Where Landlock is missing it says so on stderr (the grader logs it) and goes on: the
 limits on memory and time, and the scratch working folder, still hold.
 
@@ -53,7 +62,7 @@ _TRUNCATE = 1 << 14
 _BIND_TCP, _CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6: no signal, no abstract socket outside the sandbox
 ZYGOTE_VARIABLE = "LAB_GRADE_ZYGOTE"  # the socket of the grader's zygote, if it started one
-_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER = 4, 24, 36
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 4, 24, 36, 37
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
 _CLONE_NEWNS = 0x00020000
@@ -182,9 +191,10 @@ def _can_unshare() -> bool:
     """Whether a kernel started from here could have a mount namespace (tried in a forked child)."""
     if sys.platform != "linux" or not os.path.isdir(_SHM):
         return False
+    libc = _libc()  # loaded before the fork: the child calls nothing that could wait on a lock
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if _libc().unshare(_CLONE_NEWNS) == 0 else 1)
+        os._exit(0 if libc.unshare(_CLONE_NEWNS) == 0 else 1)
     return os.waitpid(pid, 0)[1] == 0
 
 
@@ -224,14 +234,16 @@ def _join_cgroup(path: str, pids_max: int) -> str:
 
 
 def _processes() -> dict[int, int]:
-    """Every process's parent (Linux /proc)."""
+    """Every live process's parent (Linux /proc); zombies left out."""
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 with open(f"/proc/{entry}/stat") as f:
                     stat = f.read()
-                parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+                fields = stat[stat.rindex(")") + 2 :].split()
+                if fields[0] != "Z":
+                    parents[int(entry)] = int(fields[1])
             except (OSError, ValueError, IndexError):
                 pass
     return parents
@@ -294,17 +306,21 @@ def end(pid: int, sandbox: dict, scratch: str) -> list[int]:
                 killed.add(victim)
             except OSError:
                 pass
-        for victim in left:
-            try:
-                os.waitpid(victim, os.WNOHANG)
-            except (ChildProcessError, OSError):
-                pass
         time.sleep(0.05)
-    try:
-        while os.waitpid(-1, os.WNOHANG)[0] > 0:  # orphans reparented to this reaper, now zombies
+    for victim in killed:  # those that were (or became, by the reaper) this process's children
+        for _ in range(20):
+            try:
+                if os.waitpid(victim, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            time.sleep(0.01)
+    if _libc().prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(reaper := ctypes.c_int(0)), 0, 0, 0) == 0 and reaper.value:
+        try:  # a worker: its only children are kernels, and the orphans of its kernels
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        except ChildProcessError:
             pass
-    except ChildProcessError:
-        pass
     if cgroup:
         try:
             os.rmdir(cgroup)
@@ -340,11 +356,12 @@ def enter_sandbox(connection: str) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (file_mb * 2**20, file_mb * 2**20))
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if cfg.get("cgroup"):
+    linux = sys.platform == "linux"
+    if linux and cfg.get("cgroup"):
         why = _join_cgroup(cfg["cgroup"], int(cfg.get("pids_max", 0)))
         if why:
             print(f"lab-grade: {why}; its processes are found by their parent", file=sys.stderr)
-    if cfg.get("private_shm"):
+    if linux and cfg.get("private_shm"):
         why = private_shm(int(cfg.get("shm_mb", 0)))
         if why:
             print(f"lab-grade: {why}; /dev/shm is shared", file=sys.stderr)
@@ -352,6 +369,8 @@ def enter_sandbox(connection: str) -> None:
         why = landlock(list(cfg.get("read", [])) + [connection], list(cfg.get("write", [])), ports)
         if why:
             print(f"lab-grade: {why}; file isolation is best effort", file=sys.stderr)
+    if not linux:
+        return
     libc = _libc()
     libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     why = drop_capabilities()
