@@ -132,13 +132,16 @@ regenerate: $(STAMP)
 	LAB_RUNS_DIR=$(REGEN_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 \
 	    $(BIN)/python -m tools.regenerate notebooks/*.ipynb
 
-# Grades a folder of submissions (one sub-folder per student) into $(OUT)/: grades.csv,
-# feedback/, results.jsonl and a log. Each notebook runs in its own sandboxed kernel, $(JOBS) at a time.
+# Grades a folder of submissions (one sub-folder per student, Canvas's flat files or a zip) into
+# $(OUT)/, merged into the gradebook already there: grades.csv, gradebook.csv, report.html,
+# feedback/, results.jsonl and a log. Each notebook runs in its own sandboxed kernel, $(JOBS) at a
+# time. SHARD=k/N grades the k-th of N parts (combine them: python -m tools.grade --out all --merge ...).
 OUT ?= grades
 .PHONY: grade
 grade: $(STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder> [OUT=grades] [JOBS=2]" >&2; exit 2; }
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) $(GRADE_ARGS)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=<folder> [OUT=grades] [JOBS=2] [SHARD=k/N]" >&2; exit 2; }
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m tools.grade "$(SUBMISSIONS)" --out "$(OUT)" --jobs $(JOBS) \
+	    $(if $(SHARD),--shard $(SHARD)) $(GRADE_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -209,3 +209,23 @@ def test_a_broken_environment_stops_the_run(graded, tmp_path):
     with pytest.raises(grade.EnvironmentProblem, match="solved notebook 99_tiny scores 0 / 3"):
         grade.grade(sub, tmp_path / "out", jobs=1, cfg=cfg, canary=True)
     assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+def test_shards_graded_apart_and_merged_make_the_same_gradebook(graded, tmp_path):
+    sub = tmp_path / "class"
+    for who in ("ana", "copies", "José", "Josè", "=evil"):
+        for path in (graded["tmp"] / "handed_in" / who).iterdir():
+            (sub / who).mkdir(parents=True, exist_ok=True)
+            (sub / who / path.name).write_bytes(path.read_bytes())
+            os.utime(sub / who / path.name, (path.stat().st_mtime, path.stat().st_mtime))
+    parts = [tmp_path / "part1", tmp_path / "part2"]
+    for k, part in enumerate(parts, 1):
+        grade.grade(sub, part, jobs=1, cfg=graded["cfg"], shard=(k, 2))
+    assert {grade.shard_of(w, 2) for w in ("ana", "copies", "José", "Josè", "=evil")} == {0, 1}
+    args = ["--out", str(tmp_path / "all"), "--src", str(graded["src"]), "--extra", str(tmp_path), "--merge"]
+    assert grade.main([*args, *map(str, parts)]) == 0
+    merged, whole = _rows(tmp_path / "all"), _rows(graded["out"])
+    assert len(merged) == 5
+    for key, row in merged.items():
+        assert row["score"] == whole[key]["score"] or key == ("Josè", "99_tiny")  # regraded in another test
+    assert (tmp_path / "all" / "feedback" / "ana" / "99_tiny.md").is_file()

@@ -733,11 +733,16 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
     return units, rows
 
 
+_ZIP_LIMIT = 2 * 2**30  # bytes a zip may extract to
+
+
 def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
     """Extract a zip into ``into``, refusing absolute paths, ``..`` and links; keep each file's time."""
     import zipfile
 
     with zipfile.ZipFile(archive) as zf:
+        if sum(info.file_size for info in zf.infolist()) > _ZIP_LIMIT:
+            raise ValueError(f"it would extract to more than {_ZIP_LIMIT // 2**20} MB")
         for info in zf.infolist():
             name = info.filename.replace("\\", "/")
             parts = Path(name).parts
@@ -763,12 +768,15 @@ def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
     return into
 
 
-def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) -> tuple[list[dict], list[dict]]:
+def collect(
+    submissions: Path, sources: dict[str, Source], log: logging.Logger, *, zips: bool = True
+) -> tuple[list[dict], list[dict]]:
     """Match every file to a source; return the jobs to run and the rows that need no kernel.
     A ``.zip`` at the top of ``submissions`` is read as another such folder (extracted into a temporary folder)."""
     units, rows = _units(submissions, log)
     jobs: list[dict] = []
-    for archive in sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()):
+    archives = sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()) if zips else []
+    for archive in archives:  # a zip in a zip is not opened
         with tempfile.TemporaryDirectory(prefix="lab-grade-zip-") as tmp:
             try:
                 root = _safe_extract(archive, Path(tmp), log)
@@ -778,7 +786,7 @@ def collect(submissions: Path, sources: dict[str, Source], log: logging.Logger) 
                 rows.append({"student": "", "notebook": archive.name, "file": archive.name, "status": status})
                 continue
             log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
-            more_jobs, more_rows = collect(root, sources, log)
+            more_jobs, more_rows = collect(root, sources, log, zips=False)
         jobs += [{**job, "file": f"{archive.name}:{job['file']}"} for job in more_jobs]
         rows += more_rows
     for student_id, files in units.items():
@@ -1053,6 +1061,14 @@ def write_outputs(
         if src:
             row.update({e.id: "0" for e in src.exercises})
         new.append(row)
+    _merge(out, new, fresh, sources, log)
+    return finish(out, sources, log=log, deadline=deadline, penalty=penalty)
+
+
+def _merge(
+    out: Path, new: list[dict], fresh: list[str], sources: dict[str, Source], log: logging.Logger | None
+) -> None:
+    """Merge rows (auto-grades.csv) and results.jsonl lines into OUT's by (student, notebook)."""
     keys = {(r["student"], r["notebook"]) for r in new}
     students = {r["student"] for r in new}
 
@@ -1074,7 +1090,30 @@ def write_outputs(
                 lines.append(line)
     with open(out / "results.jsonl", "w", encoding="utf-8") as jl:
         jl.writelines(line + "\n" for line in [*fresh, *lines])
-    return finish(out, sources, log=log, deadline=deadline, penalty=penalty)
+
+
+def merge_parts(out: Path, parts: list[Path], sources: dict[str, Source], **late) -> list[dict]:
+    """Combine OUT folders graded apart (``--shard k/N``) into ``out``: their rows, results,
+    feedback and executed notebooks; then the gradebook and report of the whole class."""
+    out.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        if not (part / AUTO).is_file():
+            raise FileNotFoundError(f"{part / AUTO} does not exist: is {part} a graded OUT folder?")
+        for sub in ("feedback", "executed", "logs"):
+            if (part / sub).is_dir():
+                shutil.copytree(part / sub, out / sub, dirs_exist_ok=True)
+        lines = (
+            (part / "results.jsonl").read_text(encoding="utf-8").splitlines()
+            if (part / "results.jsonl").is_file()
+            else []
+        )
+        _merge(out, _read_csv(part / AUTO), lines, sources, None)
+    return finish(out, sources, **late)
+
+
+def shard_of(student_id: str, count: int) -> int:
+    """The shard (0 to count - 1) a student's submissions are graded in: the same on every machine."""
+    return int(hashlib.sha256(student_id.encode("utf-8", "surrogatepass")).hexdigest()[:8], 16) % count
 
 
 def _when(mtime: float | None) -> str:
@@ -1325,6 +1364,7 @@ def grade(
     canary: bool = False,
     deadline: float | None = None,
     penalty: float = 0.0,
+    shard: tuple[int, int] | None = None,
 ) -> list[dict]:
     """Grade every submission under ``submissions`` into ``out``; return the grades.csv rows. With
     ``canary``, the solved sources are graded first and must score full marks (else
@@ -1355,6 +1395,11 @@ def grade(
         # Kernels cannot write bytecode (the sandbox): compile labsupport once, here, instead of in each kernel.
         compileall.compile_dir(str(ROOT / "labsupport"), quiet=2)
         todo, rows = collect(submissions, sources, log)
+        if shard is not None:
+            k, n = shard
+            todo = [j for j in todo if shard_of(j["student"], n) == k - 1]
+            rows = [r for r in rows if shard_of(r["student"], n) == k - 1]
+            log.info("shard %d/%d: %d notebook(s) of this part's students", k, n, len(todo))
         cfg = Config(**{**asdict(cfg), "private": (str(submissions), str(out))})
         if canary and todo:
             _canary(todo, sources, cfg, jobs, log)
@@ -1418,6 +1463,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-canary", action="store_true", help="do not grade the solved notebooks first")
     p.add_argument("--deadline", help="local time YYYY-MM-DDTHH:MM; kept in OUT/policy.json for later runs")
     p.add_argument("--late-penalty", type=float, help="percent of the score lost per day started after the deadline")
+    p.add_argument("--shard", help="k/N: grade only the k-th of N parts of the class (students split by a hash)")
+    p.add_argument("--merge", type=Path, nargs="+", help="grade nothing: combine these OUT folders of shards into OUT")
     p.add_argument(
         "--apply", action="store_true", help="grade nothing: rewrite the gradebook and report from OUT/manual.csv"
     )
@@ -1428,6 +1475,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {policy}", file=sys.stderr)
         return 2
     deadline, penalty = policy
+    shard = re.fullmatch(r"(\d+)/(\d+)", args.shard or "")
+    if args.shard and not (shard and 1 <= int(shard[1]) <= int(shard[2])):
+        print(f"error: --shard {args.shard!r}: use k/N with 1 <= k <= N", file=sys.stderr)
+        return 2
+    if args.merge:
+        extra = args.extra.resolve() if args.extra.is_dir() else None
+        try:
+            table = merge_parts(
+                out,
+                [p.resolve() for p in args.merge],
+                load_sources(args.src.resolve(), extra),
+                deadline=deadline,
+                penalty=penalty,
+            )
+        except FileNotFoundError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{len(table)} row(s) from {len(args.merge)} part(s) in {out / 'grades.csv'}")
+        return 0
     if args.apply:
         if not (out / AUTO).is_file():
             print(f"error: {out / AUTO} does not exist: grade first", file=sys.stderr)
@@ -1466,6 +1532,7 @@ def main(argv: list[str] | None = None) -> int:
             canary=not args.no_canary,
             deadline=deadline,
             penalty=penalty,
+            shard=(int(shard[1]), int(shard[2])) if shard else None,
         )
     except EnvironmentProblem as exc:
         print(f"error: {exc}", file=sys.stderr)
