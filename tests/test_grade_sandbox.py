@@ -99,7 +99,7 @@ def test_the_kernels_environment_holds_nothing_of_the_instructors_shell(monkeypa
 # --------------------------------------------------------------------------- a kernel, from a grader with a secret
 
 GRADER = r"""
-import json, os, sys, tempfile, time
+import json, os, shutil, sys, tempfile, time
 from pathlib import Path
 import nbformat
 from tools import grade, grade_kernel
@@ -131,6 +131,7 @@ alive = [p for p in os.listdir("/proc") if p.isdigit() and b"sleep\0" + opts["ta
 if zygote is not None:
     zygote.terminate()
     zygote.wait()
+shutil.rmtree(tmp, ignore_errors=True)
 print(json.dumps({
     "outcome": outcome,
     "text": "".join(o.get("text", "") for o in cell.outputs),
