@@ -229,3 +229,23 @@ def test_shards_graded_apart_and_merged_make_the_same_gradebook(graded, tmp_path
     for key, row in merged.items():
         assert row["score"] == whole[key]["score"] or key == ("Josè", "99_tiny")  # regraded in another test
     assert (tmp_path / "all" / "feedback" / "ana" / "99_tiny.md").is_file()
+
+
+def test_collect_reports_stray_files_and_never_opens_a_zip_in_a_zip(tmp_path):
+    import logging
+
+    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
+    sources = grade.load_sources(tmp_path)
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    sub = tmp_path / "in"
+    sub.mkdir()
+    nbformat.write(ed, sub / "stray.ipynb")
+    inner = tmp_path / "inner.zip"
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("nested/hw.ipynb", nbformat.writes(ed))
+    with zipfile.ZipFile(sub / "outer.zip", "w") as zf:
+        zf.write(inner, "inner.zip")
+        zf.writestr("bo/hw.ipynb", nbformat.writes(ed))
+    jobs, rows = grade.collect(sub, sources, logging.getLogger("test-collect"))
+    assert [(j["student"], j["file"]) for j in jobs] == [("bo", "outer.zip:hw.ipynb")]
+    assert [(r["student"], r["status"]) for r in rows] == [(grade.NO_FOLDER, "not in a student folder")]

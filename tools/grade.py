@@ -703,6 +703,7 @@ def _init_worker(jupyter_path: str) -> None:
     os.environ["JUPYTER_PATH"] = jupyter_path + os.pathsep + os.environ.get("JUPYTER_PATH", "")
 
 
+NO_FOLDER = "(no student folder)"  # the student of a row for a file at the top that is not Canvas's
 _CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<id>\d+)_(?P<sub>\d+)_(?P<file>.+\.ipynb)$")
 
 
@@ -728,7 +729,12 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
                     "%s: a notebook outside any student folder, not named as Canvas names them: skipped", entry.name
                 )
                 rows.append(
-                    {"student": "", "notebook": entry.name, "file": entry.name, "status": "not in a student folder"}
+                    {
+                        "student": NO_FOLDER,
+                        "notebook": entry.name,
+                        "file": entry.name,
+                        "status": "not in a student folder",
+                    }
                 )
     return units, rows
 
@@ -783,7 +789,7 @@ def collect(
             except Exception as exc:
                 log.info("%s: not a readable zip: %s", archive.name, exc)
                 status = f"not a readable zip: {exc}"
-                rows.append({"student": "", "notebook": archive.name, "file": archive.name, "status": status})
+                rows.append({"student": NO_FOLDER, "notebook": archive.name, "file": archive.name, "status": status})
                 continue
             log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
             more_jobs, more_rows = collect(root, sources, log, zips=False)
