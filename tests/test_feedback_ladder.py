@@ -89,3 +89,10 @@ def test_a_solved_exercise_is_required_and_a_failure_unsolves_it(capsys):
     failure(lambda x: x)
     with pytest.raises(core.ExerciseNotSolved):
         lab.require("99.5")
+
+
+def test_the_graders_feedback_names_the_mistake_at_once_with_its_short_name(monkeypatch):
+    monkeypatch.setenv("LAB_FEEDBACK", "named")
+    _, shown = failure(lambda x: -2 * x)
+    assert "likely mistake: the result has the opposite sign" in shown
+    assert "  mistake: sign flipped" in shown.splitlines()

@@ -1237,6 +1237,7 @@ def _instructor_notes(path: Path, notes: list[str], title: str) -> None:
 
 
 _MISTAKE = re.compile(r"likely mistake:\s*(.+)", re.I)
+_NAMED = re.compile(r"^\s*mistake:\s*(.+)$", re.M)  # the mistake's short name (the kernels run LAB_FEEDBACK=named)
 _OTHER_REASONS = {
     "not written": "not written yet",
     "missing": "exercise cell missing",
@@ -1250,7 +1251,7 @@ def mistake_of(result: dict) -> str:
     """The named mistake a failed exercise's feedback gives (its "likely mistake:" line), else why it failed."""
     if result.get("status") == "pass":
         return ""
-    found = _MISTAKE.search(result.get("feedback", ""))
+    found = _NAMED.search(result.get("feedback", "")) or _MISTAKE.search(result.get("feedback", ""))
     if found:
         return found.group(1).strip().rstrip(".")
     if "additional test of your instructor" in result.get("feedback", ""):

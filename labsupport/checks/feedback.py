@@ -126,6 +126,8 @@ class CheckError(AssertionError):
             lines.append(f"  likely mistake: {self.hint}" if not self.usage else f"  what to do: {self.hint}")
         if self.look and self.rung >= 3 and not self.usage:
             lines.append(f"  look at: {self.look}")
+        if self.mistake and start_rung() == 2:
+            lines.append(f"  mistake: {self.mistake}")  # its short name, for the grader's class report
         if footer and not self.usage and self.exercise_id():
             lines.append(_next_step(self))
         return lines
