@@ -293,7 +293,7 @@ def end(pid: int, sandbox: dict, scratch: str) -> list[int]:
         if cgroup:
             try:
                 with open(os.path.join(cgroup, "cgroup.procs")) as f:
-                    left |= {int(x) for x in f.read().split()}
+                    left |= {int(x) for x in f.read().split()} & set(_processes())  # zombies: dead already
             except (OSError, ValueError):
                 pass
         left |= _marked(scratch)
@@ -321,11 +321,14 @@ def end(pid: int, sandbox: dict, scratch: str) -> list[int]:
                 pass
         except ChildProcessError:
             pass
-    if cgroup:
+    for _ in range(40 if cgroup else 0):  # busy while a zombie of it waits for its parent (the zygote)
         try:
             os.rmdir(cgroup)
+            break
+        except FileNotFoundError:
+            break
         except OSError:
-            pass
+            time.sleep(0.05)
     before = _SHM_BEFORE.pop(scratch, None)
     if before is not None and os.path.isdir(_SHM):
         for entry in set(os.listdir(_SHM)) - before:
