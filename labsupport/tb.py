@@ -23,18 +23,34 @@ A run folder never mixes two runs:
 
 The writer prefixes every tag with the notebook's name (``loss`` in 02 is charted as
 ``02_manual_backprop/loss``), so no two notebooks' scales share an axis.
-``add_hparams`` writes hyper-parameters for the HParams tab only, in the run's own
-folder; metric values are not copied into one-point charts (the tab shows each
-curve's last value instead).
+
+What TensorBoard shows on first open (docs/tensorboard.md says why each is so):
+
+- A run named ``<group>/<run>`` (``sweep/lr0.1-sgd``) lives in ``runs/<notebook>/<group>/<run>``
+  and charts its tags as ``<notebook>/<group>/<tag>``: a group's runs (a short sweep) get
+  charts of their own, apart from the notebook's full runs.
+- ``tb_writer(..., log10=("loss", "lr"))``: ``add_scalar`` of a tag named ``loss`` (or
+  ``loss/...``) also writes ``<tag>_log10``, the value's base-10 logarithm, at the same step,
+  so a loss that falls from 3e7 to 1e-4, or a learning rate of 1e-6 (which TensorBoard's value
+  table prints as "0"), reads on the linear axis TensorBoard opens with. A value <= 0 has
+  no logarithm: that point is left out of the ``_log10`` series only.
+- ``add_hparams`` writes hyper-parameters for the HParams tab only, in the run's own
+  folder; metric values are not copied into one-point charts (the tab shows each
+  curve's last value instead). The trial is named by the run, not its folder path:
+  ``sgd (06)``, ``lr0.1-sgd (06/sweep)``.
+- The inline ``%tensorboard`` view opens with smoothing off (``?smoothing=0``): importing
+  this module sets ``$TENSORBOARD_PROXY_URL`` (the address the magic's frame loads) to
+  ``http://127.0.0.1:%PORT%/?smoothing=0`` unless it is set already (JupyterHub proxies set it).
 
 Example:
-    >>> with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:  # doctest: +SKIP
-    ...     writer.add_scalar("loss", 1.0, 0)  # charted as 02_manual_backprop/loss
+    >>> with lab.tb_writer("02_manual_backprop", "manual-sgd", log10=("loss",)) as writer:  # doctest: +SKIP
+    ...     writer.add_scalar("loss", 1e7, 0)  # charted as 02_manual_backprop/loss, and loss_log10 = 7.0
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import secrets
@@ -52,6 +68,13 @@ __all__ = ["tb_hint", "tb_writer"]
 
 RUNS_DIR = "runs"  # relative to the repository, unless $LAB_RUNS_DIR says otherwise
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
+_RUN = re.compile(r"^(?:(?P<group>[A-Za-z0-9][A-Za-z0-9_.=-]*)/)?(?P<leaf>[A-Za-z0-9][A-Za-z0-9_.=-]*)$")
+LOG10_SUFFIX = "_log10"
+# The inline %tensorboard frame loads this address (tensorboard.notebook reads it at display
+# time): TensorBoard's default smoothing (0.6) draws a curve of 10 points (07's per-epoch
+# accuracy) an epoch or two late, and this lab's full-batch curves have no noise to smooth.
+INLINE_URL = "http://127.0.0.1:%PORT%/?smoothing=0"
+os.environ.setdefault("TENSORBOARD_PROXY_URL", INLINE_URL)
 # What a killed writer leaves beside its run: its lock file, an old run being deleted.
 _LEFTOVER = re.compile(r"^\.(?P<run>.+)\.(?:lock|old-[A-Za-z0-9_]+)$")
 _TAGGED = (  # the methods whose first argument is a tag
@@ -198,16 +221,48 @@ def _take_over(folder: Path, run: str, entries: list[Path]) -> list[Path]:
         lock.release()
 
 
+def _with_prefix(tag: str, prefix: str) -> str:
+    """``tag`` under ``prefix`` (``<notebook>/``, and the run's group); a tag that starts with
+    the notebook's name already is kept as it is."""
+    return tag if tag.startswith(prefix.split("/", 1)[0] + "/") else prefix + tag
+
+
+def _log10_of(tag: str, prefix: str, bases: tuple[str, ...], value) -> float | None:
+    """log10(value) when ``tag`` (prefixed) is one of ``bases`` or under one (``loss/train``
+    under ``loss``); None when it is not, or when value <= 0 has none. NaN and inf stay."""
+    name = tag[len(prefix) :] if tag.startswith(prefix) else tag.split("/", 1)[1]  # as the notebook wrote it
+    if not any(name == base or name.startswith(base + "/") for base in bases):
+        return None
+    value = float(value)
+    if not (value > 0 or math.isnan(value)):
+        return None
+    return math.log10(value) if math.isfinite(value) else value
+
+
+def _name_trial(start, trial: str) -> None:
+    """Set the HParams trial's name in a session-start summary: instead of the run's folder
+    path ("06_optim/sweep/lr0.1-sgd" reads "06_optim/swee..." in the table's 10em Trial ID
+    column), the run's name, short and unique per run."""
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    plugin_data = start.value[0].metadata.plugin_data
+    content = HParamsPluginData.FromString(plugin_data.content)
+    content.session_start_info.group_name = trial
+    plugin_data.content = content.SerializeToString()
+
+
 def _writer_class():
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
     class NotebookWriter(SummaryWriter):
-        """A SummaryWriter whose tags start with ``<notebook>/`` and whose first write
-        replaces the old run of its folder."""
+        """A SummaryWriter whose tags start with ``<notebook>/`` (and the run's group), whose
+        first write replaces the old run of its folder, and which names its HParams trial."""
 
-        def __init__(self, log_dir: str, tag_prefix: str, **kwargs) -> None:
+        def __init__(self, log_dir: str, tag_prefix: str, trial: str, log10: tuple[str, ...] = (), **kwargs) -> None:
             self.tag_prefix = tag_prefix
+            self.trial = trial  # the HParams tab's name for this run
+            self.log10 = log10  # tags (and tags under them) also written as <tag>_log10
             # "init" -> "new" -> "writing" (from the first write) -> "ended" (after the block)
             self._state = "init"
             super().__init__(log_dir=log_dir, **kwargs)
@@ -244,36 +299,68 @@ def _writer_class():
             # The experiment summary is left out: TensorBoard then builds the table from every
             # run's own session info, so runs with different hparam names all get their columns.
             _, start, end = hparams_summaries(dict(hparam_dict), dict(metric_dict or {}))
+            _name_trial(start, self.trial)
             for summary in (start, end):
                 self._get_file_writer().add_summary(summary, global_step)
 
-    def prefixed(method):
-        def add(self, tag, *args, **kwargs):
-            tag = tag if tag.startswith(self.tag_prefix) else self.tag_prefix + tag
-            return method(self, tag, *args, **kwargs)
-
-        return add
-
     for name in _TAGGED:
-        setattr(NotebookWriter, name, prefixed(getattr(SummaryWriter, name)))
+        wrap = _scalar_and_log10 if name == "add_scalar" else _prefixed
+        setattr(NotebookWriter, name, wrap(getattr(SummaryWriter, name)))
     return NotebookWriter
 
 
+def _prefixed(method):
+    """A writer method whose first argument, a tag, goes under the writer's prefix."""
+
+    def add(self, tag, *args, **kwargs):
+        return method(self, _with_prefix(tag, self.tag_prefix), *args, **kwargs)
+
+    return add
+
+
+def _scalar_and_log10(add_scalar):
+    """``add_scalar`` with the tag prefixed, which also writes ``<tag>_log10`` for the
+    writer's ``log10`` tags."""
+
+    def add(self, tag, scalar_value, global_step=None, walltime=None, **kwargs):
+        tag = _with_prefix(tag, self.tag_prefix)
+        add_scalar(self, tag, scalar_value, global_step, walltime, **kwargs)
+        log = _log10_of(tag, self.tag_prefix, self.log10, scalar_value) if self.log10 else None
+        if log is not None:
+            add_scalar(self, tag + LOG10_SUFFIX, log, global_step, walltime, **kwargs)
+
+    return add
+
+
 @contextlib.contextmanager
-def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None, **kwargs) -> Iterator:
+def tb_writer(
+    notebook: str, run: str, root: str | os.PathLike | None = None, *, log10: tuple[str, ...] = (), **kwargs
+) -> Iterator:
     """A ``SummaryWriter`` on ``runs/<notebook>/<run>``, which replaces an older run of that
     name at its first write; closed at the end, deleted if the block raises.
 
+    ``run`` may name a group: ``"sweep/lr0.1-sgd"`` writes ``runs/<notebook>/sweep/lr0.1-sgd``, charted
+    as ``<notebook>/sweep/<tag>``. ``log10``: tags whose scalars are also written as ``<tag>_log10``
+    (``("loss",)`` covers ``loss``, ``loss/train``, ``loss/val``).
+
     Example:
         >>> import tempfile
-        >>> with tb_writer("06_optim", "sgd", root=tempfile.mkdtemp()) as w:
-        ...     w.add_scalar("loss", 0.5, 1)
+        >>> with tb_writer("06_optim", "sgd", root=tempfile.mkdtemp(), log10=("loss",)) as w:
+        ...     w.add_scalar("loss", 0.01, 1)
         >>> Path(w.log_dir).name, sorted(p.name for p in Path(w.log_dir).parent.iterdir())
         ('sgd', ['sgd'])
     """
-    for label, value in (("notebook", notebook), ("run", run)):
-        if not isinstance(value, str) or not _NAME.match(value):
-            raise ValueError(f"{label} name must be letters, digits and _ . = - (no spaces or slashes), got {value!r}")
+    if not isinstance(notebook, str) or not _NAME.match(notebook):
+        raise ValueError(f"notebook name must be letters, digits and _ . = - (no spaces or slashes), got {notebook!r}")
+    parts = _RUN.match(run) if isinstance(run, str) else None
+    if parts is None:
+        raise ValueError(
+            "run name must be letters, digits and _ . = - (no spaces), with at most one / "
+            f"that puts the run in a group (sweep/lr0.1-sgd), got {run!r}"
+        )
+    if isinstance(log10, str) or not all(isinstance(tag, str) and tag for tag in log10):
+        raise ValueError(f"log10 must be a tuple of tag names, such as ('loss', 'lr'), got {log10!r}")
+    group, leaf = parts["group"], parts["leaf"]
     folder = _runs_root(root) / notebook / run
     folder.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock_of(folder)
@@ -283,8 +370,11 @@ def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None, **
             f"{lock.holder()}: let it finish or stop it, or give this run another name"
         )
     try:
+        _refuse_a_run_inside_a_run(folder, group)  # under the lock: no writer of this run renames it meanwhile
         _clean_leftovers(folder)
-        writer = _writer_class()(str(folder), f"{notebook}/", **kwargs)
+        prefix = f"{notebook}/{group}/" if group else f"{notebook}/"
+        where = notebook.split("_", 1)[0] + (f"/{group}" if group else "")
+        writer = _writer_class()(str(folder), prefix, f"{leaf} ({where})", tuple(log10), **kwargs)
         try:
             yield writer
             writer.close()
@@ -297,6 +387,19 @@ def tb_writer(notebook: str, run: str, root: str | os.PathLike | None = None, **
             writer._state = "ended"
     finally:
         lock.release()
+
+
+def _refuse_a_run_inside_a_run(folder: Path, group: str | None) -> None:
+    """A group's folder holds runs, a run's folder event files: never one inside the other
+    (replacing run ``sweep`` would delete the group ``sweep/...``)."""
+    try:
+        if group:
+            if any("tfevents" in p.name for p in folder.parent.iterdir() if p.is_file()):
+                raise ValueError(f"{folder.parent} is a run, not a group of runs: give the group another name")
+        elif any(p.is_dir() and not p.name.startswith(".") for p in folder.iterdir()):
+            raise ValueError(f"{folder} holds a group of runs ({folder.name}/...): give this run another name")
+    except FileNotFoundError:  # no such folder (yet): nothing to nest in
+        pass
 
 
 def tb_hint(where) -> None:
