@@ -113,7 +113,7 @@ nbval: $(STAMP)
 tensorboard: $(STAMP)
 	$(eval TB_FREE_PORT := $(or $(shell $(BIN)/python -c 'import socket, sys; print(next(p for p in range(int(sys.argv[1]), 65536) if socket.socket().connect_ex(("127.0.0.1", p))))' $(TB_PORT) 2>/dev/null),$(TB_PORT)))
 	@test -d $(RUNS_DIR)/$(NB) || echo "make tensorboard: no $(RUNS_DIR)/$(NB) yet; runs appear once a notebook logs them"
-	@echo "make tensorboard: $(if $(filter-out $(TB_PORT),$(TB_FREE_PORT)),port $(TB_PORT) is in use (an inline %tensorboard?); )open http://127.0.0.1:$(TB_FREE_PORT)/"
+	@echo "make tensorboard: $(if $(filter-out $(TB_PORT),$(TB_FREE_PORT)),port $(TB_PORT) is in use (an inline %tensorboard?); )open http://127.0.0.1:$(TB_FREE_PORT)/?smoothing=0 (curves unsmoothed: Settings changes it)"
 	$(BIN)/tensorboard --logdir $(RUNS_DIR)$(if $(NB),/$(NB)) --host 127.0.0.1 --port $(TB_FREE_PORT)
 
 # Empties runs/ and touches nothing else: refuses when runs is a symbolic link or

@@ -297,10 +297,10 @@ def test_make_tensorboard_takes_the_next_free_port_and_prints_its_url():
         recipe = _dry_run(f"TB_PORT={taken}")
     port = _served_port(recipe)
     assert port > taken
-    assert f"port {taken} is in use (an inline %tensorboard?); open http://127.0.0.1:{port}/" in recipe
+    assert f"port {taken} is in use (an inline %tensorboard?); open http://127.0.0.1:{port}/?smoothing=0" in recipe
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         free = probe.getsockname()[1]
     recipe = _dry_run(f"TB_PORT={free}")
     assert _served_port(recipe) == free
-    assert f"make tensorboard: open http://127.0.0.1:{free}/" in recipe
+    assert f"make tensorboard: open http://127.0.0.1:{free}/?smoothing=0" in recipe
