@@ -228,7 +228,19 @@ def test_the_gradebook_has_one_column_per_exercise(graded):
     with open(graded["out"] / "grades.csv", newline="") as f:
         header = next(csv.reader(f))
     real_ids = [e.id for e in graded["real"].exercises]
-    assert header == ["student", "notebook", *real_ids, "98.1", "99.1", "99.2", "99.3", "score", "max_score", "status"]
+    assert header == [
+        "student",
+        "notebook",
+        *real_ids,
+        "98.1",
+        "99.1",
+        "99.2",
+        "99.3",
+        "score",
+        "max_score",
+        "status",
+        "review",
+    ]  # review: a flagged student is in the class
     assert (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text().startswith("<!doctype html>")
     assert list((graded["out"] / "logs").glob("grade-*.log"))
     with open(graded["out"] / "gradebook.csv", newline="") as f:
@@ -454,6 +466,9 @@ def test_a_hostile_submission_changes_nothing(graded):
     executed = (graded["out"] / "executed" / "hostile" / "99_tiny.ipynb").read_text()
     assert "the zygote refused" in executed  # it was asked (the kernels were forked), and said no
     assert _results(graded, "hostile")["99.1"]["flags"], "the instructor is told to review it"
+    assert rows["hostile", "99_tiny"]["review"] == "code to review in 99.1"  # in grades.csv
+    assert "Your instructor will review this exercise's code by hand" in _feedback(graded, "hostile")
+    assert not rows["answered", "99_tiny"]["review"]
 
 
 def test_the_real_notebook(graded):

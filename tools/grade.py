@@ -927,6 +927,9 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
             lines += [f"_{r['note']}_", ""]
         if r["feedback"]:
             lines += ["```text", r["feedback"], "```", ""]
+        if r.get("flags"):
+            lines += ["Your instructor will review this exercise's code by hand:", ""]
+            lines += [f"- {flag}" for flag in r["flags"]] + [""]
     if graded.get("written"):
         lines += ["## Written answers (collected for your instructor, not scored)", ""]
         for w in graded["written"]:
@@ -1028,6 +1031,9 @@ def write_outputs(
             status="ok" if not g["error"] else g["error"],
             submitted=_when(g.get("mtime")),
         )
+        flagged = sorted({r["exercise"] for r in g["results"] if r.get("flags")})
+        if flagged:
+            row["review"] = "code to review in " + ", ".join(flagged)
         new.append(row)
         for r in g["results"]:
             fresh.append(json.dumps({**r, "file": g["file"], "notebook_seconds": g["seconds"]}))
@@ -1087,7 +1093,8 @@ def _merge(
         log.info("gradebook: %d row(s) graded now merged with %d kept from earlier runs", len(new), len(kept))
     auto = sorted(new + kept, key=lambda r: (r["student"], r["notebook"]))
     ids = [e.id for s in sources.values() for e in s.exercises]
-    _write_csv(out / AUTO, ["student", "notebook", "file", "submitted", *ids, "score", "max_score", "status"], auto)
+    header = ["student", "notebook", "file", "submitted", *ids, "score", "max_score", "status", "review"]
+    _write_csv(out / AUTO, header, auto)
     lines = []
     if (out / "results.jsonl").is_file():
         for line in (out / "results.jsonl").read_text(encoding="utf-8").splitlines():
@@ -1214,7 +1221,7 @@ def finish(
     ids = [e.id for s in sources.values() if s.name in present for e in s.exercises]
     ids += [i for i in (w.id for s in sources.values() for w in s.written) if i in extra_cols]
     header = ["student", "notebook", *ids, "score", "max_score", "status"]
-    header += [c for c in ("override", "late") if any(c in r for r in table)]
+    header += [c for c in ("override", "late", "review") if any(r.get(c) for r in table)]
     _write_csv(out / "grades.csv", header, table)
     write_gradebook(out / "gradebook.csv", table, sources)
     for (who, name), notes in comments.items():
