@@ -44,11 +44,11 @@ import nbformat
 import pytest
 import torch
 from browser import chromium_or_skip
-from nbclient import NotebookClient
-from procs import alive, descendants  # noqa: E402
+from procs import alive, descendants
 from tb_events import read_histograms, read_hparams, read_scalars, read_tags
 
 import labsupport as lab
+from tools.runner import notebook_client
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -158,12 +158,8 @@ def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     current = {}
-    client = NotebookClient(
-        nb,
-        timeout=timeout,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
-        on_cell_execute=lambda cell, cell_index: current.update(i=cell_index),
+    client = notebook_client(
+        nb, NOTEBOOKS, timeout=timeout, on_cell_execute=lambda cell, cell_index: current.update(i=cell_index)
     )
     try:
         client.execute()
