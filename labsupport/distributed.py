@@ -162,6 +162,7 @@ def _worker(rank: int, world: int, backend: str, port: int, outdir: str, cfg: di
     state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
     times = _timed_steps(ddp, opt, x, y, cfg)
     torch.save({"state": state, "step_times": times, "startup_s": started}, os.path.join(outdir, f"rank{rank}.pt"))
+    dist.barrier()  # leave together: a rank that tears gloo down under a busy peer can abort it
     dist.destroy_process_group()
     os._exit(0)  # results are on disk; skip a teardown that takes seconds once DDP loaded dynamo
 

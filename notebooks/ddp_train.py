@@ -116,4 +116,5 @@ if rank == 0:                                         # one writer: the replicas
                "rank0_order_changes_with_epoch": all_seen[0][0] != all_seen[0][-1]}
     (args.out / "results.json.tmp").write_text(json.dumps(results, indent=1))
     os.replace(args.out / "results.json.tmp", args.out / "results.json")
-dist.destroy_process_group()
+dist.barrier()                                        # every rank leaves together: none tears gloo down under
+dist.destroy_process_group()                          # a peer still working (it can abort: "terminate called")
