@@ -33,6 +33,7 @@ from .core import (
     run_cases,
     run_student,
 )
+from .references import lecture_loss
 
 __all__ = [
     "check_linear_layer",
@@ -61,13 +62,9 @@ def _vjp(f: Callable, inputs: tuple, dout: torch.Tensor | None = None) -> tuple:
     return (out.detach(), *grads)
 
 
-def _two_layer_loss(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return ((torch.relu(x @ w1) @ w2 - y) ** 2).sum()
-
-
 def two_layer_grads(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple:
     """Autograd's (grad_w1, grad_w2) of the lecture's loss."""
-    result = _vjp(functools.partial(_two_layer_loss, x, y), (w1, w2))
+    result = _vjp(functools.partial(lecture_loss, x, y), (w1, w2))
     return result[1], result[2]
 
 
@@ -395,7 +392,7 @@ def check_relu_layer(relu_forward: Any, relu_backward: Any) -> None:
 
 
 def _two_layer_reference(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple:
-    return _vjp(functools.partial(_two_layer_loss, x, y), (w1, w2))
+    return _vjp(functools.partial(lecture_loss, x, y), (w1, w2))
 
 
 def _loss_not_reduced(result: Any) -> bool:
@@ -421,7 +418,7 @@ def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
         ),
         Mistake(
             "mean instead of sum",
-            (_two_layer_loss(x, y, w1, w2) / count, g1 / count, g2 / count),
+            (lecture_loss(x, y, w1, w2) / count, g1 / count, g2 / count),
             why="that is the mean of the squared errors; the exercise's loss is their sum",
             look="the reduction of the loss (and the factor in grad_y_pred)",
         ),
@@ -834,7 +831,7 @@ def _loss_after(lr: float, steps: int = 50) -> float:
         g1, g2 = two_layer_grads(x, y, w1, w2)
         w1 = w1 - lr * g1
         w2 = w2 - lr * g2
-    return float(_two_layer_loss(x, y, w1, w2))
+    return float(lecture_loss(x, y, w1, w2))
 
 
 LR_NOTES = {

@@ -27,6 +27,7 @@ from .core import (
     run_cases,
     run_student,
 )
+from .references import lecture_loss
 
 __all__ = [
     "check_predicted_gradients",
@@ -42,11 +43,6 @@ __all__ = [
 LR = 1e-3
 STEPS = 5
 CHUNKS = 4
-
-
-def _lecture_loss(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    """The lecture's summed squared error of the two-layer ReLU net."""
-    return (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
 
 
 def _two_path_loss(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -290,7 +286,7 @@ class _Run:
     final: tuple  # (w1, w2) after the last step
 
     def final_loss(self, problem: _Problem) -> float:
-        return float(_lecture_loss(problem.x, problem.y, *self.final))
+        return float(lecture_loss(problem.x, problem.y, *self.final))
 
 
 #: Behaviours of a loop that uses chunks; with one chunk they are the right loop.
@@ -299,7 +295,7 @@ _CHUNK_BEHAVIOURS = ("reset per chunk", "update per chunk", "scaled")
 
 def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: str, chunks: int) -> tuple:
     """``grad`` after one chunk's backward(), as the loop with ``behaviour`` would leave it."""
-    part = _autograd(_lecture_loss, x_part, y_part, *w, wrt=2)
+    part = _autograd(lecture_loss, x_part, y_part, *w, wrt=2)
     if behaviour == "reset per chunk":
         return tuple(part)
     if behaviour == "scaled":
@@ -315,14 +311,14 @@ def _descend(p: _Problem, behaviour: str = "right") -> _Run:
     grad = zeros
     run = _Run([], [], [], [], w)
     for _ in range(STEPS):
-        run.losses.append(float(_lecture_loss(p.x, p.y, *w)))
+        run.losses.append(float(lecture_loss(p.x, p.y, *w)))
         run.before.append(w)
         if behaviour != "no reset":
             grad = zeros
         chunk_losses = []
         partial = []
         for x_part, y_part in zip(p.x.chunk(p.chunks), p.y.chunk(p.chunks)):
-            chunk_losses.append(float(_lecture_loss(x_part, y_part, *w)))
+            chunk_losses.append(float(lecture_loss(x_part, y_part, *w)))
             grad = _chunk_gradient(grad, x_part, y_part, w, behaviour, p.chunks)
             partial.append(grad[0])
             if behaviour == "update per chunk":
