@@ -250,3 +250,80 @@ def suspicious(source: str) -> list[str]:
     except RecursionError:
         visitor.add("the code nests too deep to analyse: review it by hand")
     return visitor.reasons
+
+
+# Reasons of :func:`suspicious` that reach code or objects outside the cell (the checks' references
+# among them): on an exercise the grader judges itself, they cost the point (see tools/judge.py).
+_REACHING = (
+    "sys.modules",
+    "importlib",
+    "__import__",
+    "exec()",
+    "eval()",
+    "compile()",
+    "globals()",
+    "vars()",
+    "the garbage collector",
+    "walks the heap",
+    "frame access",
+    "__globals__",
+    "__closure__",
+    "__code__",
+    "__dict__",
+    "__subclasses__",
+    "__loader__",
+    "reaches the IPython shell",
+    "reaches the kernel's namespace",
+    "ctypes",
+    "does not parse",
+    "cannot be analysed",
+    "nests too deep",
+)
+
+
+def uses_lab_code(source: str, allowed: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """Why this solution code may run the lab's own code (a check's reference) instead of its own:
+    it imports labsupport, uses a ``lab.<name>`` the notebook itself does not use (``allowed``),
+    asks ``getattr``/``vars``/``dir`` for one, or reaches objects by other means (sys.modules, gc,
+    frames, exec...). [] for code that computes its answer itself."""
+    reasons = [r for r in suspicious(source) if any(key in r for key in _REACHING)]
+    try:
+        tree = ast.parse(textwrap.dedent(_strip_magics(source)))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return reasons or ["the code does not parse: review it by hand"]
+    lab_names = {"lab", "labsupport"}
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            if any(m.split(".")[0] == "labsupport" for m in modules):
+                reasons.append("imports labsupport (the lab's checks)")
+        elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in lab_names:
+            if node.attr not in allowed:
+                reasons.append(f"uses {node.value.id}.{node.attr}, which the notebook's own code does not use")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "dir"):
+            if node.args and _root(node.args[0]) in lab_names:
+                reasons.append(f"{node.func.id}() on the lab's module")
+        elif isinstance(node, ast.Name) and node.id in lab_names and not isinstance(node.ctx, ast.Load):
+            reasons.append(f"rebinds {node.id}")
+    loads = sum(isinstance(n, ast.Name) and n.id in lab_names for n in ast.walk(tree))
+    attributes = sum(
+        isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in lab_names
+        for n in ast.walk(tree)
+    )
+    if loads > attributes:
+        reasons.append("uses the lab's module itself (passes it on, or another name for it)")
+    return list(dict.fromkeys(reasons))
+
+
+def lab_names_used(sources: list[str]) -> set[str]:
+    """The ``lab.<name>`` attributes these cells (a notebook's own code) use: what a solution may use too."""
+    found: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(textwrap.dedent(_strip_magics(source)))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "lab":
+                found.add(node.attr)
+    return found

@@ -73,9 +73,9 @@ from pathlib import Path
 
 import nbformat
 
-from . import forkkernel, grade_kernel
+from . import forkkernel, grade_kernel, judge
 from . import student as edition  # the markers, labels and the student edition
-from .flags import suspicious
+from .flags import lab_names_used, suspicious, uses_lab_code
 from .grade_kernel import ZYGOTE_VARIABLE
 from .runner import notebook_client
 
@@ -97,6 +97,8 @@ class Exercise:
     cell: int
     check_cell: int | None
     cell_id: str  # its solution cell's id, unique across the series
+    call: judge.CheckCall | None = None  # its check cell, when it is one plain call of a check
+    check_id: str = ""  # its check cell's id
 
 
 @dataclass
@@ -124,6 +126,8 @@ class Source:
     fingerprint: set[tuple[str, str]]
     extra: str = ""  # the instructor-only cases (Python source), if any
     points: dict[str, float] = field(default_factory=dict)
+    partial: set[str] = field(default_factory=set)  # exercises scored in proportion to the cases passed
+    allowed: set[str] = field(default_factory=set)  # the lab.<name>s the notebook's own cells use
 
     def max_score(self) -> float:
         return sum(self.points[e.id] for e in self.exercises)
@@ -157,7 +161,18 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
     nb = nbformat.read(path, as_version=4)
     ed = edition.make_edition(nb, path)
     cells = ed.notebook.cells
-    exercises = [Exercise(e.id, e.label, e.cell, e.check_cell, cells[e.cell].get("id", "")) for e in ed.exercises]
+    exercises = [
+        Exercise(
+            e.id,
+            e.label,
+            e.cell,
+            e.check_cell,
+            cells[e.cell].get("id", ""),
+            judge.check_call(cells[e.check_cell].source) if e.check_cell is not None else None,
+            cells[e.check_cell].get("id", "") if e.check_cell is not None else "",
+        )
+        for e in ed.exercises
+    ]
     written = [
         Written(
             a.id,
@@ -178,6 +193,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
         written,
         fingerprint(ed.notebook),
         points={e.id: float(e.points) for e in ed.exercises},
+        allowed={n for n in lab_names_used([c.source for c in nb.cells]) if not n.startswith("check_")} - {"hint"},
     )
     extra = (extra_dir / f"{path.stem}.py") if extra_dir else None
     if extra and extra.is_file():
@@ -185,6 +201,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
         namespace: dict = {}
         exec(compile(src.extra, str(extra), "exec"), namespace)  # the instructor's own file
         src.points.update({str(k): float(v) for k, v in namespace.get("POINTS", {}).items()})
+        src.partial.update(str(k) for k in namespace.get("PARTIAL", ()))
     return src
 
 
@@ -295,6 +312,17 @@ class Config:
     private: tuple[str, ...] = ()  # the submissions and the output folder
     fork: bool = False  # --fork: kernels forked from one zygote per run (tools/forkkernel.py)
     zygote: str = ""  # its socket, while it runs
+    checks: str = "labsupport"  # the module of the real checks, imported by the grader itself (tools/judge.py)
+    trusted: dict[str, str] | None = None  # check name -> "both" | "value"; None: judge.TRUSTED
+    partial: tuple[str, ...] = ()  # --partial: exercise ids (or "all") scored by the share of cases passed
+
+
+def trusted_mode(ex: Exercise, cfg: Config) -> str:
+    """How exercise ``ex`` is judged: "both" or "value" (tools/judge.py, by the grader), "" (by its kernel)."""
+    if ex.call is None:
+        return ""
+    table = judge.TRUSTED if cfg.trusted is None else cfg.trusted
+    return table.get(ex.call.check, "")
 
 
 def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
@@ -508,7 +536,7 @@ def _result(ex: Exercise, points: float, student_id: str, notebook: str) -> dict
     }
 
 
-def _plan(src: Source, sub, student_id: str):
+def _plan(src: Source, sub, student_id: str, cfg: Config):
     """The rebuilt notebook, a blank result per exercise, each graded cell's role, the cells to run."""
     nb, slots, written = rebuild(src, sub)
     results = {ex.id: _result(ex, src.points[ex.id], student_id, src.name) for ex in src.exercises}
@@ -521,6 +549,9 @@ def _plan(src: Source, sub, student_id: str):
         res["note"] = slot.note
         if slot.code is None:
             res.update(status="missing", feedback=slot.note)
+        elif trusted_mode(ex, cfg):  # the grader judges it: only code that may run the lab's own code matters
+            res["reaches"] = uses_lab_code(slot.code, src.allowed)
+            res["flags"] += [f"review it: {why}" for why in res["reaches"]]
         else:
             res["flags"] += [f"review it: {why}" for why in suspicious(slot.code)]
     last = max([e.check_cell or e.cell for e in src.exercises], default=-1)
@@ -535,6 +566,7 @@ def _plan(src: Source, sub, student_id: str):
 def _lost(res: dict, outcome: str, kind: str, cfg: Config) -> None:
     """An exercise whose cell ran out of time or killed its kernel."""
     what = "your exercise cell" if kind == "exercise" else "its check"
+    res["points"] = 0.0
     if outcome == "timeout":
         res.update(status="timeout", feedback=f"timed out after {cfg.timeout:g} s while running {what}")
     else:
@@ -557,7 +589,7 @@ def _restart(kernel: Kernel, nb, clean: list[int]) -> None:
 
 def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     """Rebuild ``sub`` on ``src`` and run it in a fresh sandboxed kernel; the per-exercise results."""
-    nb, results, written, role, order = _plan(src, sub, student_id)
+    nb, results, written, role, order = _plan(src, sub, student_id, cfg)
     scratch = Path(tempfile.mkdtemp(prefix="s-", dir=cfg.scratch_root or None))
     kernel, t_start = Kernel(cfg, scratch), time.perf_counter()
     clean: list[int] = []  # cells that ran without error: replayed after a restart
@@ -589,8 +621,12 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
                 res["exercise_error"] = f"{err['ename']}: {err['evalue']}" if err else ""
             elif kind == "check":
                 _judge(res, nb.cells[i], outcome)
+                lost = _trusted(kernel, src, ex, res, sub, cfg) if trusted_mode(ex, cfg) else ""
+                if lost:
+                    _lost(res, lost, "check", cfg)
+                    _restart(kernel, nb, clean)
         if src.extra:
-            _extras(kernel, src, results)
+            _extras(kernel, src, results, nb, clean)
     except Exception as exc:  # the kernel would not start, or its state could not be rebuilt
         broken = f"{type(exc).__name__}: {exc}"
     finally:
@@ -630,29 +666,105 @@ def _judge(res: dict, cell, outcome: str) -> None:
         res["feedback"] += f"\n(your exercise cell itself raised {own})"
 
 
-def _extras(kernel: Kernel, src: Source, results: dict) -> None:
-    """The instructor's extra cases of every exercise that passed its check. They run after the
-    last check, in hidden cells, so no student code runs after them that could echo them back."""
+def _first_answer(sub, ex: Exercise) -> tuple[bool, object]:
+    """A prediction's first committed answer: the ``recorded answer: ...`` its check printed in the
+    submitted notebook (a re-run would only see the last answer), when the notebook holds one."""
+    for i in _cells_of(sub, ex.id, "check", "code", ex.check_id):
+        found = judge.recorded_answer(sub.cells[i].get("outputs", []))
+        if found[0]:
+            return found
+    return False, None
+
+
+def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Config) -> str:
+    """Decide ``ex``'s points in this process (tools/judge.py): the real check on the kernel's values
+    and functions, never on what the kernel printed. Returns "timeout" or "dead" when the kernel was
+    lost while answering, else ""."""
+    if res["status"] in ("missing", "timeout", "crashed"):
+        return ""
+    mode = trusted_mode(ex, cfg)
+    answer = _first_answer(sub, ex) if mode == "value" else (False, None)
+    partial = ex.id in src.partial or ex.id in cfg.partial or "all" in cfg.partial
+    t0 = time.perf_counter()
+    verdict = judge.judge(
+        judge.Channel(kernel, cfg.timeout),
+        ex.call,
+        module=cfg.checks,
+        answer=answer,
+        partial=partial,
+        timeout=cfg.timeout,
+    )
+    res["seconds"] = round(res["seconds"] + time.perf_counter() - t0, 3)
+    res["verdict"] = "grader"
+    if verdict.outcome != "ok":
+        return verdict.outcome
+    if answer[0]:
+        res["note"] = (
+            res["note"] + "\n" if res["note"] else ""
+        ) + f"graded the first answer your notebook recorded: {answer[1]!r}"
+    top = res["max_points"]
+    first = verdict.feedback.splitlines()[0] if verdict.feedback else ""
+    res["detail"] = f"the grader's own run of the check: {'passed' if verdict.passed else 'failed'}: {first}"[:500]
+    if res.get("reaches"):
+        res.update(
+            status="fail",
+            points=0.0,
+            feedback="your exercise cell may run the lab's own code instead of yours ("
+            + "; ".join(res["reaches"])
+            + "): it scores 0 until your instructor has read it",
+        )
+    elif verdict.passed and (mode == "value" or res["status"] == "pass"):
+        res.update(status="pass", points=top, feedback=verdict.feedback)
+    elif verdict.passed:  # the kernel's own run of the check failed: its message says why
+        res["points"] = round(top * verdict.fraction_if_failed, 3) if partial else 0.0
+    else:
+        stub = "not written yet" in verdict.feedback
+        res.update(status="not written" if stub else "fail", feedback=verdict.feedback)
+        res["points"] = round(top * verdict.fraction, 3) if partial and not stub else 0.0
+    if res["status"] != "pass" and res["points"] > 0:
+        res["status"] = "partial"
+    return ""
+
+
+def _extras(kernel: Kernel, src: Source, results: dict, nb, clean: list[int]) -> None:
+    """The instructor's extra cases of every exercise that passed its check, run by the grader itself
+    on the kernel's values and functions (tools/judge.py), after the last check. A case that needs
+    an object the kernel cannot send (a class, a module) runs in the kernel instead, in a hidden
+    cell after every student cell, so no student code runs after it that could echo it back."""
+    cases: dict = {}
+    exec(compile(src.extra, f"<instructor cases of {src.name}>", "exec"), cases)  # the instructor's own file
+    channel = judge.Channel(kernel, kernel.cfg.timeout)
     for ex in src.exercises:
         res, fn = results[ex.id], f"extra_{ex.id.replace('.', '_')}"
-        if res["status"] != "pass" or not re.search(rf"^def {fn}\b", src.extra, re.M):
+        if res["status"] != "pass" or not callable(cases.get(fn)):
             continue
-        probe = nbformat.v4.new_code_cell(
-            f"def _grade_extra():\n    _ns = {{}}\n    exec(compile({src.extra!r}, '<instructor cases>', 'exec'), _ns)"
-            f"\n    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra"
-        )
-        outcome, secs = kernel.run(probe, -1, kernel.cfg.timeout, hidden=True)
-        res["seconds"] = round(res["seconds"] + secs, 3)
-        bad = _error(probe)
-        if outcome != "ok" or bad is not None:
+        t0 = time.perf_counter()
+        outcome, message = judge.run_extra(channel, cases[fn], kernel.cfg.checks, kernel.cfg.timeout)
+        if outcome == "kernel":
+            outcome, message = _extra_in_kernel(kernel, src, fn)
+        res["seconds"] = round(res["seconds"] + time.perf_counter() - t0, 3)
+        if outcome != "pass":
             res.update(
                 status="fail",
                 points=0.0,
-                detail=f"extra cases: {_message(bad) if bad else outcome}",
+                detail=f"extra cases: {message or outcome}",
                 feedback=res["feedback"] + "\nbut an additional test of your instructor failed",
             )
         if outcome in ("timeout", "dead"):
-            return
+            _restart(kernel, nb, clean)
+
+
+def _extra_in_kernel(kernel: Kernel, src: Source, fn: str) -> tuple[str, str]:
+    """An extra case run in the kernel, on its namespace (what every case did before tools/judge.py)."""
+    probe = nbformat.v4.new_code_cell(
+        f"def _grade_extra():\n    _ns = {{}}\n    exec(compile({src.extra!r}, '<instructor cases>', 'exec'), _ns)"
+        f"\n    _ns[{fn!r}](get_ipython().user_ns)\n_grade_extra(); del _grade_extra"
+    )
+    outcome, _ = kernel.run(probe, -1, kernel.cfg.timeout, hidden=True)
+    bad = _error(probe)
+    if outcome == "ok" and bad is None:
+        return "pass", ""
+    return (outcome if outcome in ("timeout", "dead") else "fail"), (_message(bad) if bad else outcome)
 
 
 # --------------------------------------------------------------------------- a whole class
@@ -701,6 +813,7 @@ def _kernel_spec(folder: Path) -> None:
 
 def _init_worker(jupyter_path: str) -> None:
     os.environ["JUPYTER_PATH"] = jupyter_path + os.pathsep + os.environ.get("JUPYTER_PATH", "")
+    os.environ.update(LAB_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")  # the checks this worker runs itself (tools/judge.py)
 
 
 NO_FOLDER = "(no student folder)"  # the student of a row for a file at the top that is not Canvas's
@@ -899,6 +1012,7 @@ _STATUS_WORDS = {
     "timeout": "✗ timed out",
     "crashed": "✗ crashed",
     "not run": "✗ not graded",
+    "partial": "◐ partly passed",
 }
 
 
@@ -1475,6 +1589,12 @@ def main(argv: list[str] | None = None) -> int:
         "kernel starts) instead of starting a new Python",
     )
     p.add_argument("--no-canary", action="store_true", help="do not grade the solved notebooks first")
+    p.add_argument(
+        "--partial",
+        default="",
+        help="exercise ids (comma-separated, or 'all') scored in proportion to the check's cases passed "
+        "(exercises the grader judges itself; also PARTIAL in grading/extra/<notebook>.py)",
+    )
     p.add_argument("--deadline", help="local time YYYY-MM-DDTHH:MM; kept in OUT/policy.json for later runs")
     p.add_argument("--late-penalty", type=float, help="percent of the score lost per day started after the deadline")
     p.add_argument("--shard", help="k/N: grade only the k-th of N parts of the class (students split by a hash)")
@@ -1533,6 +1653,7 @@ def main(argv: list[str] | None = None) -> int:
         memory_mb=args.memory_mb,
         landlock=not args.no_landlock,
         fork=args.fork,
+        partial=tuple(x.strip() for x in args.partial.split(",") if x.strip()),
     )
     if out == args.submissions.resolve() or args.submissions.resolve() in out.parents:
         print("error: OUT must not be inside SUBMISSIONS", file=sys.stderr)

@@ -1,0 +1,350 @@
+"""tools/judge.py: the verdict comes from the grader's own run of the check, never from the kernel.
+
+A torch-free notebook whose checks live in a small module next to it (``tinychecks.py``, a
+stand-in for labsupport) is graded once for a class of forgers: each one's kernel is
+tampered with (IPython's error display, its custom exception handler, an input transformer,
+the checks patched, always-equal answers, fake PASS lines, the checks' own reference, an
+edited recorded prediction), with every answer wrong. On the exercises the grader judges
+itself they score 0; the exercise left to the kernel is flagged for review instead.
+"""
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell as code
+from nbformat.v4 import new_markdown_cell as md
+from nbformat.v4 import new_notebook, new_output
+
+from tools import grade, judge, migrate_exercises, student
+from tools.flags import uses_lab_code
+
+TINY_CHECKS = '''\
+"""A torch-free stand-in for labsupport's checks (tests/test_grade_judge.py)."""
+
+CASE_TALLY = None  # set by the grader for partial credit, as in labsupport.checks.running
+TIME_LIMIT = 60
+COMMITTED = {}
+
+
+class CheckError(AssertionError):
+    pass
+
+
+def reset_feedback():
+    COMMITTED.clear()
+
+
+def _twice(x):  # a "reference" that a solution must not return
+    return 2 * x
+
+
+def run_cases(fn, cases, reference):
+    failures = []
+    for number, case in enumerate(cases, start=1):
+        try:
+            got = fn(*case)
+        except NotImplementedError as exc:
+            raise CheckError(f"not written yet ({exc})") from None
+        want = reference(*case)
+        if type(got) is not type(want) or got != want:
+            err = CheckError(f"case {number} of {len(cases)}: expected {want!r}, got {got!r}")
+            if CASE_TALLY is None:
+                raise err
+            failures.append(err)
+    if CASE_TALLY is not None:
+        CASE_TALLY.append((len(cases) - len(failures), len(cases)))
+    if failures:
+        raise failures[0]
+
+
+def check_scale(fn, k):
+    run_cases(fn, [(2,), (-3,), (0,), (7,)], lambda x: k * x)
+    print(f"PASS  scale by {k}")
+
+
+def check_power(fn):  # left to the kernel's verdict (not in the test's trusted table)
+    run_cases(fn, [(2,), (3,)], lambda x: x**4)
+    print("PASS  fourth power")
+
+
+def check_prediction(p):
+    if p is None:
+        raise CheckError("prediction is None: not written yet")
+    first = COMMITTED.setdefault("p", p)
+    if first == "error":
+        print(f"PASS  prediction: error (recorded answer: {first!r})")
+    else:
+        print(f"NOT RIGHT  what happens is 'error' (recorded answer: {first!r})")
+'''
+
+TRUSTED = {"check_scale": "both", "check_prediction": "value"}
+EXTRA = """\
+PARTIAL = ["99.2"]
+
+
+def extra_99_1(ns):
+    assert ns["double"](-5) == -10, "SECRET: double(-5) should be -10"
+"""
+WRONG = {
+    "### Exercise 1": "def double(x):\n    return x + 1",
+    "### Exercise 2": "def triple(x):\n    return x - 1",
+    "### Exercise 3": "prediction = 'slice'",
+    "### Exercise 4": "def power4(x):\n    return x",
+}
+RIGHT = {
+    "### Exercise 1": "def double(x):\n    return x + x",
+    "### Exercise 2": "def triple(x):\n    return x * 3",
+    "### Exercise 3": "prediction = 'error'",
+    "### Exercise 4": "def power4(x):\n    return x ** 4",
+}
+# one line above an all-wrong first exercise cell: each tries to earn every point
+FORGERS = {
+    "showtraceback": "get_ipython().showtraceback = lambda *a, **k: print('PASS  ok')",
+    "custom_exc": "get_ipython().set_custom_exc((BaseException,), lambda *a, **k: print('PASS  ok'))",
+    "transformer": "get_ipython().input_transformers_post.append(lambda lines: ['print(\"PASS  ok\")\\n'])",
+    "patched_check": "lab.check_scale = lab.check_prediction = lab.check_power = lambda *a: print('PASS  ok')",
+    "patched_engine": "lab.run_cases = lambda *a, **k: None\nlab.CheckError = type('Never', (Exception,), {})",
+    "fake_pass": "print('PASS  scale by 2')",
+}
+
+
+def tiny_source(checks_dir: Path) -> nbformat.NotebookNode:
+    nb = new_notebook(
+        cells=[
+            md("# 99 · Judged\n\nA made-up notebook for the trusted verdict's tests."),
+            code(f"import sys\nsys.path.insert(0, {str(checks_dir)!r})\nimport tinychecks as lab"),
+            md("### Exercise 1: double"),
+            code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("lab.check_scale(double, 2)"),
+            md("### Exercise 2: triple"),
+            code("def triple(x):\n    ### BEGIN SOLUTION\n    return 3 * x\n    ### END SOLUTION"),
+            code("lab.check_scale(triple, 3)"),
+            md("### Exercise 3: predict"),
+            code('### BEGIN SOLUTION\nprediction = "error"\n### END SOLUTION'),
+            code("lab.check_prediction(prediction)"),
+            md("### Exercise 4: fourth power"),
+            code("def power4(x):\n    ### BEGIN SOLUTION\n    return x**4\n    ### END SOLUTION"),
+            code("lab.check_power(power4)"),
+            md("## Summary"),
+        ]
+    )
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    migrate_exercises.annotate(nb, "99_judged")
+    return nb
+
+
+def _answer(ed, answers: dict, first_line: str = "") -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(json.loads(json.dumps(ed)))
+    for label, text in answers.items():
+        heading = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(label))
+        nb.cells[heading + 1].source = (first_line + "\n" if first_line and label.endswith("1") else "") + text
+    return nb
+
+
+def _recorded(nb, answer: str) -> nbformat.NotebookNode:
+    """The submitted notebook as the student left it: 03's check printed the first answer."""
+    check = next(i for i, c in enumerate(nb.cells) if c.source == "lab.check_prediction(prediction)")
+    nb.cells[check].outputs = [new_output("stream", name="stdout", text=f"NOT RIGHT  (recorded answer: {answer!r})\n")]
+    return nb
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("judged")
+    src_dir, checks_dir = tmp / "notebooks", tmp / "checks"
+    src_dir.mkdir()
+    checks_dir.mkdir()
+    (checks_dir / "tinychecks.py").write_text(TINY_CHECKS)
+    sys.path.append(str(checks_dir))  # a folder on the grader's path: the sandbox lets kernels read it
+    nbformat.write(tiny_source(checks_dir), src_dir / "99_judged.ipynb")
+    extra = tmp / "extra"
+    extra.mkdir()
+    (extra / "99_judged.py").write_text(EXTRA)
+    ed = student.make_edition(tiny_source(checks_dir), "99_judged.ipynb").notebook
+    sub = tmp / "handed_in"
+    students = {"honest": _answer(ed, RIGHT), "wrong": _answer(ed, WRONG), "blank": ed}
+    students.update({who: _answer(ed, WRONG, line) for who, line in FORGERS.items()})
+    always = "class Yes(str):\n    def __eq__(self, other):\n        return True\n    __hash__ = str.__hash__\n"
+    students["always_equal"] = _answer(
+        ed,
+        {
+            **WRONG,
+            "### Exercise 3": always + "prediction = Yes('slice')",
+            "### Exercise 1": always + "def double(x):\n    return Yes('no')",
+        },
+    )
+    students["reference"] = _answer(ed, {**WRONG, "### Exercise 1": "double = lab._twice"})
+    dodge = always + "def double(x):\n    return 2 * x if x != -5 else Yes('')"  # equal to anything at -5
+    students["extra_dodger"] = _answer(ed, {**RIGHT, "### Exercise 1": dodge})
+    students["first_wrong"] = _recorded(_answer(ed, RIGHT), "slice")  # right now, wrong at first: 0
+    students["first_right"] = _recorded(_answer(ed, WRONG), "error")  # wrong now, right at first: 1
+    partly = "def triple(x):\n    return 3 * x if x != 0 else 1"  # 3 of the 4 cases
+    students["partly"] = _answer(ed, {**RIGHT, "### Exercise 2": partly})
+    hang = "calls = []\ndef double(x):\n    calls.append(x)\n    while len(calls) > 4:\n        pass\n    return 2 * x"
+    students["hangs_for_grader"] = _answer(ed, {**RIGHT, "### Exercise 1": hang})
+    for who, nb in students.items():
+        (sub / who).mkdir(parents=True)
+        nbformat.write(nb, sub / who / "hw.ipynb")
+    cfg = grade.Config(
+        src=str(src_dir),
+        extra=str(extra),
+        timeout=3,
+        cell_timeout=60,
+        checks=str(checks_dir / "tinychecks.py"),
+        trusted=TRUSTED,
+    )
+    t0 = time.perf_counter()
+    try:
+        table = grade.grade(sub, tmp / "out", jobs=2, cfg=cfg, canary=True)
+    finally:
+        sys.path.remove(str(checks_dir))
+    return {"table": table, "out": tmp / "out", "seconds": time.perf_counter() - t0}
+
+
+def _rows(graded) -> dict:
+    with open(graded["out"] / "grades.csv", newline="") as f:
+        return {r["student"]: r for r in csv.DictReader(f)}
+
+
+def _results(graded, who: str) -> dict:
+    lines = (graded["out"] / "results.jsonl").read_text().splitlines()
+    return {r["exercise"]: r for r in map(json.loads, lines) if r["student"] == who and "max_points" in r}
+
+
+def _points(row) -> list[str]:
+    return [row["99.1"], row["99.2"], row["99.3"], row["99.4"]]
+
+
+def test_honest_and_wrong_students(graded):
+    rows = _rows(graded)
+    assert _points(rows["honest"]) == ["1", "1", "1", "1"] and rows["honest"]["score"] == "4"
+    assert _points(rows["wrong"]) == ["0", "0", "0", "0"] and _points(rows["blank"]) == ["0", "0", "0", "0"]
+    res = _results(graded, "honest")
+    assert [res[e].get("verdict") for e in ("99.1", "99.2", "99.3", "99.4")] == ["grader", "grader", "grader", None]
+    assert res["99.1"]["feedback"] == "PASS  scale by 2"
+    assert "expected 6, got 1" in _results(graded, "wrong")["99.2"]["feedback"]
+
+
+@pytest.mark.parametrize("who", [*FORGERS, "always_equal"])
+def test_a_forged_kernel_earns_nothing_the_grader_judges(graded, who):
+    row = _rows(graded)[who]
+    assert _points(row)[:3] == ["0", "0", "0"], who
+    for ex in ("99.1", "99.2", "99.3"):  # the grader's own run failed (not only a static rule)
+        assert "failed" in _results(graded, who)[ex]["detail"], (who, ex)
+
+
+def test_the_kernels_verdict_is_flagged_where_it_was_forged(graded):
+    rows = _rows(graded)
+    for who in ("showtraceback", "custom_exc", "transformer", "patched_check", "patched_engine"):
+        assert rows[who]["review"], who  # 99.4's point came from the kernel: an instructor reads it
+    assert not rows["honest"]["review"]
+
+
+def test_the_checks_own_reference_scores_nothing(graded):
+    res = _results(graded, "reference")["99.1"]
+    assert res["points"] == 0 and "lab._twice" in res["feedback"] and res["flags"]
+
+
+def test_extra_cases_run_in_the_grader(graded):
+    row, res = _rows(graded)["extra_dodger"], _results(graded, "extra_dodger")["99.1"]
+    assert row["99.1"] == "0" and "SECRET" in res["detail"]  # its always-equal answer came back a plain str
+    assert "additional test of your instructor failed" in res["feedback"] and "SECRET" not in res["feedback"]
+    assert _rows(graded)["honest"]["99.1"] == "1"
+
+
+def test_a_prediction_is_judged_on_the_first_recorded_answer(graded):
+    rows = _rows(graded)
+    assert rows["first_wrong"]["99.3"] == "0" and rows["first_right"]["99.3"] == "1"
+    assert "first answer your notebook recorded: 'slice'" in _results(graded, "first_wrong")["99.3"]["note"]
+
+
+def test_partial_credit_counts_the_cases_passed(graded):
+    row, res = _rows(graded)["partly"], _results(graded, "partly")["99.2"]
+    assert row["99.2"] == "0.75" and res["status"] == "partial"
+    assert row["99.1"] == "1"  # not in PARTIAL: all or nothing
+
+
+def test_a_function_that_hangs_for_the_grader_costs_its_exercise_only(graded):
+    row, res = _rows(graded)["hangs_for_grader"], _results(graded, "hangs_for_grader")["99.1"]
+    assert res["status"] == "timeout" and row["99.1"] == "0"
+    assert _points(row)[1:] == ["1", "1", "1"]
+
+
+# --------------------------------------------------------------------------- no kernel
+
+
+def test_check_calls_are_parsed_from_the_cell():
+    call = judge.check_call("capstone = lab.check_capstone(train_capstone)")
+    assert (call.check, call.args) == ("check_capstone", ["train_capstone"])
+    assert judge.check_call("lab.check_scale(double, 2)").args == ["double", judge.Const(2)]
+    for cell in ("lab.check_x(f(1))", "x = 1\nlab.check_x(a)", "lab.hint('01.1')", "lab.check_x(*a)", "lab.check_x("):
+        assert judge.check_call(cell) is None, cell
+
+
+def test_values_are_rebuilt_from_plain_types():
+    class Yes(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    got = judge.plain({"a": [Yes("x"), (True, 2, 2.5)], "b": {"__lab_opaque__": "a Net object"}})
+    assert type(got["a"][0]) is str and got["a"][0] != "y"
+    assert isinstance(got["b"], judge.Opaque) and "cannot copy" in repr(got["b"])
+    assert judge.decode("L" + repr({"nonce": "1", "x": [1, "a"]})) == {"nonce": "1", "x": [1, "a"]}
+    for bad in ("L__import__('os').system('true')", "Tgarbage", "X1", "L" + "[" * 100_000):
+        with pytest.raises(judge.NoReply):
+            judge.decode(bad)
+
+
+def test_a_pickled_class_is_refused():
+    import base64
+    import io
+    import pickle
+
+    import torch
+
+    class Evil:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    buffer = io.BytesIO()
+    torch.save({"nonce": "1", "x": torch.ones(2)}, buffer)
+    good = judge.decode("T" + base64.b64encode(buffer.getvalue()).decode())
+    assert type(good["x"]) is torch.Tensor
+    with pytest.raises(judge.NoReply):
+        judge.decode("T" + base64.b64encode(pickle.dumps(Evil(), protocol=2)).decode())
+
+
+@pytest.mark.parametrize(
+    "text, answer",
+    [
+        ("PASS  p: 'slice' is right (recorded answer: 'slice'). A view.", "slice"),
+        ("NOT RIGHT  p: what happens is 3 (recorded answer: (1, 10, 100)).\n", (1, 10, 100)),
+        ("NOT RIGHT  p (recorded answer: 'a, b)', your first; ...", "a, b)"),
+        ("NOT RIGHT  p (recorded answer: 0.5).", 0.5),
+    ],
+)
+def test_the_recorded_answer_is_read_from_the_stored_output(text, answer):
+    assert judge.recorded_answer([new_output("stream", name="stdout", text=text)]) == (True, answer)
+    assert judge.recorded_answer([new_output("stream", name="stdout", text="PASS  ok")]) == (False, None)
+
+
+def test_code_that_may_run_the_lab_s_own_code():
+    assert uses_lab_code("def f(a, b):\n    return ((a[:, None] - b) ** 2).sum(-1)") == []
+    assert uses_lab_code("g = lab.make_generator(0)", {"make_generator"}) == []
+    for attack in (
+        "from labsupport.checks.nb01_tensors import _pairwise_reference as f",
+        "f = lab.checks.nb01_tensors._pairwise_reference",
+        "m = lab\nf = m.checks",
+        "f = getattr(lab, 'chec' + 'ks')",
+        "import sys\nf = sys.modules['labsupport']",
+        "import gc\nf = [o for o in gc.get_objects()]",
+        "f = lab.check_pairwise_sq_dists.__wrapped__",
+    ):
+        assert uses_lab_code(attack), attack
