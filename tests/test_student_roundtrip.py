@@ -8,6 +8,10 @@ to solve first (``lab.require``); nothing crashes inside PyTorch, and no
 half-written TensorBoard run is left behind. That each solution passes its
 check, nbval proves on the solved sources (their stored PASS lines).
 
+The cells run in the test's own Python (``in_process=True``: an IPython shell, no kernel;
+what a notebook changes in the process is put back after it), since what is tested is the
+notebook's cells, not a kernel; the grader's and nbval's tests run real kernels.
+
 Each notebook gets its own test class, so that ``pytest -n 2 --dist loadscope``
 (make test) can run two notebooks at once instead of queueing them all on one
 worker.
@@ -24,7 +28,7 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
 def _unsolved(path: Path, runs: Path) -> None:
-    report = student.run_unsolved(path)
+    report = student.run_unsolved(path, in_process=True)
     problems = report.all_problems
     assert not problems, (
         f"the student edition of {path.name}, with nothing solved:\n  - "

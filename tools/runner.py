@@ -4,12 +4,20 @@ edition's checks (``student``), ``regenerate``, the grader (``grade``) and the t
     client = notebook_client(nb, folder, timeout=600)
     client.execute()                      # or, cell by cell: with client.setup_kernel(): ...
 
+Where a kernel is not what is being tested (the student edition's Run-all in tests/),
+:func:`run_in_process` runs the cells in the calling Python instead: no kernel start, torch imported once.
+
 Cells tagged ``nbval-skip`` (the ``%tensorboard`` launchers) are not run, as under nbval:
 :func:`blank_skipped` empties them for the run and returns their sources for :func:`restore_skipped`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +108,79 @@ def restore_skipped(nb: nbformat.NotebookNode, skipped: dict[int, str]) -> None:
     """Put back what :func:`blank_skipped` emptied, without outputs."""
     for index, source in skipped.items():
         nb.cells[index].update(source=source, outputs=[], execution_count=None)
+
+
+def run_in_process(nb: nbformat.NotebookNode, folder: str | Path, *, timeout: float) -> None:
+    """Run ``nb``'s code cells in this Python, in a fresh IPython shell, as a kernel would with
+    ``allow_errors=True``: each cell's printed text and its error (ename, evalue) land in its
+    ``outputs``, and a cell that fails does not stop the next. For tests where a kernel is not what
+    is being tested: no kernel start, no second import of torch. Each cell stops after ``timeout``
+    seconds. What a notebook may change that would outlive it here is put back afterwards
+    (:func:`_restored`): the working folder (``folder`` during the run), the environment, sys.path,
+    warning filters, torch's defaults, open figures."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+    from traitlets.config import Config
+
+    from labsupport.checks.running import TimedOut, time_limit
+
+    config = Config()
+    config.HistoryManager.enabled = False  # no sqlite file, no history thread
+    InteractiveShell.clear_instance()
+    shell = InteractiveShell.instance(config=config)
+    with _restored(folder):
+        try:
+            for cell in nb.cells:
+                if cell.cell_type != "code" or not cell.source.strip():
+                    continue
+                with capture_output(display=False) as captured:
+                    try:
+                        with time_limit(timeout):
+                            result = shell.run_cell(cell.source, store_history=False)
+                        error = result.error_before_exec or result.error_in_exec
+                    except TimedOut:
+                        error = TimeoutError(f"the cell did not finish within {timeout:g} s")
+                cell.outputs = _outputs(captured.stdout, captured.stderr, error)
+        finally:
+            shell.reset(new_session=False)
+            InteractiveShell.clear_instance()
+
+
+def _outputs(stdout: str, stderr: str, error: BaseException | None) -> list:
+    """A cell's outputs as nbclient would store them: its streams, then its error (no traceback)."""
+    outputs = []
+    for name, text in (("stdout", stdout), ("stderr", stderr)):
+        if text:
+            outputs.append(nbformat.v4.new_output("stream", name=name, text=text))
+    if error is not None:
+        outputs.append(nbformat.v4.new_output("error", ename=type(error).__name__, evalue=str(error), traceback=[]))
+    return outputs
+
+
+@contextlib.contextmanager
+def _restored(folder: str | Path) -> Iterator[None]:
+    """Run the block in ``folder``; afterwards put back the working folder, the environment,
+    sys.path, the warning filters, torch's default dtype, grad mode and thread count, and close
+    the figures the block left open."""
+    import torch
+
+    cwd = os.getcwd()
+    environ = dict(os.environ)
+    path = list(sys.path)
+    dtype = torch.get_default_dtype()
+    grad = torch.is_grad_enabled()
+    threads = torch.get_num_threads()
+    os.chdir(folder)
+    try:
+        with warnings.catch_warnings():
+            yield
+    finally:
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(environ)
+        sys.path[:] = path
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_num_threads(threads)
+        if "matplotlib.pyplot" in sys.modules:
+            sys.modules["matplotlib.pyplot"].close("all")

@@ -1053,16 +1053,17 @@ def _error(cell) -> tuple[str, str] | None:
     return None
 
 
-def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> Report:
+def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None, in_process: bool = False) -> Report:
     """ "Run all" on the untouched student edition, as a student who solved nothing would,
     going on after every error. Each stub must raise the NotImplementedError naming its
     exercise, each check must fail with a CheckError, and every other cell must either
     run or stop at once with ExerciseNotSolved (``lab.require``): an unsolved exercise
     never crashes a later cell inside PyTorch or labsupport. (That the solutions pass
     their checks, nbval proves on the solved sources.) Demo cells that need no exercise
-    and feed no later cell (:func:`demo_leaves`) are left to nbval too.
+    and feed no later cell (:func:`demo_leaves`) are left to nbval too. With ``in_process``, the
+    cells run in this Python (:func:`tools.runner.run_in_process`) instead of a fresh kernel.
     """
-    from .runner import notebook_client
+    from .runner import notebook_client, run_in_process
 
     path = Path(path)
     source = nbformat.read(path, as_version=4)
@@ -1086,9 +1087,11 @@ def run_unsolved(path: Path, *, timeout: int = 300, cwd: Path | None = None) -> 
     roles.update({r.check_cell: ("check", r) for r in report.exercises if r.check_cell is not None})
     for i in demo_leaves(nb.cells, set(roles), last):  # nbval runs them; here they would only cost time
         nb.cells[i].source, report.demo_cells = "", report.demo_cells + 1
-    client = notebook_client(nb, cwd or path.parent, timeout=timeout, allow_errors=True)
     start = time.perf_counter()
-    client.execute()
+    if in_process:
+        run_in_process(nb, cwd or path.parent, timeout=timeout)
+    else:
+        notebook_client(nb, cwd or path.parent, timeout=timeout, allow_errors=True).execute()
     report.seconds = time.perf_counter() - start
     for i, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
