@@ -107,7 +107,7 @@ from tools import grade, grade_kernel
 opts = json.loads(sys.argv[1])
 if opts["fallback"]:  # a machine without cgroups or mount namespaces
     grade_kernel._CGROUP_BASES = ()
-    grade_kernel._UNSHARE[:] = [False]
+    grade_kernel._UNSHARE[:] = [False, False]
 tmp = Path(tempfile.mkdtemp(prefix="lab-grade-"))
 grade._kernel_spec(tmp)
 os.environ["JUPYTER_PATH"] = str(tmp)
@@ -120,7 +120,7 @@ kernel.start()
 cell = nbformat.v4.new_code_cell(opts["cell"].replace("GRADER", str(os.getpid())))
 outcome, _ = kernel.run(cell, 0, 60)
 shm_during = sorted(e for e in os.listdir("/dev/shm") if e.startswith(opts["shm"]))
-kernel.stop()
+kernel.close()
 time.sleep(0.3)
 def cmdline(pid):
     try:
@@ -211,7 +211,7 @@ def test_a_kernel_reads_no_secret_and_leaves_nothing_behind(landlock, fork, fall
     assert out["alive"] == [], "a process started in a new session outlived its kernel"
     assert out["shm_after"] == [] and out["shm_host"] == [], "a /dev/shm file outlived its kernel"
     assert not out["cgroup_left"]
-    if grade_kernel._can_unshare() and not fallback:  # root: a /dev/shm of its own, capped
+    if grade_kernel._can_unshare(grade_kernel._CLONE_NEWNS) and not fallback:  # root: a /dev/shm of its own, capped
         assert out["shm_during"] == [], "the kernel's /dev/shm was visible to the grader"
         assert "SHM 28" in text, text  # ENOSPC: 256 MB of /dev/shm
     else:

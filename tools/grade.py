@@ -307,6 +307,7 @@ class Config:
     timeout: float = 60.0  # seconds per exercise (its cell and its check cell each)
     cell_timeout: float = 600.0  # seconds for any other cell
     memory_mb: int = 4096
+    disk_mb: int = 2048  # the scratch folder's size (a tmpfs of its own, as root)
     landlock: bool = True
     scratch_root: str = ""
     private: tuple[str, ...] = ()  # the submissions and the output folder
@@ -446,8 +447,12 @@ class Kernel:
         self.env = _sandbox_env(cfg, scratch)
         self.client = None
         self.starts = 0
+        self.mounted = ""  # why the scratch folder is no tmpfs of its own ("" when it is one)
+        self.sandbox = json.loads(self.env["LAB_GRADE_SANDBOX"])
 
     def start(self) -> None:
+        if self.starts == 0 and os.geteuid() == 0:
+            self.mounted = grade_kernel.mount_scratch(str(self.scratch), self.cfg.disk_mb) or "mounted"
         for sub in ("tmp", "mpl", "ipython", "cache", "runs"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
         # cells run at index 0 of a throwaway notebook: their outputs land in the cell passed in
@@ -461,6 +466,9 @@ class Kernel:
             startup_timeout=120,
         )
         self.client.km = self.client.create_kernel_manager()
+        if self.sandbox.get("netns"):  # a network of its own: Jupyter's channels become Unix socket files
+            self.client.km.transport = "ipc"
+            self.client.km.ip = str(self.scratch / f"kernel-{self.starts}")
         self.client.start_new_kernel(env=self.env, cwd=str(self.scratch))
         self.client.start_new_kernel_client()
         self.starts += 1
@@ -475,7 +483,14 @@ class Kernel:
             except Exception:  # a dead kernel: nothing left to stop
                 pass
             self.client = None
-            grade_kernel.end(pid, json.loads(self.env["LAB_GRADE_SANDBOX"]), str(self.scratch))
+            grade_kernel.end(pid, self.sandbox, str(self.scratch))
+
+    def close(self) -> None:
+        """Stop it for good: its scratch folder's tmpfs goes too."""
+        self.stop()
+        if self.mounted == "mounted":
+            grade_kernel.unmount_scratch(str(self.scratch))
+            self.mounted = ""
 
     def run(self, cell, index: int, timeout: float, hidden: bool = False) -> tuple[str, float]:
         """Execute ``cell`` (outputs land in it); return ("ok" | "error" | "timeout" | "dead", seconds).
@@ -630,7 +645,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     except Exception as exc:  # the kernel would not start, or its state could not be rebuilt
         broken = f"{type(exc).__name__}: {exc}"
     finally:
-        kernel.stop()
+        kernel.close()
         shutil.rmtree(scratch, ignore_errors=True)
     for res in results.values():
         if res["status"] == "not run":
@@ -1581,6 +1596,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--memory-mb", type=int, default=4096, help="memory (heap and private data) cap per kernel (0: none)"
     )
+    p.add_argument(
+        "--disk-mb", type=int, default=2048, help="disk per kernel: its scratch folder is a tmpfs this large (root)"
+    )
     p.add_argument("--no-landlock", action="store_true", help="do not fence kernels in with Landlock")
     p.add_argument(
         "--fork",
@@ -1651,6 +1669,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.timeout,
         cell_timeout=args.cell_timeout,
         memory_mb=args.memory_mb,
+        disk_mb=args.disk_mb,
         landlock=not args.no_landlock,
         fork=args.fork,
         partial=tuple(x.strip() for x in args.partial.split(",") if x.strip()),

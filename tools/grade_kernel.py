@@ -65,7 +65,8 @@ ZYGOTE_VARIABLE = "LAB_GRADE_ZYGOTE"  # the socket of the grader's zygote, if it
 _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_SET_CHILD_SUBREAPER, _PR_GET_CHILD_SUBREAPER = 4, 24, 36, 37
 _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
-_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
 _CGROUP_BASES = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _SHM = "/dev/shm"
@@ -187,14 +188,50 @@ def private_shm(size_mb: int) -> str:
     return ""
 
 
-def _can_unshare() -> bool:
-    """Whether a kernel started from here could have a mount namespace (tried in a forked child)."""
+def private_network() -> str:
+    """A network namespace of this process's own, with only a loopback (up): no UDP, TCP or abstract
+    Unix socket reaches another kernel, the grader or the outside. Its Jupyter channels must then
+    be Unix socket files (the grader starts it with ``transport="ipc"``). Needs root."""
+    import fcntl
+    import socket
+    import struct
+
+    if _libc().unshare(_CLONE_NEWNET) != 0:
+        return _why("no network namespace")
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            flags = struct.unpack("16sH", fcntl.ioctl(s, _SIOCGIFFLAGS, struct.pack("16sH", b"lo", 0))[:18])[1]
+            fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH", b"lo", flags | _IFF_UP))
+    except OSError as err:
+        return f"the loopback stays down ({err.strerror})"
+    return ""
+
+
+def mount_scratch(path: str, size_mb: int) -> str:
+    """Make ``path`` (a kernel's empty scratch folder) a tmpfs of ``size_mb`` MB: the cap on the disk
+    a kernel fills, whatever the number of files. Needs root. "" when done, else why not."""
+    if sys.platform != "linux" or size_mb <= 0:
+        return "no disk cap asked" if size_mb <= 0 else "not Linux"
+    options = f"size={size_mb}m,mode=0700".encode()
+    if _libc().mount(b"tmpfs", path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
+        return _why("no tmpfs for the scratch folder")
+    return ""
+
+
+def unmount_scratch(path: str) -> None:
+    """Undo :func:`mount_scratch` (lazily, if a process still holds a file there)."""
+    if sys.platform == "linux":
+        _libc().umount2(path.encode(), 2)  # MNT_DETACH
+
+
+def _can_unshare(flag: int) -> bool:
+    """Whether a kernel started from here could have that namespace (tried in a forked child)."""
     if sys.platform != "linux" or not os.path.isdir(_SHM):
         return False
     libc = _libc()  # loaded before the fork: the child calls nothing that could wait on a lock
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if libc.unshare(_CLONE_NEWNS) == 0 else 1)
+        os._exit(0 if libc.unshare(flag) == 0 else 1)
     return os.waitpid(pid, 0)[1] == 0
 
 
@@ -205,7 +242,7 @@ def prepare(scratch: str) -> dict:
     """The grader's side of a kernel's sandbox, before it starts: its cgroup (where one can be made)
     and whether it gets a private /dev/shm; else /dev/shm's entries now, to delete its own after it."""
     if not _UNSHARE:
-        _UNSHARE.append(_can_unshare())
+        _UNSHARE.extend([_can_unshare(_CLONE_NEWNS), _can_unshare(_CLONE_NEWNET)])
     name = "lab-grade-" + "-".join(Path(scratch).parts[-2:]).replace("/", "")
     cgroup = next(
         (
@@ -217,7 +254,7 @@ def prepare(scratch: str) -> dict:
     )
     if not _UNSHARE[0] and os.path.isdir(_SHM):
         _SHM_BEFORE[scratch] = set(os.listdir(_SHM))
-    return {"cgroup": cgroup, "private_shm": _UNSHARE[0]}
+    return {"cgroup": cgroup, "private_shm": _UNSHARE[0], "netns": _UNSHARE[1]}
 
 
 def _join_cgroup(path: str, pids_max: int) -> str:
@@ -364,6 +401,10 @@ def enter_sandbox(connection: str) -> None:
         why = _join_cgroup(cfg["cgroup"], int(cfg.get("pids_max", 0)))
         if why:
             print(f"lab-grade: {why}; its processes are found by their parent", file=sys.stderr)
+    if linux and cfg.get("netns"):
+        why = private_network()
+        if why:
+            print(f"lab-grade: {why}; the network is shared", file=sys.stderr)
     if linux and cfg.get("private_shm"):
         why = private_shm(int(cfg.get("shm_mb", 0)))
         if why:
