@@ -2,6 +2,7 @@
 labsupport docstring example (help() shows it), or the student edition itself."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,142 @@ def test_no_line_of_the_student_edition_reads_as_a_marker(path):
         if student.looks_like_marker(line)
     ]
     assert not found, f"marker text in the student edition: {found[:3]}"
+
+
+# Short but decisive lines. The test above catches a solution copied whole; a fix is often one
+# line (03.5's in-place update, 08.2's freeze), so every solution line that does something (an
+# operator or a call) and is long enough to be specific is looked for, whitespace and comments
+# set aside, in every cell a student reads: code outside the solution regions, comments, and the
+# code spans of markdown, in every notebook of the series.
+TOKEN = re.compile(r"\d+\.?\d*(?:e[-+]?\d+)?|\w+|\*\*=?|//=?|->|[-+*/@%&|^<>!=]=|[^\s\w]")
+OPERATORS = {
+    "=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "@",
+    "**",
+    "//",
+    "%",
+    "-=",
+    "+=",
+    "*=",
+    "/=",
+    "@=",
+    "<",
+    ">",
+    "<=",
+    ">=",
+    "==",
+    "!=",
+}
+MIN_TOKENS = 5
+
+# Boilerplate every training loop of the series writes the same way; none of them is the point
+# of the exercise whose solution contains it (each entry says where it is taught in the open).
+ALLOWED = {
+    "optimizer . zero_grad ( )": "the training step, taught in 06 section 1",
+    "optimizer . step ( )": "the training step, taught in 06 section 1",
+    "loss . backward ( )": "the training step, taught in 03 section 1",
+    "losses . append ( loss . item ( ) )": "recording the loss, in every loop since 02",
+    "return loss . item ( )": "a step's loss as a number, in every loop since 06",
+    "super ( ) . __init__ ( )": "the first line of every module, taught in 05 section 3",
+    "torch . manual_seed ( 0 )": "seeding, in every notebook's setup",
+    "w1 . grad = None": "resetting .grad, taught in 03 section 3 (03.5 is about the update, not the reset)",
+    "w2 . grad = None": "resetting .grad, taught in 03 section 3",
+    "model . train ( )": "train()/eval(), taught in 05 section 7; the exercises decide where they go",
+    "model . eval ( )": "train()/eval(), taught in 05 section 7",
+    "model . zero_grad ( )": "the training step, taught in 05 section 1",
+    "scheduler . step ( )": "schedulers, taught in 06 section 7",
+    "x = x / 2": "09.1's prompt states it; the exercise is where the loop lives and what script and trace keep",
+    "h = self . linear ( x )": "the forward's first line, Gate's (09): the exercise is the branch after it",
+    "return loss . detach ( )": "10's fp32_step returns it; the exercise is the autocast and scaler lines",
+}
+
+
+def tokens(text):
+    return TOKEN.findall(text)
+
+
+def code_part(line):
+    """The code of a line, its comment cut off (a '#' inside a string is rare enough here)."""
+    return line.split("#", 1)[0]
+
+
+def balanced(found):
+    return all(found.count(a) == found.count(b) for a, b in ("()", "[]", "{}"))
+
+
+def decisive(line):
+    """A whole statement that computes something: not a header (def, class, for, with, a
+    decorator: the scaffold often shows them), not a fragment of a statement split over lines."""
+    found = tokens(code_part(line))
+    if len(found) < MIN_TOKENS or not balanced(found) or found[0] == "@" or found[-1] == ":":
+        return False
+    call = any(a.isidentifier() and b == "(" for a, b in zip(found, found[1:]))
+    return call or bool(OPERATORS & set(found))
+
+
+def short_solution_lines(cells):
+    """{cell index: {normalised solution line}} for the decisive lines of each solution region."""
+    found = {}
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        lines = text.splitlines()
+        blocks = student.solution_blocks(text, cell=i)
+        inside = [lines[k] for b, e in blocks for k in range(b + 1, e)]
+        normal = {" ".join(tokens(code_part(t))) for t in inside if decisive(t)}
+        normal -= set(ALLOWED)
+        if normal:
+            found[i] = normal
+    return found
+
+
+def readable_texts(cells):
+    """Normalised text of everything a student reads, one entry per line or code span."""
+    texts = []
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        lines = text.splitlines()
+        if cell["cell_type"] == "markdown":
+            if student.solution_blocks(text, cell=i):
+                continue  # a written question's model answer: the student edition drops it
+            spans = re.findall(r"`([^`]+)`", text)
+            texts += [" ".join(tokens(s)) for s in spans]
+            texts += [" ".join(tokens(t)) for t in lines if t.startswith("    ")]
+            continue
+        inside = {k for b, e in student.solution_blocks(text, cell=i) for k in range(b, e + 1)}
+        texts += [" ".join(tokens(t)) for k, t in enumerate(lines) if k not in inside]
+    return [f" {t} " for t in texts if t]
+
+
+READABLE = {p.name: readable_texts(json.loads(p.read_text())["cells"]) for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_decisive_solution_line_is_readable_anywhere(path):
+    problems = []
+    for cell, answer in short_solution_lines(json.loads(path.read_text())["cells"]).items():
+        for line in sorted(answer):
+            places = [name for name, texts in READABLE.items() if any(f" {line} " in t for t in texts)]
+            if places:
+                problems.append(f"{path.name} cell {cell}: solution line {line!r} is readable in {', '.join(places)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_short_line_scan_finds_the_spoilers_it_was_written_for():
+    cells = [
+        {
+            "cell_type": "code",
+            "source": "def f(w1):\n    ### BEGIN SOLUTION\n    w1 -= lr * w1.grad  # fix\n    ### END SOLUTION\n",
+        },
+        {"cell_type": "code", "source": "with torch.no_grad():\n    w1-=lr*w1.grad\n"},
+        {"cell_type": "markdown", "source": "Freeze it: `model.requires_grad_(False)`."},
+    ]
+    answer = short_solution_lines(cells)[0]
+    assert answer == {"w1 -= lr * w1 . grad"}
+    assert any(" w1 -= lr * w1 . grad " in t for t in readable_texts(cells))
+    frozen = [{"cell_type": "code", "source": "### BEGIN SOLUTION\nmodel.requires_grad_(False)\n### END SOLUTION"}]
+    assert any(f" {line} " in t for line in short_solution_lines(frozen)[0] for t in readable_texts(cells))
+    assert not decisive("return losses") and not decisive("x = y")
