@@ -4,7 +4,7 @@
    (tests/tb_events.py): one folder per run named as the notebook named it, every tag
    under the notebook's name, steps strictly increasing, loss falling, hyper-parameters
    in the HParams data only. This module executes each notebook up to its last logging
-   cell (or a short driver of its logging code, SHORT_RUNS) in a kernel of its own.
+   cell (or a short driver of its logging code, SHORT_RUNS) in this Python (no kernel).
 2. A real TensorBoard server is started on a free loopback port over the runs of
    the training notebooks 02, 03, 05, 06 and 07 (SERVED); its HTTP API must list the
    runs, the scalar tags and one scalar series equal to what the reader saw, the
@@ -48,7 +48,7 @@ from procs import alive, descendants
 from tb_events import read_histograms, read_hparams, read_scalars, read_tags
 
 import labsupport as lab
-from tools.runner import notebook_client
+from tools.runner import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -147,24 +147,18 @@ def logging_cells(path: Path) -> list[str]:
 
 
 def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:
-    """Run each notebook's :func:`logging_cells` in turn, in ONE fresh kernel started
-    in notebooks/ (importing torch once instead of per notebook saves ~3 s each).
-    Before each notebook, ``%reset -f`` empties the namespace; its setup cell seeds again."""
-    cells, owner = [], []
+    """Run each notebook's :func:`logging_cells` in turn, in this Python (tools.runner's
+    ``run_in_process``: what is tested here is the logs, not a kernel; no kernel start, no second
+    import of torch), in notebooks/, each notebook in a fresh namespace; its setup cell seeds again."""
     for path in paths:
-        for source in ["%reset -f"] + logging_cells(path):
-            cells.append(nbformat.v4.new_code_cell(source))
-            owner.append(path.name)
-    nb = nbformat.v4.new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    current = {}
-    client = notebook_client(
-        nb, NOTEBOOKS, timeout=timeout, on_cell_execute=lambda cell, cell_index: current.update(i=cell_index)
-    )
-    try:
-        client.execute()
-    except Exception as err:  # name the notebook whose cell failed
-        raise AssertionError(f"executing {owner[current.get('i', 0)]} failed: {err}") from None
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in logging_cells(path)])
+        run_in_process(nb, NOTEBOOKS, timeout=timeout)
+        for index, cell in enumerate(nb.cells):
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            if errors:
+                raise AssertionError(
+                    f"executing {path.name} failed in its logging cell {index}: {errors[0].ename}: {errors[0].evalue}"
+                )
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +172,7 @@ def notebook_runs(tmp_path_factory):
             pytest.skip(f"notebooks/{stem}.ipynb does not exist yet")
         if not (own / stem).is_dir():
             with pytest.MonkeyPatch.context() as mp:
-                mp.setenv("LAB_RUNS_DIR", str(own))  # the kernel inherits it
+                mp.setenv("LAB_RUNS_DIR", str(own))  # read by lab.tb_writer when it opens a run
                 execute_logging_cells([NOTEBOOKS / f"{stem}.ipynb"])
         return own
 
