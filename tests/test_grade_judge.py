@@ -82,6 +82,7 @@ def check_prediction(p):
         print(f"NOT RIGHT  what happens is 'error' (recorded answer: {first!r})")
 '''
 
+ROOT = Path(__file__).resolve().parent.parent
 TRUSTED = {"check_scale": "both", "check_prediction": "value"}
 EXTRA = """\
 PARTIAL = ["99.2"]
@@ -348,3 +349,108 @@ def test_code_that_may_run_the_lab_s_own_code():
         "f = lab.check_pairwise_sq_dists.__wrapped__",
     ):
         assert uses_lab_code(attack), attack
+
+
+# --------------------------------------------------------------------------- the real checks
+
+#: judge.TRUSTED as measured: every check here gave full points to the solved notebooks through the
+#: grader's own run (make grade's canary does it again on every run), and no other check is listed.
+PINNED = {
+    **dict.fromkeys(["check_titan_tensor_peak", "check_cpu_peak_flops", "check_roofline"], "both"),
+    **dict.fromkeys(["check_pairwise_sq_dists", "check_correct_class_scores", "check_keep_above_row_mean"], "both"),
+    **dict.fromkeys(["check_channels_first_rows", "check_per_sample_matmul", "check_predicted_gradients"], "both"),
+    **dict.fromkeys(["check_linear_layer", "check_relu_layer", "check_loss_and_grads"], "both"),
+    **dict.fromkeys(
+        [
+            "check_matmul_size_prediction",
+            "check_storage_prediction",
+            "check_lr_prediction",
+            "check_backward_twice_prediction",
+            "check_vjp_prediction",
+            "check_second_derivative_prediction",
+            "check_sigmoid_prediction",
+            "check_layer_list_prediction",
+            "check_sweep_prediction",
+            "check_workers_prediction",
+            "check_vgg_share_prediction",
+            "check_fullgraph_prediction",
+            "check_to_prediction",
+        ],
+        "value",
+    ),
+}
+
+
+def test_the_checks_the_grader_judges_are_pinned():
+    assert judge.TRUSTED == PINNED
+    used = {}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for ex in grade.load_source(path).exercises:
+            if ex.call is not None:
+                used[ex.call.check] = ex.id
+    assert set(PINNED) <= set(used), f"listed but in no check cell: {set(PINNED) - set(used)}"
+    for check, mode in PINNED.items():  # a prediction's first argument is the recorded answer
+        assert (mode == "value") == check.endswith("_prediction"), check
+
+
+FORGE = """\
+import torch
+get_ipython().showtraceback = lambda *a, **k: print("PASS  ok")
+get_ipython().set_custom_exc((BaseException,), lambda *a, **k: print("PASS  ok"))
+torch.allclose = torch.equal = lambda *a, **k: True
+print("PASS  everything")
+"""
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """Notebooks 01 and 02 as solved, and forged: every answer unwritten, the kernel tampered with."""
+    tmp = tmp_path_factory.mktemp("real")
+    (tmp / "notebooks").mkdir()
+    sub = tmp / "handed_in"
+    for name in ("01_tensors", "02_manual_backprop"):
+        path = ROOT / "notebooks" / f"{name}.ipynb"
+        (tmp / "notebooks" / path.name).write_bytes(path.read_bytes())
+        solved = nbformat.read(path, as_version=4)
+        ed = student.make_edition(solved, path).notebook
+        first = next(i for i, c in enumerate(ed.cells) if (c.metadata.get("lab") or {}).get("role") == "solution")
+        ed.cells[first].source = FORGE + ed.cells[first].source
+        for who, nb in (("solved", solved), ("forged", ed)):
+            (sub / who).mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, sub / who / path.name)
+    copied = "def pairwise_sq_dists(a, b):\n    from labsupport.checks import nb01_tensors\n"
+    copied += "    return nb01_tensors._pairwise_reference(a, b)"
+    ed = student.make_edition(nbformat.read(ROOT / "notebooks" / "01_tensors.ipynb", 4), "01_tensors.ipynb").notebook
+    cell = next(
+        c for c in ed.cells if (c.metadata.get("lab") or {}).get("exercise") == "01.1" and c.cell_type == "code"
+    )
+    cell.source = copied
+    (sub / "copied").mkdir()
+    nbformat.write(ed, sub / "copied" / "01_tensors.ipynb")
+    cfg = grade.Config(src=str(tmp / "notebooks"), timeout=60, cell_timeout=300, fork=True)
+    grade.grade(sub, tmp / "out", jobs=2, cfg=cfg)
+    lines = (tmp / "out" / "results.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if "max_points" in r]
+
+
+def test_the_solved_notebooks_score_full_marks_through_the_grader(real):
+    solved = [r for r in real if r["student"] == "solved"]
+    assert {r["exercise"] for r in solved} >= {"01.1", "01.2", "01.6", "02.1", "02.3", "02.5"}
+    for r in solved:
+        assert r["points"] == r["max_points"], r
+        assert (r.get("verdict") == "grader") == (r["exercise"] != "02.4"), r  # 02.4 passes a function in
+
+
+def test_a_forged_kernel_scores_nothing_on_the_real_checks(real):
+    forged = [r for r in real if r["student"] == "forged"]
+    judged = [r for r in forged if r.get("verdict") == "grader"]
+    assert len(judged) >= 10 and all(r["points"] == 0 and "failed" in r["detail"] for r in judged), judged
+    for r in forged:  # the kernel's verdict (02.4 takes a function): forgeable, so the row is flagged
+        if r.get("verdict") != "grader" and r["points"]:
+            assert any(o["flags"] for o in forged if o["notebook"] == r["notebook"]), r
+
+
+def test_labsupport_s_own_reference_scores_nothing(real):
+    copied = next(r for r in real if r["student"] == "copied" and r["exercise"] == "01.1")
+    assert copied["points"] == 0 and "imports labsupport" in copied["feedback"]
+    assert "passed" in copied["detail"]  # the values were right: the code analysis is what stops it
