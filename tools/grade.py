@@ -111,6 +111,30 @@ class Written:
     cell_id: str
     question: list[str]  # the answer cell's lines in the student edition, but "Your answer here"
     points: float = 0.0  # scored by hand (manual.csv)
+    rubric: list[tuple[float, str]] = field(default_factory=list)  # (points, what earns them), from the source
+    rubric_total: float | None = None  # the "(N points)" of its **Rubric** line
+
+
+_RUBRIC_HEAD = re.compile(r"^\s*\*\*Rubric\*\*\s*\((\d+(?:\.\d+)?)\s+points?\)\s*$")
+_RUBRIC_LINE = re.compile(r"^\s*-\s+(\d+(?:\.\d+)?)\s+points?:\s*(\S.*)$")
+
+
+def parse_rubric(source: str) -> tuple[float | None, list[tuple[float, str]]]:
+    """An answer cell's rubric, from its solution region: the total of its ``**Rubric** (N points)``
+    line and its ``- N point(s): text`` lines after it; (None, []) when the region has none."""
+    total, lines, inside, seen = None, [], False, False
+    for line in source.splitlines():
+        if edition._MARKER.match(line):
+            inside = "BEGIN" in line
+            continue
+        head = _RUBRIC_HEAD.match(line) if inside else None
+        if head:
+            total, seen = float(head.group(1)), True
+            continue
+        item = _RUBRIC_LINE.match(line) if inside and seen else None
+        if item:
+            lines.append((float(item.group(1)), item.group(2).strip()))
+    return total, lines
 
 
 @dataclass
@@ -181,6 +205,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
             cells[a.cell].get("id", ""),
             [line for line in cells[a.cell].source.splitlines() if line.strip() != edition.ANSWER_PLACEHOLDER],
             float(a.points or 0),
+            *reversed(parse_rubric(nb.cells[a.cell].source)),
         )
         for a in ed.answers
     ]
@@ -1288,7 +1313,7 @@ def finish(
     )
     owner = {e.id: s for s in sources.values() for e in s.exercises}
     written = {w.id: (s, w) for s in sources.values() for w in s.written}
-    manual = _read_csv(out / MANUAL)
+    manual = _combined(write_sheets(out, results, sources) + _read_csv(out / MANUAL))  # manual.csv's lines win
     if not (out / MANUAL).is_file():  # the sheet to fill in: one line per written answer
         answers = [r for r in results if r.get("status") == "written (not scored)"]
         sheet = [
@@ -1357,6 +1382,73 @@ def finish(
         _instructor_notes(out / "feedback" / _safe(who) / f"{name}.md", notes, f"{who}: {name}")
     write_report(out, table, results, sources)
     return table
+
+
+def _combined(lines: list[dict]) -> list[dict]:
+    """One line per (student, exercise): a later line's non-blank cells replace an earlier line's."""
+    merged: dict[tuple[str, str], dict] = {}
+    for line in lines:
+        key = (line.get("student", "").strip(), line.get("exercise", "").strip())
+        merged[key] = {**merged.get(key, {}), **{k: v for k, v in line.items() if str(v or "").strip()}}
+    return list(merged.values())
+
+
+SHEETS = "written"  # OUT/written/<exercise>.csv and .html: one scoring sheet per written question
+
+
+def _rubric_columns(w: Written) -> list[str]:
+    return [f"R{i} ({pts:g}): {text}" for i, (pts, text) in enumerate(w.rubric, start=1)]
+
+
+def write_sheets(out: Path, results: list[dict], sources: dict[str, Source]) -> list[dict]:
+    """For each written question, ``written/<id>.csv``: one row per student with a column per rubric
+    line (fill in the points each line earned, or a total under ``points``), a comment and the
+    answer; and ``written/<id>.html`` to read the answers beside the rubric. Rows filled in earlier
+    are kept when the sheet is written again. Returns the filled rows as manual.csv lines."""
+    answers: dict[str, dict[str, str]] = {}
+    for r in results:
+        if r.get("status") == "written (not scored)":
+            answers.setdefault(r["exercise"], {})[r["student"]] = r.get("answer") or ""
+    filled = []
+    for w in (w for s in sources.values() for w in s.written):
+        if w.id not in answers:
+            continue
+        path = out / SHEETS / f"{_safe(w.id)}.csv"
+        path.parent.mkdir(exist_ok=True)
+        earlier = {r.get("student", ""): r for r in _read_csv(path)}
+        rubric = _rubric_columns(w)
+        header = ["student", *rubric, "points", "comment", "answer"]
+        rows = []
+        for who, answer in sorted(answers[w.id].items()):
+            old = earlier.get(who, {})
+            marks = {c: old.get(c, "") for c in rubric}
+            rows.append({"student": who, **marks, "points": old.get("points", ""), "comment": old.get("comment", "")})
+            rows[-1]["answer"] = answer[:2000]
+            given = [_number(v) for v in marks.values() if _number(v) is not None]
+            total = sum(given) if given else _number(old.get("points", ""))
+            if total is not None or old.get("comment", "").strip():
+                filled.append({"student": who, "exercise": w.id, "points": "" if total is None else f"{total:g}"})
+                filled[-1].update(comment=old.get("comment", ""), max_points=f"{w.points:g}")
+        _write_csv(path, header, rows)
+        path.with_suffix(".html").write_text(_sheet_html(w, answers[w.id], path.name), encoding="utf-8")
+    return filled
+
+
+def _sheet_html(w: Written, answers: dict[str, str], sheet: str) -> str:
+    """The answers to one written question beside its rubric, to read while filling in the sheet."""
+    items = "".join(f"<li>{pts:g} point(s): {html.escape(text)}</li>" for pts, text in w.rubric)
+    body = "".join(
+        f"<h3>{html.escape(who)}</h3><pre>{html.escape(text or '(no answer)')}</pre>\n"
+        for who, text in sorted(answers.items())
+    )
+    return (
+        f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{html.escape(w.id)}</title>\n'
+        "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}pre{background:#f4f4f4;"
+        "padding:.6em;white-space:pre-wrap}</style></head>\n<body>\n"
+        f"<h1>{html.escape(w.label)} ({w.points:g} points)</h1>\n<p>Score each answer in <code>{html.escape(sheet)}"
+        f"</code> (a column per rubric line), then <code>python -m tools.grade --apply --out OUT</code>.</p>\n"
+        f"<ol>{items or '<li>(no rubric in the source notebook)</li>'}</ol>\n{body}</body></html>\n"
+    )
 
 
 _NOTES = "## From your instructor"
