@@ -28,7 +28,13 @@ from .core import (
     time_limit,
 )
 
-__all__ = ["check_script_vs_trace", "check_cond_gate", "check_fullgraph_prediction"]
+__all__ = [
+    "check_script_vs_trace",
+    "check_cond_gate",
+    "check_fullgraph_prediction",
+    "check_fullgraph_fix",
+    "check_run_programs",
+]
 
 
 # ----------------------------------------------------------------------------- 09.1 script vs trace
@@ -482,3 +488,344 @@ def check_cond_gate(cond_gate_class: Any) -> None:
     program = _export(model, batches[0][0])
     _check_exported(program, batches, model)
     passed("CondGate: matches Gate on both branches; torch.export keeps both in one graph (a cond node)")
+
+
+# ----------------------------------------------------------------------------- 09.4 one graph, no breaks
+
+
+def summarise_variant(
+    x: torch.Tensor, *, scale: str = "abs max", flip: str = "mean < 0", share: str = "> 0 after"
+) -> torch.Tensor:
+    """Notebook 09's ``summarise`` (Exercise 4) without its print, and its typical variants: how x is
+    scaled, when it is flipped, and how the share of positive entries is counted."""
+    y = x / (x.abs().max() if scale == "abs max" else x.max())
+    if flip == "each":
+        y = y.abs()
+    elif (y.mean() < 0) if flip == "mean < 0" else (y.mean() >= 0):
+        y = -y
+    counted = x if share == "> 0 before" else y
+    positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
+    count = float(positive.sum())
+    return y * (count if share == "count" else count / len(y))
+
+
+def summarise_reference(x: torch.Tensor) -> torch.Tensor:
+    """What ``summarise`` returns (the reference the check compares with)."""
+    return summarise_variant(x)
+
+
+def summarise_inputs() -> list[tuple[torch.Tensor, str]]:
+    """Six vectors, each with what it tests: both signs of the mean, a largest |x| that is
+    negative, exact zeros, and a length other than 6."""
+    g = torch.Generator().manual_seed(94)
+    base = torch.randn(6, generator=g)
+    return [
+        (base.abs() + 0.1, "all positive"),
+        (-(base.abs() + 0.1), "all negative"),
+        (torch.tensor([3.0, -1.0, 0.5, -0.25, 2.0, -0.5]), "a positive mean"),
+        (torch.tensor([-4.0, 1.0, 0.5, 0.25, 1.0, -0.5]), "a negative mean, largest |x| negative"),
+        (torch.tensor([0.0, -2.0, 1.0, -0.5, 0.0, 0.75]), "zeros and a negative mean"),
+        (torch.randn(9, generator=g) + 0.3, "9 numbers"),
+    ]
+
+
+def _variant(**how: str) -> Callable[[list], bool]:
+    """A test on the answers for all of summarise_inputs: are they what this variant returns?"""
+
+    def test(answers: list) -> bool:
+        for got, (x, _) in zip(answers, summarise_inputs()):
+            if not torch.allclose(got, summarise_variant(x, **how), atol=1e-6):
+                return False
+        return True
+
+    return test
+
+
+SUMMARISE_MISTAKES = [
+    Mistake(
+        "no abs",
+        _variant(scale="max"),
+        "x is divided by its largest value, not by its largest absolute value",
+        look="the line that scales x",
+    ),
+    Mistake(
+        "flip swapped",
+        _variant(flip="mean >= 0"),
+        "the sign flips when the mean is positive: summarise flips only a vector whose mean is negative",
+        look="the condition of the flip",
+    ),
+    Mistake(
+        "flip each element",
+        _variant(flip="each"),
+        "every negative element was flipped on its own: summarise flips the whole vector, by the sign of its mean",
+        look="the flip",
+    ),
+    Mistake(
+        "count, not share",
+        _variant(share="count"),
+        "the result is multiplied by the number of positive entries, not by their share of all entries",
+        look="the share",
+    ),
+    Mistake(
+        "zero counted",
+        _variant(share=">= 0 after"),
+        "the share counts zeros as positive: summarise counts the entries that are strictly above 0",
+        look="the comparison in the share",
+    ),
+    Mistake(
+        "share before the flip",
+        _variant(share="> 0 before"),
+        "the share is counted on the vector before the flip: summarise counts after it",
+        look="which tensor the share is computed from",
+    ),
+]
+
+# Why Dynamo broke the graph, told by the student's line and Dynamo's reason.
+GRAPH_BREAKS = [
+    Mistake(
+        "print left in",
+        None,
+        "a print is Python input/output, which no graph holds: Dynamo must hand control back to Python to run "
+        "it (and a compiled graph would print only while it is captured, like a trace)",
+        look="the print",
+    ),
+    Mistake(
+        "python branch",
+        None,
+        "an `if` on a tensor's value is decided by Python, between two graphs: in one graph, the choice must be "
+        "a tensor operation that takes the predicate as a tensor (section 6 met one; an elementwise choice works too)",
+        look="the flip",
+    ),
+    Mistake(
+        "python numbers",
+        None,
+        "the tensor's values leave the graph as Python numbers (tolist, item, float, a loop over the elements): "
+        "a graph can only count with tensor operations, whose result stays a tensor",
+        look="the share of positive entries",
+    ),
+]
+
+
+def _break_line(exc: BaseException, fn: Callable) -> tuple[int | None, str]:
+    """(line number inside ``fn``, its text) where Dynamo stopped, from the error's user stack."""
+    code = getattr(fn, "__code__", None)
+    frames = list(getattr(exc, "real_stack", None) or [])
+    for frame in reversed(frames):
+        if code is not None and frame.filename == code.co_filename and frame.lineno >= code.co_firstlineno:
+            return frame.lineno - code.co_firstlineno + 1, (frame.line or "").strip()
+    return None, ""
+
+
+def _break_mistake(exc: BaseException, line: str) -> Mistake | None:
+    """The graph break's kind, from the student's line first, then from the first line of Dynamo's reason."""
+    reason = (str(exc).splitlines() or [""])[0].lower()
+    if "print(" in line or "`print`" in reason:
+        return GRAPH_BREAKS[0]
+    numbers = ("tolist", "item(", "float(", "int(", "numpy", "__iter__")
+    if any(word in line for word in numbers) or any(word in reason for word in ("tolist", "item", "numpy")):
+        return GRAPH_BREAKS[2]
+    if line.startswith(("if ", "elif ", "while ")) or "branch" in reason or "jump" in reason:
+        return GRAPH_BREAKS[1]
+    return None
+
+
+def _compiled_answers(fn: Callable, inputs: list) -> list[torch.Tensor]:
+    """Run ``torch.compile(fn, fullgraph=True, backend="eager")`` on every input; a refusal says where."""
+    torch._dynamo.reset()  # forget earlier compilations of the same code
+    compiled = torch.compile(fn, fullgraph=True, backend="eager")
+    answers = []
+    for x, _ in inputs:
+        try:
+            with _quiet_export(), time_limit(running.TIME_LIMIT):
+                got = compiled(x.clone())
+        except TimedOut:
+            raise CheckError(f"compiling summarise_graph did not finish within {running.TIME_LIMIT:g} s") from None
+        except Exception as exc:
+            number, line = _break_line(exc, fn)
+            reason = (str(exc).splitlines() or [""])[0][:120]
+            where = f" at line {number} of summarise_graph: `{line}`" if number else ""
+            message = f"torch.compile(summarise_graph, fullgraph=True) refused it: Dynamo must break the graph{where}"
+            facts = {"expected": "one graph for the whole function", "got": f"{type(exc).__name__}: {reason}"}
+            mistake = _break_mistake(exc, line)
+            if mistake is not None:
+                raise mistake_error(message, mistake, **facts) from None
+            raise CheckError(message, **facts) from None
+        answers.append(expect_tensor(got, "what the compiled summarise_graph returned", shape=tuple(x.shape)))
+    return answers
+
+
+def _check_summarise_values(answers: list, inputs: list, how: str) -> None:
+    for got, (x, words) in zip(answers, inputs):
+        want = summarise_reference(x)
+        if torch.allclose(got, want, atol=1e-6):
+            continue
+        message = f"{how} summarise_graph differs from summarise on a vector with {words}"
+        facts = {"expected": f"{[round(v, 3) for v in want.tolist()]}", "got": f"{[round(v, 3) for v in got.tolist()]}"}
+        mistake = first_mistake(answers, SUMMARISE_MISTAKES)
+        if mistake is not None:
+            raise mistake_error(message, mistake, **facts)
+        raise CheckError(message, **facts)
+
+
+@exercise("09.4", "one graph, no breaks")
+def check_fullgraph_fix(summarise_graph: Any) -> None:
+    """``summarise_graph`` equals ``summarise`` on six vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
+    inputs = summarise_inputs()
+    eager = []
+    for x, _ in inputs:
+        got = run_student(summarise_graph, x.clone(), what="summarise_graph(x)", inplace_hint="make new tensors")
+        eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
+    _check_summarise_values(eager, inputs, "eagerly,")
+    compiled = _compiled_answers(summarise_graph, inputs)
+    _check_summarise_values(compiled, inputs, "compiled,")
+    passed(
+        f"summarise_graph: equal to summarise on {len(inputs)} vectors (both signs of the mean, zeros), "
+        "and torch.compile(fullgraph=True) captures it as one graph"
+    )
+
+
+# ----------------------------------------------------------------------------- 09.5 a modular network, batched
+
+STEP_NAMES = ("rotate", "scale", "shift", "flip")  # notebook 09's modules, section 9
+
+
+def program_modules() -> torch.nn.ModuleDict:
+    """One seeded nn.Linear(2, 2) per step name: the modules the check runs programs with."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(95)
+        return torch.nn.ModuleDict({name: torch.nn.Linear(2, 2) for name in STEP_NAMES})
+
+
+def program_batch() -> tuple[torch.Tensor, list[tuple[str, ...]]]:
+    """12 points and their programs: 5 programs of 1 to 3 steps, interleaved, so that order matters."""
+    programs = [("rotate",), ("scale", "shift"), ("flip", "rotate", "scale"), ("shift", "flip"), ("scale", "rotate")]
+    rows = [0, 1, 2, 1, 3, 0, 4, 2, 1, 3, 4, 0]
+    points = torch.randn(len(rows), 2, generator=torch.Generator().manual_seed(96))
+    return points, [programs[r] for r in rows]
+
+
+def run_program_rows(modules: Any, points: torch.Tensor, programs: list, *, reverse: bool = False) -> torch.Tensor:
+    """The reference: each row through its own program's modules, one row at a time (or in reverse order)."""
+    rows = []
+    for i, program in enumerate(programs):
+        x = points[i : i + 1]
+        for name in reversed(program) if reverse else program:
+            x = modules[name](x)
+        rows.append(x)
+    return torch.cat(rows)
+
+
+def _same_rows_other_order(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Are the rows of ``got`` those of ``want`` in another order?"""
+    if got.shape != want.shape or torch.allclose(got, want, atol=1e-6):
+        return False
+    distances = torch.cdist(got.detach().double(), want.detach().double())
+    return bool((distances.min(dim=1).values < 1e-5).all() and (distances.min(dim=0).values < 1e-5).all())
+
+
+def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list[Mistake]:
+    """The typical wrong results of run_programs on this batch."""
+    with torch.no_grad():
+        want = run_program_rows(modules, points, programs)
+        reversed_rows = run_program_rows(modules, points, programs, reverse=True)
+    return [
+        Mistake(
+            "reversed program",
+            reversed_rows,
+            "each program ran from its last step to its first: a program's first name is the first module applied",
+            look="the order in which a program's modules are applied",
+        ),
+        Mistake(
+            "rows out of order",
+            lambda got: _same_rows_other_order(got, want),
+            "every row was computed right but comes back in the order of the groups, not in the order of `points`",
+            look="where the groups' results are put back together",
+        ),
+    ]
+
+
+NO_GRADIENT = Mistake(
+    "no gradient",
+    None,
+    "the result is right but carries no gradient to the modules: it was built outside autograd's graph "
+    "(a new tensor from values, .detach(), .item() or torch.no_grad), so training would not change them",
+    look="how the groups' results are put back together",
+)
+ONE_CALL_PER_ROW = Mistake(
+    "one call per row",
+    None,
+    "the modules ran once per row (or per step of every row): rows that share a program can go through each "
+    "of its modules together, as one batch",
+    look="what the loop runs over",
+)
+
+
+@contextlib.contextmanager
+def _counting_calls(modules: torch.nn.ModuleDict) -> Iterator[list[int]]:
+    """Count the calls of the modules inside the block (forward hooks)."""
+    count = [0]
+
+    def hook(module: Any, args: Any, output: Any) -> None:
+        count[0] += 1
+
+    handles = [module.register_forward_hook(hook) for module in modules.values()]
+    try:
+        yield count
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _module_grads(modules: torch.nn.ModuleDict, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
+    params = list(modules.parameters())
+    grads = torch.autograd.grad((out * weights).sum(), params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+
+
+def _check_program_gradients(got: torch.Tensor, modules: torch.nn.ModuleDict, points: torch.Tensor, programs: list):
+    weights = torch.randn(got.shape, generator=torch.Generator().manual_seed(97))
+    if not got.requires_grad:
+        raise mistake_error("run_programs's result does not require grad", NO_GRADIENT, expected="requires_grad True")
+    want = _module_grads(modules, run_program_rows(modules, points, programs), weights)
+    grads = _module_grads(modules, got, weights)
+    if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)):
+        raise mistake_error(
+            "the modules' gradients through run_programs differ from those of the row-by-row loop", NO_GRADIENT
+        )
+
+
+@exercise("09.5", "a modular network, batched")
+def check_run_programs(run_programs: Any) -> None:
+    """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls."""
+    modules = program_modules()
+    points, programs = program_batch()
+    with _counting_calls(modules) as calls:
+        got = run_student(
+            run_programs,
+            modules,
+            points.clone(),
+            list(programs),
+            what="run_programs(modules, points, programs)",
+            inplace_hint="make new tensors for the results; leave points as it came",
+        )
+    got = expect_tensor(got, "what run_programs returned", shape=tuple(points.shape), dtype=points.dtype)
+    with torch.no_grad():
+        want = run_program_rows(modules, points, programs)
+    if not torch.allclose(got.detach(), want, atol=1e-6):
+        mistake = first_mistake(got.detach(), program_mistakes(modules, points, programs))
+        message = "run_programs differs from running each row through its own program"
+        wrong = int((~torch.isclose(got.detach(), want, atol=1e-6).all(dim=1)).sum())
+        facts = {"expected": "the row-by-row results", "got": f"{wrong} of {len(points)} rows differ"}
+        if mistake is not None:
+            raise mistake_error(message, mistake, **facts)
+        raise CheckError(message, **facts)
+    _check_program_gradients(got, modules, points, programs)
+    distinct = set(programs)
+    limit = sum(len(program) for program in distinct)
+    if calls[0] > limit:
+        message = f"the modules ran {calls[0]} times for {len(points)} rows with {len(distinct)} distinct programs"
+        raise mistake_error(message, ONE_CALL_PER_ROW, expected=f"at most {limit} module calls")
+    passed(
+        f"run_programs: {len(points)} rows, {len(distinct)} programs, equal to one row at a time with the same "
+        f"gradients, in {calls[0]} module calls instead of {sum(len(p) for p in programs)}"
+    )

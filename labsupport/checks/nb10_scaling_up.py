@@ -18,13 +18,20 @@ from .core import (
     exercise,
     expect_function,
     expect_tensor,
+    first_mistake,
     mistake_error,
     passed,
     plain,
     run_student,
 )
 
-__all__ = ["check_to_prediction", "check_amp_step", "check_data_parallel_grads", "check_ddp_equivalence"]
+__all__ = [
+    "check_to_prediction",
+    "check_amp_step",
+    "check_data_parallel_grads",
+    "check_ddp_equivalence",
+    "check_rank_loader",
+]
 
 
 def _cnn(seed: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
@@ -579,3 +586,150 @@ def check_ddp_equivalence(result: Any) -> None:
         why = f"the step is {ws}x too large: the workers' gradients were summed, not averaged"
         raise CheckError(message, hint=why, mistake="summed")
     raise CheckError(message)
+
+
+# ----------------------------------------------------------------------------- 10.5 the DDP data bug
+
+LOADER_CASES = ((50, 2, 8), (50, 3, 8))  # (dataset size, world size, batch size)
+
+
+def _index_dataset(n: int) -> torch.utils.data.TensorDataset:
+    """A dataset whose items are their own indices, so a batch says which items a rank got."""
+    return torch.utils.data.TensorDataset(torch.arange(n))
+
+
+def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
+    """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
+    loader = run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
+    if loader is None or not hasattr(loader, "__iter__"):
+        raise CheckError(
+            "rank_loader_fixed did not return a loader", expected="a DataLoader", got=describe(loader), usage=True
+        )
+    indices = []
+    for item in run_student(list, loader, what="iterating the loader rank_loader_fixed returned"):
+        values = item[0] if isinstance(item, (tuple, list)) else item
+        if not isinstance(values, torch.Tensor) or values.dim() != 1 or len(values) > batch:
+            raise CheckError(
+                f"a batch of the loader is not a batch of at most {batch} items",
+                got=describe(item),
+                hint="return the DataLoader itself, with batch_size=batch_size",
+                usage=True,
+            )
+        indices += [int(i) for i in values]
+    return indices
+
+
+@dataclasses.dataclass
+class LoaderRun:
+    """Which indices each rank got in epochs 0 and 1."""
+
+    n: int
+    ws: int
+    epochs: list[list[list[int]]]  # epochs[epoch][rank] -> the indices in the order the rank saw them
+
+
+def loader_run(rank_loader: Callable, n: int, ws: int, batch: int) -> LoaderRun:
+    epochs = [[_epoch_indices(rank_loader, n, ws, batch, r, e) for r in range(ws)] for e in (0, 1)]
+    return LoaderRun(n, ws, epochs)
+
+
+def _everything_on_every_rank(run: LoaderRun) -> bool:
+    return all(sorted(seen) == list(range(run.n)) for seen in run.epochs[0])
+
+
+def _same_shard_everywhere(run: LoaderRun) -> bool:
+    return all(seen == run.epochs[0][0] for seen in run.epochs[0]) and len(run.epochs[0][0]) < run.n
+
+
+def _not_shuffled(run: LoaderRun) -> bool:
+    return all(seen == sorted(seen) for seen in run.epochs[0])
+
+
+def _same_order_each_epoch(run: LoaderRun) -> bool:
+    return run.epochs[0] == run.epochs[1]
+
+
+def _overlapping_shards(run: LoaderRun) -> bool:
+    share = -(-run.n // run.ws)
+    seen = [i for shard in run.epochs[0] for i in shard]
+    return all(len(shard) == share for shard in run.epochs[0]) and len(set(seen)) < run.n
+
+
+LOADER_MISTAKES = [
+    Mistake(
+        "every rank sees all data",
+        _everything_on_every_rank,
+        "the loader ignores the DistributedSampler: every rank walks through the whole dataset, so N processes "
+        "do N times the work of one, each epoch",
+        look="what decides the order in which the DataLoader visits the dataset",
+        symptom="every rank gets every item",
+    ),
+    Mistake(
+        "same shard on every rank",
+        _same_shard_everywhere,
+        "every rank gets the same part of the data: the sampler does not know which rank it serves",
+        look="the sampler's arguments",
+    ),
+    Mistake(
+        "not shuffled",
+        _not_shuffled,
+        "each rank's part comes in index order: the sampler does not shuffle",
+        look="the sampler's arguments",
+    ),
+    Mistake(
+        "same order every epoch",
+        _same_order_each_epoch,
+        "every epoch repeats the first one's order: the sampler shuffles with the same seed each time unless it "
+        "is told which epoch it is in",
+        look="what the function does with `epoch`",
+        symptom="epoch 1 is epoch 0 again, item for item",
+    ),
+    Mistake(
+        "shards overlap",
+        _overlapping_shards,
+        "the ranks' parts overlap while some items are never seen: each rank shuffles differently, so their parts "
+        "are cut from different permutations (every rank must use the same seed)",
+        look="the sampler's seed",
+    ),
+]
+
+
+def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
+    """(what is wrong, what was expected) for the first property the ranks' indices break, or None."""
+    share = -(-run.n // run.ws)  # DistributedSampler pads the dataset to equal parts
+    first = run.epochs[0]
+    where = f"with {run.n} items on {run.ws} ranks"
+    if any(len(seen) != share for seen in first):
+        got = ", ".join(str(len(seen)) for seen in first)
+        return f"{where}, the ranks get {got} items in epoch 0", f"{share} each: the dataset split {run.ws} ways"
+    missing = run.n - len(set().union(*first))
+    if missing:
+        return f"{where}, {missing} of the {run.n} items reach no rank in epoch 0", "every item on some rank"
+    if all(seen == sorted(seen) for seen in first):
+        return f"{where}, every rank gets its items in index order", "a shuffled order"
+    if run.epochs[0] == run.epochs[1]:
+        return (
+            f"{where}, epoch 1 gives every rank the same items in the same order as epoch 0",
+            "a new order each epoch",
+        )
+    return None
+
+
+@exercise("10.5", "the data of a DDP script")
+def check_rank_loader(rank_loader_fixed: Any) -> None:
+    """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 and 1:
+    disjoint equal parts that cover the data, shuffled, reshuffled each epoch (read from a dataset of indices)."""
+    for n, ws, batch in LOADER_CASES:
+        run = loader_run(rank_loader_fixed, n, ws, batch)
+        problem = _loader_problem(run)
+        if problem is None:
+            continue
+        message, expected = problem
+        mistake = first_mistake(run, LOADER_MISTAKES)
+        if mistake is not None:
+            raise mistake_error(message, mistake, expected=expected)
+        raise CheckError(message, expected=expected)
+    passed(
+        "rank_loader_fixed: on 2 and 3 ranks each rank gets its own shuffled part of the data (together all of it), "
+        "and a new order every epoch"
+    )

@@ -1,0 +1,164 @@
+"""Exercise 09.4 (one graph, no breaks): summarise_graph is judged eagerly against summarise, then
+under torch.compile(fullgraph=True, backend="eager"); each graph break and each wrong value is named."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.checks import nb09_static_and_dynamic_graphs as nb09
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_static_and_dynamic_graphs.ipynb"
+
+
+def notebook_summarise():
+    """The colleague's summarise, as notebook 09 defines it (the cell above Exercise 4's solution)."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    source = next("".join(c["source"]) for c in cells if "".join(c["source"]).startswith("def summarise(x):"))
+    namespace = {"torch": torch}
+    exec(source, namespace)
+    return namespace["summarise"]
+
+
+def test_the_reference_is_the_notebooks_summarise(capsys):
+    summarise = notebook_summarise()
+    for x, _ in nb09.summarise_inputs():
+        assert torch.equal(summarise(x.clone()), nb09.summarise_reference(x))
+    assert "largest |x|" in capsys.readouterr().out  # the print the exercise removes
+
+
+def with_where(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    return y * (y > 0).float().mean()
+
+
+def with_cond(x):
+    y = x / x.abs().max()
+    y = torch.cond(y.mean() < 0, lambda y: -y, lambda y: y.clone(), (y,))
+    return y * (y > 0).sum() / y.shape[0]
+
+
+def with_sign(x):
+    y = x / x.abs().amax()
+    sign = 1 - 2 * (y.mean() < 0).to(y.dtype)
+    y = y * sign
+    return y * torch.count_nonzero(y > 0) / y.numel()
+
+
+@pytest.mark.parametrize("student", [with_where, with_cond, with_sign])
+def test_every_correct_design_passes(student, capsys):
+    lab.check_fullgraph_fix(student)
+    assert capsys.readouterr().out.startswith("PASS  summarise_graph: equal to summarise on 6 vectors")
+
+
+# ---------------------------------------------------------------- graph breaks
+
+
+def keeps_print(x):
+    y = with_where(x)
+    print("largest |x|:", float(x.abs().max()))
+    return y
+
+
+def keeps_if(x):
+    y = x / x.abs().max()
+    if y.mean() < 0:
+        y = -y
+    return y * (y > 0).float().mean()
+
+
+def keeps_tolist(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    share = sum(1 for v in y.tolist() if v > 0) / len(y)
+    return y * share
+
+
+BREAKS = {"print left in": keeps_print, "python branch": keeps_if, "python numbers": keeps_tolist}
+
+
+def test_every_graph_break_has_a_test():
+    assert [m.name for m in nb09.GRAPH_BREAKS] == list(BREAKS)
+
+
+@pytest.mark.parametrize("name", list(BREAKS))
+def test_each_graph_break_is_named_with_its_line(name, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(BREAKS[name])
+    assert info.value.mistake == name
+    assert "refused it: Dynamo must break the graph at line" in info.value.message
+    assert "one graph for the whole function" in info.value.expected
+
+
+def test_the_first_break_shows_where_and_the_second_names_why():
+    for rung in (1, 2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_fullgraph_fix(keeps_if)
+        assert "line 3 of summarise_graph: `if y.mean() < 0:`" in info.value.message
+        shown = "\n".join(info.value.rendered())
+        assert ("decided by Python, between two graphs" in shown) == (rung == 2)
+
+
+def test_no_hint_quotes_the_fix():
+    fixes = ("torch.where", "torch.cond", ".float().mean()", "count_nonzero", "(y > 0)")
+    for mistake in nb09.GRAPH_BREAKS + nb09.SUMMARISE_MISTAKES:
+        text = f"{mistake.why} {mistake.look}"
+        assert not any(fix in text for fix in fixes), mistake.name
+
+
+# ---------------------------------------------------------------- wrong values
+
+
+def variant(**how):
+    def student(x):
+        return nb09.summarise_variant(x, **how)
+
+    return student
+
+
+VALUES = {
+    "no abs": variant(scale="max"),
+    "flip swapped": variant(flip="mean >= 0"),
+    "flip each element": variant(flip="each"),
+    "count, not share": variant(share="count"),
+    "zero counted": variant(share=">= 0 after"),
+    "share before the flip": variant(share="> 0 before"),
+}
+
+
+def test_every_value_mistake_has_a_test():
+    assert [m.name for m in nb09.SUMMARISE_MISTAKES] == list(VALUES)
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+def test_each_value_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(VALUES[name])
+    assert info.value.mistake == name
+    assert info.value.message.startswith("eagerly, summarise_graph differs from summarise on a vector with")
+
+
+def test_an_unknown_value_mistake_says_what_without_a_cause():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(lambda x: with_where(x) * 2)
+    assert info.value.mistake is None and info.value.hint is None
+    assert info.value.expected and info.value.got
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (None, "is None"),
+        (3, "is not a function"),
+        (lambda x: with_where(x).tolist(), "is not a tensor"),
+        (lambda x: x.div_(2), "changed its argument x in place"),
+        (lambda x: 1 / 0, "ZeroDivisionError"),
+    ],
+)
+def test_what_the_check_cannot_use_is_answered(student, message):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(student)
+    assert message in str(info.value)

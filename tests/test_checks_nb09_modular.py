@@ -1,0 +1,158 @@
+"""Exercise 09.5 (one batch, many networks): run_programs is judged against a row-by-row loop on
+values and gradients, and by how many times it calls the modules; each typical mistake is named."""
+
+import pytest
+import torch
+
+import labsupport as lab
+from labsupport.checks import nb09_static_and_dynamic_graphs as nb09
+
+
+def grouped(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs, order = [], []
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        outputs.append(h)
+        order += rows
+    return torch.cat(outputs)[torch.argsort(torch.tensor(order))]
+
+
+def index_put(modules, points, programs):
+    out = points.new_zeros(points.shape)
+    for program in set(programs):
+        rows = torch.tensor([i for i, p in enumerate(programs) if p == program])
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        out = out.index_put((rows,), h)
+    return out
+
+
+def by_step(modules, points, programs):
+    """Batched by (step, module) across programs: fewer calls than by program."""
+    h = points
+    for k in range(max(len(p) for p in programs)):
+        parts = []
+        for i, program in enumerate(programs):
+            parts.append((i, program[k] if k < len(program) else None))
+        new = h
+        for name in {n for _, n in parts if n is not None}:
+            rows = torch.tensor([i for i, n in parts if n == name])
+            new = new.index_put((rows,), modules[name](h[rows]))
+        h = new
+    return h
+
+
+@pytest.mark.parametrize("student", [grouped, index_put, by_step])
+def test_every_batched_design_passes(student, capsys):
+    lab.check_run_programs(student)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  run_programs: 12 rows, 5 programs, equal to one row at a time")
+
+
+def one_row_at_a_time(modules, points, programs):
+    return nb09.run_program_rows(modules, points, programs)
+
+
+def reversed_programs(modules, points, programs):
+    return grouped(modules, points, [tuple(reversed(p)) for p in programs])
+
+
+def group_order(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs = []
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        outputs.append(h)
+    return torch.cat(outputs)
+
+
+def detached(modules, points, programs):
+    return grouped(modules, points, programs).detach()
+
+
+def rebuilt_from_values(modules, points, programs):
+    return torch.tensor(grouped(modules, points, programs).tolist())
+
+
+def written_into_points(modules, points, programs):
+    with torch.no_grad():
+        points.copy_(grouped(modules, points, programs))
+    return grouped(modules, points.clone(), [("scale",)] * len(programs)) / 2
+
+
+MISTAKES = {
+    "reversed program": reversed_programs,
+    "rows out of order": group_order,
+    "no gradient": detached,
+    "one call per row": one_row_at_a_time,
+}
+
+
+def test_every_listed_mistake_has_a_test():
+    modules = nb09.program_modules()
+    points, programs = nb09.program_batch()
+    listed = [m.name for m in nb09.program_mistakes(modules, points, programs)]
+    assert listed + [nb09.NO_GRADIENT.name, nb09.ONE_CALL_PER_ROW.name] == list(MISTAKES)
+
+
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_each_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(MISTAKES[name])
+    assert info.value.mistake == name
+
+
+def test_a_result_rebuilt_from_values_has_no_gradient():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(rebuilt_from_values)
+    assert info.value.mistake == "no gradient"
+
+
+def test_changing_points_in_place_is_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(written_into_points)
+    assert info.value.mistake == "changed points in place"
+
+
+def test_too_many_calls_says_how_many_before_why():
+    for rung in (1, 2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_run_programs(one_row_at_a_time)
+        assert info.value.message == "the modules ran 23 times for 12 rows with 5 distinct programs"
+        assert info.value.expected == "at most 10 module calls"
+        shown = "\n".join(info.value.rendered())
+        assert ("rows that share a program" in shown) == (rung == 2)
+
+
+def test_the_batch_interleaves_programs_of_every_length():
+    points, programs = nb09.program_batch()
+    assert {len(p) for p in programs} == {1, 2, 3}
+    assert programs != sorted(programs, key=programs.index)  # a program's rows are not contiguous
+    assert set(name for p in programs for name in p) == set(nb09.STEP_NAMES)
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (None, "is None"),
+        ("run", "is not a function"),
+        (lambda m, p, g: grouped(m, p, g).tolist(), "is not a tensor"),
+        (lambda m, p, g: grouped(m, p, g)[:5], "shape"),
+        (lambda m, p, g: grouped(m, p, g).double(), "dtype"),
+        (lambda m, p, g: m["jump"](p), "KeyError"),
+    ],
+)
+def test_what_the_check_cannot_use_is_answered(student, message):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(student)
+    assert message in str(info.value)

@@ -1,0 +1,115 @@
+"""Exercise 10.5 (the data of a DDP script): rank_loader_fixed is judged by the indices each rank of
+2 and 3 processes receives in two epochs, on a dataset of indices, without starting processes."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, DistributedSampler
+
+import labsupport as lab
+from labsupport.checks import nb10_scaling_up as nb10
+
+
+def fixed(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def other_seed(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, seed=7)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=0)
+
+
+def colleague(dataset, rank, world_size, epoch, batch_size=32):
+    """Notebook 10's rank_loader, both bugs in."""
+    DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(epoch))
+
+
+def no_set_epoch(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def rank_zero(dataset, rank, world_size, epoch, batch_size=32):
+    return fixed(dataset, 0, world_size, epoch, batch_size)
+
+
+def unshuffled(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=False)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def seed_per_rank(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=rank)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+@pytest.mark.parametrize("student", [fixed, other_seed])
+def test_every_correct_loader_passes(student, capsys):
+    lab.check_rank_loader(student)
+    assert capsys.readouterr().out.startswith("PASS  rank_loader_fixed: on 2 and 3 ranks each rank gets its own")
+
+
+MISTAKES = {
+    "every rank sees all data": colleague,
+    "same shard on every rank": rank_zero,
+    "not shuffled": unshuffled,
+    "same order every epoch": no_set_epoch,
+    "shards overlap": seed_per_rank,
+}
+
+
+def test_every_listed_mistake_has_a_test():
+    assert [m.name for m in nb10.LOADER_MISTAKES] == list(MISTAKES)
+
+
+@pytest.mark.parametrize("name", list(MISTAKES))
+def test_each_mistake_is_named(name):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(MISTAKES[name])
+    assert info.value.mistake == name
+    assert info.value.message.startswith("with 50 items on 2 ranks")
+
+
+def test_the_first_failure_says_what_each_rank_got_and_the_second_names_why():
+    for rung in (1, 2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_rank_loader(colleague)
+        assert info.value.message == "with 50 items on 2 ranks, the ranks get 50, 50 items in epoch 0"
+        shown = "\n".join(info.value.rendered())
+        assert ("ignores the DistributedSampler" in shown) == (rung == 2)
+
+
+def test_no_hint_quotes_the_fix():
+    for mistake in nb10.LOADER_MISTAKES:
+        text = f"{mistake.why} {mistake.look} {mistake.symptom}"
+        assert "set_epoch" not in text and "sampler=" not in text, mistake.name
+
+
+def test_a_fixed_colleague_on_three_ranks_is_checked_too():
+    def two_ranks_only(dataset, rank, world_size, epoch, batch_size=32):
+        return fixed(dataset, rank % 2, 2, epoch, batch_size)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(two_ranks_only)
+    assert info.value.message.startswith("with 50 items on 3 ranks, the ranks get 25, 25, 25 items")
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (None, "is None"),
+        ("loader", "is not a function"),
+        (lambda *args: 3, "did not return a loader"),
+        (lambda d, r, w, e, b: [[0, 1]], "is not a batch of at most 8 items"),
+        (lambda d, r, w, e, b: DataLoader(d, batch_size=b, shuffle=True, sampler=range(3)), "ValueError"),
+    ],
+)
+def test_what_the_check_cannot_use_is_answered(student, message):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(student)
+    assert message in str(info.value)
