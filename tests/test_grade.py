@@ -261,7 +261,7 @@ def test_full_marks_and_zero(graded):
 
 def test_written_answers_are_collected_verbatim_and_not_scored(graded):
     text = _feedback(graded, "answered")
-    assert "not scored" in text and "Because *I* say so. <script>alert(1)</script>" in text
+    assert "scores them by hand" in text and "Because *I* say so. <script>alert(1)</script>" in text
     html = (graded["out"] / "feedback" / "answered" / "99_tiny.html").read_text()
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "_(no answer)_" in _feedback(graded, "blank")

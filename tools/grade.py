@@ -19,8 +19,9 @@ both. A submission's cell is exercise 03.5's solution when its metadata says so
 (a copy made in Jupyter keeps it: the last copy is graded) or when it has the
 source cell's id; nothing else (its heading, position or first line) counts.
 Deleted, moved or edited scaffold cells and stored outputs cannot change a grade.
-Written answers (answer cells) are collected verbatim for the instructor and
-never scored: the student's lines minus the question's.
+Written answers (answer cells) are collected verbatim for the instructor, who scores
+them by hand (a scoring sheet per question, OUT/written/<id>.csv, with the rubric of the
+source's answer cell; or manual.csv): the student's lines minus the question's.
 
 Each rebuilt notebook runs cell by cell in its own kernel (tools/grade_kernel.py:
 a memory cap, and with Landlock no access to anything but a scratch folder, the
@@ -28,8 +29,11 @@ Python installation and labsupport; no outgoing TCP), with LAB_DEVICE=cpu and a
 time limit per exercise. A cell that runs past it, or a kernel that dies, costs
 that exercise its points; the kernel is restarted, the cells that had run cleanly
 are replayed, and grading goes on. An exercise scores its points (its solution
-cell's ``points`` metadata, unless ``POINTS`` in the extra cases says otherwise) when its check cell printed a
-``PASS`` line and raised nothing, and the instructor's extra cases for it passed.
+cell's ``points`` metadata, unless ``POINTS`` in the extra cases says otherwise) when its check
+passed and the instructor's extra cases for it passed. For the checks in ``judge.TRUSTED`` the
+check that counts is run by this process itself on the values and functions the kernel sends
+back as data (tools/judge.py), never on what the kernel printed; for the others it is the
+check cell's run in the kernel (a ``PASS`` line, no exception), and forging code is flagged.
 Kernels write nothing the grader reads back: results travel over the kernel
 protocol, and only this process writes OUT, after the kernels have ended.
 
@@ -103,7 +107,7 @@ class Exercise:
 
 @dataclass
 class Written:
-    """A written answer (an answer cell): collected, not scored."""
+    """A written answer (an answer cell): collected, and scored by hand (its scoring sheet, manual.csv)."""
 
     id: str
     label: str
@@ -1085,7 +1089,7 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
             lines += ["Your instructor will review this exercise's code by hand:", ""]
             lines += [f"- {flag}" for flag in r["flags"]] + [""]
     if graded.get("written"):
-        lines += ["## Written answers (collected for your instructor, not scored)", ""]
+        lines += ["## Written answers (your instructor scores them by hand)", ""]
         for w in graded["written"]:
             answer = w["answer"]
             text = "_(the answer cell is missing)_" if answer is None else ("_(no answer)_" if not answer else answer)
