@@ -320,6 +320,7 @@ def test_a_pickled_class_is_refused():
     assert type(good["x"]) is torch.Tensor
     with pytest.raises(judge.NoReply):
         judge.decode("T" + base64.b64encode(pickle.dumps(Evil(), protocol=2)).decode())
+    assert isinstance(judge.plain(torch.zeros(1).expand(10**9)), judge.Opaque)  # no 4 GB copy of one number
 
 
 @pytest.mark.parametrize(
