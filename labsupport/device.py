@@ -8,8 +8,10 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import platform
+import sys
 import warnings
 
 import torch
@@ -76,9 +78,15 @@ def pick_amp_dtype(device: torch.device | str) -> torch.dtype:
 
 
 def _version(module: str) -> str:
+    """The installed version of ``module`` ("missing" if none), without importing it: importing
+    torchvision only to print its version would cost every notebook a second or more. A notebook
+    that uses torchvision imports it in its setup cell, before this line, and an import that
+    fails (a torch/torchvision mismatch) stops that cell with its own error."""
+    if module in sys.modules:
+        return str(getattr(sys.modules[module], "__version__", "missing")).split("+")[0]
     try:
-        return __import__(module).__version__.split("+")[0]
-    except Exception:  # a torch/torchvision mismatch raises RuntimeError, not ImportError
+        return importlib.metadata.version(module).split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
         return "missing"
 
 
