@@ -10,6 +10,7 @@ itself they score 0; the exercise left to the kernel is flagged for review inste
 
 import csv
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -455,3 +456,31 @@ def test_labsupport_s_own_reference_scores_nothing(real):
     copied = next(r for r in real if r["student"] == "copied" and r["exercise"] == "01.1")
     assert copied["points"] == 0 and "imports labsupport" in copied["feedback"]
     assert "passed" in copied["detail"]  # the values were right: the code analysis is what stops it
+
+
+@pytest.mark.skipif(
+    not os.environ.get("LAB_GRADE_ALL"), reason="every notebook: about 7 minutes on 2 cores (LAB_GRADE_ALL=1)"
+)
+def test_every_check_the_grader_judges_gives_full_marks_to_its_solved_notebook(tmp_path):
+    """What make grade's canary checks on every run, for the whole series at once."""
+    (tmp_path / "notebooks").mkdir()
+    sub = tmp_path / "handed_in" / "solved"
+    sub.mkdir(parents=True)
+    for path in (ROOT / "notebooks").iterdir():
+        if path.is_file():
+            (tmp_path / "notebooks" / path.name).write_bytes(path.read_bytes())
+            if path.suffix == ".ipynb":
+                (sub / path.name).write_bytes(path.read_bytes())
+    cfg = grade.Config(src=str(tmp_path / "notebooks"), timeout=120, cell_timeout=900, fork=True)
+    grade.grade(tmp_path / "handed_in", tmp_path / "out", jobs=2, cfg=cfg)
+    lines = (tmp_path / "out" / "results.jsonl").read_text().splitlines()
+    results = [r for r in map(json.loads, lines) if "max_points" in r]
+    judged = {r["exercise"] for r in results if r.get("verdict") == "grader"}
+    expected = {
+        ex.id
+        for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        for ex in grade.load_source(path).exercises
+        if ex.call is not None and ex.call.check in PINNED
+    }
+    assert judged == expected
+    assert [r for r in results if r["points"] != r["max_points"]] == []

@@ -1652,12 +1652,18 @@ def grade(
 
 
 def sandbox_state(cfg: Config) -> str:
+    rooted = sys.platform == "linux" and os.geteuid() == 0 and grade_kernel._can_unshare(grade_kernel._CLONE_NEWNET)
+    extra = (
+        f"; a network namespace and a {cfg.disk_mb} MB tmpfs scratch folder per kernel"
+        if rooted
+        else "; not root: the network and the disk are shared (docs: what the sandbox isolates)"
+    )
     if not cfg.landlock:
-        return "Landlock off (--no-landlock)"
+        return "Landlock off (--no-landlock)" + extra
     import ctypes
 
     abi = ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) if sys.platform == "linux" else -1
-    return f"Landlock ABI {abi}" if abi > 0 else "Landlock unavailable: file isolation is best effort"
+    return (f"Landlock ABI {abi}" if abi > 0 else "Landlock unavailable: file isolation is best effort") + extra
 
 
 def _policy(out: Path, deadline: str | None, penalty: float | None) -> tuple[float | None, float] | str:
