@@ -1,7 +1,9 @@
 """Where runs/ lives (labsupport.tb) and labsupport.plotting (loss curves)."""
 
 import os
+from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -39,3 +41,20 @@ def test_plot_losses_draws_each_curve():
         with pytest.raises(ValueError, match="at least one curve|empty"):
             lab.plot_losses(empty)
     plt.close("all")
+
+
+PLOTTED = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("0[0-8]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", PLOTTED, ids=lambda p: p.stem)
+def test_every_notebook_has_a_plot_and_each_plot_is_titled_and_labelled(path):
+    # issue 26, item 8: a picture where one teaches; a chart without a title or axis labels teaches less
+    nb = nbformat.read(path, as_version=4)
+    plotting = [
+        c for c in nb.cells if c.cell_type == "code" and any("image/png" in o.get("data", {}) for o in c.outputs)
+    ]
+    assert plotting, f"{path.name} stores no plot"
+    for cell in plotting:
+        assert "title" in cell.source, f"{path.name} cell {cell.id}: a plot without a title"
+        labelled = "label" in cell.source or "plot_losses" in cell.source or "imshow" in cell.source  # images: no axes
+        assert labelled, f"{path.name} cell {cell.id}: a plot without axis labels"
