@@ -86,7 +86,8 @@ def synthetic_class(path: Path, n: int, folder: Path) -> None:
                 wrong = MISTAKES_01[ex][1:]
                 if rng.random() >= 0.6:
                     cell.source = rng.choice(wrong)
-                cell.outputs = []
+            if cell.cell_type == "code":
+                cell.outputs = []  # the solved notebook's outputs (its recorded predictions) are not the student's
         (folder / f"s{k:03d}").mkdir(parents=True)
         nbformat.write(nb, folder / f"s{k:03d}" / path.name)
 
