@@ -44,8 +44,8 @@ from .core import (
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 
-#: The capstone's target (held-out accuracy) and budget (CPU seconds on one thread).
-TARGET = 0.97
+#: The capstone's target (accuracy on the held-out digits, distorted) and budget (CPU seconds on one thread).
+TARGET = 0.94
 BUDGET = 30.0
 EPOCHS = 2  # 07.1: epochs of the student's train
 
@@ -1056,6 +1056,86 @@ def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tenso
     return got, seconds, log
 
 
+@dataclasses.dataclass(frozen=True)
+class Distortion:
+    """How the capstone's check distorts its held-out digits, as a scanner might: each image gets its own
+    draw, uniform within these bounds, from a seeded generator (the same draws every run)."""
+
+    rotation: float = 15.0  # degrees, either way
+    scale: float = 0.1  # zoom by a factor within 1 ± scale
+    shift: float = 1.0  # pixels in each direction, not only whole ones
+    noise: float = 0.1  # standard deviation of Gaussian pixel noise (then clipped to [0, 1])
+
+
+HELD_OUT = Distortion()
+
+
+def _distort(images: torch.Tensor, distortion: Distortion, seed: int = 2026) -> torch.Tensor:
+    """images (N, 1, 8, 8) rotated, zoomed and moved (bilinear, zeros outside), then noisy. The same
+    numbers are drawn whatever the bounds, so one kind alone is the same draw as in the full distortion."""
+    g = torch.Generator().manual_seed(seed)
+    n = len(images)
+    angle = (2 * torch.rand(n, generator=g) - 1) * math.radians(distortion.rotation)
+    zoom = 1 + (2 * torch.rand(n, generator=g) - 1) * distortion.scale
+    shift = (2 * torch.rand(n, 2, generator=g) - 1) * distortion.shift
+    noise = torch.randn(images.shape, generator=g) * distortion.noise
+    cos = torch.cos(angle) / zoom
+    sin = torch.sin(angle) / zoom
+    to_grid = 2 / images.shape[-1]  # affine_grid's coordinates run from -1 to 1 across the image
+    theta = torch.stack(
+        [
+            torch.stack([cos, -sin, -shift[:, 0] * to_grid], dim=1),
+            torch.stack([sin, cos, -shift[:, 1] * to_grid], dim=1),
+        ],
+        dim=1,
+    )
+    grid = F.affine_grid(theta, list(images.shape), align_corners=False)
+    moved = F.grid_sample(images, grid, align_corners=False)
+    return (moved + noise).clamp(0, 1)
+
+
+def _one_kind_each() -> dict[str, Distortion]:
+    """The held-out distortion taken apart: each kind alone, at its full bound."""
+    d = HELD_OUT
+    return {
+        "rotated": Distortion(d.rotation, 0.0, 0.0, 0.0),
+        "zoomed": Distortion(0.0, d.scale, 0.0, 0.0),
+        "moved": Distortion(0.0, 0.0, d.shift, 0.0),
+        "noisy": Distortion(0.0, 0.0, 0.0, d.noise),
+    }
+
+
+def _below_target(
+    model: nn.Module, accuracy: float, estimate: float, images: torch.Tensor, labels: torch.Tensor
+) -> CheckError:
+    """How far the model is from the target, and which kind of change would close the gap: learning the
+    digits better (it falls short even on clean ones), or making training look like the test."""
+    clean = _held_out_accuracy(model, images, labels)
+    got = f"{accuracy:.1%}, {100 * (TARGET - accuracy):.1f} points short (your estimate {estimate:.1%})"
+    if clean < TARGET:
+        mistake = Mistake(
+            "below target on clean digits",
+            None,
+            f"even the held-out digits without any distortion score only {clean:.1%}: the model has not learned "
+            "the digits themselves well enough yet. That calls for more capacity or more (or better scheduled) "
+            "training; compare the choices on your validation part",
+        )
+    else:
+        each = {name: _held_out_accuracy(model, _distort(images, d), labels) for name, d in _one_kind_each().items()}
+        worst = min(each, key=each.get)
+        mistake = Mistake(
+            "not robust to distortions",
+            None,
+            f"the held-out digits as they are score {clean:.1%}, distorted {accuracy:.1%}: the model knows the "
+            "digits only as your training images show them. One kind of distortion at a time: "
+            + ", ".join(f"{name} {value:.0%}" for name, value in each.items())
+            + f"; the {worst} digits cost most. Make your training images look like the check's (augmentation), "
+            "and measure your estimate on distorted copies of your validation part, so that it measures what "
+            "the check does",
+        )
+    return mistake_error("the held-out accuracy is below the target", mistake, expected=f">= {TARGET:.0%}", got=got)
+
+
 def _model_and_estimate(got: Any) -> tuple[nn.Module, float]:
     __tracebackhide__ = True
     if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -1173,10 +1253,11 @@ def _estimate_error(estimate: float, accuracy: float, source: Source, held: int)
     )
 
 
-@exercise("07.3", "the capstone: 97% on held-out digits")
+@exercise("07.3", "the capstone: 94% on held-out digits, distorted")
 def check_capstone(train_capstone) -> dict:
     """Run train_capstone(images, labels) -> (model, validation accuracy) on one thread, timing its CPU;
-    measure the model on digits it never saw (a split the check makes), and where its estimate came from."""
+    measure the model on digits it never saw (a split the check makes), distorted as HELD_OUT says, and
+    where its estimate came from."""
     expect_function(train_capstone, "train_capstone")
     images, labels = load_digits_tensors()
     seen, held = digits_split(len(labels), 0.2, seed=2026)
@@ -1199,7 +1280,7 @@ def check_capstone(train_capstone) -> dict:
             expected="eval mode",
             got=f"training mode ({', '.join(training[:3])})",
         )
-    accuracy = _held_out_accuracy(model, images[held], labels[held])
+    accuracy = _held_out_accuracy(model, _distort(images[held], HELD_OUT), labels[held])
     if seconds > BUDGET:
         mistake = Mistake(
             "over budget",
@@ -1211,20 +1292,10 @@ def check_capstone(train_capstone) -> dict:
         )
     source = _source_of(estimate, log, images[seen], labels[seen])
     if accuracy < TARGET and source.trained is None:
-        mistake = Mistake(
-            "below target",
-            None,
-            "the model does not yet generalise well enough: a CNN, more epochs, "
-            "augmentation or a schedule; compare the choices on your validation part",
-        )
-        raise mistake_error(
-            "the held-out accuracy is below the target",
-            mistake,
-            expected=f">= {TARGET:.0%}",
-            got=f"{accuracy:.1%} (your estimate {estimate:.1%})",
-        )
+        raise _below_target(model, accuracy, estimate, images[held], labels[held])
     error = _estimate_error(estimate, accuracy, source, len(held))
     if error is not None:
         raise error
-    passed(f"capstone: held-out accuracy >= {TARGET:.0%} within the {BUDGET:g} s CPU budget")
-    return {"accuracy": accuracy, "estimate": estimate, "cpu_seconds": seconds}
+    passed(f"capstone: held-out accuracy on distorted digits >= {TARGET:.0%} within the {BUDGET:g} s CPU budget")
+    clean = _held_out_accuracy(model, images[held], labels[held])
+    return {"accuracy": accuracy, "clean_accuracy": clean, "estimate": estimate, "cpu_seconds": seconds}
