@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +23,7 @@ from .core import (
     mistake_error,
     passed,
     plain,
+    read_prediction,
     run_student,
 )
 
@@ -30,6 +32,7 @@ __all__ = [
     "check_amp_step",
     "check_data_parallel_grads",
     "check_ddp_equivalence",
+    "check_speedup_prediction",
     "check_rank_loader",
 ]
 
@@ -588,7 +591,101 @@ def check_ddp_equivalence(result: Any) -> None:
     raise CheckError(message)
 
 
-# ----------------------------------------------------------------------------- 10.5 the DDP data bug
+# ----------------------------------------------------------------------------- 10.4 the speed-up, derived
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalingCase:
+    """One job on 1 and on 4 GPUs: what a step computes and what DDP adds (notebook 10's table, section 3)."""
+
+    images_one_gpu: int  # images in one GPU's step, without DDP
+    images_per_gpu: int  # images on each GPU's share of a step with 4 GPUs
+    one_gpu_ms: float  # one GPU's step, measured
+    share_ms: float  # one GPU's compute on its share, with 4 GPUs
+    ddp_added_ms: float  # what DDP adds to every step with 4 GPUs
+
+
+# The inputs, from benchmarks/ddp_scaling.py on 4 H100s (benchmarks/RESULTS.md): ResNet-50 at 256 images
+# per GPU (weak scaling), and the DigitsCNN's one batch of 64 split 4 ways (strong scaling; launch-bound,
+# so 16 images take about as long as 64). DDP's share is the 4-GPU step minus the compute.
+SCALING = {
+    "ResNet-50": ScalingCase(256, 256, 64.9, 64.9, 4.8),
+    "DigitsCNN": ScalingCase(64, 16, 1.92, 1.92, 0.85),
+}
+GPUS = 4
+
+
+def speedup(case: ScalingCase, *, gpus: int = GPUS, images_scale: bool = True, ddp: bool = True) -> float:
+    """Throughput with ``gpus`` GPUs over one GPU's: images per step over the step's time (or its variants:
+    the step times' ratio alone, or DDP's cost left out)."""
+    step_ms = case.share_ms + (case.ddp_added_ms if ddp else 0.0)
+    images = gpus * case.images_per_gpu if images_scale else case.images_one_gpu
+    return (images / step_ms) / (case.images_one_gpu / case.one_gpu_ms)
+
+
+def ddp_speedups() -> tuple[float, float]:
+    """(ResNet-50, DigitsCNN): the throughput speed-up on 4 GPUs, from the step times above."""
+    return tuple(round(speedup(case), 2) for case in SCALING.values())
+
+
+def speedup_mistakes() -> dict[tuple[float, float], str]:
+    """The typical wrong predictions, each with what to tell the student."""
+    resnet, digits = SCALING.values()
+    proportional = dataclasses.replace(digits, share_ms=digits.one_gpu_ms * digits.images_per_gpu / 64)
+    right = ddp_speedups()
+    return {
+        (4.0, 1.0): "That leaves out what DDP adds to every step: the all-reduce that the backward pass cannot "
+        "hide, and the synchronisation.",
+        (round(speedup(resnet, images_scale=False), 2), right[1]): "That is the ratio of the step times; "
+        "throughput counts images, and with 4 GPUs each step handles 4 times as many of ResNet-50's.",
+        (right[0], round(GPUS * speedup(digits), 2)): "The digits' 4 GPUs share one batch of 64: a step handles "
+        "64 images whatever the number of GPUs, so only the step's time decides.",
+        (right[0], round(speedup(proportional), 2)): "That assumes a GPU's step shrinks with its share of "
+        "the batch. The digits' step is launch-bound: 16 images take about as long as 64 (notebook 09's plot).",
+    }
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _speedup_why() -> str:
+    """The derivation, with the numbers of SCALING."""
+    resnet, digits = SCALING.values()
+    right = ddp_speedups()
+    resnet_step = resnet.share_ms + resnet.ddp_added_ms
+    return (
+        f"Throughput is images per second. ResNet-50 runs {GPUS} x {resnet.images_per_gpu} images in a step of "
+        f"{resnet.share_ms:g} + {resnet.ddp_added_ms:g} ms, against {resnet.images_one_gpu} in {resnet.one_gpu_ms:g} ms: "
+        f"{GPUS} x {resnet.one_gpu_ms:g} / {resnet_step:.3g} = {right[0]}. The digits' {GPUS} GPUs share one batch of "
+        f"{digits.images_one_gpu}, and {digits.images_per_gpu} images take as long as {digits.images_one_gpu}, so the "
+        f"step only grows: {digits.one_gpu_ms:g} / ({digits.share_ms:g} + {digits.ddp_added_ms:g}) = {right[1]}."
+    )
+
+
+@exercise("10.4", "the speed-up, before the measurement")
+def check_speedup_prediction(prediction: Any) -> None:
+    """Predict-then-run: the 4-GPU throughput speed-ups (ResNet-50, DigitsCNN) from a step's compute and DDP's cost."""
+    name = "4-GPU speed-up (ResNet-50, DigitsCNN)"
+    got = read_prediction(name, prediction)
+    if not isinstance(got, tuple) or len(got) != 2 or not all(_finite_number(v) for v in got):
+        raise CheckError(
+            f"{name}: answer with two numbers, (resnet, digits)",
+            expected="a tuple of two numbers",
+            got=repr(got),
+            usage=True,
+        )
+    check_prediction(
+        name,
+        got,
+        ddp_speedups(),
+        why=_speedup_why(),
+        mistakes=speedup_mistakes(),
+        ask="for each job, how many images does one step of 4 GPUs handle, and how long does that step take",
+    )
+
+
+# ----------------------------------------------------------------------------- 10.6 the DDP data bug
 
 LOADER_CASES = ((50, 2, 8), (50, 3, 8))  # (dataset size, world size, batch size)
 
@@ -715,7 +812,7 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
     return None
 
 
-@exercise("10.5", "the data of a DDP script")
+@exercise("10.6", "the data of a DDP script")
 def check_rank_loader(rank_loader_fixed: Any) -> None:
     """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 and 1:
     disjoint equal parts that cover the data, shuffled, reshuffled each epoch (read from a dataset of indices)."""

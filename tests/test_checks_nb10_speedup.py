@@ -1,0 +1,68 @@
+"""Exercise 10.4 (the speed-up, before the measurement): the 4-GPU throughput speed-ups of
+ResNet-50 (weak scaling) and the DigitsCNN (strong scaling), predicted from a step's compute and
+DDP's cost; the first answer is committed, each typical wrong answer gets its note."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import labsupport as lab
+from labsupport.checks import nb10_scaling_up as nb10
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "10_scaling_up.ipynb"
+
+
+def test_the_derivation_gives_the_measured_speedups():
+    # benchmarks/RESULTS.md: 3,940 -> 14,700 img/s (3.72x) and 33,400 -> 23,100 img/s (0.69x)
+    assert nb10.ddp_speedups() == (3.72, 0.69)
+
+
+def test_the_notebook_states_the_checks_inputs():
+    text = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"])
+    for case in nb10.SCALING.values():
+        for value in (case.one_gpu_ms, case.ddp_added_ms):
+            assert re.search(rf"\b{value:g} ms", text), value
+
+
+@pytest.mark.parametrize("answer", [(3.72, 0.69), (3.7, 0.7), [3.6, 0.68]])
+def test_a_right_prediction_passes(answer, capsys):
+    lab.check_speedup_prediction(answer)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  4-GPU speed-up (ResNet-50, DigitsCNN): (3.72, 0.69) is right")
+    assert "4 x 64.9 / 69.7 = 3.72" in out and "1.92 / (1.92 + 0.85) = 0.69" in out
+
+
+NOTES = {
+    (4.0, 1.0): "leaves out what DDP adds",
+    (0.93, 0.69): "the ratio of the step times",
+    (3.72, 2.77): "share one batch of 64",
+    (3.72, 1.44): "launch-bound",
+}
+
+
+def test_every_listed_mistake_has_a_test():
+    assert list(nb10.speedup_mistakes()) == list(NOTES)
+
+
+@pytest.mark.parametrize("answer", list(NOTES))
+def test_each_wrong_prediction_gets_its_note_and_keeps_the_first_answer(answer, capsys):
+    lab.check_speedup_prediction(answer)
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT  4-GPU speed-up (ResNet-50, DigitsCNN): what happens is (3.72, 0.69)")
+    assert NOTES[answer] not in first  # the note comes once the student has been asked to explain
+    lab.check_speedup_prediction((3.72, 0.69))
+    second = capsys.readouterr().out
+    assert "PASS" not in second and NOTES[answer] in second
+
+
+@pytest.mark.parametrize(
+    "answer", [None, 3.72, "fast", (3.72,), (3.72, 0.69, 1.0), ("3.72", 0.69), (True, 1), (float("nan"), 1)], ids=repr
+)
+def test_what_is_no_prediction_of_two_numbers_is_refused_and_not_committed(answer, capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_speedup_prediction(answer)
+    assert info.value.usage
+    lab.check_speedup_prediction((3.72, 0.69))  # the first valid answer is the one committed
+    assert capsys.readouterr().out.startswith("PASS")
