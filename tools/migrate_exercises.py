@@ -15,8 +15,8 @@ defined"), which every tool reads from then on:
 - written answer: ``{"exercise": "06.2", "role": "answer", "points": 0}``, and
   ``"role": ["heading", "answer"]`` when the question sits under its heading in the same cell.
 
-The points are what tools/grade.py gave before: 1 for an exercise with a check, 0 for a written
-answer (collected, never scored). Every cell also gets an id unique across the series: ``nbNN-``
+The points are what tools/grade.py gave before: 1 for an exercise with a check; for a written
+answer its rubric's total (``**Rubric** (3 points)``, scored by hand), 0 where it has no rubric. Every cell also gets an id unique across the series: ``nbNN-``
 and a token (its old id, else a random one); the tools keep ids from then on.
 
 Only cells' ids and ``lab`` metadata change: sources, outputs, the other metadata and the
@@ -152,6 +152,15 @@ def _next_code_cell(cells: list, index: int) -> int | None:
     return None
 
 
+_RUBRIC = re.compile(r"^\*\*Rubric\*\* \((\d+) points?\)", re.MULTILINE)
+
+
+def _rubric_points(source: str) -> int:
+    """A written answer's points: its rubric's total (``**Rubric** (3 points)``), 0 without a rubric."""
+    found = _RUBRIC.search(source)
+    return int(found.group(1)) if found else 0
+
+
 def _mark(cell, ex_id: str, role, points: float | None = None) -> None:
     """Write ``{"exercise": ex_id, "role": role[, "points": points]}`` into the cell's metadata."""
     have = cell.metadata.get(student.LAB)
@@ -200,7 +209,7 @@ def annotate(nb: nbformat.NotebookNode, name: str) -> list[str]:
                 _mark(cells[j], ex_id, "check")
                 parts.append(f"check cell {j}")
         else:
-            _mark(cell, ex_id, ["heading", "answer"] if own else "answer", 0)
+            _mark(cell, ex_id, ["heading", "answer"] if own else "answer", _rubric_points(cell.source))
             parts.append(f"{'heading and ' if own else ''}answer cell {i}")
         if heading is not None and not own:
             _mark(cells[heading], ex_id, "heading")
