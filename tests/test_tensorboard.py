@@ -669,12 +669,17 @@ def test_hparams_screenshot(tensorboard, tmp_path):
 def test_importing_labsupport_points_the_inline_frame_at_the_labs_address(monkeypatch):
     # $TENSORBOARD_PROXY_URL is the address the %tensorboard magic's frame loads: importing
     # labsupport sets it to lab.tb.INLINE_URL, and keeps one a JupyterHub proxy set
-    code = "import os, labsupport; print(os.environ.get('TENSORBOARD_PROXY_URL'))"
+    # (one fresh Python for both: the second case imports labsupport.tb again, under a proxy's address)
+    code = (
+        "import importlib, os, labsupport\n"
+        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
+        "os.environ['TENSORBOARD_PROXY_URL'] = '/proxy/%PORT%/'\n"
+        "importlib.reload(labsupport.tb)\n"
+        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
+    )
     env = {k: v for k, v in os.environ.items() if k != "TENSORBOARD_PROXY_URL"}
-    for given, expected in ((None, lab.tb.INLINE_URL), ("/proxy/%PORT%/", "/proxy/%PORT%/")):
-        run_env = env if given is None else {**env, "TENSORBOARD_PROXY_URL": given}
-        done = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, timeout=120)
-        assert done.stdout.strip() == expected, done.stderr[-2000:]
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == [lab.tb.INLINE_URL, "/proxy/%PORT%/"], done.stderr[-2000:]
     import IPython.display
     from tensorboard import notebook
 
