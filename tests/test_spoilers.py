@@ -104,7 +104,7 @@ def test_no_line_of_the_student_edition_reads_as_a_marker(path):
 # line (03.5's in-place update, 08.2's freeze), so every solution line that does something (an
 # operator or a call) and is long enough to be specific is looked for, whitespace and comments
 # set aside, in every cell a student reads: code outside the solution regions, comments, and the
-# code spans of markdown, in every notebook of the series.
+# code spans of markdown, in every notebook of the series, and in labsupport's docstring examples.
 TOKEN = re.compile(r"\d+\.?\d*(?:e[-+]?\d+)?|\w+|\*\*=?|//=?|->|[-+*/@%&|^<>!=]=|[^\s\w]")
 OPERATORS = {
     "=",
@@ -209,6 +209,7 @@ def readable_texts(cells):
 
 
 READABLE = {p.name: readable_texts(json.loads(p.read_text())["cells"]) for p in NOTEBOOKS}
+READABLE["labsupport docstrings"] = [f" {' '.join(tokens(line))} " for line in docstring_example_lines()]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
