@@ -78,11 +78,13 @@ student: $(STAMP)
 # $(TEST_RUNS) starts empty: the TensorBoard tests must see this run's logs only.
 # TORCHINDUCTOR_VEC_ISA_OK=1: torch.compile (notebook 09) trusts the CPU's own list of SIMD
 # instruction sets instead of test-compiling a program for each, ~15 s of a machine's first compile.
+# notebooks/ comes first: xdist hands out groups in the order collected, and the notebooks are the
+# longest ones (a long group handed out last would leave the other workers idle at the end).
 test: $(STAMP)
 	rm -rf $(TEST_RUNS)
 	LAB_RUNS_DIR=$(TEST_RUNS) OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TORCHINDUCTOR_VEC_ISA_OK=1 $(BIN)/python -m pytest \
 	    -n $(TEST_JOBS) --dist loadscope \
-	    tests labsupport --doctest-modules notebooks --nbval \
+	    notebooks --nbval tests labsupport --doctest-modules \
 	    --nbval-sanitize-with tests/nbval_sanitize.cfg -q $(PYTEST_ARGS)
 
 # ruff's lint and format check (settings in pyproject.toml); tests/test_style.py runs the same in `make test`.
