@@ -150,6 +150,8 @@ def graded(tmp_path_factory):
     real = nbformat.read(REAL, as_version=4)
     _write(sub / "real_full", "notebook1.ipynb", real)
     _write(sub / "real_blank", "01_tensors.ipynb", student.make_edition(real, REAL).notebook)
+    _write(sub / "real_forged", "01_tensors.ipynb", _forged(student.make_edition(real, REAL).notebook))
+    _write(sub / "real_copied", "01_tensors.ipynb", _copied(student.make_edition(real, REAL).notebook))
     # fork=True: the opt-in zygote is the path with most to attack (a kernel asking it for another).
     cfg = grade.Config(src=str(src_dir), extra=str(extra), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096, fork=True)
     t0 = time.perf_counter()
@@ -157,6 +159,38 @@ def graded(tmp_path_factory):
     seconds = time.perf_counter() - t0
     time.sleep(1.0)  # give the hostile student's background process its chance to strike
     return {"table": table, "out": out, "tmp": tmp, "seconds": seconds, "real": grade.load_source(REAL)}
+
+
+# A forged kernel on notebook 01 (every answer left unwritten): IPython's error display and custom
+# exception handler replaced, torch's comparisons patched, PASS lines printed. The grader runs 01's
+# checks itself (tools/judge.py), so none of it earns a point.
+FORGE = """\
+import torch
+get_ipython().showtraceback = lambda *a, **k: print("PASS  ok")
+get_ipython().set_custom_exc((BaseException,), lambda *a, **k: print("PASS  ok"))
+torch.allclose = torch.equal = lambda *a, **k: True
+print("PASS  everything")
+"""
+
+
+def _role(cell) -> tuple:
+    lab = cell.get("metadata", {}).get("lab") or {}
+    role = lab.get("role")
+    return lab.get("exercise"), role if isinstance(role, str) else "+".join(role or [])
+
+
+def _forged(ed):
+    first = next(i for i, c in enumerate(ed.cells) if (c.metadata.get("lab") or {}).get("role") == "solution")
+    ed.cells[first].source = FORGE + ed.cells[first].source
+    return ed
+
+
+def _copied(ed):
+    """01.1 answered with labsupport's own reference: right values, not the student's code."""
+    cell = next(c for c in ed.cells if _role(c) == ("01.1", "solution"))
+    cell.source = "def pairwise_sq_dists(a, b):\n    from labsupport.checks import nb01_tensors\n"
+    cell.source += "    return nb01_tensors._pairwise_reference(a, b)"
+    return ed
 
 
 EXTRA = """\
@@ -481,3 +515,13 @@ def test_the_real_notebook(graded):
     text = _feedback(graded, "real_blank", "01_tensors")
     assert "not written yet" in text and "PASS" not in text
     assert "matched to 01_tensors by content" in _feedback(graded, "real_full", "01_tensors")
+
+
+def test_the_real_notebook_is_judged_by_the_grader(graded):
+    solved = {k: r for k, r in _results(graded, "real_full").items() if "max_points" in r}
+    assert solved and all(r["verdict"] == "grader" and r["points"] == r["max_points"] for r in solved.values())
+    forged = {k: r for k, r in _results(graded, "real_forged").items() if "max_points" in r}
+    assert forged and all(r["points"] == 0 and "failed" in r["detail"] for r in forged.values()), forged
+    copied = _results(graded, "real_copied")["01.1"]
+    assert copied["points"] == 0 and "imports labsupport" in copied["feedback"]
+    assert "passed" in copied["detail"]  # its values were right: the code analysis is what stops it

@@ -395,69 +395,6 @@ def test_the_checks_the_grader_judges_are_pinned():
         assert (mode == "value") == check.endswith("_prediction"), check
 
 
-FORGE = """\
-import torch
-get_ipython().showtraceback = lambda *a, **k: print("PASS  ok")
-get_ipython().set_custom_exc((BaseException,), lambda *a, **k: print("PASS  ok"))
-torch.allclose = torch.equal = lambda *a, **k: True
-print("PASS  everything")
-"""
-
-
-@pytest.fixture(scope="module")
-def real(tmp_path_factory):
-    """Notebooks 01 and 02 as solved, and forged: every answer unwritten, the kernel tampered with."""
-    tmp = tmp_path_factory.mktemp("real")
-    (tmp / "notebooks").mkdir()
-    sub = tmp / "handed_in"
-    for name in ("01_tensors", "02_manual_backprop"):
-        path = ROOT / "notebooks" / f"{name}.ipynb"
-        (tmp / "notebooks" / path.name).write_bytes(path.read_bytes())
-        solved = nbformat.read(path, as_version=4)
-        ed = student.make_edition(solved, path).notebook
-        first = next(i for i, c in enumerate(ed.cells) if (c.metadata.get("lab") or {}).get("role") == "solution")
-        ed.cells[first].source = FORGE + ed.cells[first].source
-        for who, nb in (("solved", solved), ("forged", ed)):
-            (sub / who).mkdir(parents=True, exist_ok=True)
-            nbformat.write(nb, sub / who / path.name)
-    copied = "def pairwise_sq_dists(a, b):\n    from labsupport.checks import nb01_tensors\n"
-    copied += "    return nb01_tensors._pairwise_reference(a, b)"
-    ed = student.make_edition(nbformat.read(ROOT / "notebooks" / "01_tensors.ipynb", 4), "01_tensors.ipynb").notebook
-    cell = next(
-        c for c in ed.cells if (c.metadata.get("lab") or {}).get("exercise") == "01.1" and c.cell_type == "code"
-    )
-    cell.source = copied
-    (sub / "copied").mkdir()
-    nbformat.write(ed, sub / "copied" / "01_tensors.ipynb")
-    cfg = grade.Config(src=str(tmp / "notebooks"), timeout=60, cell_timeout=300, fork=True)
-    grade.grade(sub, tmp / "out", jobs=2, cfg=cfg)
-    lines = (tmp / "out" / "results.jsonl").read_text().splitlines()
-    return [r for r in map(json.loads, lines) if "max_points" in r]
-
-
-def test_the_solved_notebooks_score_full_marks_through_the_grader(real):
-    solved = [r for r in real if r["student"] == "solved"]
-    assert {r["exercise"] for r in solved} >= {"01.1", "01.2", "01.6", "02.1", "02.3", "02.5"}
-    for r in solved:
-        assert r["points"] == r["max_points"], r
-        assert (r.get("verdict") == "grader") == (r["exercise"] != "02.4"), r  # 02.4 passes a function in
-
-
-def test_a_forged_kernel_scores_nothing_on_the_real_checks(real):
-    forged = [r for r in real if r["student"] == "forged"]
-    judged = [r for r in forged if r.get("verdict") == "grader"]
-    assert len(judged) >= 10 and all(r["points"] == 0 and "failed" in r["detail"] for r in judged), judged
-    for r in forged:  # the kernel's verdict (02.4 takes a function): forgeable, so the row is flagged
-        if r.get("verdict") != "grader" and r["points"]:
-            assert any(o["flags"] for o in forged if o["notebook"] == r["notebook"]), r
-
-
-def test_labsupport_s_own_reference_scores_nothing(real):
-    copied = next(r for r in real if r["student"] == "copied" and r["exercise"] == "01.1")
-    assert copied["points"] == 0 and "imports labsupport" in copied["feedback"]
-    assert "passed" in copied["detail"]  # the values were right: the code analysis is what stops it
-
-
 @pytest.mark.skipif(
     not os.environ.get("LAB_GRADE_ALL"), reason="every notebook: about 7 minutes on 2 cores (LAB_GRADE_ALL=1)"
 )

@@ -1486,6 +1486,9 @@ def mistake_of(result: dict) -> str:
     found = _NAMED.search(result.get("feedback", "")) or _MISTAKE.search(result.get("feedback", ""))
     if found:
         return found.group(1).strip().rstrip(".")
+    answered = judge.recorded_answer([{"output_type": "stream", "text": result.get("feedback", "")}])
+    if answered[0]:  # a prediction judged NOT RIGHT: the class report counts each wrong answer
+        return f"predicted {answered[1]!r}"
     if "additional test of your instructor" in result.get("feedback", ""):
         return "an instructor-only case failed"
     return _OTHER_REASONS.get(result.get("status", ""), "failed, no named mistake")
