@@ -263,6 +263,8 @@ def test_a_prediction_is_judged_on_the_first_recorded_answer(graded):
     rows = _rows(graded)
     assert rows["first_wrong"]["99.3"] == "0" and rows["first_right"]["99.3"] == "1"
     assert "first answer your notebook recorded: 'slice'" in _results(graded, "first_wrong")["99.3"]["note"]
+    assert not _results(graded, "first_wrong")["99.3"]["flags"]  # changing a wrong answer is how one learns
+    assert "was the notebook's stored output edited?" in _results(graded, "first_right")["99.3"]["flags"][0]
 
 
 def test_partial_credit_counts_the_cases_passed(graded):
@@ -377,6 +379,7 @@ PINNED = {
             "check_vgg_share_prediction",
             "check_fullgraph_prediction",
             "check_to_prediction",
+            "check_speedup_prediction",
         ],
         "value",
     ),

@@ -593,9 +593,10 @@ def _plan(src: Source, sub, student_id: str, cfg: Config):
         res["note"] = slot.note
         if slot.code is None:
             res.update(status="missing", feedback=slot.note)
-        elif trusted_mode(ex, cfg):  # the grader judges it: only code that may run the lab's own code matters
+        elif trusted_mode(ex, cfg):  # the grader judges it: code that may run the lab's own code costs the point
             res["reaches"] = uses_lab_code(slot.code, src.allowed)
-            res["flags"] += [f"review it: {why}" for why in res["reaches"]]
+            reasons = dict.fromkeys([*res["reaches"], *suspicious(slot.code)])
+            res["flags"] += [f"review it: {why}" for why in reasons]
         else:
             res["flags"] += [f"review it: {why}" for why in suspicious(slot.code)]
     last = max([e.check_cell or e.cell for e in src.exercises], default=-1)
@@ -743,9 +744,13 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if verdict.outcome != "ok":
         return verdict.outcome
     if answer[0]:
-        res["note"] = (
-            res["note"] + "\n" if res["note"] else ""
-        ) + f"graded the first answer your notebook recorded: {answer[1]!r}"
+        recorded = f"graded the first answer your notebook recorded: {answer[1]!r}"
+        res["note"] = f"{res['note']}\n{recorded}" if res["note"] else recorded
+        if verdict.passed and _answer_words(verdict.current) != _answer_words(answer[1]):
+            res["flags"].append(
+                f"review it: the recorded first answer {answer[1]!r} is right but the answer cell now says "
+                f"{verdict.current!r} (was the notebook's stored output edited?)"
+            )
     top = res["max_points"]
     first = verdict.feedback.splitlines()[0] if verdict.feedback else ""
     res["detail"] = f"the grader's own run of the check: {'passed' if verdict.passed else 'failed'}: {first}"[:500]
@@ -768,6 +773,15 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if res["status"] != "pass" and res["points"] > 0:
         res["status"] = "partial"
     return ""
+
+
+def _answer_words(value: object) -> object:
+    """A prediction compared as the checks compare it: words lower-cased, lists as tuples."""
+    if isinstance(value, str):
+        return value.strip().lower()
+    if isinstance(value, (list, tuple)):
+        return tuple(_answer_words(v) for v in value)
+    return value
 
 
 def _extras(kernel: Kernel, src: Source, results: dict, nb, clean: list[int]) -> None:

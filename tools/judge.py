@@ -77,6 +77,7 @@ TRUSTED: dict[str, str] = {
     "check_vgg_share_prediction": "value",
     "check_fullgraph_prediction": "value",
     "check_to_prediction": "value",
+    "check_speedup_prediction": "value",
 }
 
 MIME = "application/x-lab-grade"  # the kernel's replies: display data of this type, base64 of torch.save
@@ -510,6 +511,7 @@ class Verdict:
     fraction: float = 0.0  # the share of points: 1 on a pass, else the cases passed (partial credit)
     outcome: str = "ok"  # "ok", or "timeout" / "dead" when the kernel was lost while answering
     cases: tuple[int, int] = (0, 0)  # (passed, run) over the check's run_cases calls, with partial credit
+    current: Any = None  # the kernel's value of the first argument (a prediction: the answer cell's now)
 
     @property
     def fraction_if_failed(self) -> float:
@@ -568,10 +570,13 @@ def judge(
     except (NameError, NoReply) as exc:
         return Verdict(False, f"{type(exc).__name__}: {exc}")
     args = [objects[a] if isinstance(a, str) else a.value for a in call.args]
+    current = args[0] if args else None
     if answer[0] and args:
         args[0] = plain(answer[1])
     kwargs = {k: objects[v] if isinstance(v, str) else v.value for k, v in call.kwargs.items()}
-    return _run_check(check, args, kwargs, checks, partial=partial, timeout=timeout)
+    verdict = _run_check(check, args, kwargs, checks, partial=partial, timeout=timeout)
+    verdict.current = current
+    return verdict
 
 
 def _fresh(module: Any, timeout: float) -> None:
