@@ -9,6 +9,7 @@ import torch
 
 import labsupport as lab
 from labsupport.checks import nb09_static_and_dynamic_graphs as nb09
+from labsupport.checks import running
 
 NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "09_static_and_dynamic_graphs.ipynb"
 
@@ -162,3 +163,13 @@ def test_what_the_check_cannot_use_is_answered(student, message):
     with pytest.raises(lab.CheckError) as info:
         lab.check_fullgraph_fix(student)
     assert message in str(info.value)
+
+
+def test_a_function_that_never_returns_is_stopped(monkeypatch):
+    def endless(x):
+        while True:
+            pass
+
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
+        lab.check_fullgraph_fix(endless)

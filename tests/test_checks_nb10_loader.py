@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import labsupport as lab
 from labsupport.checks import nb10_scaling_up as nb10
+from labsupport.checks import running
 
 
 def fixed(dataset, rank, world_size, epoch, batch_size=32):
@@ -113,3 +114,17 @@ def test_what_the_check_cannot_use_is_answered(student, message):
     with pytest.raises(lab.CheckError) as info:
         lab.check_rank_loader(student)
     assert message in str(info.value)
+
+
+def test_a_loader_that_never_ends_is_stopped(monkeypatch):
+    def endless_batches():
+        while True:
+            yield (torch.arange(3),)
+
+    class Endless:
+        def __iter__(self):
+            return endless_batches()
+
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
+    with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
+        lab.check_rank_loader(lambda *args: Endless())
