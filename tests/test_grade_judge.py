@@ -22,7 +22,7 @@ from nbformat.v4 import new_markdown_cell as md
 from nbformat.v4 import new_notebook, new_output
 
 from tools import grade, judge, migrate_exercises, student
-from tools.flags import uses_lab_code
+from tools.flags import forging, suspicious, uses_lab_code
 
 TINY_CHECKS = '''\
 """A torch-free stand-in for labsupport's checks (tests/test_grade_judge.py)."""
@@ -244,7 +244,16 @@ def test_the_kernels_verdict_is_flagged_where_it_was_forged(graded):
     rows = _rows(graded)
     for who in ("showtraceback", "custom_exc", "transformer", "patched_check", "patched_engine"):
         assert rows[who]["review"], who  # 99.4's point came from the kernel: an instructor reads it
-    assert not rows["honest"]["review"]
+        assert rows[who]["99.4"] == "0" and _results(graded, who)["99.4"]["status"] == "held", who
+        assert "held at 0 until your instructor has read the code of 99.1" in _results(graded, who)["99.4"]["feedback"]
+    assert not rows["honest"]["review"] and rows["honest"]["99.4"] == "1"
+
+
+def test_only_code_that_changes_how_checks_run_holds_points():
+    assert forging(suspicious("class Net:\n    def __init__(self):\n        setattr(self, 'w', 1)")) == []
+    assert forging(suspicious("import os\nx = os.environ.get('HOME')")) == []
+    assert forging(suspicious("setattr(lab, 'check_relu', print)"))
+    assert forging(suspicious("import torch as t\nsetattr(t, 'allclose', lambda *a: True)"))
 
 
 def test_the_checks_own_reference_scores_nothing(graded):

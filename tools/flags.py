@@ -208,6 +208,12 @@ class _Visitor(ast.NodeVisitor):
                         self.add(f"a class that defines {target.id}")
         self.generic_visit(node)
 
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func.id if isinstance(node.func, ast.Name) else ""
+        if func in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.guarded:
+            self.add(f"{func}() on an attribute of {_root(node.args[0])} (the lab's checks or torch)")
+        self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> None:
         if node.id in _CALLS:
             self.add(_CALLS[node.id])
@@ -327,3 +333,46 @@ def lab_names_used(sources: list[str]) -> set[str]:
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "lab":
                 found.add(node.attr)
     return found
+
+
+# Reasons of :func:`suspicious` that change how the checks run in the kernel (its error display,
+# its input, the lab's or torch's functions, equality itself): on an exercise judged in its kernel,
+# they hold the notebook's kernel-judged points at 0 until an instructor has read the code.
+_FORGING = (
+    "IPython",
+    "get_ipython",
+    "set_custom_exc",
+    "traceback display",
+    "input transformer",
+    "AST transformer",
+    "runs IPython cells",
+    "kernel's namespace",
+    "event callback",
+    "an attribute of",
+    "sys.modules",
+    "builtins",
+    "frame access",
+    "walks the heap",
+    "garbage collector",
+    "ctypes",
+    "exec()",
+    "eval()",
+    "compile()",
+    "__import__",
+    "importlib",
+    "globals()",
+    "__globals__",
+    "__code__",
+    "__closure__",
+    "__subclasses__",
+    "__dict__",
+    "__setattr__",
+    "__delattr__",
+    "a class that defines",
+    "assigns __",
+)
+
+
+def forging(reasons: list[str]) -> list[str]:
+    """The reasons (of :func:`suspicious`) that could change a check's verdict in the kernel."""
+    return [r for r in reasons if any(key in r for key in _FORGING)]

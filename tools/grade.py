@@ -79,7 +79,7 @@ import nbformat
 
 from . import forkkernel, grade_kernel, judge
 from . import student as edition  # the markers, labels and the student edition
-from .flags import lab_names_used, suspicious, uses_lab_code
+from .flags import forging, lab_names_used, suspicious, uses_lab_code
 from .grade_kernel import ZYGOTE_VARIABLE
 from .runner import notebook_client
 
@@ -593,7 +593,9 @@ def _plan(src: Source, sub, student_id: str, cfg: Config):
         res["note"] = slot.note
         if slot.code is None:
             res.update(status="missing", feedback=slot.note)
-        elif trusted_mode(ex, cfg):  # the grader judges it: code that may run the lab's own code costs the point
+            continue
+        res["forging"] = forging(suspicious(slot.code))  # holds the points the kernel judges (_hold)
+        if trusted_mode(ex, cfg):  # the grader judges it: code that may run the lab's own code costs the point
             res["reaches"] = uses_lab_code(slot.code, src.allowed)
             reasons = dict.fromkeys([*res["reaches"], *suspicious(slot.code)])
             res["flags"] += [f"review it: {why}" for why in reasons]
@@ -680,6 +682,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     for res in results.values():
         if res["status"] == "not run":
             res["feedback"] = ("not graded: " + broken) if broken else "not graded: no check cell follows it"
+    _hold(src, results, cfg)
     return {
         "results": list(results.values()),
         "written": written,
@@ -773,6 +776,25 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if res["status"] != "pass" and res["points"] > 0:
         res["status"] = "partial"
     return ""
+
+
+def _hold(src: Source, results: dict, cfg: Config) -> None:
+    """Points judged in the kernel are held at 0 when any exercise cell of the notebook changes how checks
+    run there (IPython's hooks, the lab's or torch's attributes, builtins...: tools/flags.forging): one
+    cell's patch reaches every later check of that kernel. The instructor restores them (manual.csv)."""
+    forged = [ex.id for ex in src.exercises if results[ex.id].get("forging")]
+    if not forged:
+        return
+    for ex in src.exercises:
+        res = results[ex.id]
+        if not trusted_mode(ex, cfg) and res["points"] > 0:
+            res.update(
+                points=0.0,
+                status="held",
+                feedback=res["feedback"] + f"\n(held at 0 until your instructor has read the code of "
+                f"{', '.join(forged)}: it changes how the checks run in your kernel)",
+            )
+            res["flags"] = res["flags"] or [f"review it: held because of the code of {', '.join(forged)}"]
 
 
 def _answer_words(value: object) -> object:
@@ -1071,6 +1093,7 @@ _STATUS_WORDS = {
     "crashed": "✗ crashed",
     "not run": "✗ not graded",
     "partial": "◐ partly passed",
+    "held": "⏸ held for your instructor's review",
 }
 
 
@@ -1490,6 +1513,7 @@ _OTHER_REASONS = {
     "timeout": "timed out",
     "crashed": "kernel died",
     "not run": "not graded",
+    "held": "held for review (code that changes how checks run)",
 }
 
 
