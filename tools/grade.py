@@ -480,7 +480,7 @@ class Kernel:
         self.sandbox = json.loads(self.env["LAB_GRADE_SANDBOX"])
 
     def start(self) -> None:
-        if self.starts == 0 and os.geteuid() == 0:
+        if self.starts == 0 and hasattr(os, "geteuid") and os.geteuid() == 0:
             self.mounted = grade_kernel.mount_scratch(str(self.scratch), self.cfg.disk_mb) or "mounted"
         for sub in ("tmp", "mpl", "ipython", "cache", "runs"):
             (self.scratch / sub).mkdir(parents=True, exist_ok=True)
