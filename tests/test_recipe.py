@@ -41,8 +41,10 @@ CELLS = [
 
 
 def section_6() -> str:
+    """Section 6 of the docs, up to the next section's heading."""
     text = DOCS.read_text()
-    return text[text.index("## 6. Adding an exercise") : text.index("## 7. ")]
+    start = text.index("## 6. Adding an exercise")
+    return text[start : text.index("\n## ", start)]
 
 
 def recipe_commands() -> list[list[str]]:
