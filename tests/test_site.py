@@ -155,39 +155,49 @@ def test_pages_load_nothing_from_the_network(built):
         assert "cdnjs" not in raw and "mermaid" not in raw.lower(), f"{page.name} still names a CDN or mermaid"
 
 
+def one_page_of(built: Path, pages: list[Path]) -> str:
+    """The first page, with the bodies of the others appended to its own and PROBE last: one
+    Chromium run typesets every formula of the site under the pages' shared MathJax setup (one
+    launch instead of one per page)."""
+    first = (built / f"{pages[0].stem}.html").read_text()
+    bodies = [re.search(r"<body[^>]*>(.*)</body>", (built / f"{p.stem}.html").read_text(), re.S) for p in pages[1:]]
+    assert all(bodies), "a page of the site has no <body>"
+    return first.replace("</body>", "".join(b.group(1) for b in bodies) + PROBE, 1)
+
+
 def test_math_renders_offline_in_headless_chromium(built, tmp_path):
     chromium = chromium_or_skip()
     pages = [p for p in NOTEBOOKS if has_math(p)]
     assert pages, "no notebook has math: the test checks nothing"
-    for path in pages:
-        probe = built / f"probe-{path.stem}.html"  # next to the page: mathjax/ resolves alike
-        probe.write_text((built / f"{path.stem}.html").read_text().replace("</body>", PROBE, 1))
-        try:
-            proc = subprocess.run(
-                [*offline_chromium(chromium, tmp_path / "profile"), "--virtual-time-budget=30000", "--dump-dom"]
-                + [probe.as_uri()],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-        finally:
-            probe.unlink()
-        dom = proc.stdout
-        found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
-        assert found, f"{path.stem}: the page never finished loading:\n{proc.stderr[-1500:]}"
-        report = json.loads(html.unescape(found.group(1)))
-        assert report["mathjax"], f"{path.stem}: MathJax did not load from {website.MATHJAX_DIR}/"
-        assert not [u for u in report["urls"] if not u.startswith("file:")], f"{path.stem} fetched {report['urls']}"
-        assert "STIXMathJax_Main:loaded" in report["fonts"], f"{path.stem}: math fonts not loaded: {report['fonts']}"
-        formulas = len(re.findall(r'<script type="math/tex', dom))
-        frames = len(re.findall(r'id="MathJax-Element-\d+-Frame"', dom))
-        assert formulas and frames == formulas, f"{path.stem}: {frames} of {formulas} formulas typeset"
-        seen = RenderedText()
-        seen.feed(dom)
-        raw = RAW_TEX.search("".join(seen.text))
-        assert not raw, f"{path.stem}: raw TeX left on the page: {raw.group(0)!r}"
-        errors = {c for c in seen.classes if c in ("merror", "noError", "MathJax_Error")}
-        assert not errors, f"{path.stem}: MathJax reports TeX errors ({errors})"
+    probe = built / "probe-math.html"  # next to the pages: mathjax/ resolves alike
+    probe.write_text(one_page_of(built, pages))
+    try:
+        proc = subprocess.run(
+            [*offline_chromium(chromium, tmp_path / "profile"), "--virtual-time-budget=60000", "--dump-dom"]
+            + [probe.as_uri()],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        probe.unlink()
+    where = f"the pages with math ({', '.join(p.stem for p in pages)}) in one"
+    dom = proc.stdout
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert found, f"{where}: the page never finished loading:\n{proc.stderr[-1500:]}"
+    report = json.loads(html.unescape(found.group(1)))
+    assert report["mathjax"], f"{where}: MathJax did not load from {website.MATHJAX_DIR}/"
+    assert not [u for u in report["urls"] if not u.startswith("file:")], f"{where} fetched {report['urls']}"
+    assert "STIXMathJax_Main:loaded" in report["fonts"], f"{where}: math fonts not loaded: {report['fonts']}"
+    formulas = len(re.findall(r'<script type="math/tex', dom))
+    frames = len(re.findall(r'id="MathJax-Element-\d+-Frame"', dom))
+    assert formulas and frames == formulas, f"{where}: {frames} of {formulas} formulas typeset"
+    seen = RenderedText()
+    seen.feed(dom)
+    raw = RAW_TEX.search("".join(seen.text))
+    assert not raw, f"{where}: raw TeX left on the page: {raw.group(0)!r}"
+    errors = {c for c in seen.classes if c in ("merror", "noError", "MathJax_Error")}
+    assert not errors, f"{where}: MathJax reports TeX errors ({errors})"
 
 
 def test_blurb_keeps_inline_code_and_drops_emphasis():
