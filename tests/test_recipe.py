@@ -100,6 +100,10 @@ def test_following_the_recipe_adds_a_working_exercise(lab_copy):
     assert set(roles) == {"heading", "solution", "check"}
     assert roles["solution"].metadata["lab"]["points"] == 1
     assert "PASS  doubling: 2 cases match 2 * x" in "".join(o.get("text", "") for o in roles["check"].outputs)
+    # And regenerating changed nothing else, to the byte: without the three new cells, the notebook is
+    # the stored one (this stands for `make regenerate` on every notebook: same seeds, same outputs).
+    nb.cells = [c for c in nb.cells if c.metadata.get("lab", {}).get("exercise") != "01.7"]
+    assert nbformat.writes(nb) + "\n" == (ROOT / "notebooks" / f"{STEM}.ipynb").read_text()
     # Step 5: the student edition carries the exercise, without its answer.
     proc = run(lab_copy, ["-m", "tools.student", "build", "--out", "student"])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
