@@ -408,7 +408,7 @@ def test_the_checks_the_grader_judges_are_pinned():
 
 
 @pytest.mark.skipif(
-    not os.environ.get("LAB_GRADE_ALL"), reason="every notebook: about 7 minutes on 2 cores (LAB_GRADE_ALL=1)"
+    not os.environ.get("LAB_GRADE_ALL"), reason="every notebook: about 5 minutes on 2 cores (LAB_GRADE_ALL=1)"
 )
 def test_every_check_the_grader_judges_gives_full_marks_to_its_solved_notebook(tmp_path):
     """What make grade's canary checks on every run, for the whole series at once."""
