@@ -125,6 +125,7 @@ def test_a_loader_that_never_ends_is_stopped(monkeypatch):
         def __iter__(self):
             return endless_batches()
 
-    monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
-    with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
+    # cut off after one epoch's worth of batches, by count: no clock, no memory growing meanwhile
+    monkeypatch.setattr(running, "TIME_LIMIT", 30)
+    with pytest.raises(lab.CheckError, match="it does not end after one epoch"):
         lab.check_rank_loader(lambda *args: Endless())

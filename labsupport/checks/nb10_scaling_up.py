@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -695,6 +696,11 @@ def _index_dataset(n: int) -> torch.utils.data.TensorDataset:
     return torch.utils.data.TensorDataset(torch.arange(n))
 
 
+def _first_items(iterable: Any, limit: int) -> list:
+    """At most ``limit`` items of ``iterable``: a loader that never ends is cut off here, whatever the clock says."""
+    return list(itertools.islice(iterable, limit))
+
+
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
     """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
     loader = run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
@@ -702,8 +708,17 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
         raise CheckError(
             "rank_loader_fixed did not return a loader", expected="a DataLoader", got=describe(loader), usage=True
         )
+    limit = n + 1  # one epoch of batches of at least one item each, and one more
+    items = run_student(_first_items, loader, limit, what="iterating the loader rank_loader_fixed returned")
+    if len(items) > n:
+        raise CheckError(
+            f"the loader rank_loader_fixed returned gave more than {n} batches for a dataset of {n} items: "
+            "it does not end after one epoch",
+            hint="return the DataLoader itself: one pass over it is one epoch",
+            usage=True,
+        )
     indices = []
-    for item in run_student(list, loader, what="iterating the loader rank_loader_fixed returned"):
+    for item in items:
         values = item[0] if isinstance(item, (tuple, list)) else item
         if not isinstance(values, torch.Tensor) or values.dim() != 1 or len(values) > batch:
             raise CheckError(
