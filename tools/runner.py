@@ -126,9 +126,9 @@ def run_in_process(nb: nbformat.NotebookNode, folder: str | Path, *, timeout: fl
 
     config = Config()
     config.HistoryManager.enabled = False  # no sqlite file, no history thread
-    InteractiveShell.clear_instance()
-    shell = InteractiveShell.instance(config=config)
     with _restored(folder):
+        InteractiveShell.clear_instance()
+        shell = InteractiveShell.instance(config=config)  # inside: it installs its own __main__ and hooks
         try:
             for cell in nb.cells:
                 if cell.cell_type != "code" or not cell.source.strip():
@@ -138,8 +138,10 @@ def run_in_process(nb: nbformat.NotebookNode, folder: str | Path, *, timeout: fl
                         with time_limit(timeout):
                             result = shell.run_cell(cell.source, store_history=False)
                         error = result.error_before_exec or result.error_in_exec
-                    except TimedOut:
-                        error = TimeoutError(f"the cell did not finish within {timeout:g} s")
+                    except TimedOut as stopped:  # outside the cell's code; inside it, IPython hands it back
+                        error = stopped
+                if isinstance(error, TimedOut):
+                    error = TimeoutError(f"the cell did not finish within {timeout:g} s")
                 cell.outputs = _outputs(captured.stdout, captured.stderr, error)
         finally:
             shell.reset(new_session=False)
@@ -159,14 +161,16 @@ def _outputs(stdout: str, stderr: str, error: BaseException | None) -> list:
 
 @contextlib.contextmanager
 def _restored(folder: str | Path) -> Iterator[None]:
-    """Run the block in ``folder``; afterwards put back the working folder, the environment,
-    sys.path, the warning filters, torch's default dtype, grad mode and thread count, and close
-    the figures the block left open."""
+    """Run the block in ``folder``; afterwards put back the working folder, the ``__main__`` module
+    and sys's hooks, the environment, sys.path, the warning filters, torch's default dtype, grad
+    mode and thread count, and close the figures the block left open."""
     import torch
 
     cwd = os.getcwd()
     environ = dict(os.environ)
     path = list(sys.path)
+    main = sys.modules["__main__"]  # an IPython shell puts its own in: spawned processes read its __spec__
+    hooks = (sys.displayhook, sys.excepthook)
     dtype = torch.get_default_dtype()
     grad = torch.is_grad_enabled()
     threads = torch.get_num_threads()
@@ -176,6 +180,8 @@ def _restored(folder: str | Path) -> Iterator[None]:
             yield
     finally:
         os.chdir(cwd)
+        sys.modules["__main__"] = main
+        sys.displayhook, sys.excepthook = hooks
         os.environ.clear()
         os.environ.update(environ)
         sys.path[:] = path
