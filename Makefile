@@ -110,7 +110,7 @@ nbval: $(STAMP)
 # accepts a connection there. The URL is printed first. TensorBoard does not check the
 # Host header, so a web page can reach it by DNS rebinding: docs/tensorboard.md says how
 # to keep it local. Ctrl-C stops TensorBoard and its data-server child alike
-# (tests/test_tensorboard.py checks that none survives); the data server also shows a
+# (tests/test_tensorboard_tools.py checks that none survives); the data server also shows a
 # rerun's replaced run without a restart.
 tensorboard: $(STAMP)
 	$(eval TB_FREE_PORT := $(or $(shell $(BIN)/python -c 'import socket, sys; print(next(p for p in range(int(sys.argv[1]), 65536) if socket.socket().connect_ex(("127.0.0.1", p))))' $(TB_PORT) 2>/dev/null),$(TB_PORT)))

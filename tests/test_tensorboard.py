@@ -17,43 +17,33 @@
    tb-hparams.png), and reads the page: the sections present, the charts first in
    02's section, no smoothing at the inline address (skipped without Chromium, failed
    under ``CI=true``: tests/browser.py).
-Plus: ``tb_writer`` (a rerun replaces its run, a failed run is deleted, tags are
-prefixed, groups, ``_log10`` series, hparams in the run's own folder), the hint line,
-and the Makefile's ``tensorboard`` (one notebook with NB=, Ctrl-C leaves no process)
-and ``clean-runs``.
+The writer, the hint line and the Makefile's targets: tests/test_tensorboard_tools.py (a module
+of its own, so that another test worker takes it while this one runs notebooks and a browser).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import nbformat
 import pytest
-import torch
 from browser import chromium_or_skip
-from procs import alive, descendants
 from tb_events import read_histograms, read_hparams, read_scalars, read_tags
+from tb_server import TensorBoardServer, get_json, serving
 
 import labsupport as lab
 from tools.runner import run_in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
-TENSORBOARD = Path(sys.executable).with_name("tensorboard")
-STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machine
 SCREENSHOTS = ROOT / "build"  # look at them: build/tb-*.png
 
 # What each training notebook must log (docs/tensorboard.md has the same table).
@@ -294,87 +284,6 @@ def test_lecture_net_histograms_show_gradients_shrinking(notebook_runs, stem):
 
 # ------------------------------------------------------------- 2. a live TensorBoard
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# Loopback only, and never through a proxy that the environment might name.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def _get(url: str, data: bytes | None = None, timeout: float = 10):
-    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    with _OPENER.open(request, timeout=timeout) as response:
-        return json.loads(response.read().decode())
-
-
-class PortTaken(Exception):
-    """The free port found was taken before TensorBoard could bind it."""
-
-
-class TensorBoardServer:
-    """``tensorboard --logdir ... --host 127.0.0.1 --port <free>`` as a child process."""
-
-    def __init__(self, logdir: Path, log_file: Path, command: list[str] | None = None):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_file = log_file
-        self._log = open(log_file, "wb")
-        command = command or [
-            str(TENSORBOARD),
-            "--logdir",
-            str(logdir),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--reload_interval",
-            "1",
-        ]
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-
-    def output(self) -> str:
-        self._log.flush()
-        return self.log_file.read_text(errors="replace")[-3000:]
-
-    def wait_for_runs(self, expected: set[str], timeout: float = STARTUP_TIMEOUT_S) -> list[str]:
-        """Poll /data/runs until every expected run is listed; fail clearly if not in time."""
-        deadline = time.monotonic() + timeout
-        runs, error = None, None
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                if "could not bind" in self.output().lower():
-                    raise PortTaken(self.port)  # another program took the free port first
-                pytest.fail(
-                    f"TensorBoard exited with code {self.process.returncode} before "
-                    f"serving; its output:\n{self.output()}"
-                )
-            try:
-                runs = _get(f"{self.url}/data/runs", timeout=5)
-                if expected <= set(runs):
-                    return runs
-            except OSError as err:  # not listening yet
-                error = err
-            time.sleep(0.1)
-        pytest.fail(
-            f"TensorBoard did not come up at {self.url} within {timeout:.0f} s "
-            f"(last answer: {runs!r}, last error: {error}); expected runs {sorted(expected)}; "
-            f"its output:\n{self.output()}"
-        )
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=15)
-        self._log.close()
-
-
 # What the live server is shown: the training notebooks a student meets first (issue 27
 # opened TensorBoard over these five); between them they log every kind TensorBoard
 # serves (scalars, histograms, a graph, hparams). The read-back above covers 08 and 10.
@@ -390,31 +299,6 @@ def runs_root(notebook_runs, tmp_path_factory):
     return root
 
 
-@contextlib.contextmanager
-def serving(logdir: Path, log_folder: Path):
-    """A TensorBoard over ``logdir``, once it lists every run there (``server.runs``); stopped after."""
-    assert TENSORBOARD.is_file(), f"no tensorboard program beside {sys.executable}"
-    events = [p.relative_to(logdir) for p in logdir.rglob("*tfevents*")]
-    expected = {e.parent.as_posix() for e in events if not any(part.startswith(".") for part in e.parts)}
-    for attempt in range(3):
-        server = TensorBoardServer(logdir, log_folder / f"tensorboard-{attempt}.log")
-        try:
-            server.runs = server.wait_for_runs(expected)
-            break
-        except PortTaken:
-            server.stop()
-        except BaseException:
-            server.stop()  # never leave a server behind
-            raise
-    else:
-        pytest.fail("TensorBoard could not bind a free loopback port in 3 attempts")
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.process.returncode is not None
-
-
 @pytest.fixture(scope="module")
 def tensorboard(runs_root, tmp_path_factory):
     with serving(runs_root, tmp_path_factory.mktemp("tb")) as server:
@@ -426,20 +310,20 @@ def test_server_lists_runs_tags_and_a_scalar_series(tensorboard, runs_root):
     name = run.relative_to(runs_root).as_posix()
     assert name in tensorboard.runs
 
-    env = _get(f"{tensorboard.url}/data/environment")
+    env = get_json(f"{tensorboard.url}/data/environment")
     assert env["debug"]["flags"]["host"] == "127.0.0.1" and not env["debug"]["flags"]["bind_all"]
 
-    scalar_tags = _get(f"{tensorboard.url}/data/plugin/scalars/tags")
+    scalar_tags = get_json(f"{tensorboard.url}/data/plugin/scalars/tags")
     stem = "02_manual_backprop"
     assert {f"{stem}/loss", f"{stem}/lr"} <= set(scalar_tags.get(name, {})), f"{name}: {scalar_tags.get(name)}"
-    histogram_tags = _get(f"{tensorboard.url}/data/plugin/histograms/tags")
+    histogram_tags = get_json(f"{tensorboard.url}/data/plugin/histograms/tags")
     assert {f"{stem}/w1", f"{stem}/w1.grad"} <= set(histogram_tags.get(name, {}))
     # every chart is in its notebook's section; no one-point hparam/* chart anywhere
     for served, tags in scalar_tags.items():
         assert all(t.startswith(served.split("/")[0] + "/") and "hparam" not in t for t in tags), (served, tags)
 
     query = urllib.parse.urlencode({"run": name, "tag": f"{stem}/loss"})
-    series = _get(f"{tensorboard.url}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value]]
+    series = get_json(f"{tensorboard.url}/data/plugin/scalars/scalars?{query}")  # [[wall_time, step, value]]
     reader = read_scalars(run)["loss"]
     assert [step for _, step, _ in series] == [step for step, _ in reader]
     assert all(math.isclose(value, ref, rel_tol=1e-6) for (_, _, value), (_, ref) in zip(series, reader))
@@ -451,11 +335,11 @@ def test_server_serves_every_kind_of_log(tensorboard, runs_root):
         served = [r for r in tensorboard.runs if r.startswith(f"{stem}/")]
         assert served, f"TensorBoard lists no run of {stem}"
         if EXPECTED[stem].get("graph"):
-            info = _get(f"{tensorboard.url}/data/plugin/graphs/info")
+            info = get_json(f"{tensorboard.url}/data/plugin/graphs/info")
             assert any(info.get(r, {}).get("run_graph") for r in served), f"no graph served for {stem}"
         if EXPECTED[stem].get("hparams"):
             body = json.dumps({"experimentName": ""}).encode()
-            exp = _get(f"{tensorboard.url}/data/plugin/hparams/experiment", data=body)
+            exp = get_json(f"{tensorboard.url}/data/plugin/hparams/experiment", data=body)
             served_names = {h["name"] for h in exp.get("hparamInfos", [])}
             for run in _runs_of(runs_root, stem):
                 logged = set(read_hparams(run))
@@ -466,14 +350,14 @@ def test_server_serves_every_kind_of_log(tensorboard, runs_root):
 
 def _served_series(server, run: str, tag: str) -> list[tuple[int, float]]:
     query = urllib.parse.urlencode({"run": run, "tag": tag})
-    return [(step, value) for _, step, value in _get(f"{server.url}/data/plugin/scalars/scalars?{query}")]
+    return [(step, value) for _, step, value in get_json(f"{server.url}/data/plugin/scalars/scalars?{query}")]
 
 
 def test_no_chart_mixes_runs_of_different_lengths_and_no_run_mixes_steps(tensorboard):
     # 06's 50-step sweep beside its 500-step runs in one `loss` chart was unreadable: a chart
     # (one tag) holds runs that cover the same steps, and each run's steps go strictly up
     # (two runs written into one folder would not)
-    tags = _get(f"{tensorboard.url}/data/plugin/scalars/tags")
+    tags = get_json(f"{tensorboard.url}/data/plugin/scalars/tags")
     charts: dict[str, dict[str, tuple[int, int, int]]] = {}
     for run, run_tags in tags.items():
         for tag in run_tags:
@@ -491,7 +375,7 @@ def test_no_chart_mixes_runs_of_different_lengths_and_no_run_mixes_steps(tensorb
 
 
 def _hparams_post(server, route: str, body: dict) -> dict:
-    return _get(f"{server.url}/data/plugin/hparams/{route}", data=json.dumps(body).encode())
+    return get_json(f"{server.url}/data/plugin/hparams/{route}", data=json.dumps(body).encode())
 
 
 def test_hparams_trials_are_short_distinct_and_the_notebook_names_their_columns(tensorboard):
@@ -560,26 +444,32 @@ HEADLESS = "darkMode=false&forceSVG=true"
 
 def _chromium(url: str, profile: Path, size: str, screenshot: Path | None = None) -> str:
     """Open ``url`` in a fresh headless Chromium (a new profile: a first open, no saved
-    settings); save a screenshot, or return the page's DOM."""
+    settings) and return the page's DOM; with ``screenshot``, the same run saves it too."""
     chromium = chromium_or_skip()  # fails instead under CI=true (tests/browser.py)
-    what = [f"--screenshot={screenshot}"] if screenshot else ["--dump-dom"]
-    command = [chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--window-size={size}", *what, url]
+    shot = [f"--screenshot={screenshot}"] if screenshot else []
+    command = [
+        chromium,
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={profile}",
+        f"--window-size={size}",
+        *shot,
+        "--dump-dom",
+        url,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-    if screenshot is None:
-        assert "<html" in result.stdout, f"no page (rc {result.returncode}): {result.stderr[-2000:]}"
-        return result.stdout
-    assert screenshot.is_file() and screenshot.stat().st_size > 20_000, (
-        f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}"
-    )
-    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    return ""
+    assert "<html" in result.stdout, f"no page (rc {result.returncode}): {result.stderr[-2000:]}"
+    if screenshot is not None:
+        assert screenshot.is_file() and screenshot.stat().st_size > 20_000, (
+            f"no screenshot (rc {result.returncode}): {result.stderr[-2000:]}"
+        )
+        assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return result.stdout
 
 
 def _shoot(url: str, tmp_path: Path, name: str, size: str) -> str:
     """Save build/<name>.png of ``url`` (look at it) and return the DOM of the same first open."""
     SCREENSHOTS.mkdir(exist_ok=True)
-    _chromium(url, tmp_path / f"{name}-shot", size, SCREENSHOTS / f"{name}.png")
-    return _chromium(url, tmp_path / f"{name}-dom", size)
+    return _chromium(url, tmp_path / f"{name}-profile", size, SCREENSHOTS / f"{name}.png")
 
 
 _TIME_SERIES = re.compile(
@@ -629,6 +519,9 @@ def test_first_open_over_the_training_notebooks(tensorboard, tmp_path):
     # TensorBoard opens the first two sections only (its rule, not ours): docs/tensorboard.md
     # sends students to one notebook's view, which the next test opens
     assert [s["open"] for s in sections[:2]] == [True, True]
+    # at a plain address smoothing is on (TensorBoard's default, 0.6): the value tables show a
+    # Smoothed column, which the inline view's test below must not find
+    assert _SMOOTHED_COLUMN.search(dom), "no Smoothed column at a plain address: the check below sees nothing"
 
 
 @pytest.mark.parametrize("stem", ["06_optim", "07_data_loading"])
@@ -651,12 +544,6 @@ def test_a_notebooks_inline_view_opens_its_section_unsmoothed(runs_root, tmp_pat
         )
 
 
-def test_smoothing_is_on_at_a_plain_address(tensorboard, tmp_path):
-    # the check above sees smoothing: TensorBoard's default (0.6) shows a Smoothed column
-    dom = _chromium(f"{tensorboard.url}/?{HEADLESS}", tmp_path / "profile", "1400,1000")
-    assert _SMOOTHED_COLUMN.search(dom)
-
-
 def test_hparams_screenshot(tensorboard, tmp_path):
     # one row per run of 06, named "sgd (06)", "lr0.1-sgd (06/sweep)"; hyper-parameter columns,
     # then the metric columns (each curve's last value). What the table holds is checked
@@ -664,353 +551,3 @@ def test_hparams_screenshot(tensorboard, tmp_path):
     _chromium(
         f"{tensorboard.url}/?darkMode=false#hparams", tmp_path / "profile", "2400,900", SCREENSHOTS / "tb-hparams.png"
     )
-
-
-def test_importing_labsupport_points_the_inline_frame_at_the_labs_address(monkeypatch):
-    # $TENSORBOARD_PROXY_URL is the address the %tensorboard magic's frame loads: importing
-    # labsupport sets it to lab.tb.INLINE_URL, and keeps one a JupyterHub proxy set
-    # (one fresh Python for both: the second case imports labsupport.tb again, under a proxy's address)
-    code = (
-        "import importlib, os, labsupport\n"
-        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
-        "os.environ['TENSORBOARD_PROXY_URL'] = '/proxy/%PORT%/'\n"
-        "importlib.reload(labsupport.tb)\n"
-        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TENSORBOARD_PROXY_URL"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.splitlines() == [lab.tb.INLINE_URL, "/proxy/%PORT%/"], done.stderr[-2000:]
-    import IPython.display
-    from tensorboard import notebook
-
-    monkeypatch.setenv("TENSORBOARD_PROXY_URL", lab.tb.INLINE_URL)
-    shown = []
-    monkeypatch.setattr(IPython.display, "display", shown.append)
-    notebook._display_ipython(port=6123, height=800, display_handle=None)
-    assert '"http://127.0.0.1:6123/?smoothing=0"' in shown[0].data
-
-
-# ------------------------------------------------------------- tb_writer and tb_hint
-
-
-def test_writer_prefixes_every_tag_with_the_notebook(tmp_path):
-    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
-    with lab.tb_writer("05_nn_module", "mlp", root=tmp_path) as writer:
-        writer.add_graph(model, torch.zeros(1, 4))
-        writer.add_scalar("loss", 2.0, 0)
-        writer.add_scalar("05_nn_module/lr", 0.1, 0)  # already prefixed: left as it is
-        writer.add_histogram("weights/0.weight", model[0].weight.detach(), 0)
-    run = tmp_path / "05_nn_module" / "mlp"
-    assert Path(writer.log_dir) == run
-    tags = read_tags(run)
-    assert sorted(tags["scalars"]) == ["05_nn_module/loss", "05_nn_module/lr"]
-    assert tags["histograms"] == ["05_nn_module/weights/0.weight"] and tags["graph"] is True
-    assert read_histograms(run)["weights/0.weight"][0][1].num == 12
-
-
-def test_add_hparams_stays_in_the_run_folder_and_out_of_the_charts(tmp_path):
-    with lab.tb_writer("06_optim", "sgd", root=tmp_path) as writer:
-        for step, loss in enumerate([3.0, 2.0, 1.0]):
-            writer.add_scalar("loss", loss, step)
-        writer.add_hparams({"optimizer": "sgd", "lr": 0.1, "nesterov": False}, {"hparam/final_loss": 1.0}, run_name=".")
-    run = Path(writer.log_dir)
-    assert [p for p in run.iterdir() if p.is_dir()] == [], "add_hparams-style sub-folder was made"
-    assert read_hparams(run) == {"lr": 0.1, "nesterov": False, "optimizer": "sgd"}
-    assert list(read_scalars(run)) == ["loss"], "the metric was copied into a one-point chart"
-    with pytest.raises(ValueError, match="non-empty dict"):
-        writer.add_hparams({}, {})
-    with lab.tb_writer("07_data", "plain", root=tmp_path) as writer:
-        writer.add_scalar("loss", 1.0, 0)
-    assert read_hparams(writer.log_dir) == {} and read_tags(writer.log_dir)["graph"] is False
-
-
-def test_a_rerun_replaces_its_run_and_a_failed_run_is_deleted(tmp_path):
-    for losses in ([3.0, 2.0, 1.0], [9.0, 8.0]):  # the same cell run twice
-        with lab.tb_writer("06_optim", "adam", root=tmp_path) as writer:
-            for step, loss in enumerate(losses):
-                writer.add_scalar("loss", loss, step)
-    folder = tmp_path / "06_optim"
-    assert [p.name for p in folder.iterdir()] == ["adam"]
-    assert len(list((folder / "adam").iterdir())) == 1, "old and new event files mixed in one run"
-    assert read_scalars(folder / "adam") == {"loss": [(0, 9.0), (1, 8.0)]}
-    with pytest.raises(RuntimeError, match="boom"):
-        with lab.tb_writer("06_optim", "adam", root=tmp_path) as writer:
-            writer.add_scalar("loss", 1.0, 0)
-            raise RuntimeError("boom")
-    assert list(folder.iterdir()) == [], "a run stopped half-way must not stay in TensorBoard"
-    assert not [p for p in tmp_path.parent.iterdir() if p.name.startswith(".tb-replaced-")]
-    for bad in ("has space", "a/b/c", "/a", "a/", "", None):
-        with pytest.raises(ValueError, match="letters, digits"):
-            with lab.tb_writer("06_optim", bad, root=tmp_path):
-                pass
-
-
-def _trial(log_dir) -> str:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.plugins.hparams import metadata
-
-    acc = EventAccumulator(str(log_dir))
-    acc.Reload()
-    raw = acc.PluginTagToContent(metadata.PLUGIN_NAME)[metadata.SESSION_START_INFO_TAG]
-    return metadata.parse_session_start_info_plugin_data(raw).group_name
-
-
-def test_a_run_in_a_group_has_its_own_folder_charts_and_trial_name(tmp_path):
-    with lab.tb_writer("06_optim", "sweep/lr0.1-sgd", root=tmp_path) as writer:
-        writer.add_scalar("loss", 1.0, 0)
-        writer.add_scalar("06_optim/note", 2.0, 0)  # naming the notebook: left as it is
-        writer.add_histogram("w", torch.ones(3), 0)
-        writer.add_hparams({"lr": 0.1}, {}, run_name=".")
-    run = tmp_path / "06_optim" / "sweep" / "lr0.1-sgd"
-    assert Path(writer.log_dir) == run and [p.name for p in (tmp_path / "06_optim").iterdir()] == ["sweep"]
-    tags = read_tags(run)
-    assert sorted(tags["scalars"]) == ["06_optim/note", "06_optim/sweep/loss"]
-    assert tags["histograms"] == ["06_optim/sweep/w"]
-    assert _trial(run) == "lr0.1-sgd (06/sweep)"
-    with lab.tb_writer("06_optim", "sgd", root=tmp_path) as writer:
-        writer.add_hparams({"lr": 0.1}, {})
-    assert _trial(writer.log_dir) == "sgd (06)"
-    # a group and a run of one name would nest a run in a run: refused before anything is written
-    with pytest.raises(ValueError, match="holds a group of runs"):
-        with lab.tb_writer("06_optim", "sweep", root=tmp_path) as writer:
-            writer.add_scalar("loss", 1.0, 0)
-    with pytest.raises(ValueError, match="is a run, not a group"):
-        with lab.tb_writer("06_optim", "sgd/lr1", root=tmp_path) as writer:
-            writer.add_scalar("loss", 1.0, 0)
-    assert read_tags(tmp_path / "06_optim" / "sweep" / "lr0.1-sgd")["scalars"], "the group was touched"
-    assert sorted(p.name for p in (tmp_path / "06_optim").iterdir()) == ["sgd", "sweep"]
-
-
-def test_log10_adds_a_log10_series_beside_the_tags_it_names(tmp_path):
-    values = [3e7, 1e-6, 0.0, -1.0, float("nan"), float("inf")]
-    with lab.tb_writer("02_manual_backprop", "x", root=tmp_path, log10=("loss", "lr")) as writer:
-        for step, value in enumerate(values):
-            writer.add_scalar("loss", value, step)
-        writer.add_scalar("loss/val", torch.tensor(100.0), 0)  # a tensor, a tag under loss/
-        writer.add_scalar("lr", 1e-6, 0)
-        writer.add_scalar("lr2", 1e-6, 0)  # not named: no log10
-        writer.add_scalar("accuracy", 0.5, 0)
-    scalars = read_scalars(writer.log_dir)
-    assert sorted(scalars) == ["accuracy", "loss", "loss/val", "loss/val_log10", "loss_log10", "lr", "lr2", "lr_log10"]
-    steps, logs = zip(*scalars["loss_log10"])
-    assert steps == (0, 1, 4, 5), "0 and -1 have no log10: left out of loss_log10 only"
-    assert logs[:2] == pytest.approx((math.log10(3e7), -6.0)) and math.isnan(logs[2]) and logs[3] == math.inf
-    assert len(scalars["loss"]) == len(values)
-    assert scalars["loss/val_log10"] == [(0, 2.0)] and scalars["lr_log10"] == [(0, pytest.approx(-6.0))]
-    for bad in ("loss", ("",), (1,)):
-        with pytest.raises(ValueError, match="log10 must be a tuple of tag names"):
-            with lab.tb_writer("02_manual_backprop", "x", root=tmp_path, log10=bad):
-                pass
-
-
-def test_runs_go_to_lab_runs_dir_or_beside_the_notebooks(tmp_path, monkeypatch):
-    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "elsewhere"))
-    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
-        pass
-    assert Path(writer.log_dir) == tmp_path / "elsewhere" / "02_manual_backprop" / "manual-sgd"
-    monkeypatch.delenv("LAB_RUNS_DIR")
-    for name in ("labsupport", "notebooks", "student"):
-        (tmp_path / name).mkdir()
-    monkeypatch.chdir(tmp_path / "student")  # as a student's notebook runs
-    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
-        pass
-    assert writer.log_dir == os.path.join("..", "runs", "02_manual_backprop", "manual-sgd")
-
-
-def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys):
-    monkeypatch.delenv("LAB_RUNS_DIR", raising=False)
-    (tmp_path / "labsupport").mkdir()
-    (tmp_path / "notebooks").mkdir()
-    monkeypatch.chdir(tmp_path / "notebooks")  # as a notebook runs
-    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
-        pass
-    lab.tb_hint(writer)
-    assert capsys.readouterr().out == ("logged to runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n")
-    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "elsewhere" / "runs"))
-    with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
-        pass
-    lab.tb_hint(writer.log_dir)
-    line = capsys.readouterr().out
-    assert line == f"logged to {tmp_path}/elsewhere/runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n"
-    # nbval and `make regenerate` see the same text: the sanitizer maps both lines to one
-    rules = [
-        (r, rep)
-        for r, rep in re.findall(
-            r"^regex: (.*)$\n^replace: (.*)$", (ROOT / "tests" / "nbval_sanitize.cfg").read_text(), re.M
-        )
-    ]
-    clean = line
-    for regex, replace in rules:
-        clean = re.sub(regex, replace, clean)
-    assert clean == "logged to runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n"
-
-
-def test_read_helpers_reject_a_missing_folder(tmp_path):
-    for read in (read_scalars, read_histograms, read_tags, read_hparams):
-        with pytest.raises(FileNotFoundError, match="no run folder"):
-            read(tmp_path / "missing")
-
-
-# ------------------------------------------------------------------------- Makefile
-
-MAKE = shutil.which("make")
-needs_make = pytest.mark.skipif(MAKE is None, reason="no make program")
-
-
-def _make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([MAKE, "-s", "-C", str(cwd), *args], capture_output=True, text=True, timeout=60)
-
-
-@needs_make
-def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
-    def dry_run(*args: str) -> str:
-        return subprocess.run(
-            [MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", "tensorboard", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=_env_without_runs_dir(),
-        ).stdout
-
-    assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006$", dry_run(), re.M)
-    assert "--logdir runs/06_optim --host 127.0.0.1 --port 6123" in dry_run("TB_PORT=6123", "NB=06_optim")
-    assert "--logdir /srv/logs --host" in dry_run("LAB_RUNS_DIR=/srv/logs")
-
-
-@needs_make
-@pytest.mark.parametrize("target", ["test", "unit", "nbval", "regenerate"])
-def test_tests_and_regenerate_log_outside_the_students_runs(target):
-    recipe = subprocess.run(
-        [MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", target],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env_without_runs_dir(),
-    ).stdout
-    folder = re.search(r"\bLAB_RUNS_DIR=(\S+)", recipe)
-    assert folder, f"`make {target}` does not set LAB_RUNS_DIR: {recipe}"
-    assert Path(folder.group(1)).is_relative_to(ROOT / "build"), folder.group(1)
-
-
-def _env_without_runs_dir() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "LAB_RUNS_DIR"}
-
-
-def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
-    def log(losses):
-        with lab.tb_writer("06_optim", "adam", root=tmp_path / "runs") as writer:
-            for step, loss in enumerate(losses):
-                writer.add_scalar("loss", loss, step)
-
-    def served():
-        query = urllib.parse.urlencode({"run": "06_optim/adam", "tag": "06_optim/loss"})
-        return [(step, value) for _, step, value in _get(f"{server.url}/data/plugin/scalars/scalars?{query}")]
-
-    log([3.0, 2.0, 1.0])
-    server = TensorBoardServer(tmp_path / "runs", tmp_path / "tb.log")
-    try:
-        server.wait_for_runs({"06_optim/adam"})
-        log([9.0, 8.0])  # the student runs the cell again
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while served() != [(0, 9.0), (1, 8.0)] and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert served() == [(0, 9.0), (1, 8.0)], "the open TensorBoard should show the new run only"
-    finally:
-        server.stop()
-
-
-@needs_make
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
-def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
-    runs_root = tmp_path / "runs"
-    with lab.tb_writer("02_manual_backprop", "manual-sgd", root=runs_root) as writer:
-        writer.add_scalar("loss", 1.0, 0)
-    port = _free_port()
-    log = open(tmp_path / "make_tensorboard.log", "wb")
-    # a terminal's Ctrl-C sends SIGINT to the whole foreground process group: make and its children
-    proc = subprocess.Popen(
-        [
-            MAKE,
-            "--no-print-directory",
-            "-C",
-            str(ROOT),
-            "-o",
-            ".venv/.installed",
-            "tensorboard",
-            f"TB_PORT={port}",
-            "NB=02_manual_backprop",
-            f"LAB_RUNS_DIR={runs_root}",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    family: set[int] = set()
-    try:
-        deadline, runs = time.monotonic() + STARTUP_TIMEOUT_S, None
-        while time.monotonic() < deadline and proc.poll() is None:
-            with contextlib.suppress(OSError, ValueError):
-                runs = _get(f"http://127.0.0.1:{port}/data/runs", timeout=5)
-                if runs:
-                    break
-            time.sleep(0.1)
-        assert runs == ["manual-sgd"], (
-            f"not served: {runs!r}\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
-        )
-        family |= descendants(proc.pid)
-        assert family, "make started no TensorBoard"
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=30)
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline and any(alive(p) for p in family):
-            time.sleep(0.2)
-        survivors = [p for p in family if alive(p)]
-        assert not survivors, (
-            f"left running after Ctrl-C: {[Path(f'/proc/{p}/cmdline').read_bytes() for p in survivors]}"
-        )
-    finally:
-        for pid in [proc.pid, *family]:  # never leave one behind, whatever failed
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        proc.wait(timeout=15)
-        log.close()
-
-
-@needs_make
-def test_make_clean_runs_empties_runs_and_nothing_else(tmp_path):
-    repo, outside = tmp_path / "repo", tmp_path / "outside"
-    (repo / "runs" / "02_manual_backprop" / "manual-sgd-20261126-101500").mkdir(parents=True)
-    (repo / "runs" / "02_manual_backprop" / "manual-sgd-20261126-101500" / "events.out").write_text("x")
-    outside.mkdir()
-    (outside / "precious.txt").write_text("keep me")
-    (repo / "runs" / "link-out").symlink_to(outside)  # a link inside runs/
-    (repo / "notes.txt").write_text("keep me too")
-    shutil.copy(ROOT / "Makefile", repo / "Makefile")
-
-    done = _make(repo, "clean-runs")
-    assert done.returncode == 0, done.stderr
-    assert (repo / "runs").is_dir() and list((repo / "runs").iterdir()) == []
-    assert (outside / "precious.txt").read_text() == "keep me", "followed a link out of runs/"
-    assert (repo / "notes.txt").is_file() and (repo / "Makefile").is_file()
-
-
-@needs_make
-def test_make_clean_runs_refuses_a_runs_symlink(tmp_path):
-    repo, outside = tmp_path / "repo", tmp_path / "outside"
-    repo.mkdir()
-    outside.mkdir()
-    (outside / "precious.txt").write_text("keep me")
-    (repo / "runs").symlink_to(outside)
-    shutil.copy(ROOT / "Makefile", repo / "Makefile")
-
-    refused = _make(repo, "clean-runs")
-    assert refused.returncode != 0 and "symbolic link" in refused.stderr, refused.stderr
-    assert (outside / "precious.txt").read_text() == "keep me"
-    assert (repo / "runs").is_symlink()
-
-    (repo / "runs").unlink()
-    (repo / "runs").write_text("a file, not a folder")
-    refused = _make(repo, "clean-runs")
-    assert refused.returncode != 0 and "not a folder" in refused.stderr
-    assert (repo / "runs").read_text() == "a file, not a folder"
