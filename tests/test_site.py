@@ -155,12 +155,22 @@ def test_pages_load_nothing_from_the_network(built):
         assert "cdnjs" not in raw and "mermaid" not in raw.lower(), f"{page.name} still names a CDN or mermaid"
 
 
+# What the formulas do not need: embedded plots and code blocks (MathJax skips <pre>).
+_EMBEDDED_IMAGE = re.compile(r'<img\b[^>]*\bsrc="data:[^"]*"[^>]*>')
+_PRE = re.compile(r"<pre\b.*?</pre>", re.S)
+
+
 def one_page_of(built: Path, pages: list[Path]) -> str:
     """The first page, with the bodies of the others appended to its own and PROBE last: one
     Chromium run typesets every formula of the site under the pages' shared MathJax setup (one
-    launch instead of one per page)."""
-    first = (built / f"{pages[0].stem}.html").read_text()
-    bodies = [re.search(r"<body[^>]*>(.*)</body>", (built / f"{p.stem}.html").read_text(), re.S) for p in pages[1:]]
+    launch instead of one per page). Plots and code blocks are taken out: megabytes of layout
+    that hold no formula."""
+
+    def lean(page: Path) -> str:
+        return _PRE.sub("", _EMBEDDED_IMAGE.sub("", (built / f"{page.stem}.html").read_text()))
+
+    first = lean(pages[0])
+    bodies = [re.search(r"<body[^>]*>(.*)</body>", lean(p), re.S) for p in pages[1:]]
     assert all(bodies), "a page of the site has no <body>"
     return first.replace("</body>", "".join(b.group(1) for b in bodies) + PROBE, 1)
 

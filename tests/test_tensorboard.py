@@ -104,6 +104,10 @@ with lab.tb_writer("07_data_loading", "digits-cnn", log10=("loss", "lr")) as wri
     train(model, train_loader, val_loader, optimizer, scheduler, 2, writer)""",
     ),
 }
+# Notebooks whose logging part needs nothing of their first sections: their setup cell runs, then
+# the cells from the one holding this marker down to the %tensorboard cell (08's model zoo of
+# AlexNet, VGG-16 and ResNet-101 is built for its shapes and FLOPs only; its training starts here).
+STARTS: dict[str, str] = {"08_pretrained_models": "from torchvision.models import ResNet18_Weights"}
 # A cell that writes logs (for a notebook without a %tensorboard cell).
 LOGGING_CELL = re.compile(r"\bwriter\b|tb_writer|make_writer|add_hparams|log_hparams|add_graph")
 
@@ -117,9 +121,10 @@ def _skipped(cell) -> bool:
 
 def logging_cells(path: Path) -> list[str]:
     """The sources of the code cells that produce ``path``'s TensorBoard logs: from
-    the top to the ``%tensorboard`` cell that ends its TensorBoard part (or, without
-    one, to its last cell that writes logs), leaving out NBVAL_SKIP cells; for a
-    notebook in SHORT_RUNS, its setup cell, its logging code and our driver."""
+    the top (for a notebook in STARTS, its setup cell and then from the marked cell) to the
+    ``%tensorboard`` cell that ends its TensorBoard part (or, without one, to its last cell
+    that writes logs), leaving out NBVAL_SKIP cells; for a notebook in SHORT_RUNS, its setup
+    cell, its logging code and our driver."""
     code = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
     if path.stem in SHORT_RUNS:
         markers, driver = SHORT_RUNS[path.stem]
@@ -133,7 +138,13 @@ def logging_cells(path: Path) -> list[str]:
         i for i, c in enumerate(code) if not _skipped(c) and LOGGING_CELL.search(c.source)
     ]
     assert ends, f"{path.name} has no cell that logs to TensorBoard"
-    return [c.source for c in code[: ends[-1] + 1] if not _skipped(c)]
+    begin = 0
+    if path.stem in STARTS:
+        found = [i for i, c in enumerate(code) if STARTS[path.stem] in c.source]
+        assert len(found) == 1, f"{path.name}: expected one code cell with {STARTS[path.stem]!r}, found {len(found)}"
+        begin = found[0]
+    picked = ([code[0]] if begin else []) + code[begin : ends[-1] + 1]
+    return [c.source for c in picked if not _skipped(c)]
 
 
 def execute_logging_cells(paths: list[Path], timeout: int = 300) -> None:

@@ -8,13 +8,13 @@ What the notebooks log, a live server over it and what a browser shows: tests/te
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.parse
 from pathlib import Path
@@ -30,20 +30,24 @@ import labsupport as lab
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _import_tb_afresh(name: str):
+    """Execute labsupport/tb.py as a new module (``name``), as a first ``import labsupport`` would,
+    leaving the imported ``labsupport.tb`` of this Python as it is."""
+    spec = importlib.util.spec_from_file_location(name, Path(lab.tb.__file__))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_importing_labsupport_points_the_inline_frame_at_the_labs_address(monkeypatch):
     # $TENSORBOARD_PROXY_URL is the address the %tensorboard magic's frame loads: importing
     # labsupport sets it to lab.tb.INLINE_URL, and keeps one a JupyterHub proxy set
-    # (one fresh Python for both: the second case imports labsupport.tb again, under a proxy's address)
-    code = (
-        "import importlib, os, labsupport\n"
-        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
-        "os.environ['TENSORBOARD_PROXY_URL'] = '/proxy/%PORT%/'\n"
-        "importlib.reload(labsupport.tb)\n"
-        "print(os.environ.get('TENSORBOARD_PROXY_URL'))\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k != "TENSORBOARD_PROXY_URL"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert done.stdout.splitlines() == [lab.tb.INLINE_URL, "/proxy/%PORT%/"], done.stderr[-2000:]
+    monkeypatch.delenv("TENSORBOARD_PROXY_URL", raising=False)
+    _import_tb_afresh("lab_tb_first_import")
+    assert os.environ.get("TENSORBOARD_PROXY_URL") == lab.tb.INLINE_URL
+    monkeypatch.setenv("TENSORBOARD_PROXY_URL", "/proxy/%PORT%/")
+    _import_tb_afresh("lab_tb_under_a_proxy")
+    assert os.environ.get("TENSORBOARD_PROXY_URL") == "/proxy/%PORT%/"
     import IPython.display
     from tensorboard import notebook
 
