@@ -150,8 +150,7 @@ def graded(tmp_path_factory):
     real = nbformat.read(REAL, as_version=4)
     _write(sub / "real_full", "notebook1.ipynb", real)
     _write(sub / "real_blank", "01_tensors.ipynb", student.make_edition(real, REAL).notebook)
-    _write(sub / "real_forged", "01_tensors.ipynb", _forged(student.make_edition(real, REAL).notebook))
-    _write(sub / "real_copied", "01_tensors.ipynb", _copied(student.make_edition(real, REAL).notebook))
+    _write(sub / "real_forged", "01_tensors.ipynb", _forged(_copied(student.make_edition(real, REAL).notebook)))
     # fork=True: the opt-in zygote is the path with most to attack (a kernel asking it for another).
     cfg = grade.Config(src=str(src_dir), extra=str(extra), timeout=TIMEOUT, cell_timeout=120, memory_mb=4096, fork=True)
     t0 = time.perf_counter()
@@ -161,9 +160,9 @@ def graded(tmp_path_factory):
     return {"table": table, "out": out, "tmp": tmp, "seconds": seconds, "real": grade.load_source(REAL)}
 
 
-# A forged kernel on notebook 01 (every answer left unwritten): IPython's error display and custom
-# exception handler replaced, torch's comparisons patched, PASS lines printed. The grader runs 01's
-# checks itself (tools/judge.py), so none of it earns a point.
+# A forged kernel on notebook 01 (every answer after 01.1 left unwritten; 01.1 copied, below): IPython's
+# error display and custom exception handler replaced, torch's comparisons patched, PASS lines printed.
+# The grader runs 01's checks itself (tools/judge.py), so none of it earns a point.
 FORGE = """\
 import torch
 get_ipython().showtraceback = lambda *a, **k: print("PASS  ok")
@@ -180,8 +179,9 @@ def _role(cell) -> tuple:
 
 
 def _forged(ed):
-    first = next(i for i, c in enumerate(ed.cells) if (c.metadata.get("lab") or {}).get("role") == "solution")
-    ed.cells[first].source = FORGE + ed.cells[first].source
+    """FORGE at the top of the second exercise's solution cell (the first one holds _copied's answer)."""
+    solutions = [c for c in ed.cells if (c.metadata.get("lab") or {}).get("role") == "solution"]
+    solutions[1].source = FORGE + solutions[1].source
     return ed
 
 
@@ -520,8 +520,8 @@ def test_the_real_notebook(graded):
 def test_the_real_notebook_is_judged_by_the_grader(graded):
     solved = {k: r for k, r in _results(graded, "real_full").items() if "max_points" in r}
     assert solved and all(r["verdict"] == "grader" and r["points"] == r["max_points"] for r in solved.values())
-    forged = {k: r for k, r in _results(graded, "real_forged").items() if "max_points" in r}
+    forged = {k: r for k, r in _results(graded, "real_forged").items() if "max_points" in r and k != "01.1"}
     assert forged and all(r["points"] == 0 and "failed" in r["detail"] for r in forged.values()), forged
-    copied = _results(graded, "real_copied")["01.1"]
+    copied = _results(graded, "real_forged")["01.1"]
     assert copied["points"] == 0 and "imports labsupport" in copied["feedback"]
     assert "passed" in copied["detail"]  # its values were right: the code analysis is what stops it
