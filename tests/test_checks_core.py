@@ -1,5 +1,7 @@
 """The check engine: messages, rendering, require(), student calls, comparison, predictions."""
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -240,3 +242,49 @@ def test_an_inner_time_limit_leaves_the_enclosing_one_running():
             while True:
                 pass  # only the enclosing limit can stop this
     assert time.monotonic() - start < 5
+
+
+# Two blocks the first ring cannot stop, run in a Python of their own: a regression shows up as a
+# failure (the subprocess's timeout), never as a test run that hangs.
+LOST_RINGS = """
+import signal, sys, time
+from labsupport.checks import running
+
+def stubborn():  # an `except BaseException` loses the first ring
+    try:
+        while True:
+            pass
+    except BaseException:
+        pass
+    while True:
+        pass
+
+class Slow:
+    def __del__(self):  # most rings land here, where Python prints "Exception ignored" and goes on
+        for _ in range(300):
+            pass
+
+def endless():
+    while True:
+        Slow()
+
+hook = sys.unraisablehook
+for block in (stubborn, endless):
+    start = time.monotonic()
+    try:
+        with running.time_limit(0.05):
+            block()
+    except running.TimedOut:
+        print(block.__name__, "stopped", time.monotonic() - start < 30)
+print("timer off", signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "hook back", sys.unraisablehook is hook)
+"""
+
+
+def test_a_ring_that_is_lost_rings_again_and_is_not_printed():
+    done = subprocess.run([sys.executable, "-c", LOST_RINGS], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == [
+        "stubborn stopped True",
+        "endless stopped True",
+        "timer off True hook back True",
+    ]
+    assert "Exception ignored" not in done.stderr, done.stderr[-2000:]

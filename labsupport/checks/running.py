@@ -9,6 +9,7 @@ import linecache
 import os
 import re
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -28,14 +29,21 @@ TIME_LIMIT = float(os.environ.get("LAB_TIME_LIMIT", "60"))
 CASE_TALLY: list[tuple[int, int]] | None = None
 
 
+#: Seconds between rings once a time limit is reached, until the block has stopped. A ring that lands
+#: in a finalizer (``__del__``, a weakref callback: Python prints "Exception ignored in ..." and goes
+#: on) or in an ``except BaseException`` of the student's is lost; the next one stops the block.
+RING_AGAIN = 0.05
+
+
 class TimedOut(BaseException):
     """Raised in the student's code at the time limit: a BaseException, which ``except Exception`` cannot swallow."""
 
 
 @contextlib.contextmanager
 def time_limit(seconds: float | None) -> Iterator[None]:
-    """Interrupt the block after ``seconds`` with :class:`TimedOut` (main thread, POSIX only;
-    elsewhere the block runs unlimited). An enclosing, earlier deadline is kept."""
+    """Interrupt the block after ``seconds`` with :class:`TimedOut`, raised again every RING_AGAIN s
+    until the block stops (main thread, POSIX only; elsewhere the block runs unlimited). An
+    enclosing, earlier deadline is kept."""
     usable = bool(seconds) and hasattr(signal, "setitimer")
     usable = usable and threading.current_thread() is threading.main_thread()
     if not usable:
@@ -45,21 +53,35 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     if outer_left and outer_left < seconds:
         yield  # an enclosing limit ends sooner: it stays in charge
         return
+    over = False  # set once the block is over: a ring still pending then is ignored
 
     def ring(signum: int, frame: Any) -> None:
-        raise TimedOut()
+        # not in this function's own frame (its finally is switching the timer off)
+        if not over and (frame is None or frame.f_code is not _TIME_LIMIT_CODE):
+            raise TimedOut()
 
+    def unraisable(info: Any) -> None:  # a ring lost in a finalizer: no "Exception ignored" text for it
+        if not (isinstance(info.exc_type, type) and issubclass(info.exc_type, TimedOut)):
+            previous_hook(info)
+
+    previous_hook = sys.unraisablehook
     old = signal.signal(signal.SIGALRM, ring)
+    sys.unraisablehook = unraisable
     started = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, seconds, RING_AGAIN)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        over = True
+        sys.unraisablehook = previous_hook
         signal.signal(signal.SIGALRM, old)
         if outer_left:  # the enclosing limit goes on with what is left of it (at least a tick)
             left = outer_left - (time.monotonic() - started)
-            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001))
+            signal.setitimer(signal.ITIMER_REAL, max(left, 0.001), RING_AGAIN)
+
+
+_TIME_LIMIT_CODE = time_limit.__wrapped__.__code__
 
 
 @contextlib.contextmanager
