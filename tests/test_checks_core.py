@@ -1,6 +1,7 @@
 """The check engine: messages, rendering, require(), student calls, comparison, predictions."""
 
-import subprocess
+import multiprocessing
+import signal
 import sys
 import time
 
@@ -244,13 +245,7 @@ def test_an_inner_time_limit_leaves_the_enclosing_one_running():
     assert time.monotonic() - start < 5
 
 
-# Two blocks the first ring cannot stop, run in a Python of their own: a regression shows up as a
-# failure (the subprocess's timeout), never as a test run that hangs.
-LOST_RINGS = """
-import signal, sys, time
-from labsupport.checks import running
-
-def stubborn():  # an `except BaseException` loses the first ring
+def _stubborn():  # an `except BaseException` loses the first ring
     try:
         while True:
             pass
@@ -259,32 +254,48 @@ def stubborn():  # an `except BaseException` loses the first ring
     while True:
         pass
 
-class Slow:
+
+class _SlowFinalizer:
     def __del__(self):  # most rings land here, where Python prints "Exception ignored" and goes on
         for _ in range(300):
             pass
 
-def endless():
+
+def _endless():
     while True:
-        Slow()
-
-hook = sys.unraisablehook
-for block in (stubborn, endless):
-    start = time.monotonic()
-    try:
-        with running.time_limit(0.05):
-            block()
-    except running.TimedOut:
-        print(block.__name__, "stopped", time.monotonic() - start < 30)
-print("timer off", signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "hook back", sys.unraisablehook is hook)
-"""
+        _SlowFinalizer()
 
 
-def test_a_ring_that_is_lost_rings_again_and_is_not_printed():
-    done = subprocess.run([sys.executable, "-c", LOST_RINGS], capture_output=True, text=True, timeout=120)
-    assert done.stdout.splitlines() == [
-        "stubborn stopped True",
-        "endless stopped True",
-        "timer off True hook back True",
+def _stop_each(reply):
+    """In a forked child: run the blocks above under a limit and report how each ended."""
+    hook, results = sys.unraisablehook, []
+    for block in (_stubborn, _endless):
+        start = time.monotonic()
+        try:
+            with running.time_limit(0.05):
+                block()
+        except running.TimedOut:
+            results.append((block.__name__, time.monotonic() - start < 30))
+    results.append(("timer off", signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)))
+    results.append(("hook back", sys.unraisablehook is hook))
+    reply.send(results)
+
+
+def test_a_ring_that_is_lost_rings_again_and_is_not_printed(capfd):
+    # in a forked child, so that a regression fails here (the child is killed) instead of hanging the run
+    fork = multiprocessing.get_context("fork")
+    receive, reply = fork.Pipe(duplex=False)
+    child = fork.Process(target=_stop_each, args=(reply,))
+    child.start()
+    child.join(timeout=90)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("a time limit did not stop a block whose first ring was lost")
+    assert receive.poll() and receive.recv() == [
+        ("_stubborn", True),
+        ("_endless", True),
+        ("timer off", True),
+        ("hook back", True),
     ]
-    assert "Exception ignored" not in done.stderr, done.stderr[-2000:]
+    assert "Exception ignored" not in capfd.readouterr().err
