@@ -10,6 +10,7 @@ itself they score 0; the exercise left to the kernel is flagged for review inste
 
 import csv
 import json
+import math
 import os
 import sys
 import time
@@ -433,3 +434,49 @@ def test_every_check_the_grader_judges_gives_full_marks_to_its_solved_notebook(t
     }
     assert judged == expected
     assert [r for r in results if r["points"] != r["max_points"]] == []
+
+
+class _Shell:
+    """What the kernel side asks of IPython: the student's namespace."""
+
+    def __init__(self, user_ns: dict) -> None:
+        self.user_ns = user_ns
+
+
+@pytest.mark.parametrize("with_torch", [True, False], ids=["torch.save", "a literal"])
+def test_numpy_scalars_and_str_subclasses_come_back_as_their_plain_values(with_torch, monkeypatch):
+    # the kernel side, run here on a namespace of ours: numpy's float64 is a float subclass (np.mean
+    # returns one), which torch.load(weights_only=True) refuses and repr() writes as np.float64(...)
+    import IPython.display
+    import numpy as np
+
+    class Yes(str):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = str.__hash__
+
+    ns = {
+        "mean": np.float64(0.25),
+        "count": np.int64(3),
+        "flag": np.bool_(True),
+        "word": Yes("slice"),
+        "pair": (np.float64(1.5), [np.float32(2.0)]),
+        "nan": np.float64("nan"),
+    }
+    sent = []
+    monkeypatch.setattr(IPython.display, "publish_display_data", lambda data: sent.append(data[judge.MIME]))
+    if not with_torch:
+        monkeypatch.delitem(sys.modules, "torch")  # as in a kernel that never imported torch
+    side = {"get_ipython": lambda: _Shell(ns)}
+    exec(judge._KERNEL_SIDE, side)
+    side["_lab_grade_request"]("n1", "fetch", list(ns))
+    monkeypatch.undo()
+    objects = judge.plain(judge.decode(sent[0]))["objects"]
+    got = {name: value["value"] for name, value in objects.items()}
+    assert got["mean"] == 0.25 and type(got["mean"]) is float
+    assert got["count"] == 3 and type(got["count"]) is int
+    assert got["flag"] is True
+    assert got["word"] == "slice" and type(got["word"]) is str and got["word"] != "other"
+    assert got["pair"] == (1.5, [2.0]) and type(got["pair"][0]) is float
+    assert math.isnan(got["nan"])

@@ -170,8 +170,11 @@ def _lab_grade_request(_nonce, _what, _arg):
             return copy.requires_grad_() if obj.requires_grad and copy.is_floating_point() else copy
         if isinstance(obj, float) and not math.isfinite(obj):
             return {"__lab_float__": repr(float(obj))}
-        if obj is None or isinstance(obj, (bool, int, float, complex, str, bytes)):
+        if obj is None or type(obj) in (bool, int, float, complex, str, bytes):
             return obj
+        for plain in (int, float, complex, str, bytes):  # a subclass (numpy's float64, a str whose == lies): its value
+            if isinstance(obj, plain):
+                return pack(plain(obj), depth + 1)
         if torch is not None and isinstance(obj, (torch.dtype, torch.device, torch.Size)):
             return obj
         if type(obj).__module__ == "numpy" and getattr(obj, "size", 2) == 1 and hasattr(obj, "item"):
