@@ -245,6 +245,27 @@ def test_an_inner_time_limit_leaves_the_enclosing_one_running():
     assert time.monotonic() - start < 5
 
 
+def test_the_clean_up_of_a_stopped_block_runs_to_its_end():
+    # while a TimedOut is being handled (a finally deleting a half-written run, workers being
+    # stopped), the rings that follow wait: the clean-up is not cut short
+    done = []
+
+    def work():
+        try:
+            while True:
+                pass
+        finally:
+            start = time.monotonic()
+            while time.monotonic() - start < 0.3:  # six times RING_AGAIN
+                pass
+            done.append("cleaned up")
+
+    with pytest.raises(running.TimedOut):
+        with running.time_limit(0.05):
+            work()
+    assert done == ["cleaned up"]
+
+
 def _stubborn():  # an `except BaseException` loses the first ring
     try:
         while True:

@@ -31,7 +31,8 @@ CASE_TALLY: list[tuple[int, int]] | None = None
 
 #: Seconds between rings once a time limit is reached, until the block has stopped. A ring that lands
 #: in a finalizer (``__del__``, a weakref callback: Python prints "Exception ignored in ..." and goes
-#: on) or in an ``except BaseException`` of the student's is lost; the next one stops the block.
+#: on) or in an ``except BaseException`` of the student's is lost; the next one stops the block. A ring
+#: while a TimedOut is being handled (its clean-up running) is skipped.
 RING_AGAIN = 0.05
 
 
@@ -56,9 +57,11 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     over = False  # set once the block is over: a ring still pending then is ignored
 
     def ring(signum: int, frame: Any) -> None:
-        # not in this function's own frame (its finally is switching the timer off)
-        if not over and (frame is None or frame.f_code is not _TIME_LIMIT_CODE):
-            raise TimedOut()
+        if over or (frame is not None and frame.f_code is _TIME_LIMIT_CODE):
+            return  # the block is over, or this function's finally is switching the timer off
+        if _cleaning_up():
+            return  # the last TimedOut is on its way out: its except, finally or __exit__ may finish
+        raise TimedOut()
 
     def unraisable(info: Any) -> None:  # a ring lost in a finalizer: no "Exception ignored" text for it
         if not (isinstance(info.exc_type, type) and issubclass(info.exc_type, TimedOut)):
@@ -82,6 +85,19 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 _TIME_LIMIT_CODE = time_limit.__wrapped__.__code__
+
+
+def _cleaning_up() -> bool:
+    """Whether the code a ring interrupts is handling a TimedOut (an except, a finally or an __exit__
+    that deletes a half-written file, stops workers...), or an error raised while handling one."""
+    error = sys.exc_info()[1]
+    for _ in range(10):
+        if error is None:
+            return False
+        if isinstance(error, TimedOut):
+            return True
+        error = error.__context__
+    return False
 
 
 @contextlib.contextmanager
