@@ -20,6 +20,7 @@ STARTUP_TIMEOUT_S = 90  # TensorBoard start + first load, on a busy 2-core machi
 
 
 def free_port() -> int:
+    """A loopback port nobody listens on now (another program may still take it: see PortTaken)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -30,6 +31,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def get_json(url: str, data: bytes | None = None, timeout: float = 10):
+    """The JSON a local server answers at ``url`` (a POST when ``data`` is given)."""
     request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
     with _OPENER.open(request, timeout=timeout) as response:
         return json.loads(response.read().decode())
