@@ -287,6 +287,30 @@ def test_a_rerun_replaces_its_run_in_a_running_tensorboard(tmp_path):
         server.stop()
 
 
+def _as_from_a_terminal() -> None:
+    """In the child, before make starts: SIGINT as a terminal's shell hands it on (its default
+    action, not blocked), whatever this test worker inherited or a library left in its mask."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+
+
+def _signal_state(pids) -> str:
+    """Each process's name, state and SIGINT handling, from /proc (for a failure message)."""
+    lines = []
+    for pid in sorted(pids):
+        with contextlib.suppress(OSError):
+            fields = dict(
+                line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line
+            )
+            sigint = 1 << (signal.SIGINT - 1)
+            blocked = int(fields.get("SigBlk", "0"), 16) & sigint
+            ignored = int(fields.get("SigIgn", "0"), 16) & sigint
+            lines.append(
+                f"{pid} {fields.get('Name')} {fields.get('State')} SIGINT blocked={bool(blocked)} ignored={bool(ignored)}"
+            )
+    return "\n".join(lines)
+
+
 @needs_make
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc to list processes")
 def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
@@ -313,6 +337,7 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         start_new_session=True,
+        preexec_fn=_as_from_a_terminal,
     )
     family: set[int] = set()
     try:
@@ -329,7 +354,14 @@ def test_make_tensorboard_stopped_with_ctrl_c_leaves_no_process(tmp_path):
         family |= descendants(proc.pid)
         assert family, "make started no TensorBoard"
         os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                "make tensorboard was still running 30 s after Ctrl-C:\n"
+                + _signal_state([proc.pid, *family])
+                + f"\n{(tmp_path / 'make_tensorboard.log').read_text()[-2000:]}"
+            )
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and any(alive(p) for p in family):
             time.sleep(0.2)
