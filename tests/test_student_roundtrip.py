@@ -106,6 +106,34 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
     assert len(report.problems) == 3 and report.tail_cells == 3 and report.demo_cells == 2
 
 
+def test_run_unsolved_in_a_kernel_reports_as_in_process(tmp_path):
+    # the default path (`python -m tools.student unsolved`): the same walk, cells run by a real kernel
+    from nbformat.v4 import new_code_cell as code
+    from nbformat.v4 import new_markdown_cell as md
+    from nbformat.v4 import new_notebook
+
+    nb = new_notebook(
+        cells=[
+            md("# 99 · t"),
+            code("def check_double(fn):\n    fn(2)"),
+            md("### Exercise 1: double"),
+            code("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
+            code("check_double(double)"),
+            code("print(double(21))"),  # unguarded use: crashes when unsolved
+            md("### Exercise 2: again"),
+            code("def again(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION"),
+            code("check_double(again)"),
+        ]
+    )
+    path = write_tiny(nb, tmp_path)
+    report = student.run_unsolved(path, timeout=60)
+    assert [e.stub_message for e in report.exercises] == [
+        "NotImplementedError: Exercise 1: double",
+        "NotImplementedError: Exercise 2: again",
+    ]
+    assert len(report.problems) == 1 and report.problems[0].startswith("cell 5 crashes when nothing is solved")
+
+
 def test_every_notebook_is_covered():
     names = sorted(n for n in globals() if n.startswith("TestStudentEdition_"))
     assert names == ["TestStudentEdition_" + p.stem for p in NOTEBOOKS] and names
