@@ -10,9 +10,9 @@ those of a save still running (kept). Git ignores them. Loading uses
 
 Example:
     >>> import tempfile, os, torch
-    >>> path = os.path.join(tempfile.mkdtemp(), "net.pt")
-    >>> _ = save_checkpoint({"w": torch.ones(2)}, path)
-    >>> load_checkpoint(path)["w"]
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     path = save_checkpoint({"w": torch.ones(2)}, os.path.join(folder, "net.pt"))
+    ...     print(load_checkpoint(path)["w"])
     tensor([1., 1.])
 """
 
@@ -96,8 +96,9 @@ def save_checkpoint(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` ``obj`` to ``path`` atomically; returns the path.
 
     Example:
-        >>> save_checkpoint({"step": 1}, os.path.join(tempfile.mkdtemp(), "c.pt")).name
-        'c.pt'
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     print(save_checkpoint({"step": 1}, os.path.join(folder, "c.pt")).name)
+        c.pt
     """
     path = _path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -129,8 +130,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: Any = "cpu") -> Any:
     only, never arbitrary pickled code; a missing or unreadable file gets one sentence.
 
     Example:
-        >>> p = save_checkpoint([1, 2], os.path.join(tempfile.mkdtemp(), "l.pt"))
-        >>> load_checkpoint(p)
+        >>> with tempfile.TemporaryDirectory() as folder:
+        ...     print(load_checkpoint(save_checkpoint([1, 2], os.path.join(folder, "l.pt"))))
         [1, 2]
     """
     path = _path(path)

@@ -345,10 +345,11 @@ def tb_writer(
 
     Example:
         >>> import tempfile
-        >>> with tb_writer("06_optim", "sgd", root=tempfile.mkdtemp(), log10=("loss",)) as w:
-        ...     w.add_scalar("loss", 0.01, 1)
-        >>> Path(w.log_dir).name, sorted(p.name for p in Path(w.log_dir).parent.iterdir())
-        ('sgd', ['sgd'])
+        >>> with tempfile.TemporaryDirectory() as root:
+        ...     with tb_writer("06_optim", "sgd", root=root, log10=("loss",)) as w:
+        ...         w.add_scalar("loss", 0.01, 1)
+        ...     print(Path(w.log_dir).name, sorted(p.name for p in Path(w.log_dir).parent.iterdir()))
+        sgd ['sgd']
     """
     if not isinstance(notebook, str) or not _NAME.match(notebook):
         raise ValueError(f"notebook name must be letters, digits and _ . = - (no spaces or slashes), got {notebook!r}")

@@ -5,7 +5,7 @@
 that names it, every check fails with a CheckError a student can act on, and
 every later cell either runs or stops at once with one line naming the exercise
 to solve first (``lab.require``); nothing crashes inside PyTorch, and no
-half-written TensorBoard run is left behind. That each solution passes its
+half-written TensorBoard run or temporary file is left behind. That each solution passes its
 check, nbval proves on the solved sources (their stored PASS lines).
 
 The cells run in the test's own Python (``in_process=True``: an IPython shell, no kernel;
@@ -17,6 +17,9 @@ Each notebook gets its own test class, so that ``pytest -n 2 --dist loadscope``
 worker.
 """
 
+import gc
+import getpass
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -27,8 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def _unsolved(path: Path, runs: Path) -> None:
+def _unsolved(path: Path, runs: Path, temporary: Path) -> None:
     report = student.run_unsolved(path, in_process=True)
+    gc.collect()  # the notebook's namespace is gone: a TemporaryDirectory it held is deleted now
+    left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("pymp-"))  # multiprocessing's own,
+    # deleted when this Python exits (a forkserver's socket lives there)
+    assert not left, f"the student edition of {path.name} left temporary files behind: {left}"
     problems = report.all_problems
     assert not problems, (
         f"the student edition of {path.name}, with nothing solved:\n  - "
@@ -54,8 +61,15 @@ def write_tiny(nb, folder: Path) -> Path:
 def _test_class(path: Path) -> type:
     def test_run_all_unsolved(self, tmp_path, monkeypatch):
         monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))  # the kernel inherits it
-        monkeypatch.setenv("TMPDIR", str(tmp_path))  # and its temporary files go where pytest cleans up
-        _unsolved(path, tmp_path / "runs")
+        temporary = tmp_path / "tmp"
+        temporary.mkdir()
+        # torch.compile's cache stays where it always is (it is kept on purpose, and a cold one costs minutes)
+        monkeypatch.setenv(
+            "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"))
+        )
+        monkeypatch.setenv("TMPDIR", str(temporary))  # the programs it starts put their temporary files here,
+        monkeypatch.setattr(tempfile, "tempdir", str(temporary))  # and so does this Python
+        _unsolved(path, tmp_path / "runs", temporary)
 
     name = "TestStudentEdition_" + path.stem
     return type(name, (), {"test_run_all_unsolved": test_run_all_unsolved, "__doc__": f"{path.name}, student edition"})
