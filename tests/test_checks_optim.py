@@ -44,11 +44,11 @@ def _zeros_first(self, p, group):
     p.add_(state["velocity"], alpha=-group["lr"])
 
 
-def _lr_inside(self, p, group):
+def _data_assigned(self, p, group):
     state = self.state[p]
     buf = state.setdefault("buf", torch.zeros_like(p))
-    buf.mul_(group["momentum"]).add_(group["lr"] * p.grad)
-    p.data = p.data - buf
+    buf.mul_(group["momentum"]).add_(p.grad)
+    p.data = p.data - group["lr"] * buf
 
 
 def _zero_grad_override(self, set_to_none=True):
@@ -60,7 +60,7 @@ def _zero_grad_override(self, set_to_none=True):
 CORRECT = {
     "the notebook's": SGDMomentum,
     "velocity from zeros, out of place": variant(update=_zeros_first),
-    "lr inside the velocity, p.data assigned": variant(update=_lr_inside),
+    "velocity from zeros in place, p.data assigned": variant(update=_data_assigned),
     "own zero_grad": variant(zero_grad=_zero_grad_override),
 }
 
@@ -153,6 +153,23 @@ def _no_no_grad(self):
                 self.update(p, group)
 
 
+def _break_at_none(self):
+    for group in self.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                break
+            self.update(p, group)
+
+
+def _keyed_by_id(self, p, group):
+    state = self.state[id(p)]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 def _no_super(self, params, lr=0.01, momentum=0.9):
     self.lr = lr
 
@@ -165,6 +182,8 @@ def _no_momentum_default(self, params, lr=0.01, momentum=0.9):
 CLASS_MISTAKES = {
     "velocity aliases p.grad": variant(update=_aliased),
     "velocity outside self.state": variant(update=_outside_state),
+    "state keyed by a number": variant(update=_keyed_by_id),
+    "loop left at a None gradient": variant(step=torch.no_grad()(_break_at_none)),
     "velocity in float32": variant(update=_float32),
     "one velocity for all parameters": variant(update=_shared),
     "None gradient not skipped": variant(step=torch.no_grad()(_no_skip)),

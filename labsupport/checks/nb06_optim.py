@@ -111,7 +111,7 @@ def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
 LR = 0.1
 MOMENTUM = 0.8
 MAX_STEPS = 100
-_SHAPES = [(4, 5), (4,), (2,), (3, 4), (3,)]  # (2,) takes no part in the loss: its .grad stays None
+_SHAPES = [(4, 5), (2,), (4,), (3, 4), (3,)]  # (2,) takes no part in the loss: its .grad stays None
 _GROUP1 = {"lr": 0.05, "momentum": 0.5}  # the second group's own settings
 
 
@@ -153,6 +153,11 @@ def _dampened_from_zero(p, g, v, lr, mu):
 def _nesterov(p, g, v, lr, mu):
     v = _velocity(g, v, mu)
     return p - lr * (g + mu * v), v
+
+
+def _lr_in_velocity(p, g, v, lr, mu):
+    v = lr * g if v is None else mu * v + lr * g
+    return p - v, v
 
 
 def _lr_twice(p, g, v, lr, mu):
@@ -241,7 +246,8 @@ def _rule_maker(rule: Callable, settings: str, fixed: dict) -> Callable[[list], 
 
 
 def _revealed(trajectory: list) -> bool:
-    """ALIASED and NOT_IN_STATE are named by the run that reveals them (set_to_none=False, a resumed run)."""
+    """ALIASED, NOT_IN_STATE and STATE_BY_ID are named by the run that reveals them (set_to_none=False, a
+    resumed run)."""
     return True
 
 
@@ -286,6 +292,14 @@ RULE_MISTAKES = [
         look="step(): v = momentum * v + grad, then p -= lr * v",
     ),
     Mistake(
+        "lr inside the velocity",
+        WrongRule((_lr_in_velocity,)),
+        why="the learning rate scales the gradient inside the velocity, so the velocity carries old learning "
+        "rates: the same steps while lr stays fixed, but after lr changes (the check halves it after the first "
+        "step, as a scheduler would) the old velocity still moves by the old lr",
+        look="step(): v = momentum * v + grad, then p -= lr * v",
+    ),
+    Mistake(
         "lr missing",
         WrongRule((_no_lr,)),
         why="the step moves by the whole velocity: the learning rate is never applied",
@@ -324,6 +338,24 @@ MISSING_DEFAULT = Mistake(
     why="the defaults given to super().__init__ lack lr or momentum, so a group without its own has none",
     look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
 )
+
+
+def _rest_of_group_frozen(trajectory: list) -> bool:
+    """Does the parameter after the one without a gradient never move, while the group's first one does?"""
+    start = _initial_parameters()
+    first, after_unused = 0, 2
+    return not torch.equal(trajectory[0][first], start[first]) and all(
+        torch.equal(params[after_unused], start[after_unused]) for params in trajectory
+    )
+
+
+LOOP_LEFT = Mistake(
+    "loop left at a None gradient",
+    _rest_of_group_frozen,
+    why="at a parameter without a gradient, step() leaves the loop over its group instead of skipping that one "
+    "parameter, so the parameters after it in the group are never updated",
+    look="step(): for a parameter whose .grad is None, go on with the next parameter (continue), not out of the loop",
+)
 NONE_GRAD = Mistake(
     "None gradient not skipped",
     None,
@@ -356,6 +388,13 @@ NOT_IN_STATE = Mistake(
     "resumed run loses it",
     look="step(): keep v in self.state[p]",
 )
+STATE_BY_ID = Mistake(
+    "state keyed by a number",
+    _revealed,
+    why="self.state is keyed by id(p) (or another stand-in) instead of the parameter itself; load_state_dict() "
+    "hands the saved state to the new run's parameters, which have other ids, so a resumed run loses the velocity",
+    look="step(): state = self.state[p]",
+)
 LOW_PRECISION = Mistake(
     "velocity in float32",
     None,
@@ -366,8 +405,10 @@ LOW_PRECISION = Mistake(
 
 @dataclasses.dataclass(frozen=True)
 class _Setup:
-    """How the check trains: ``steps`` steps, zero_grad's set_to_none, whether one parameter has no gradient,
-    a resume from state_dict() after step ``resume_at``, and whether step() is wrapped in torch.no_grad()."""
+    """How the check trains: ``steps`` steps (every group's lr halved after the first, as a scheduler would),
+    zero_grad's set_to_none, whether one parameter has no gradient, a resume after step ``resume_at`` (new
+    parameter tensors holding the same values, and a new optimizer loaded with state_dict(), as after a restart
+    from a checkpoint), and whether step() is wrapped in torch.no_grad()."""
 
     steps: int
     set_to_none: bool = True
@@ -381,7 +422,7 @@ def _groups(params: list[torch.Tensor]) -> list[dict]:
 
 
 def _loss(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, unused: bool) -> torch.Tensor:
-    w1, b1, extra, w2, b2 = params
+    w1, extra, b1, w2, b2 = params
     hidden = F.relu(F.linear(x, w1, b1))
     loss = F.mse_loss(F.linear(hidden, w2, b2), y)
     if not unused:
@@ -399,21 +440,37 @@ def _step(optimizer: torch.optim.Optimizer, setup: _Setup) -> None:
         run_student(optimizer.step, what=what)
 
 
-def _resume(make: Callable, params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """A new optimizer loaded with ``optimizer.state_dict()``, as in a run resumed from a checkpoint."""
+def _resume(
+    make: Callable, params: list[torch.Tensor], optimizer: torch.optim.Optimizer
+) -> tuple[list[torch.Tensor], torch.optim.Optimizer]:
+    """New parameter tensors with the same values, and a new optimizer loaded with ``optimizer.state_dict()``:
+    a run resumed from a checkpoint."""
     __tracebackhide__ = True
     name = type(optimizer).__name__
     state = run_student(optimizer.state_dict, what=f"{name}.state_dict()")
+    params = [p.detach().clone().requires_grad_() for p in params]
     fresh = make(_groups(params))
     run_student(fresh.load_state_dict, state, what=f"{name}.load_state_dict(...)")
-    return fresh
+    return params, fresh
+
+
+def _initial_parameters() -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(6)
+    return [(torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_() for shape in _SHAPES]
+
+
+def _halve_lr(optimizer: torch.optim.Optimizer) -> None:
+    groups = getattr(optimizer, "param_groups", None)
+    for group in groups if isinstance(groups, list) else []:
+        if isinstance(group, dict) and isinstance(group.get("lr"), float):
+            group["lr"] /= 2
 
 
 def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]], torch.optim.Optimizer]:
     """Train the check's small network with ``make(groups)``: the parameters after each step, and the optimizer."""
     __tracebackhide__ = True
-    gen = torch.Generator().manual_seed(6)
-    params = [(torch.randn(*shape, generator=gen, dtype=torch.float64) * 0.5).requires_grad_() for shape in _SHAPES]
+    params = _initial_parameters()
+    gen = torch.Generator().manual_seed(7)
     optimizer = make(_groups(params))
     after = []
     for step in range(1, setup.steps + 1):
@@ -424,8 +481,10 @@ def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]]
         _step(optimizer, setup)
         _expect_parameters(params, step, setup.steps)
         after.append([p.detach().clone() for p in params])
+        if step == 1:
+            _halve_lr(optimizer)
         if step == setup.resume_at:
-            optimizer = _resume(make, params, optimizer)
+            params, optimizer = _resume(make, params, optimizer)
     return after, optimizer
 
 
@@ -541,6 +600,12 @@ def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = 
                 raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
 
 
+def _keyed_by_stand_ins(optimizer: Any) -> bool:
+    """Is the optimizer's state keyed by something other than tensors (id(p), a name)?"""
+    states = getattr(optimizer, "state", None)
+    return isinstance(states, dict) and any(not isinstance(key, torch.Tensor) for key in states)
+
+
 def _torch_sgd(groups: list) -> torch.optim.Optimizer:
     return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM)
 
@@ -561,11 +626,12 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     make = _student_maker(cls)
     mine, optimizer = _student_run(make, _Setup(steps))
     reference, _ = _trajectory(_torch_sgd, _Setup(steps))
-    _compare_runs(mine, reference, RULE_MISTAKES, optimizer)
+    _compare_runs(mine, reference, [*RULE_MISTAKES, LOOP_LEFT], optimizer)
     kept_setup = _Setup(min(steps, 3), set_to_none=False)
     kept, _ = _student_run(make, kept_setup)
     _compare_runs(kept, _trajectory(_torch_sgd, kept_setup)[0], [ALIASED])
     resume_setup = _Setup(steps, resume_at=steps // 2)
-    resumed, _ = _student_run(make, resume_setup)
-    _compare_runs(resumed, _trajectory(_torch_sgd, resume_setup)[0], [NOT_IN_STATE])
+    resumed, resumed_optimizer = _student_run(make, resume_setup)
+    lost = STATE_BY_ID if _keyed_by_stand_ins(resumed_optimizer) else NOT_IN_STATE
+    _compare_runs(resumed, _trajectory(_torch_sgd, resume_setup)[0], [lost])
     passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")
