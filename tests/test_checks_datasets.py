@@ -133,7 +133,10 @@ def make_train(evaluate=None, **mistakes):
                 _log(writer, "lr", lr, at, mistakes)
                 epoch_losses.append(loss.item())
                 if not mistakes.get("loss_per_epoch"):
-                    history["loss"].append(loss.detach() if mistakes.get("tensors") else loss.item())
+                    kept = loss if mistakes.get("graph_kept") else loss.detach()
+                    history["loss"].append(
+                        kept if mistakes.get("tensors") or mistakes.get("graph_kept") else loss.item()
+                    )
                 _log(writer, "loss/train", loss.item(), at, mistakes)
                 right = (logits.argmax(1) == labels).sum().item()
                 correct += right
@@ -231,6 +234,7 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc="count"), "count, not fraction"),
     ({}, dict(train_acc="last_batch"), "last batch only"),
     ({}, dict(train_acc_as_val=True), "training accuracy as validation"),
+    ({}, dict(graph_kept=True), "loss kept with its graph"),
     (dict(batch_means_over_images=True), {}, "batch means divided by the image count"),
 ]
 

@@ -519,6 +519,15 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
     ]
 
 
+LOSS_WITH_GRAPH = Mistake(
+    "loss kept with its graph",
+    None,
+    "each loss tensor kept in the history holds on to its step's whole graph (every activation it was computed "
+    "from), so memory grows with every step; a number is all the history needs",
+    look="train: history['loss'].append(loss.item())",
+)
+
+
 def _check_history(history: Any, ref: Run, n: int) -> None:
     """history["loss"] per step, history["val_loss"] and history["val_acc"] per epoch, against the reference's."""
     __tracebackhide__ = True
@@ -556,6 +565,18 @@ def _check_history(history: Any, ref: Run, n: int) -> None:
             ),
             expected=f"{n} (one per step)",
             got=f"{EPOCHS}",
+        )
+    attached = (
+        [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor) and v.requires_grad]
+        if isinstance(losses, (list, tuple))
+        else []
+    )
+    if attached:
+        raise mistake_error(
+            f"history['loss'][{attached[0]}] is a tensor that still requires grad",
+            LOSS_WITH_GRAPH,
+            expected="a number per step",
+            got=describe(losses[attached[0]]),
         )
     losses = _numbers(losses, "history['loss']", n, "one loss.item() per step")
     _judge("history['loss']", losses, ref.losses, [])
