@@ -100,6 +100,31 @@ def test_two_path_with_autograd_is_named():
     assert failure(lab.check_predicted_gradients, with_autograd).mistake == "used autograd"
 
 
+def _loss(a, b):
+    return ((a * b + a.exp()) ** 2).sum()
+
+
+def _backward_with_grad_enabled(a, b):
+    with torch.enable_grad():
+        a = a.clone().requires_grad_()
+        b = b.clone().requires_grad_()
+        _loss(a, b).backward()
+    return a.grad, b.grad
+
+
+AUTOGRAD_IN_DISGUISE = {
+    "torch.func.grad": lambda a, b: torch.func.grad(_loss, argnums=(0, 1))(a, b),
+    "autograd.functional.vjp": lambda a, b: torch.autograd.functional.vjp(_loss, (a, b))[1],
+    "backward under enable_grad": _backward_with_grad_enabled,
+}
+
+
+@pytest.mark.parametrize("name", list(AUTOGRAD_IN_DISGUISE))
+def test_autograd_by_another_name_is_refused(name):
+    err = failure(lab.check_predicted_gradients, AUTOGRAD_IN_DISGUISE[name])
+    assert err.mistake == "used autograd", err
+
+
 TWO_PATH_BAD = {
     "None": None,
     "list": [1.0, 2.0],

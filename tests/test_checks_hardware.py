@@ -145,7 +145,15 @@ ROOFLINE_WRONG = {
     "no compute roof": nb00._memory_only,
     "no memory roof": nb00._peak_only,
     "intensity inverted": nb00._intensity_inverted,
+    "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
 }
+
+
+@pytest.mark.parametrize("cut", [1, 10, 16])
+def test_a_switch_at_a_fixed_intensity_is_named(cut):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(lambda i, p, b: p if i >= cut else i * b)
+    assert info.value.mistake == "switch at the wrong intensity"
 
 
 def test_every_roofline_mistake_has_a_test():

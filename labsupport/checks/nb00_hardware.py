@@ -266,8 +266,19 @@ def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
 
 # ----------------------------------------------------------------------------- 00.4 the roofline
 
-#: (intensity, peak, bandwidth): memory-bound, compute-bound, at the ridge's side, an H100-like machine.
-ROOFLINE_CASES = [(0.083, 1e12, 1e11), (1000.0, 1e12, 1e11), (10.0, 1e12, 1e11), (0.25, 6.7e13, 4.8e12)]
+#: (intensity, peak, bandwidth): memory-bound, compute-bound, at the ridge (10 FLOP/byte), just below and just
+#: above it; then an H100-like machine, whose ridge lies at 14 FLOP/byte: far below it, just below it, above it.
+#: At 12 FLOP/byte one machine is compute-bound and the other memory-bound, so no fixed switch passes both.
+ROOFLINE_CASES = [
+    (0.083, 1e12, 1e11),
+    (1000.0, 1e12, 1e11),
+    (10.0, 1e12, 1e11),
+    (5.0, 1e12, 1e11),
+    (12.0, 1e12, 1e11),
+    (0.25, 6.7e13, 4.8e12),
+    (12.0, 6.7e13, 4.8e12),
+    (30.0, 6.7e13, 4.8e12),
+]
 
 
 def roofline_reference(intensity: float, peak: float, bandwidth: float) -> float:
@@ -301,6 +312,14 @@ def _intensity_inverted(i: float, p: float, b: float) -> float:
     return min(p, b / i)
 
 
+def _one_roof_each(answers: Sequence[float]) -> bool:
+    """Is every answer one of the two roofs (the wrong one somewhere): a switch at the wrong intensity?"""
+    return all(
+        math.isclose(got, p, rel_tol=REL_TOL) or math.isclose(got, i * b, rel_tol=REL_TOL)
+        for got, (i, p, b) in zip(answers, ROOFLINE_CASES)
+    )
+
+
 ROOFLINE_MISTAKES = [
     Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
     Mistake("no compute roof", _follows(_memory_only), "no kernel beats the compute peak, however much it computes"),
@@ -309,6 +328,13 @@ ROOFLINE_MISTAKES = [
         "intensity inverted",
         _follows(_intensity_inverted),
         "intensity is FLOP per byte: bytes/s times FLOP/byte gives FLOP/s",
+    ),
+    Mistake(
+        "switch at the wrong intensity",
+        _one_roof_each,
+        "each answer is one of the two roofs, but not the lower one at every intensity: the switch happens at "
+        "the ridge point, where the two roofs meet, and that point moves from machine to machine",
+        look="roofline: which roof is lower depends on intensity, peak and bandwidth together",
     ),
 ]
 

@@ -27,6 +27,7 @@ from .core import (
     run_cases,
     run_student,
 )
+from .nb02_manual_backprop import _autograd_refused, _by_hand
 from .references import lecture_loss
 
 __all__ = [
@@ -94,25 +95,6 @@ def _two_path_reference(a: torch.Tensor, b: torch.Tensor) -> tuple:
     return _autograd(_two_path_loss, a, b)
 
 
-def _without_autograd(predict: Any) -> Any:
-    """``predict`` run under torch.no_grad(): a prediction that asks autograd fails there, and says so."""
-
-    def predict_grads(a: torch.Tensor, b: torch.Tensor) -> Any:
-        try:
-            with torch.no_grad():
-                return predict(a, b)
-        except RuntimeError as exc:
-            if "does not require grad" not in str(exc):
-                raise
-            raise CheckError(
-                "your predict_grads(a, b) calls autograd (the check runs it where autograd records nothing)",
-                hint="the exercise asks for the derivatives worked out on paper, written with tensor arithmetic",
-                mistake="used autograd",
-            ) from exc
-
-    return predict_grads
-
-
 @exercise("03.1", "a gradient along two paths")
 def check_predicted_gradients(predict: Any) -> None:
     """Check ``predict(a, b) -> (grad_a, grad_b)`` for ``L = sum((a * b + exp(a)) ** 2)``."""
@@ -124,15 +106,17 @@ def check_predicted_gradients(predict: Any) -> None:
         a = 0.5 * torch.randn(shape, generator=g, dtype=torch.float64)
         b = torch.randn(shape, generator=g, dtype=torch.float64)
         cases.append((a, b))
+    instead = "the exercise asks for the derivatives worked out on paper, written with tensor arithmetic"
     try:
-        run_cases(
-            _without_autograd(predict),
-            cases,
-            _two_path_reference,
-            what=what,
-            outputs=("grad_a", "grad_b"),
-            mistakes=_two_path_mistakes,
-        )
+        with _autograd_refused(what, instead):
+            run_cases(
+                _by_hand(predict),
+                cases,
+                _two_path_reference,
+                what=what,
+                outputs=("grad_a", "grad_b"),
+                mistakes=_two_path_mistakes,
+            )
     except CheckError as err:
         if "not finite" not in err.message or err.mistake:
             raise
