@@ -86,6 +86,46 @@ def test_references_pass(capsys):
     assert out.count("PASS  ") == 4 and "max rel. error < 1e-08" in out
 
 
+ZERO_CONVENTIONS = {
+    "0 at h = 0 (autograd's)": lambda dout, h: dout * (h > 0),
+    "dout at h = 0 (the lecture's)": lambda dout, h: dout * (h >= 0),
+    "half at h = 0": lambda dout, h: dout * ((h > 0) + 0.5 * (h == 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(ZERO_CONVENTIONS))
+def test_any_subgradient_at_zero_passes(name, capsys):
+    lab.check_relu_layer(relu_forward, lambda dout, cache: ZERO_CONVENTIONS[name](dout, cache))
+    assert "PASS  relu layer" in capsys.readouterr().out
+
+
+def test_a_backward_that_divides_by_h_is_named_at_zero():
+    """02.2: dout * relu(h) / h gave NaN at h = 0 and passed (random inputs are never exactly 0)."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(relu_forward, lambda dout, cache: dout * torch.relu(cache) / cache)
+    assert info.value.mistake == "NaN or inf where h is 0"
+
+
+def test_a_slope_outside_zero_and_one_at_zero_is_refused():
+    with pytest.raises(lab.CheckError, match="not between 0 and dout"):
+        lab.check_relu_layer(relu_forward, lambda dout, cache: dout * ((cache > 0) + 2.0 * (cache == 0)))
+
+
+def test_a_training_step_inside_loss_and_grads_is_named():
+    """02.3: an update of w1 and w2 inside loss_and_grads passed (the check gave it copies, never looked back)."""
+
+    def stepping(x, y, w1, w2):
+        loss, grad_w1, grad_w2 = loss_and_grads(x, y, w1, w2)
+        w1 -= 1e-6 * grad_w1
+        w2 -= 1e-6 * grad_w2
+        return loss, grad_w1, grad_w2
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(stepping)
+    assert info.value.mistake == "weights changed inside"
+    assert "changed the w1 it was given" in info.value.message
+
+
 def test_lecture_relu_backward_that_writes_into_dout_passes(capsys):
     """02.2: the lecture's `dout[h < 0] = 0` got "keep h intact"; the prompt does not forbid it."""
     lab.check_relu_layer(relu_forward, lecture_relu_backward)

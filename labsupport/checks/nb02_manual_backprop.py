@@ -25,9 +25,12 @@ from .core import (
     CheckError,
     Mistake,
     check_prediction,
+    compare,
     describe,
     exercise,
     expect_function,
+    expect_tensor,
+    mistake_error,
     passed,
     read_prediction,
     run_cases,
@@ -378,13 +381,63 @@ def _relu_cases() -> list[tuple]:
     return [_randn(12, (4, 5), (4, 5)), _randn(13, (6, 3), (6, 3))]  # (h, dout): random floats are never exactly 0
 
 
+NOT_FINITE_AT_ZERO = Mistake(
+    "NaN or inf where h is 0",
+    None,
+    why="dh is not finite exactly where h = 0: the backward divides by h (or by max(h, 0)), which is 0 there; "
+    "the slope it needs is 0 or 1 on each side, and the text fixes a convention at 0",
+    look="relu_backward: build the slope from a comparison of h with 0, without dividing",
+)
+
+
+def _relu_at_zero(layer: _Layer) -> None:
+    """One more case whose h holds exact zeros: dh must be finite, and between 0 and dout there (any subgradient)."""
+    __tracebackhide__ = True
+    h, dout = _randn(16, (4, 6), (4, 6))
+    h[:, ::2] = 0.0
+    what = "your relu layer"
+    with _autograd_refused(what, "derive the backward from the chain rule and the shapes"):
+        out, dh = layer(h.clone(), dout.clone())
+    expect_tensor(out, "out (h with exact zeros)", shape=h.shape)
+    dh = expect_tensor(dh, "dh (h with exact zeros)", shape=h.shape, finite=False)
+    zero = h == 0
+    if not torch.isfinite(dh[~zero]).all():
+        expect_tensor(dh, "dh (h with exact zeros)")  # not finite where h is not 0 either: the general sentence
+    if not torch.isfinite(dh[zero]).all():
+        raise mistake_error(
+            "dh is not finite where h is exactly 0",
+            NOT_FINITE_AT_ZERO,
+            expected="finite numbers",
+            got=f"{int((~torch.isfinite(dh[zero])).sum())} NaN or inf at the {int(zero.sum())} zeros of h",
+        )
+    low = torch.minimum(dout, torch.zeros_like(dout))
+    high = torch.maximum(dout, torch.zeros_like(dout))
+    inside = (dh.double() >= low - 1e-12) & (dh.double() <= high + 1e-12)
+    if not inside[zero].all():
+        raise CheckError(
+            "where h is exactly 0, dh is not between 0 and dout",
+            expected="a subgradient at 0: between 0 (this lab's convention) and dout (the lecture's)",
+            got=f"{int((~inside[zero]).sum())} of the {int(zero.sum())} entries outside",
+            hint="the ReLU's slope at 0 can be any number from 0 to 1, never outside",
+        )
+    compare(
+        "dh where h is not 0",
+        dh[~zero],
+        dout[~zero] * (h[~zero] > 0),
+        rtol=TOL,
+        where="on a case with exact zeros in h",
+    )
+
+
 @exercise("02.2", "the relu layer")
 def check_relu_layer(relu_forward: Any, relu_backward: Any) -> None:
-    """Exercise 02.2: out and dh against autograd. Example: ``lab.check_relu_layer(relu_forward, relu_backward)``."""
+    """Exercise 02.2: out and dh against autograd, then on an h with exact zeros (where any subgradient passes).
+    Example: ``lab.check_relu_layer(relu_forward, relu_backward)``."""
     _expect_layer(relu_forward, relu_backward, "relu")
     cases = _relu_cases()
     layer = _Layer("relu", relu_forward, relu_backward, ("dh",))
     _check_layer(layer, cases, _relu_reference, _relu_mistakes)
+    _relu_at_zero(layer)
     passed(f"relu layer: out, dh match autograd on {len(cases)} cases (max rel. error < {TOL:g})")
 
 
@@ -480,6 +533,35 @@ def _two_layer_cases() -> list[tuple]:
     return [_randn(14, (8, 7), (8, 3), (7, 5), (5, 3)), _randn(15, (9, 8), (9, 4), (8, 6), (6, 4))]
 
 
+WEIGHTS_CHANGED = Mistake(
+    "weights changed inside",
+    None,
+    why="loss_and_grads changed w1 or w2 in place (a training step inside it?): it only computes the loss and the "
+    "gradients, and the training loop that calls it updates the weights, so each step would update them twice",
+    look="loss_and_grads: nothing that writes into w1 or w2 (-=, .sub_, .copy_, ...)",
+)
+
+
+def _weights_kept(loss_and_grads: Callable) -> Callable:
+    """``loss_and_grads``, failing with WEIGHTS_CHANGED when a call changes the w1 or w2 it was given."""
+
+    @functools.wraps(loss_and_grads)
+    def run(x: Any, y: Any, w1: Any, w2: Any) -> Any:
+        before = [w.clone() if isinstance(w, torch.Tensor) else w for w in (w1, w2)]
+        result = loss_and_grads(x, y, w1, w2)
+        for name, old, new in zip(("w1", "w2"), before, (w1, w2)):
+            if isinstance(new, torch.Tensor) and not torch.equal(old, new):
+                raise mistake_error(
+                    f"your loss_and_grads(x, y, w1, w2) changed the {name} it was given",
+                    WEIGHTS_CHANGED,
+                    expected=f"{name} as it was passed in",
+                    got=f"{name} changed by at most {float((new - old).abs().max()):.3g}",
+                )
+        return result
+
+    return run
+
+
 @exercise("02.3", "the two-layer backward")
 def check_loss_and_grads(loss_and_grads: Any) -> None:
     """Exercise 02.3: (loss, grad_w1, grad_w2) by hand, against autograd. Example: ``lab.check_loss_and_grads(loss_and_grads)``."""
@@ -488,7 +570,7 @@ def check_loss_and_grads(loss_and_grads: Any) -> None:
     cases = _two_layer_cases()
     with _autograd_refused(what, "run the backward pass through your layers' backward functions, in reverse order"):
         run_cases(
-            _by_hand(loss_and_grads),
+            _weights_kept(_by_hand(loss_and_grads)),
             cases,
             _two_layer_reference,
             what=what,
