@@ -376,7 +376,7 @@ def sgd_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
     for t in range(steps):
         optimizer.zero_grad()
         total = torch.zeros((), dtype=x.dtype)
-        for x_part, y_part in zip(x.split(len(x) // chunks), y.split(len(y) // chunks)):
+        for x_part, y_part in zip(x.tensor_split(chunks), y.tensor_split(chunks)):
             part = step_loss(x_part, y_part, w1, w2)
             part.backward()
             total = total + part.detach()
@@ -419,6 +419,32 @@ def test_correct_variants_pass(variant, capsys):
     lab.check_accumulated_training(variant)
     lab.check_fixed_training(lambda x, y, w1, w2, learning_rate, steps: variant(x, y, w1, w2, learning_rate, steps))
     assert capsys.readouterr().out.count("PASS") == 2
+
+
+def split_by_size_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    """torch.split's second argument is a piece's size, not a count: 18 rows by 4 make five pieces."""
+    losses = []
+    for t in range(steps):
+        total = 0.0
+        for x_part, y_part in zip(torch.split(x, chunks), torch.split(y, chunks)):
+            part = step_loss(x_part, y_part, w1, w2)
+            part.backward()
+            total += part.item()
+        if log is not None:
+            log(t, total)
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+        losses.append(total)
+    return losses
+
+
+def test_pieces_of_size_chunks_instead_of_chunks_pieces_are_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_accumulated_training(split_by_size_loop)
+    assert info.value.mistake == "more pieces than chunks"
 
 
 # One loop per listed mistake (the checks' own list): (loop, which checks it is for).
@@ -637,3 +663,16 @@ def test_a_loop_that_never_returns_is_stopped(check, monkeypatch):
 def test_a_check_called_wrongly_says_so():
     err = failure(lab.check_fixed_training)
     assert err.usage and "called wrongly" in str(err)
+
+
+def test_losses_returned_as_a_float32_tensor_pass(capsys):
+    """03.5: torch.tensor(losses) (float32 by default) was refused at float64's precision."""
+    solved = notebook_functions("nb03-c122")["train_fixed"]
+    lab.check_fixed_training(lambda *args: torch.tensor(solved(*args)))
+    assert capsys.readouterr().out.startswith("PASS  train_fixed")
+
+
+def test_an_exact_prediction_is_judged_exactly(capsys):
+    """03.3: [2, 40, 620] counted as right within the 5% meant for measured timings."""
+    lab.check_vjp_prediction([2, 40, 620])
+    assert capsys.readouterr().out.startswith("NOT RIGHT")

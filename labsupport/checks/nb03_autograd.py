@@ -208,6 +208,7 @@ def check_vjp_prediction(prediction: Any) -> None:
             (1, 40, 900): "That is v * y, the outputs weighted by v, not their derivatives.",
         },
         ask="which entries of the Jacobian J are not zero, and what does v^T J add up for each x_j?",
+        rel=1e-9,  # exact arithmetic on small integers: 620 is not 600
     )
 
 
@@ -233,6 +234,7 @@ def check_second_derivative_prediction(prediction: Any) -> None:
             0: "dy has a history: create_graph=True recorded how it was computed.",
         },
         ask="what did create_graph=True record, and which derivative does dy.backward() compute from it?",
+        rel=1e-9,  # an exact number: 6.2 is not 6
     )
 
 
@@ -252,8 +254,9 @@ class _Problem:
 
 def _problem(seed: int, chunks: int) -> _Problem:
     g = torch.Generator().manual_seed(seed)
-    x = 0.5 * torch.randn(16, 12, generator=g, dtype=torch.float64)
-    y = torch.randn(16, 4, generator=g, dtype=torch.float64)
+    # 18 rows: chunk(4) makes pieces of 5, 5, 5 and 3, while split(x, 4) makes five pieces of 4, 4, 4, 4 and 2
+    x = 0.5 * torch.randn(18, 12, generator=g, dtype=torch.float64)
+    y = torch.randn(18, 4, generator=g, dtype=torch.float64)
     w1 = 0.5 * torch.randn(12, 9, generator=g, dtype=torch.float64)
     w2 = 0.5 * torch.randn(9, 4, generator=g, dtype=torch.float64)
     return _Problem(x, y, w1, w2, chunks)
@@ -668,11 +671,13 @@ def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
         )
     if len(losses) != STEPS:
         raise CheckError(f"{what} returned {len(losses)} losses", expected=f"one per step: {STEPS}")
+    # torch.tensor(losses) stores float32 by default: judged to its own precision, not float64's
+    stored = result.dtype if isinstance(result, torch.Tensor) and result.is_floating_point() else torch.float64
     compare(
         "the list of losses returned",
         torch.tensor(losses, dtype=torch.float64),
         torch.tensor(right.losses, dtype=torch.float64),
-        rtol=1e-9,
+        rtol=max(1e-9, 4 * torch.finfo(stored).eps),
         atol=0.0,
         mistakes=_loss_mistakes(right, p),
         hint="one loss per step: the whole batch's loss, computed before the update",
@@ -698,6 +703,14 @@ def _judge_chunks(seen: _Observed) -> None:
             hint="backward() ran fewer times than there are chunks: each chunk's loss needs its own backward(), "
             "so that .grad adds up the chunks' gradients",
             mistake="no chunks",
+        )
+    if count > STEPS * seen.problem.chunks:
+        raise CheckError(
+            f"backward() ran {count} times in {STEPS} steps",
+            expected=f"one backward() per chunk: {seen.problem.chunks} per step, {STEPS * seen.problem.chunks} in all",
+            hint=f"the batch of {len(seen.problem.x)} rows was cut into more pieces than chunks={seen.problem.chunks}: "
+            "does the function you cut it with take the number of pieces, or the size of each piece?",
+            mistake="more pieces than chunks",
         )
 
 
