@@ -176,7 +176,7 @@ def test_the_first_failure_says_what_and_where_without_the_cause():
 
 
 def test_a_wrong_answer_outside_the_list_says_what_was_expected_and_guesses_no_cause():
-    with pytest.raises(lab.CheckError, match="Expected 1.3e") as info:
+    with pytest.raises(lab.CheckError, match="Expected the peak worked out from the facts in t") as info:
         lab.check_titan_tensor_peak(1.234e13)
     assert info.value.mistake is None and info.value.hint is None
     with pytest.raises(lab.CheckError, match=r"roofline.*is wrong") as info:
@@ -327,3 +327,22 @@ def test_timing_that_never_ends_is_stopped(monkeypatch):
     monkeypatch.setattr(hardware, "measure_matmul", endless)
     with pytest.raises(lab.CheckError, match="did not finish within 0.3 s, so it was stopped"):
         lab.check_matmul_size_prediction(1024)
+
+
+def test_a_near_miss_says_how_near_without_the_answer():
+    """00.1: 130e12 against the exact peak printed "expected 1.3e+14 FLOP/s; got 1.3e+14 FLOP/s"; the
+    reference is the answer itself, so no rung prints it."""
+    ref, _ = nb00.titan_peaks(T)
+    for _ in range(3):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_titan_tensor_peak(130e12)
+        shown = "\n".join(info.value.rendered())
+        assert "within 1% of it" in shown
+        assert f"{ref:.4g}" not in shown and f"{ref:.3g}" not in shown.replace(info.value.got, "")
+
+
+def test_a_near_miss_in_a_function_prints_the_digits_that_differ():
+    """A case of a function exercise may show its expected value, in the digits that tell it apart."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(lambda i, p, b: min(p, i * b) * 1.004)
+    assert info.value.expected != info.value.got, (info.value.expected, info.value.got)

@@ -45,6 +45,7 @@ from .values import (
     expect_tensor,
     first_mistake,
     fmt,
+    fmt_apart,
     matches,
     mistake_error,
     plain,

@@ -11,7 +11,7 @@ import torch
 from . import running
 from .feedback import CheckError, passed
 from .running import TimedOut, explain_error, time_limit
-from .values import as_number, describe, expect_count, expect_tensor, fmt
+from .values import as_number, describe, expect_count, expect_tensor, fmt, fmt_apart
 
 
 def _scalar(value: Any) -> float:
@@ -141,8 +141,9 @@ def _check_one(
             raise CheckError(f"f's central difference at {name}{list(index)} is not finite", usage=True)
         err = abs(analytic - numeric) / max(abs(analytic) + abs(numeric), 1e-10)
         if not err <= tol:
+            expected, got = fmt_apart(numeric, analytic)
             raise CheckError(
                 f"gradient of {name} is wrong at index {index} (rel. error {fmt(err)} > {tol:g})",
-                expected=f"{fmt(numeric)} (central difference)",
-                got=fmt(analytic),
+                expected=f"{expected} (central difference)",
+                got=got,
             )

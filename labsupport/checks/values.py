@@ -38,6 +38,21 @@ def fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def fmt_apart(expected: float, got: float) -> tuple[str, str]:
+    """``expected`` and ``got`` in 3 significant digits, or in as many more (up to 12) as two different
+    numbers need not to print alike ("expected 1.305e+14; got 1.3e+14", never "1.3e+14; got 1.3e+14").
+
+    Example:
+        >>> fmt_apart(1.305e14, 1.3e14)
+        ('1.305e+14', '1.3e+14')
+    """
+    for digits in range(3, 13):
+        shown = f"{expected:.{digits}g}", f"{got:.{digits}g}"
+        if shown[0] != shown[1] or expected == got:
+            break
+    return shown
+
+
 def plain(value: Any) -> Any:
     """``value`` with str/int/float/bool subclasses turned into the plain type (whose ``==``
     cannot lie), lists and tuples element by element; anything else unchanged."""
@@ -297,10 +312,11 @@ def compare(
         f"(max abs. error {fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})"
     )
     mistake = first_mistake(got, mistakes)
+    shown_expected, shown_got = fmt_apart(float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
     error = CheckError(
         message,
-        expected=fmt(float(e.reshape(-1)[flat])),
-        got=fmt(float(g.reshape(-1)[flat])),
+        expected=shown_expected,
+        got=shown_got,
         hint=mistake.why if mistake else hint,
         look=mistake.look if mistake else None,
         mistake=mistake.name if mistake else None,
