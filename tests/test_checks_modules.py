@@ -56,6 +56,11 @@ CORRECT_LINEARS = {
 }
 
 
+def test_a_weight_that_starts_with_nan_is_refused():
+    with pytest.raises(lab.CheckError, match="starts with NaN or inf"):
+        lab.check_my_linear(linear_variant(init=_nan_start))
+
+
 @pytest.mark.parametrize("design", list(CORRECT_LINEARS))
 def test_my_linear_accepts_every_allowed_design(design, capsys):
     lab.check_my_linear(CORRECT_LINEARS[design])
@@ -119,6 +124,24 @@ def _inner_linear(self, i, o):
     self.inner = nn.Linear(i, o)
 
 
+def _bias_buffer(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.register_buffer("bias", torch.zeros(o))
+
+
+def _zero_start(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.zeros(o, i))
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
+def _nan_start(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.full((o, i), float("nan")))  # what torch.empty may hold
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
 def _no_super(self, i, o):
     self.weight = nn.Parameter(torch.randn(o, i))
 
@@ -141,6 +164,8 @@ LINEAR_MISTAKES = {
         forward=lambda self, x: torch.nn.functional.linear(x, self.weight, self.bias)
     ),
     "no super().__init__()": linear_variant(init=_no_super),
+    "registered as a buffer": linear_variant(init=_bias_buffer),
+    "weights start equal": linear_variant(init=_zero_start),
     "no gradient": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).detach()),
     "bias not added": linear_variant(forward=lambda self, x: x @ self.weight.t()),
     "bias subtracted": linear_variant(forward=lambda self, x: x @ self.weight.t() - self.bias),
@@ -180,6 +205,8 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.USES_LINEAR,
             nb05_nn_module.NO_SUPER,
             nb05_nn_module.NO_GRADIENT,
+            nb05_nn_module.BUFFER_NOT_PARAMETER,
+            nb05_nn_module.EQUAL_START,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)

@@ -148,6 +148,21 @@ UNREGISTERED = Mistake(
     why="it is stored as a plain tensor; a module registers a tensor only when it is an nn.Parameter",
     look="__init__: self.<name> = nn.Parameter(...)",
 )
+BUFFER_NOT_PARAMETER = Mistake(
+    "registered as a buffer",
+    None,
+    why="it is registered as a buffer: the module saves and moves it, but parameters() does not yield it, so no "
+    "optimizer would ever train it",
+    look="__init__: an nn.Parameter, not register_buffer",
+)
+EQUAL_START = Mistake(
+    "weights start equal",
+    None,
+    why="every weight starts at the same number (zeros, ones, a constant): then every output unit computes the "
+    "same function and gets the same gradient, so training can never tell them apart; the prompt asks for a "
+    "random start, at any scale",
+    look="__init__: draw the initial weight at random (torch.randn, or an nn.init function)",
+)
 MISSING_BIAS = Mistake(
     "missing bias",
     None,
@@ -273,7 +288,10 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     }
     if any(isinstance(module, nn.Linear) for module in layer.modules()):
         raise mistake_error(f"{call} contains an nn.Linear", USES_LINEAR, **facts)
+    buffers = dict(layer.named_buffers())
     for name in ("weight", "bias"):
+        if name not in params and name in buffers:
+            raise mistake_error(f"{call}.parameters() does not yield {name}", BUFFER_NOT_PARAMETER, **facts)
         if name not in params and isinstance(vars(layer).get(name), torch.Tensor):
             raise mistake_error(f"{call}.parameters() does not yield {name}", UNREGISTERED, **facts)
     if set(params) - {"weight", "bias"}:
@@ -303,6 +321,28 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     if extra:
         facts["got"] = f"state_dict keys {sorted(layer.state_dict())}"
         raise mistake_error(f"{call}.state_dict() holds entries nn.Linear's has not: {extra}", EXTRA_STATE, **facts)
+    _random_start(params["weight"].detach(), call)
+
+
+def _random_start(weight: torch.Tensor, call: str) -> None:
+    """The layer's own initial weight (before the check loads nn.Linear's): finite, and not one number repeated."""
+    __tracebackhide__ = True
+    if weight.device.type == "meta":
+        return  # the structure is all a meta layer can show; loading its state fails with its own sentence
+    if not torch.isfinite(weight).all():
+        raise CheckError(
+            f"{call}.weight starts with NaN or inf",
+            expected="a random start: finite numbers",
+            got=f"{int((~torch.isfinite(weight)).sum())} of {weight.numel()} not finite",
+            hint="torch.empty leaves whatever was in memory: fill the weight with random numbers",
+        )
+    if weight.numel() > 1 and bool((weight == weight.reshape(-1)[0]).all()):
+        raise mistake_error(
+            f"{call}.weight starts with every entry equal",
+            EQUAL_START,
+            expected="a random start",
+            got=f"every entry {float(weight.reshape(-1)[0]):g}",
+        )
 
 
 def _load_linear_state(layer: nn.Module, call: str, state: dict) -> None:
