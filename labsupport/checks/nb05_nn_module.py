@@ -603,8 +603,10 @@ def _either(*candidates: torch.Tensor) -> Any:
 FRESH_LAYERS = Mistake(
     "layers created in forward",
     None,
-    why="forward draws new weights at each call: a layer created inside forward starts from new random weights",
-    look="__init__: create every layer once; forward only uses them",
+    why="two calls on the same input give different outputs, so something random runs in forward: a layer "
+    "created inside forward starts from new random weights at every call, and dropout (which this block does "
+    "not have) draws a new mask at every call",
+    look="__init__: create every layer once; forward only uses them, with nothing random",
 )
 NOT_REGISTERED = Mistake(
     "layers not registered",
@@ -651,8 +653,9 @@ def _wrong_count(k: int, depth: int) -> Mistake:
         return Mistake(
             "off-by-one depth",
             None,
-            why=f"the stack builds {k} blocks for depth={depth}: an off-by-one in the loop that creates them",
-            look="__init__: the range of the loop that builds the blocks",
+            why=f"the stack builds {k} blocks for depth={depth}, one too {'many' if k > depth else 'few'}: an "
+            "off-by-one in the loop that creates them, or a count that does not come from depth",
+            look="__init__: the range of the loop that builds the blocks, and where its count comes from",
         )
     return Mistake(
         "wrong number of blocks",
