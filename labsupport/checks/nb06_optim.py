@@ -155,6 +155,11 @@ def _nesterov(p, g, v, lr, mu):
     return p - lr * (g + mu * v), v
 
 
+def _first_step_twice(p, g, v, lr, mu):
+    v = g + mu * g if v is None else mu * v + g
+    return p - lr * v, v
+
+
 def _lr_in_velocity(p, g, v, lr, mu):
     v = lr * g if v is None else mu * v + lr * g
     return p - v, v
@@ -290,6 +295,14 @@ RULE_MISTAKES = [
         WrongRule((_lr_twice,)),
         why="the learning rate scales the gradient inside the velocity and then the velocity again in the step",
         look="step(): v = momentum * v + grad, then p -= lr * v",
+    ),
+    Mistake(
+        "first velocity updated again",
+        WrongRule((_first_step_twice,)),
+        why="at the first step the velocity is set to the gradient and then updated once more in the same step, "
+        "so the first step moves by (1 + momentum) times the gradient",
+        look="step(): at a parameter's first step v = grad, and only at later steps v = momentum * v + grad",
+        symptom="the first step already differs",
     ),
     Mistake(
         "lr inside the velocity",
