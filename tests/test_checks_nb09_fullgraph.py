@@ -52,7 +52,7 @@ def with_sign(x):
 @pytest.mark.parametrize("student", [with_where, with_cond, with_sign])
 def test_every_correct_design_passes(student, capsys):
     lab.check_fullgraph_fix(student)
-    assert capsys.readouterr().out.startswith("PASS  summarise_graph: equal to summarise on 6 vectors")
+    assert capsys.readouterr().out.startswith("PASS  summarise_graph: equal to summarise on 7 vectors")
 
 
 # ---------------------------------------------------------------- graph breaks
@@ -173,3 +173,15 @@ def test_a_function_that_never_returns_is_stopped(monkeypatch):
     monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
     with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
         lab.check_fullgraph_fix(endless)
+
+
+def test_a_flip_that_treats_a_mean_of_zero_as_negative_is_caught():
+    """09.4: torch.where(y.mean() <= 0, -y, y) and y * sign(y.mean()) passed: no input had a mean of exactly 0."""
+
+    def flips_at_zero(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() <= 0, -y, y)
+        return y * (y > 0).float().mean()
+
+    with pytest.raises(lab.CheckError, match="a mean of exactly 0"):
+        lab.check_fullgraph_fix(flips_at_zero)

@@ -630,3 +630,12 @@ def test_ddp_check_refuses_broken_states(reference):
     for states, words in cases:
         with pytest.raises(lab.CheckError, match=words):
             lab.check_ddp_equivalence(result_with(states))
+
+
+def test_speedups_as_percentages_are_refused_before_anything_is_recorded():
+    """10.4: (372, 69) was committed as the answer and the outcome shown; a ratio on 4 GPUs is at most 4."""
+    from labsupport.checks.predictions import COMMITTED
+
+    with pytest.raises(lab.CheckError, match="ratio of throughputs") as info:
+        lab.check_speedup_prediction((372, 69))
+    assert info.value.usage and not COMMITTED

@@ -515,8 +515,8 @@ def summarise_reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def summarise_inputs() -> list[tuple[torch.Tensor, str]]:
-    """Six vectors, each with what it tests: both signs of the mean, a largest |x| that is
-    negative, exact zeros, and a length other than 6."""
+    """Seven vectors, each with what it tests: both signs of the mean, a largest |x| that is
+    negative, exact zeros, a length other than 6, and a mean of exactly 0 (which summarise leaves unflipped)."""
     g = torch.Generator().manual_seed(94)
     base = torch.randn(6, generator=g)
     return [
@@ -526,6 +526,7 @@ def summarise_inputs() -> list[tuple[torch.Tensor, str]]:
         (torch.tensor([-4.0, 1.0, 0.5, 0.25, 1.0, -0.5]), "a negative mean, largest |x| negative"),
         (torch.tensor([0.0, -2.0, 1.0, -0.5, 0.0, 0.75]), "zeros and a negative mean"),
         (torch.randn(9, generator=g) + 0.3, "9 numbers"),
+        (torch.tensor([1.0, -1.0, 0.5, -0.5]), "a mean of exactly 0"),
     ]
 
 
@@ -669,7 +670,7 @@ def _check_summarise_values(answers: list, inputs: list, how: str) -> None:
 
 @exercise("09.4", "one graph, no breaks")
 def check_fullgraph_fix(summarise_graph: Any) -> None:
-    """``summarise_graph`` equals ``summarise`` on six vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
+    """``summarise_graph`` equals ``summarise`` on seven vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
     inputs = summarise_inputs()
     eager = []
     for x, _ in inputs:
@@ -679,7 +680,7 @@ def check_fullgraph_fix(summarise_graph: Any) -> None:
     compiled = _compiled_answers(summarise_graph, inputs)
     _check_summarise_values(compiled, inputs, "compiled,")
     passed(
-        f"summarise_graph: equal to summarise on {len(inputs)} vectors (both signs of the mean, zeros), "
+        f"summarise_graph: equal to summarise on {len(inputs)} vectors (both signs of the mean, a mean of 0, zeros), "
         "and torch.compile(fullgraph=True) captures it as one graph"
     )
 

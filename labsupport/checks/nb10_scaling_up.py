@@ -676,6 +676,13 @@ def check_speedup_prediction(prediction: Any) -> None:
             got=repr(got),
             usage=True,
         )
+    if not all(0 < v <= GPUS for v in got):
+        raise CheckError(
+            f"{name}: a speed-up on {GPUS} GPUs is a ratio of throughputs, above 0 and at most {GPUS}",
+            expected=f"two ratios such as 1.5 (not percentages), each above 0 and at most {GPUS}",
+            got=repr(got),
+            usage=True,
+        )
     check_prediction(
         name,
         got,
