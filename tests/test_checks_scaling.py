@@ -442,6 +442,15 @@ def steps_the_weights(model, inputs, targets, world_size):
     return grads
 
 
+def whole_batch_each_rank(model, inputs, targets, world_size):
+    kept = []
+    for _ in range(world_size):
+        model.zero_grad()
+        F.cross_entropy(model(inputs), targets).backward()  # the rank's slice forgotten
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 DP_MISTAKES = {
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
@@ -452,6 +461,7 @@ DP_MISTAKES = {
     "a shard dropped": [_dp(ranks=lambda w: w - 1)],
     "overlapping shards": [_dp(start=lambda r, n: r)],
     "weights changed": [steps_the_weights],
+    "batch never split": [whole_batch_each_rank],
 }
 
 

@@ -491,6 +491,24 @@ def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y:
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
 
 
+def _row_counter(rows: list[int]) -> Callable:
+    """A forward pre-hook that appends to ``rows`` how many examples each call of the module gets."""
+
+    def hook(module: torch.nn.Module, args: tuple) -> None:
+        rows.append(len(args[0]) if args and isinstance(args[0], torch.Tensor) and args[0].dim() else 0)
+
+    return hook
+
+
+WHOLE_BATCH = Mistake(
+    "batch never split",
+    None,
+    "the gradients come out right only because every rank computed on the whole batch, and the average of equal "
+    "gradients is that gradient: on real GPUs each rank sees only its own shard",
+    look="where rank r takes its slice of inputs and targets",
+)
+
+
 @exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
@@ -499,15 +517,20 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
         model = _cnn(10 + case, torch.float64)
         x, y = _batch(n, 20 + case, torch.float64)
         before = _state(model)
-        got = run_student(
-            data_parallel_grads,
-            model,
-            x,
-            y,
-            ws,
-            what="your data_parallel_grads(...)",
-            inplace_hint="{name} was changed in place: the function only reads the batch",
-        )
+        rows: list[int] = []  # how many examples each call of the model saw
+        hook = model.register_forward_pre_hook(_row_counter(rows))
+        try:
+            got = run_student(
+                data_parallel_grads,
+                model,
+                x,
+                y,
+                ws,
+                what="your data_parallel_grads(...)",
+                inplace_hint="{name} was changed in place: the function only reads the batch",
+            )
+        finally:
+            hook.remove()
         if not _near(_state(model), before, rtol=0, atol=0):
             raise CheckError(
                 "data_parallel_grads changed the model's weights",
@@ -515,6 +538,13 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 mistake="weights changed",
             )
         _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
+        if rows and all(count == n for count in rows):
+            raise mistake_error(
+                f"every call of the model saw all {n} examples of the batch",
+                WHOLE_BATCH,
+                expected=f"{ws} ranks, each computing on its own shard of {n // ws}",
+                got=f"{len(rows)} call(s) on {n} examples each",
+            )
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
 
 
