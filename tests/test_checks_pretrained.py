@@ -53,7 +53,7 @@ def test_a_wrong_share_is_recorded_first_and_never_passes(capsys):
 
 
 def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, optimizer="head", nan=False,
-                 head=None, momentum=0.0, lr=0.01, kind=torch.optim.SGD):  # fmt: skip
+                 head=None, momentum=0.0, lr=0.01, kind=torch.optim.SGD, width=None):  # fmt: skip
     """prepare_for_transfer; each keyword switches on one way of writing it (a mistake or a variant)."""
 
     def prepare(model, num_classes):
@@ -64,7 +64,7 @@ def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, opt
             if head == "sequential":
                 model.fc = nn.Sequential(nn.Dropout(0.2), nn.Linear(model.fc.in_features, num_classes))
             else:
-                model.fc = nn.Linear(model.fc.in_features, classes or num_classes)
+                model.fc = nn.Linear(width or model.fc.in_features, classes or num_classes)
         if freeze_head:
             model.fc.requires_grad_(False)
         if nan:
@@ -148,6 +148,7 @@ def test_correct_variants_pass(prepare, step, capsys):
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
+    (make_prepare(width=512), make_step(), "head width fixed"),  # ResNet-18's width: passed
     (make_prepare(freeze=False), make_step(), "backbone not frozen"),
     (make_prepare(freeze_head=True), make_step(), "head frozen"),
     (make_prepare(optimizer="old"), make_step(), "optimizer over the old head"),

@@ -85,10 +85,31 @@ def _resnet18() -> nn.Module:
         return resnet18(weights=None)
 
 
-def _prepared(prepare: Any, n: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
-    """The student's (model, optimizer) for ``n`` classes, and the head the model had before."""
+def _wider_resnet() -> nn.Module:
+    """A torchvision ResNet whose head takes 2048 features, as ResNet-50's does (one bottleneck block per stage)."""
+    from torchvision.models.resnet import Bottleneck, ResNet
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return ResNet(Bottleneck, [1, 1, 1, 1])
+
+
+FIXED_WIDTH = Mistake(
+    "head width fixed",
+    None,
+    "the new head takes a fixed number of features that fits ResNet-18 (512); the ResNets differ there "
+    "(ResNet-50's head takes 2048), and section 6 calls your function on yet another network",
+    look="prepare_for_transfer: the input size of the new head, read from the head it replaces",
+)
+
+
+def _prepared(
+    prepare: Any, n: int, model: nn.Module | None = None
+) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
+    """The student's (model, optimizer) for ``n`` classes (on a copy of ResNet-18 unless ``model`` is given), and
+    the head the model had before."""
     __tracebackhide__ = True
-    model = copy.deepcopy(_resnet18())
+    model = copy.deepcopy(_resnet18()) if model is None else model
     old_head = model.fc
     got = run_student(prepare, model, n, what="prepare_for_transfer(model, num_classes)")
     if not isinstance(got, (tuple, list)) or len(got) != 2:
@@ -398,6 +419,21 @@ def _head_mode(model: nn.Module) -> list[bool]:
     return modes
 
 
+def _check_other_width(prepare: Any) -> None:
+    """prepare_for_transfer on a ResNet whose head takes 2048 features must give one score per class too."""
+    __tracebackhide__ = True
+    n = 4
+    model, _, _ = _prepared(prepare, n, _wider_resnet())
+    try:
+        _probe(model, n)
+    except CheckError as err:
+        if "mat1 and mat2" not in err.message:
+            raise
+        raise mistake_error(
+            "on a ResNet whose head takes 2048 features, the model with your new head fails", FIXED_WIDTH
+        ) from None
+
+
 @exercise("08.2", "freeze, then a new head")
 def check_transfer(prepare_for_transfer, transfer_step) -> None:
     """prepare_for_transfer(resnet, N) -> (model, optimizer), then 3 x transfer_step(model, optimizer,
@@ -427,6 +463,7 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
                 raise error
             on_device = tuple(t.to(device) for t in batch)
             _check_step(model, mirror, state, on_device, loss, step)
+    _check_other_width(prepare_for_transfer)
     passed(
         "transfer: backbone and batch-norm statistics frozen, a new trainable head, "
         "and each step moves the head as SGD says"
