@@ -185,3 +185,17 @@ def test_a_flip_that_treats_a_mean_of_zero_as_negative_is_caught():
 
     with pytest.raises(lab.CheckError, match="a mean of exactly 0"):
         lab.check_fullgraph_fix(flips_at_zero)
+
+
+def test_an_item_that_fullgraph_lets_through_is_still_a_graph_break():
+    """09.4: .item() passed under fullgraph=True (torch 2.14 captures it), while a plain torch.compile and
+    torch._dynamo.explain, which the notebook's next cell prints, still break the graph there."""
+
+    def via_item(x):
+        y = x / x.abs().max()
+        y = torch.where(torch.tensor(y.mean().item() < 0), -y, y)
+        return y * (y > 0).float().mean()
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(via_item)
+    assert info.value.mistake == "python numbers", str(info.value)

@@ -655,6 +655,35 @@ def _compiled_answers(fn: Callable, inputs: list) -> list[torch.Tensor]:
     return answers
 
 
+def _no_breaks_by_default(fn: Callable, x: torch.Tensor) -> None:
+    """``torch._dynamo.explain`` with Dynamo's default settings must find one graph: fullgraph=True lets some
+    calls through (``.item()`` in recent versions) that a plain ``torch.compile`` still breaks the graph at."""
+    __tracebackhide__ = True
+    torch._dynamo.reset()
+    try:
+        with _quiet_export(), time_limit(running.TIME_LIMIT):
+            report = torch._dynamo.explain(fn)(x.clone())
+    except TimedOut:
+        raise CheckError(f"tracing summarise_graph did not finish within {running.TIME_LIMIT:g} s") from None
+    except Exception:
+        return  # the compiled runs above passed: what explain cannot trace, it cannot count either
+    if not report.graph_break_count:
+        return
+    first = report.break_reasons[0]
+    code = getattr(fn, "__code__", None)
+    frames = [f for f in first.user_stack if code is not None and f.filename == code.co_filename]
+    number = frames[-1].lineno - code.co_firstlineno + 1 if frames else None
+    line = (frames[-1].line or "").strip() if frames else ""
+    where = f" at line {number} of summarise_graph: `{line}`" if number else ""
+    message = f"torch.compile(summarise_graph) with Dynamo's default settings breaks the graph{where}"
+    reason = (first.reason.splitlines() or [""])[0][:120]
+    facts = {"expected": "one graph for the whole function", "got": f"{report.graph_count} graphs: {reason}"}
+    mistake = _break_mistake(RuntimeError(first.reason), line)
+    if mistake is not None:
+        raise mistake_error(message, mistake, **facts)
+    raise CheckError(message, **facts)
+
+
 def _check_summarise_values(answers: list, inputs: list, how: str) -> None:
     for got, (x, words) in zip(answers, inputs):
         want = summarise_reference(x)
@@ -679,6 +708,7 @@ def check_fullgraph_fix(summarise_graph: Any) -> None:
     _check_summarise_values(eager, inputs, "eagerly,")
     compiled = _compiled_answers(summarise_graph, inputs)
     _check_summarise_values(compiled, inputs, "compiled,")
+    _no_breaks_by_default(summarise_graph, inputs[0][0])
     passed(
         f"summarise_graph: equal to summarise on {len(inputs)} vectors (both signs of the mean, a mean of 0, zeros), "
         "and torch.compile(fullgraph=True) captures it as one graph"
