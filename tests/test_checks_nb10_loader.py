@@ -55,13 +55,26 @@ def test_every_correct_loader_passes(student, capsys):
     assert capsys.readouterr().out.startswith("PASS  rank_loader_fixed: on 2 and 3 ranks each rank gets its own")
 
 
+def epoch_from_rank(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(rank)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
 MISTAKES = {
     "every rank sees all data": colleague,
     "same shard on every rank": rank_zero,
     "not shuffled": unshuffled,
-    "same order every epoch": no_set_epoch,
     "shards overlap": seed_per_rank,
+    "same order every epoch": no_set_epoch,
 }
+
+
+def test_set_epoch_with_the_rank_is_named_by_the_overlap_it_makes():
+    """10.6: set_epoch(rank) was reported as "items reach no rank", then blamed on a missing set_epoch."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(epoch_from_rank)
+    assert info.value.mistake == "shards overlap" and "epoch number" in info.value.look
 
 
 def test_every_listed_mistake_has_a_test():

@@ -826,19 +826,19 @@ LOADER_MISTAKES = [
         look="the sampler's arguments",
     ),
     Mistake(
+        "shards overlap",
+        _overlapping_shards,
+        "the ranks' parts overlap while some items are never seen: each rank shuffles differently, so their parts "
+        "are cut from different permutations (every rank must shuffle with the same seed and the same epoch number)",
+        look="the sampler's seed, and the epoch number each rank shuffles with",
+    ),
+    Mistake(
         "same order every epoch",
         _same_order_each_epoch,
         "every epoch repeats the first one's order: the sampler shuffles with the same seed each time unless it "
         "is told which epoch it is in",
         look="what the function does with `epoch`",
         symptom="epoch 1 is epoch 0 again, item for item",
-    ),
-    Mistake(
-        "shards overlap",
-        _overlapping_shards,
-        "the ranks' parts overlap while some items are never seen: each rank shuffles differently, so their parts "
-        "are cut from different permutations (every rank must use the same seed)",
-        look="the sampler's seed",
     ),
 ]
 
