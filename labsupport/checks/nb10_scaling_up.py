@@ -192,9 +192,10 @@ SCALER_ERRORS = [
     Mistake(
         "update without scaler.step",
         "No inf checks were recorded prior to update",
-        "the scaler was asked to update its scale, but the step went around it: the scaler never saw the "
-        "gradients, so it could not check them for inf (or skip the step)",
-        look="the line that updates the weights",
+        "the scaler was asked to update its scale before it had stepped in this iteration: update() adapts the "
+        "scale from what the scaler's step found (inf or not), so it has to come after that step; a step that goes "
+        "around the scaler leaves it nothing to check either",
+        look="the line that updates the weights, and the order of the scaler's calls",
     ),
     Mistake(
         "gradients gone before the step",
