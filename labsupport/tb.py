@@ -55,6 +55,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -131,9 +132,12 @@ class _Lock:
         return True
 
     def holder(self) -> str:
-        """`` (process 1234)`` as written in the lock file, or nothing if it holds no id yet."""
-        with contextlib.suppress(OSError, ValueError):
-            return f" (process {int(self.path.read_text())})"
+        """`` (process 1234)`` as written in the lock file. Its holder writes the id just after locking, so a
+        file read in between is read again for up to 0.1 s; after that, nothing is said."""
+        for _ in range(20):
+            with contextlib.suppress(OSError, ValueError):
+                return f" (process {int(self.path.read_text())})"
+            time.sleep(0.005)
         return ""
 
     def release(self) -> None:
