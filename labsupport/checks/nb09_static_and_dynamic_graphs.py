@@ -791,13 +791,25 @@ ONE_CALL_PER_ROW = Mistake(
 )
 
 
+ROWS_EVERYWHERE = Mistake(
+    "every row through every program",
+    None,
+    "the modules ran on more rows than the programs need: every row went through modules of programs that are not "
+    "its own, and the right rows were picked out afterwards; only the rows that share a program go through its "
+    "modules",
+    look="which rows each group's modules are given",
+)
+
+
 @contextlib.contextmanager
 def _counting_calls(modules: torch.nn.ModuleDict) -> Iterator[list[int]]:
-    """Count the calls of the modules inside the block (forward hooks)."""
-    count = [0]
+    """Count the calls of the modules inside the block, and the rows they were given (forward hooks)."""
+    count = [0, 0]
 
     def hook(module: Any, args: Any, output: Any) -> None:
         count[0] += 1
+        x = args[0] if args else None
+        count[1] += len(x) if isinstance(x, torch.Tensor) and x.dim() else 1
 
     handles = [module.register_forward_hook(hook) for module in modules.values()]
     try:
@@ -856,6 +868,10 @@ def check_run_programs(run_programs: Any) -> None:
     if calls[0] > limit:
         message = f"the modules ran {calls[0]} times for {len(points)} rows with {len(distinct)} distinct programs"
         raise mistake_error(message, ONE_CALL_PER_ROW, expected=f"at most {limit} module calls")
+    needed = sum(len(program) for program in programs)  # each row through each step of its own program, once
+    if calls[1] > needed:
+        message = f"the modules were given {calls[1]} rows in all, for programs that need {needed}"
+        raise mistake_error(message, ROWS_EVERYWHERE, expected=f"at most {needed} rows through the modules")
     passed(
         f"run_programs: {len(points)} rows, {len(distinct)} programs, equal to one row at a time with the same "
         f"gradients, in {calls[0]} module calls instead of {sum(len(p) for p in programs)}"
