@@ -449,3 +449,14 @@ def test_lecture_helpers_still_give_the_lecture_numbers():
     w1, w2 = lab.lecture_weights(D_in=3, H=5, D_out=2, requires_grad=True, device=torch.device("cpu"))
     assert x.shape == (4, 3) and y.shape == (4, 2) and w1.requires_grad and w2.shape == (5, 2)
     assert torch.equal(x, lab.lecture_data(N=4, D_in=3, D_out=2)[0])
+
+
+def test_code_that_raises_on_one_case_is_told_which_case():
+    """01.3: a hard-coded 4 raised on the second case, and the message did not say which case it was."""
+
+    def hard_coded(scores, labels):
+        return scores[torch.arange(4), labels]
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(hard_coded)
+    assert info.value.message.startswith("In case 2 of 3 (inputs of shape (6, 3), (6,)), your correct_class_scores")

@@ -329,13 +329,19 @@ def _run_case(fn, case, number, total, reference, what, outputs, mistakes, rtol,
     __tracebackhide__ = True
     worst = 0.0
     copies = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in case)
-    result = run_student(fn, *copies, what=what, timeout=timeout, inplace_hint=inplace_hint)
+    where = _case_words(number, total, case)
+    try:
+        result = run_student(fn, *copies, what=what, timeout=timeout, inplace_hint=inplace_hint)
+    except CheckError as err:
+        if not err.usage and err.mistake != "too slow" and total > 1:
+            err.message = f"{where[0].upper()}{where[1:]}, {err.message}"  # which case made the code fail
+            err.args = (err._text(),)
+        raise
     refs = reference(*case)
     if not isinstance(refs, tuple):
         refs = (refs,)
     got = _outputs_of(result, outputs, what)
     known = as_mistakes(mistakes(*case)) if mistakes else []
-    where = _case_words(number, total, case)
     whole = got if len(outputs) > 1 else got[0]
     for name, value, ref in zip(outputs, got, refs):
         try:
