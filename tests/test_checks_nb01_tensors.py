@@ -73,7 +73,7 @@ CORRECT = {
         lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1),
         lambda a, b: (a.unsqueeze(1) - b.unsqueeze(0)).pow(2).sum(dim=2),
         _pairwise_by_expansion,
-        lambda a, b: torch.cdist(a, b) ** 2,
+        lambda a, b: torch.einsum("nmd->nm", (a[:, None] - b[None]) ** 2),
     ],
     "correct_class_scores": [
         lambda s, i: s[torch.arange(len(i)), i],
@@ -460,3 +460,22 @@ def test_code_that_raises_on_one_case_is_told_which_case():
     with pytest.raises(lab.CheckError) as info:
         lab.check_correct_class_scores(hard_coded)
     assert info.value.message.startswith("In case 2 of 3 (inputs of shape (6, 3), (6,)), your correct_class_scores")
+
+
+PAIRWISE_DESIGNS_REFUSED = {
+    "torch.cdist used": lambda a, b: torch.cdist(a, b) ** 2,
+    "Python loops": lambda a, b: torch.stack([((row - b) ** 2).sum(1) for row in a]),
+}
+
+
+@pytest.mark.parametrize("name", list(PAIRWISE_DESIGNS_REFUSED))
+def test_the_prompts_rule_is_checked_after_the_values(name):
+    """01.1: torch.cdist and a loop over rows gave the right values and passed, though the prompt forbids both."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_pairwise_sq_dists(PAIRWISE_DESIGNS_REFUSED[name])
+    assert info.value.mistake == name
+
+
+def test_a_broadcast_through_matmul_is_not_a_loop(capsys):
+    lab.check_pairwise_sq_dists(lambda a, b: (a * a).sum(1, keepdim=True) + (b * b).sum(1) - 2 * a @ b.T)
+    assert capsys.readouterr().out.startswith("PASS  pairwise_sq_dists")

@@ -13,8 +13,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
-from .core import CheckError, Mistake, check_prediction, exercise, passed, rel_error, run_cases
+from .core import (
+    CheckError,
+    Mistake,
+    check_prediction,
+    exercise,
+    mistake_error,
+    passed,
+    rel_error,
+    run_cases,
+    run_student,
+)
 
 __all__ = [
     "check_pairwise_sq_dists",
@@ -174,9 +185,57 @@ def _pairwise_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
+class _TorchCalls(TorchFunctionMode):
+    """Counts the torch functions and tensor methods called inside the block, and keeps their names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.names: set[str] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.count += 1
+        self.names.add(getattr(func, "__name__", ""))
+        return func(*args, **(kwargs or {}))
+
+
+USES_CDIST = Mistake(
+    "torch.cdist used",
+    None,
+    why="torch.cdist computes the distances for you; the exercise is to make broadcasting pair the rows",
+    look="which shapes a and b must take so that a - b holds every pair's differences",
+)
+LOOPS = Mistake(
+    "Python loops",
+    None,
+    why="the number of tensor operations grows with the number of points: a Python loop runs over rows or pairs, "
+    "where one broadcast operation pairs them all at once",
+    look="which shapes a and b must take so that a - b holds every pair's differences",
+)
+#: Tensor operations a broadcasting answer needs, whatever the sizes; a loop over 40 rows needs more.
+MAX_CALLS = 60
+
+
+def _pairwise_design(pairwise_sq_dists: Callable) -> None:
+    """The prompt's rule, checked on 40 x 30 points: no torch.cdist, and no loop (a fixed number of operations)."""
+    __tracebackhide__ = True
+    a, b = _randn(24, (40, 3), (30, 3))
+    with _TorchCalls() as calls:
+        run_student(pairwise_sq_dists, a, b, what="your pairwise_sq_dists(a, b)")
+    if "cdist" in calls.names:
+        raise mistake_error("your pairwise_sq_dists(a, b) calls torch.cdist", USES_CDIST)
+    if calls.count > MAX_CALLS:
+        raise mistake_error(
+            f"on 40 and 30 points, your pairwise_sq_dists(a, b) ran {calls.count} tensor operations",
+            LOOPS,
+            expected=f"a few, however many points (at most {MAX_CALLS})",
+        )
+
+
 @exercise("01.1", "pairwise squared distances")
 def check_pairwise_sq_dists(pairwise_sq_dists: Any) -> None:
-    """Exercise 01.1: the (N, M) squared distances. Example: ``lab.check_pairwise_sq_dists(pairwise_sq_dists)``."""
+    """Exercise 01.1: the (N, M) squared distances, then the prompt's rule (no loops, no torch.cdist).
+    Example: ``lab.check_pairwise_sq_dists(pairwise_sq_dists)``."""
     cases = _pairwise_cases()
     run_cases(
         pairwise_sq_dists,
@@ -187,6 +246,7 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Any) -> None:
         rtol=RTOL,
         atol=ATOL,
     )
+    _pairwise_design(pairwise_sq_dists)
     passed(f"pairwise_sq_dists: matches the reference on {len(cases)} cases (shapes and values)")
 
 
