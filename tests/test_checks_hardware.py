@@ -118,6 +118,7 @@ CPU_WRONG = {
     "bits as lanes": nb00._bits_as_lanes,
     "bytes as lanes": nb00._bytes_as_lanes,
     "fma_units ignored": nb00._one_fma_unit,
+    "fma_units fixed": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, 2),
     "cores ignored": nb00._one_core,
     "clock in GHz": nb00._clock_in_hz,
 }

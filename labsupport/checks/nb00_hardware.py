@@ -170,6 +170,12 @@ def _one_fma_unit(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, 1)
 
 
+def _fixed_fma_units(answers: list[float]) -> bool:
+    """Does every answer use one and the same number of FMA units (2, as the text says recent x86 cores have)?"""
+    units = [got / cpu_peak_reference(c, g, b, 1) for got, (c, g, b, _) in zip(answers, CPU_MACHINES)]
+    return all(math.isclose(u, units[0], rel_tol=REL_TOL) for u in units) and units[0] in (2.0, 4.0)
+
+
 def _one_core(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(1, g, b, u)
 
@@ -196,6 +202,13 @@ CPU_MISTAKES = [
         "that counts bytes as lanes: an fp32 lane is 4 bytes (32 bits)",
     ),
     Mistake("fma_units ignored", _on_every_machine(_one_fma_unit), "each core has fma_units FMA units side by side"),
+    Mistake(
+        "fma_units fixed",
+        _fixed_fma_units,
+        "every machine got the same number of FMA units, written as a number: the machines differ there, and "
+        "fma_units says how many each has",
+        look="where fma_units enters the product",
+    ),
     Mistake("cores ignored", _on_every_machine(_one_core), "that is one core's peak: every core has its own units"),
     Mistake("clock in GHz", _on_every_machine(_clock_in_hz), "clock_ghz is in GHz: one GHz is 1e9 cycles per second"),
 ]
