@@ -142,3 +142,23 @@ def test_a_loader_that_never_ends_is_stopped(monkeypatch):
     monkeypatch.setattr(running, "TIME_LIMIT", 30)
     with pytest.raises(lab.CheckError, match="it does not end after one epoch"):
         lab.check_rank_loader(lambda *args: Endless())
+
+
+def test_a_sampler_returned_instead_of_a_loader_is_named():
+    def sampler_only(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        return sampler
+
+    with pytest.raises(lab.CheckError, match="returned a DistributedSampler, not a loader"):
+        lab.check_rank_loader(sampler_only)
+
+
+def test_a_batch_size_of_its_own_is_told_by_the_batch_it_made():
+    """10.6: batch_size=32 fixed gave "got: list of length 1" (the batch held 25 items)."""
+
+    def own_size(dataset, rank, world_size, epoch, batch_size=32):
+        return fixed(dataset, rank, world_size, epoch, batch_size=32)
+
+    with pytest.raises(lab.CheckError, match="holds 25 items, more than batch_size=8"):
+        lab.check_rank_loader(own_size)

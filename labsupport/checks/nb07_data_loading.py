@@ -1286,7 +1286,9 @@ def check_capstone(train_capstone) -> dict:
     model, estimate = _model_and_estimate(got)
     if not 0.0 <= estimate <= 1.0:
         raise _estimate_outside(estimate, log, images[seen], labels[seen])
-    training = [name or "the model" for name, m in model.named_modules() if m.training]
+    training = [
+        f"layer {name} ({type(m).__name__})" if name else "the model" for name, m in model.named_modules() if m.training
+    ]
     if training:
         mistake = Mistake(
             "returned in training mode",
@@ -1299,7 +1301,8 @@ def check_capstone(train_capstone) -> dict:
             "the model came back in training mode",
             mistake,
             expected="eval mode",
-            got=f"training mode ({', '.join(training[:3])})",
+            got=f"in training mode: {', '.join(training[:3])}"
+            + (f" and {len(training) - 3} more" if len(training) > 3 else ""),
         )
     accuracy = _held_out_accuracy(model, _distort(images[held], HELD_OUT), labels[held])
     if seconds > BUDGET:

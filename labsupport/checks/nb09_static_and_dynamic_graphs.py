@@ -691,6 +691,9 @@ def _check_summarise_values(answers: list, inputs: list, how: str) -> None:
             continue
         message = f"{how} summarise_graph differs from summarise on a vector with {words}"
         facts = {"expected": f"{[round(v, 3) for v in want.tolist()]}", "got": f"{[round(v, 3) for v in got.tolist()]}"}
+        if facts["expected"] == facts["got"]:  # a difference below the rounding: say where and how large
+            gap = (got.double() - want.double()).abs()
+            facts["got"] += f", off by up to {float(gap.max()):.2g} (entry {int(gap.argmax())}): a loss of precision?"
         mistake = first_mistake(answers, SUMMARISE_MISTAKES)
         if mistake is not None:
             raise mistake_error(message, mistake, **facts)

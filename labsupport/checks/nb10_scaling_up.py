@@ -742,6 +742,14 @@ def _first_items(iterable: Any, limit: int) -> list:
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
     """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
     loader = run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
+    if isinstance(loader, torch.utils.data.Sampler):
+        raise CheckError(
+            f"rank_loader_fixed returned a {type(loader).__name__}, not a loader",
+            expected="a DataLoader that uses it",
+            got=describe(loader),
+            hint="a sampler only says which indices come in which order; the DataLoader built on it gives the batches",
+            usage=True,
+        )
     if loader is None or not hasattr(loader, "__iter__"):
         raise CheckError(
             "rank_loader_fixed did not return a loader", expected="a DataLoader", got=describe(loader), usage=True
@@ -758,7 +766,15 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
     indices = []
     for item in items:
         values = item[0] if isinstance(item, (tuple, list)) else item
-        if not isinstance(values, torch.Tensor) or values.dim() != 1 or len(values) > batch:
+        if isinstance(values, torch.Tensor) and values.dim() == 1 and len(values) > batch:
+            raise CheckError(
+                f"a batch of the loader holds {len(values)} items, more than batch_size={batch}",
+                expected=f"batches of at most {batch} items",
+                got=f"a batch of {len(values)}",
+                hint="the loader's batch size comes from the batch_size argument",
+                usage=True,
+            )
+        if not isinstance(values, torch.Tensor) or values.dim() != 1:
             raise CheckError(
                 f"a batch of the loader is not a batch of at most {batch} items",
                 got=describe(item),

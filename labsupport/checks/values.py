@@ -96,10 +96,11 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
         value = value.detach().cpu().item()
     elif type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "size", 1) == 1:
         value = value.item()
+    given = value
     value = plain(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = "write the number without quotes" if isinstance(value, str) else None
-        raise CheckError(f"{name} must be a number", got=describe(value), hint=hint, usage=True)
+        raise CheckError(f"{name} must be a number", got=describe(given), hint=hint, usage=True)  # a list is a list
     if not allow_nan and not math.isfinite(value):
         raise CheckError(f"{name} is not a finite number", got=repr(value), usage=True)
     return value
