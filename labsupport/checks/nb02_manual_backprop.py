@@ -475,6 +475,13 @@ def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
             why="that is the mean of the squared errors; the exercise's loss is their sum",
             look="the reduction of the loss (and the factor in grad_y_pred)",
         ),
+        Mistake(
+            "ReLU left out",
+            ((x @ w1 @ w2 - y).pow(2).sum(), None, None),
+            why="the loss is that of a network without its ReLU: the prediction goes through max(h, 0) between the "
+            "two layers, in the forward pass and so in the backward pass too",
+            look="the forward pass between the first layer and the second",
+        ),
     ]
 
 

@@ -88,6 +88,11 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
         Mistake("half the gradient", (None, d * a), "grad_b is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("grad_b uses b", (None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b"),
         Mistake("gradients swapped", (2 * d * a, 2 * d * (b + e)), "grad_a and grad_b are returned in swapped order"),
+        Mistake(
+            "paths multiplied",
+            (2 * d * b * e, None),
+            f"grad_a multiplies the two paths' derivatives: {paths}, it does not multiply them",
+        ),
     ]
 
 
