@@ -653,6 +653,13 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             why="the product sums over D, the axis x and w share, not over K",
             look="the axis of the sum",
         ),
+        Mistake(
+            "matrices summed",
+            x @ w.sum(0),
+            why="each sample met the sum of all the matrices: the batch index of w was summed away (an einsum "
+            "whose w index differs from x's, 'bd,cdk->bk'), where sample b meets w[b] alone",
+            look="the index that x and w share for the batch",
+        ),
         NOT_FINITE,
     ]
 
