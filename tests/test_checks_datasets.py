@@ -66,6 +66,8 @@ def make_evaluate(**mistakes):
             acc = 100 * acc
         if mistakes.get("batch_acc"):
             acc = sum(batch_accs) / batches
+        if mistakes.get("slots"):
+            acc = correct / (len(loader) * loader.batch_size)
         if mistakes.get("tensors"):
             return torch.tensor(loss), torch.tensor(acc)
         if mistakes.get("swapped"):
@@ -236,6 +238,7 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc_as_val=True), "training accuracy as validation"),
     ({}, dict(graph_kept=True), "loss kept with its graph"),
     (dict(batch_means_over_images=True), {}, "batch means divided by the image count"),
+    (dict(slots=True), {}, "divided by batches times batch size"),
 ]
 
 

@@ -122,6 +122,7 @@ class Measured:
     correct: int
     batch_losses: list[float]
     batch_accs: list[float]
+    slots: int = 0  # len(loader) * loader.batch_size: more than the images when the last batch is short
 
 
 @torch.no_grad()
@@ -143,7 +144,8 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
         batch_losses.append(float(losses.mean()))
         batch_accs.append(right / len(labels))
     model.train(was_training)
-    return Measured(loss_sum / total, correct / total, loss_sum, correct, batch_losses, batch_accs)
+    slots = len(loader) * (loader.batch_size or 1)
+    return Measured(loss_sum / total, correct / total, loss_sum, correct, batch_losses, batch_accs, slots)
 
 
 def _loss_mistakes(m: Measured) -> list[Mistake]:
@@ -196,6 +198,13 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
             "answers over all images, then divide by their number",
         ),
         Mistake("one batch only", Near(m.batch_accs[-1]), "that is the last batch's accuracy alone"),
+        Mistake(
+            "divided by batches times batch size",
+            Near(m.correct / m.slots) if m.slots else None,
+            "the right answers were divided by the number of batches times the batch size, but the last batch is "
+            "short: count the images themselves",
+            look="what the count of right answers is divided by",
+        ),
     ]
 
 
