@@ -628,6 +628,22 @@ class SharedUp(nn.Module):
         return x
 
 
+def _averaged(self, x):
+    for b in self.blocks:
+        x = (x + b.fc2(torch.relu(b.fc1(x)))) / 2
+    return x
+
+
+def _relu_on_input(self, x):
+    for b in self.blocks:
+        x = x + b.fc2(b.fc1(torch.relu(x)))
+    return x
+
+
+def _relu_on_output(self, x):
+    return torch.relu(ResidualStack.forward(self, x))
+
+
 def _no_super_stack(self, D, H, depth):
     self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
 
@@ -640,6 +656,9 @@ STACK_MISTAKES = {
     "ReLU on the branch output": stack_variant(forward=_relu_on_branch),
     "one residual around the whole stack": stack_variant(forward=_outer),
     "blocks read x": stack_variant(forward=_from_x),
+    "residual averaged": stack_variant(forward=_averaged),
+    "ReLU on the block's input": stack_variant(forward=_relu_on_input),
+    "ReLU on the stack's output": stack_variant(forward=_relu_on_output),
     "only the last block counts": stack_variant(forward=_last_only),
     "returns the input": stack_variant(forward=_returns_x),
     "not a ReLU": stack_variant(forward=_tanh),

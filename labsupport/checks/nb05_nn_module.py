@@ -530,7 +530,11 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
     h_plain = x
     h_relu_branch = x
     h_from_x = x
+    h_averaged = x
+    h_relu_in = x
     for block in blocks:
+        h_averaged = (h_averaged + block.branch(h_averaged)) / 2
+        h_relu_in = h_relu_in + block.fc2(block.fc1(torch.relu(h_relu_in)))
         h_branch = block.branch(h_branch)
         h_relu = torch.relu(h_relu + block.branch(h_relu))
         h_plain = h_plain + block.fc2(block.fc1(h_plain))
@@ -549,6 +553,22 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
             why="the input is added once, around the whole stack, instead of once per block",
         ),
         Mistake("blocks read x", _same_as(h_from_x), why="every block reads the stack's input x, not h"),
+        Mistake(
+            "residual averaged",
+            _same_as(h_averaged),
+            why="each block returns the mean of h and its branch, (h + branch) / 2: a residual block adds the branch "
+            "to h, with no factor",
+        ),
+        Mistake(
+            "ReLU on the block's input",
+            _same_as(h_relu_in),
+            why="the ReLU is applied to h, before fc1; in the block it sits between fc1 and fc2: fc2(relu(fc1(h)))",
+        ),
+        Mistake(
+            "ReLU on the stack's output",
+            _same_as(torch.relu(_stack(blocks, x))),
+            why="a ReLU is applied to the stack's output; the stack ends with the last block's sum",
+        ),
         Mistake(
             "only the last block counts",
             _same_as(x + blocks[-1].branch(x)),
