@@ -439,3 +439,32 @@ def test_sigmoid_prediction_bad_answers_get_a_sentence(bad, capsys):
     assert err.usage and "could not use" not in str(err)
     assert "04.1" not in predictions.COMMITTED
     assert "PASS" not in capsys.readouterr().out
+
+
+NEW_SOFTPLUS_MISTAKES = {
+    "sign flipped": lambda ctx, g: -g * torch.sigmoid(ctx.saved_tensors[0]),
+    "derivative of max(x, 0) alone": lambda ctx, g: g * (ctx.saved_tensors[0] > 0).to(g.dtype),
+}
+
+
+@pytest.mark.parametrize("name", list(NEW_SOFTPLUS_MISTAKES))
+def test_more_softplus_backward_mistakes_are_named(name):
+    """04.2: these got expected/got only, on every try."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), NEW_SOFTPLUS_MISTAKES[name]))
+    assert err.mistake == name
+
+
+def _fixed_half_forward(ctx, x, w, scale):
+    ctx.save_for_backward(x, w)
+    return scale * x.mm(w)
+
+
+def _fixed_half_backward(ctx, g):
+    x, w = ctx.saved_tensors
+    return 0.5 * g.mm(w.t()), 0.5 * x.t().mm(g), None
+
+
+def test_a_factor_written_into_backward_is_named():
+    """04.4: 0.5 in place of the saved scale got expected/got only; the message never mentioned the scale."""
+    err = failure(lab.check_scaled_matmul_function, make(_fixed_half_forward, _fixed_half_backward, "ScaledMatmul"))
+    assert err.mistake == "a fixed factor"

@@ -315,6 +315,22 @@ def _nan_where_exp_overflows(x: torch.Tensor, got: tuple) -> bool:
     return bool(torch.equal(torch.isnan(grad), overflow)) and bool(torch.isfinite(grad[~overflow]).all())
 
 
+def _fixed_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor, got: tuple) -> bool:
+    """Are both gradients one and the same constant (not ``scale``) times the unscaled ones?"""
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return False
+    plain = (g.mm(w.t()), x.t().mm(g))
+    factors = []
+    for grad, unscaled in zip(got[1:], plain):
+        if not isinstance(grad, torch.Tensor) or grad.shape != unscaled.shape:
+            return False
+        factor = float((grad.double() * unscaled.double()).sum() / unscaled.double().square().sum())
+        if not torch.allclose(grad.double(), factor * unscaled.double(), rtol=1e-6, atol=1e-9):
+            return False
+        factors.append(factor)
+    return math.isclose(factors[0], factors[1], rel_tol=1e-6) and not math.isclose(factors[0], scale, rel_tol=1e-6)
+
+
 def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
     """The typical wrong forward outputs of a softplus Function (any gradient)."""
     return [
@@ -357,6 +373,18 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "the derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), not sigmoid(-x)",
         ),
         Mistake(
+            "sign flipped",
+            (None, -g * torch.sigmoid(x)),
+            "the gradient has the right size and the wrong sign: softplus rises everywhere, so its derivative is "
+            "positive",
+        ),
+        Mistake(
+            "derivative of max(x, 0) alone",
+            (None, g * (x > 0).to(x.dtype)),
+            "that is the derivative of max(x, 0) alone: the log1p(exp(-|x|)) term changes with x too, and its "
+            "derivative has to be added",
+        ),
+        Mistake(
             "exp(x) alone",
             (None, g * torch.exp(x)),
             "the derivative of log(u) is u' / u: e^x still has to be divided by 1 + e^x",
@@ -374,8 +402,9 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "exp(x) / (1 + exp(x)) overflows",
             functools.partial(_nan_where_exp_overflows, x),
-            "exp(x) / (1 + exp(x)) is inf / inf = NaN where exp(x) overflows: write the derivative so that "
-            "nothing overflows",
+            "the gradient is NaN exactly where exp(x) overflows: an exp of a large number (of x, or of the output, "
+            "which is about x there) is inf, and inf / inf or inf - inf is NaN, as in exp(x) / (1 + exp(x)): write "
+            "the derivative so that nothing overflows",
         ),
         Mistake(
             "1 - exp(-y) cancels",
@@ -462,6 +491,13 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             "grad_x is transposed: an input's gradient has the input's shape",
         ),
         Mistake("forward lacks the factor", (x.mm(w), None, None), "the forward output is x @ w without the factor"),
+        Mistake(
+            "a fixed factor",
+            functools.partial(_fixed_factor, x, w, scale, g),
+            f"both gradients carry the same factor, but not this call's scale ({scale:g}): a number written into "
+            "backward stays the same whatever scale forward was given",
+            look="where the factor in backward comes from",
+        ),
     ]
 
 
