@@ -145,6 +145,7 @@ def test_value_mistake_is_named(name, mistake):
 # the mistakes that are predicates, handed in as students write them
 PREDICATE_MISTAKES = [
     ("pairwise_sq_dists", "coordinates not summed", lambda a, b: (a[:, None, :] - b[None, :, :]) ** 2),
+    ("pairwise_sq_dists", "kept a size-1 axis", lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1, keepdim=True)),
     ("correct_class_scores", "kept a size-1 axis", lambda s, i: s.gather(1, i[:, None])),
     ("per_sample_matmul", "kept a size-1 axis", lambda x, w: x.unsqueeze(1) @ w),
     ("per_sample_matmul", "kept a size-1 axis", lambda x, w: w.transpose(1, 2) @ x[:, :, None]),

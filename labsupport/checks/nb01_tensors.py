@@ -136,6 +136,12 @@ def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mista
             look="the axis of the sum: the coordinates are the last axis",
         ),
         Mistake(
+            "kept a size-1 axis",
+            _squeezes_to(_pairwise_reference(a, b)),
+            why="the values are right, but the sum kept its axis, with size 1: the result is (N, M)",
+            look="the reduction over the last axis, and its keepdim",
+        ),
+        Mistake(
             "coordinates not summed",
             _has_three_axes,
             why="the squared differences are there, one per coordinate, but they are not added up",
