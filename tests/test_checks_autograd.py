@@ -353,6 +353,8 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
             if reset == "after update":
                 w1.grad = None
                 w2.grad = None
+            if reset == "w1 only after update":
+                w1.grad = None
             if loss == "after update":
                 value = step_loss(x, y, w1, w2).item()
             losses.append(value)
@@ -455,6 +457,7 @@ LOOP_MISTAKES = {
     "update rebinds the names": make_loop("rebind"),
     "weights never updated": make_loop("never", reset="after update"),
     "gradients accumulate across steps": make_loop(reset="never"),
+    "one gradient accumulates": make_loop(reset="w1 only after update"),
     "update goes up the gradient": make_loop("ascent"),
     "only the last chunk's gradient": make_loop(reset="per chunk"),
     "one update per chunk": make_loop("update per chunk"),

@@ -297,7 +297,8 @@ def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: 
 
 def _descend(p: _Problem, behaviour: str = "right") -> _Run:
     """STEPS steps of gradient descent from the problem's start, as a loop with ``behaviour`` runs them:
-    "right", "no reset", "ascent", "reset per chunk", "update per chunk" or "scaled" (by 1/chunks)."""
+    "right", "no reset", "w1 reset only", "w2 reset only", "ascent", "reset per chunk", "update per chunk" or
+    "scaled" (by 1/chunks)."""
     w = (p.w1, p.w2)
     zeros = (torch.zeros_like(p.w1), torch.zeros_like(p.w2))
     grad = zeros
@@ -305,7 +306,11 @@ def _descend(p: _Problem, behaviour: str = "right") -> _Run:
     for _ in range(STEPS):
         run.losses.append(float(lecture_loss(p.x, p.y, *w)))
         run.before.append(w)
-        if behaviour != "no reset":
+        if behaviour == "w1 reset only":
+            grad = (zeros[0], grad[1])
+        elif behaviour == "w2 reset only":
+            grad = (grad[0], zeros[1])
+        elif behaviour != "no reset":
             grad = zeros
         chunk_losses = []
         partial = []
@@ -462,6 +467,13 @@ _LOOP_MISTAKES = [
         why="each update used this step's gradient plus all earlier ones: backward() adds into .grad. "
         "When does .grad go back to zero in your loop?",
         look="the reset of w1.grad and w2.grad, if there is one",
+    ),
+    Mistake(
+        "one gradient accumulates",
+        lambda seen: _behaves_like("w1 reset only", seen) or _behaves_like("w2 reset only", seen),
+        why="one weight's updates used its step's gradient plus all earlier ones, while the other's were right: "
+        "backward() adds into .grad. Is every weight's .grad back to zero at the start of each step?",
+        look="the reset of w1.grad and w2.grad",
     ),
     Mistake(
         "update goes up the gradient",
