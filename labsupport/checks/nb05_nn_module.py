@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -523,46 +523,66 @@ def _orders(parts: _Parts) -> Iterator[list[_Block]]:
             yield list(order)
 
 
+def _per_block(blocks: list[_Block], x: torch.Tensor, block_output: Callable) -> torch.Tensor:
+    """The stack's output when each block returns ``block_output(block, h)``."""
+    h = x
+    for block in blocks:
+        h = block_output(block, h)
+    return h
+
+
 def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
     """What the typical wrong forward passes give, computed from the student's own layers."""
-    h_branch = x
-    h_relu = x
-    h_plain = x
-    h_relu_branch = x
-    h_from_x = x
-    h_averaged = x
-    h_relu_in = x
-    for block in blocks:
-        h_averaged = (h_averaged + block.branch(h_averaged)) / 2
-        h_relu_in = h_relu_in + block.fc2(block.fc1(torch.relu(h_relu_in)))
-        h_branch = block.branch(h_branch)
-        h_relu = torch.relu(h_relu + block.branch(h_relu))
-        h_plain = h_plain + block.fc2(block.fc1(h_plain))
-        h_relu_branch = h_relu_branch + torch.relu(block.branch(h_relu_branch))
-        h_from_x = h_from_x + block.branch(x)
-    mistakes = [
-        Mistake("no residual", _same_as(h_branch), why="each block returns only its branch, without adding h back"),
+
+    def wrong(block_output: Callable) -> Callable[[Any], bool]:
+        return _same_as(_per_block(blocks, x, block_output))
+
+    return [
         Mistake(
-            "ReLU after the sum", _same_as(h_relu), why="a ReLU is applied after adding h; the block stops at the sum"
+            "no residual",
+            wrong(lambda b, h: b.branch(h)),
+            why="each block returns only its branch, without adding h back",
         ),
-        Mistake("missing ReLU", _same_as(h_plain), why="the branch has no ReLU between fc1 and fc2"),
-        Mistake("ReLU on the branch output", _same_as(h_relu_branch), why="the branch ends with a ReLU after fc2"),
         Mistake(
-            "one residual around the whole stack",
-            _same_as(x + _chain(blocks, x)),
-            why="the input is added once, around the whole stack, instead of once per block",
+            "ReLU after the sum",
+            wrong(lambda b, h: torch.relu(h + b.branch(h))),
+            why="a ReLU is applied after adding h; the block stops at the sum",
         ),
-        Mistake("blocks read x", _same_as(h_from_x), why="every block reads the stack's input x, not h"),
+        Mistake(
+            "missing ReLU",
+            wrong(lambda b, h: h + b.fc2(b.fc1(h))),
+            why="the branch has no ReLU between fc1 and fc2",
+        ),
+        Mistake(
+            "ReLU on the branch output",
+            wrong(lambda b, h: h + torch.relu(b.branch(h))),
+            why="the branch ends with a ReLU after fc2",
+        ),
+        Mistake(
+            "blocks read x", wrong(lambda b, h: h + b.branch(x)), why="every block reads the stack's input x, not h"
+        ),
         Mistake(
             "residual averaged",
-            _same_as(h_averaged),
+            wrong(lambda b, h: (h + b.branch(h)) / 2),
             why="each block returns the mean of h and its branch, (h + branch) / 2: a residual block adds the branch "
             "to h, with no factor",
         ),
         Mistake(
             "ReLU on the block's input",
-            _same_as(h_relu_in),
+            wrong(lambda b, h: h + b.fc2(b.fc1(torch.relu(h)))),
             why="the ReLU is applied to h, before fc1; in the block it sits between fc1 and fc2: fc2(relu(fc1(h)))",
+        ),
+        *_wiring_mistakes(blocks, x, depth),
+    ]
+
+
+def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
+    """Wrong ways of wiring the blocks into a stack (the blocks themselves right)."""
+    mistakes = [
+        Mistake(
+            "one residual around the whole stack",
+            _same_as(x + _chain(blocks, x)),
+            why="the input is added once, around the whole stack, instead of once per block",
         ),
         Mistake(
             "ReLU on the stack's output",
