@@ -82,7 +82,8 @@ def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, opt
     return prepare
 
 
-def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed=False, returns="item"):
+def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed=False, returns="item",
+              steps=1, softmax=False):  # fmt: skip
     """transfer_step; each keyword switches on one way of writing it."""
 
     def transfer_step(model, optimizer, images, labels):
@@ -91,13 +92,15 @@ def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed
             model.fc.train()
         else:
             model.train()
-        loss = nn.functional.cross_entropy(model(images), labels, reduction="sum" if summed else "mean")
+        scores = model(images)
+        scores = scores.softmax(dim=1) if softmax else scores
+        loss = nn.functional.cross_entropy(scores, labels, reduction="sum" if summed else "mean")
         if zero_grad and not late_zero:
             optimizer.zero_grad()
         loss.backward()
         if late_zero:
             optimizer.zero_grad()
-        if step:
+        for _ in range(steps if step else 0):
             optimizer.step()
         return {"item": loss.item(), "tensor": loss, "detached": loss.detach(), "none": None}[returns]
 
@@ -161,6 +164,8 @@ TRANSFER_MISTAKES = [
     (make_prepare(), make_step(step=False), "optimizer.step() missing"),
     (make_prepare(), make_step(late_zero=True), "no gradient at step"),
     (make_prepare(), make_step(summed=True), "loss summed over the batch"),
+    (make_prepare(), make_step(steps=2), "optimizer stepped twice"),
+    (make_prepare(), make_step(softmax=True), "softmax before the loss"),
     (make_prepare(), make_step(returns="tensor"), "loss returned as a tensor"),  # issue 23: passed
     (make_prepare(), make_step(returns="detached"), "loss returned as a tensor"),
 ]

@@ -234,9 +234,19 @@ class Mirror:
         self.optimizer = type(optimizer)(groups)
 
     def step(
-        self, state: Snapshot, images: torch.Tensor, labels: torch.Tensor, *, zero_grad: bool = True, scale: float = 1.0
+        self,
+        state: Snapshot,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        zero_grad: bool = True,
+        scale: float = 1.0,
+        steps: int = 1,
+        softmax_first: bool = False,
     ) -> tuple[list[torch.Tensor], float]:
-        """One step from the student's state before its step; returns the head's parameters and the loss."""
+        """One step from the student's state before its step; returns the head's parameters and the loss.
+        The keywords make it a known wrong step: gradients kept, a scaled loss, ``steps`` optimizer steps on one
+        gradient, a softmax before the cross-entropy."""
         head = self.model.fc
         with torch.no_grad():
             for p, before in zip(head.parameters(), state.head):
@@ -248,9 +258,11 @@ class Mirror:
         head.train(state.head_training)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(state.seed)
-            loss = F.cross_entropy(self.model(images), labels)
+            scores = self.model(images)
+            loss = F.cross_entropy(scores.softmax(dim=1) if softmax_first else scores, labels)
         (loss * scale).backward()
-        self.optimizer.step()
+        for _ in range(steps):
+            self.optimizer.step()
         return [p.detach().clone() for p in head.parameters()], float(loss.detach())
 
 
@@ -329,7 +341,22 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
         ]
     unzeroed, _ = mirror.step(state, *batch, zero_grad=False)
     summed, _ = mirror.step(state, *batch, scale=float(len(batch[1])))
+    twice, _ = mirror.step(state, *batch, steps=2)
+    squashed, _ = mirror.step(state, *batch, softmax_first=True)
     return [
+        Mistake(
+            "optimizer stepped twice",
+            _close_to(twice),
+            "the head took two steps with one gradient: optimizer.step() runs twice in a training step",
+            look="every optimizer.step() in transfer_step",
+        ),
+        Mistake(
+            "softmax before the loss",
+            _close_to(squashed),
+            "a softmax was applied before cross_entropy, which takes the raw scores (logits) and applies "
+            "log-softmax itself: the probabilities went through a softmax twice, and the gradients shrink",
+            look="what transfer_step gives cross_entropy",
+        ),
         Mistake(
             "zero_grad missing",
             _close_to(unzeroed),
