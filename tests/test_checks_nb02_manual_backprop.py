@@ -597,3 +597,10 @@ def test_two_layer_grads_is_autograd_and_matches_the_hand_derivation():
     x, y, w1, w2 = nb02._randn(0, (4, 3), (4, 2), (3, 5), (5, 2))
     for ref, mine in zip(nb02.two_layer_grads(x, y, w1, w2), loss_and_grads(x, y, w1, w2)[1:]):
         assert torch.allclose(ref, mine)
+
+
+def test_torch_max_with_a_dimension_is_named_as_a_reduction():
+    """02.2: torch.max(h, 0) was called "(cache, out)": the output first", the student's order being right."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(lambda h: (torch.max(h, 0), h), relu_backward)
+    assert info.value.mistake == "a reduction, not an element-wise max"

@@ -170,6 +170,15 @@ def _expect_layer(forward: Any, backward: Any, name: str) -> None:
     expect_function(backward, f"your {name}_backward")
 
 
+REDUCED_INSTEAD = Mistake(
+    "a reduction, not an element-wise max",
+    None,
+    why="torch.max(h, 0) (like torch.min and torch.median with a dimension) reduces h along dimension 0 and returns "
+    "its largest values with their indices; the ReLU compares every entry of h with 0 on its own and keeps h's shape",
+    look="the operation that computes the output in relu_forward",
+)
+
+
 def _split_forward(result: Any, name: str) -> tuple[Any, Any]:
     """(out, cache) from what a forward returned, or a sentence saying what it must return."""
     __tracebackhide__ = True
@@ -181,6 +190,13 @@ def _split_forward(result: Any, name: str) -> tuple[Any, Any]:
             usage=True,
         )
     out, cache = result
+    if isinstance(out, tuple) and hasattr(out, "values") and hasattr(out, "indices"):  # torch.max(h, 0) and kin
+        raise mistake_error(
+            f"the output of {name}_forward is a (values, indices) pair, not a tensor",
+            REDUCED_INSTEAD,
+            expected="a tensor of h's shape",
+            got=f"({describe(out.values)}, {describe(out.indices)})",
+        )
     if not isinstance(out, torch.Tensor) and isinstance(cache, torch.Tensor):
         raise CheckError(
             f"{name}_forward returned (cache, out): the output must come first",
