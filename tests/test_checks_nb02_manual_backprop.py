@@ -604,3 +604,19 @@ def test_torch_max_with_a_dimension_is_named_as_a_reduction():
     with pytest.raises(lab.CheckError) as info:
         lab.check_relu_layer(lambda h: (torch.max(h, 0), h), relu_backward)
     assert info.value.mistake == "a reduction, not an element-wise max"
+
+
+def test_a_backward_that_reads_a_notebook_variable_is_told_so():
+    """02.1: a backward that used the notebook's x (64, 1000) instead of its cache was told "inner sizes differ"."""
+    notebook_x = torch.randn(64, 1000, dtype=torch.float64)
+
+    def forward(x, w):
+        return x @ w, w
+
+    def backward(dout, cache):
+        w = cache
+        return dout @ w.t(), notebook_x.t() @ dout
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_linear_layer(forward, backward)
+    assert "from outside the call" in info.value.hint and "1000" in info.value.hint

@@ -260,6 +260,15 @@ def run_student(
     return result
 
 
+def _foreign_sizes(err: CheckError, case: tuple) -> list[int]:
+    """Sizes in a "shapes cannot be multiplied (AxB and CxD)" error that no tensor of the case has."""
+    match = re.search(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", str(err.__cause__ or ""))
+    if match is None:
+        return []
+    sizes = {size for a in case if isinstance(a, torch.Tensor) for size in a.shape}
+    return sorted({int(n) for n in match.groups()} - sizes - {1})
+
+
 def _case_words(number: int, total: int, case: tuple) -> str:
     """ "in case 2 of 3 (x: (4, 3))": which case, with its tensors' shapes."""
     shapes = [str(tuple(a.shape)) for a in case if isinstance(a, torch.Tensor)]
@@ -333,9 +342,16 @@ def _run_case(fn, case, number, total, reference, what, outputs, mistakes, rtol,
     try:
         result = run_student(fn, *copies, what=what, timeout=timeout, inplace_hint=inplace_hint)
     except CheckError as err:
+        foreign = _foreign_sizes(err, case)
+        if foreign:
+            err.hint = (
+                f"the shapes in the error have sizes ({', '.join(map(str, foreign))}) that none of this call's inputs "
+                "has: the function used a tensor from outside the call, such as a notebook variable, instead of its "
+                "arguments (or what its cache holds)"
+            )
         if not err.usage and err.mistake != "too slow" and total > 1:
             err.message = f"{where[0].upper()}{where[1:]}, {err.message}"  # which case made the code fail
-            err.args = (err._text(),)
+        err.args = (err._text(),)
         raise
     refs = reference(*case)
     if not isinstance(refs, tuple):
