@@ -439,8 +439,8 @@ def check_layer_list_prediction(prediction: Any) -> None:
         rel=1e-9,
         mistakes=notes,
         why="a module is registered only when assigned to an attribute (or held in nn.ModuleList / nn.ModuleDict)",
-        ask="forward uses the three hidden layers: why does parameters() not yield them, and what happens to "
-        "them when the optimizer steps?",
+        ask="which of the model's layers does parameters() yield, weights and biases, which does it miss although "
+        "forward uses them, and what happens to those when the optimizer steps?",
     )
 
 
