@@ -308,6 +308,8 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
                     w1.grad = None
                     w2.grad = None
                 part = step_loss(x_part, y_part, w1, w2)
+                if mode == "chunk means":
+                    part = part / y_part.numel()
                 (part / chunks if mode == "scaled" else part).backward()
                 parts.append(part.item())
                 if log_at == "per chunk" and log is not None:
@@ -329,7 +331,7 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
                 log(t + t0, value)
             if log_at == "swapped" and log is not None:
                 log(value, t)
-            if mode == "right" or mode == "scaled":
+            if mode in ("right", "scaled", "chunk means"):
                 with torch.no_grad():
                     w1 -= learning_rate * w1.grad
                     w2 -= learning_rate * w2.grad
@@ -462,8 +464,14 @@ LOOP_MISTAKES = {
     "only the last chunk's gradient": make_loop(reset="per chunk"),
     "one update per chunk": make_loop("update per chunk"),
     "chunk gradients scaled": make_loop("scaled"),
+    "chunk losses are means": make_loop("chunk means"),
 }
-CHUNK_ONLY = {"only the last chunk's gradient", "one update per chunk", "chunk gradients scaled"}
+CHUNK_ONLY = {
+    "only the last chunk's gradient",
+    "one update per chunk",
+    "chunk gradients scaled",
+    "chunk losses are means",
+}
 
 
 def test_every_listed_loop_mistake_has_a_loop():

@@ -282,7 +282,7 @@ class _Run:
 
 
 #: Behaviours of a loop that uses chunks; with one chunk they are the right loop.
-_CHUNK_BEHAVIOURS = ("reset per chunk", "update per chunk", "scaled")
+_CHUNK_BEHAVIOURS = ("reset per chunk", "update per chunk", "scaled", "chunk means")
 
 
 def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: str, chunks: int) -> tuple:
@@ -292,6 +292,8 @@ def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: 
         return tuple(part)
     if behaviour == "scaled":
         part = [d / chunks for d in part]
+    if behaviour == "chunk means":
+        part = [d / y_part.numel() for d in part]
     return tuple(g + d for g, d in zip(grad, part))
 
 
@@ -500,6 +502,13 @@ _LOOP_MISTAKES = [
         functools.partial(_behaves_like, "scaled"),
         why="each chunk's gradient was divided by the number of chunks: with the lecture's summed loss the "
         "chunks' gradients add up to the full batch's gradient with no factor",
+        look="the loss each chunk calls backward() on",
+    ),
+    Mistake(
+        "chunk losses are means",
+        functools.partial(_behaves_like, "chunk means"),
+        why="each chunk's loss is a mean over its entries (.mean(), or mse_loss's default), so chunks of different "
+        "sizes weigh differently and their gradients do not add up to the full batch's: the lecture's loss is a sum",
         look="the loss each chunk calls backward() on",
     ),
 ]
