@@ -191,7 +191,20 @@ def naive_backward(ctx, g):
 PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each written as a student would
     "forward overflows": make(save_x(lambda x: torch.log(1 + torch.exp(x))), sigmoid_of_saved),
     "exp(x) / (1 + exp(x)) overflows": make(save_x(stable), naive_backward),
+    "forward is max(x, 0) alone": make(save_x(lambda x: x.clamp(min=0)), sigmoid_of_saved),
+    "log for log1p": make(save_x(lambda x: x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs()))), sigmoid_of_saved),
 }
+
+
+def _stable_in_float32(x):
+    return stable(x.float()).to(x.dtype)
+
+
+def test_a_forward_computed_in_float32_is_not_taken_for_log_instead_of_log1p():
+    """04.2: float32 inside, cast back, was told "log1p keeps the tiny number's digits": it had used log1p."""
+    assert failure(lab.check_softplus_function, make(save_x(_stable_in_float32), sigmoid_of_saved)).mistake == (
+        "forward in float32"
+    )
 
 
 def test_every_predicate_mistake_has_a_test():

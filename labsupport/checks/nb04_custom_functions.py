@@ -27,6 +27,7 @@ from .core import (
     first_mistake,
     mistake_error,
     passed,
+    rel_error,
     run_student,
 )
 
@@ -333,8 +334,14 @@ def _fixed_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tenso
 
 def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
     """The typical wrong forward outputs of a softplus Function (any gradient)."""
+    stable32 = (x.float().clamp(min=0) + torch.log1p(torch.exp(-x.float().abs()))).to(x.dtype)
+    right = F.softplus(x)
     return [
-        Mistake("forward is max(x, 0) alone", (x.clamp(min=0), None), "the forward output lacks log1p(exp(-|x|))"),
+        Mistake(
+            "forward is max(x, 0) alone",
+            _zeros_where(x.clamp(min=0), right),
+            "the forward output lacks log1p(exp(-|x|))",
+        ),
         Mistake(
             "forward adds x for max(x, 0)",
             (x + torch.log1p(torch.exp(-x.abs())), None),
@@ -342,7 +349,7 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
         ),
         Mistake(
             "log for log1p",
-            (x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), None),
+            _zeros_where(x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), right),
             "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits",
         ),
         Mistake(
@@ -350,7 +357,29 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             functools.partial(_inf_where_exp_overflows, x),
             "log(1 + exp(x)) overflows where exp(x) is inf: the stable form never exponentiates a large number",
         ),
+        Mistake(
+            "forward in float32",
+            (stable32, None) if x.dtype != torch.float32 else None,
+            "the output has float32's precision: the forward computes in float32 (a .float(), or a float32 "
+            "constant) and casts back, so tiny outputs lose their digits; a Function computes in its input's dtype",
+        ),
     ]
+
+
+def _zeros_where(wrong: torch.Tensor, right: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate on (output, grad): the output is ``wrong``, exactly 0 where ``wrong`` is 0 and ``right`` is
+    not. Only such a case tells the two apart, and a tiny but non-zero output there (float32's) is not
+    taken for a rounding to 0."""
+    telling = (wrong == 0) & (right != 0)
+
+    def test(got: Any) -> bool:
+        out = got[0] if isinstance(got, (tuple, list)) and got else None
+        if not telling.any() or not isinstance(out, torch.Tensor) or out.shape != wrong.shape:
+            return False
+        rest = ~telling
+        return bool((out.detach()[telling] == 0).all()) and rel_error(out.detach()[rest], wrong[rest]) < 1e-6
+
+    return test
 
 
 def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
