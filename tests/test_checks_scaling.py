@@ -649,3 +649,19 @@ def test_speedups_as_percentages_are_refused_before_anything_is_recorded():
     with pytest.raises(lab.CheckError, match="ratio of throughputs") as info:
         lab.check_speedup_prediction((372, 69))
     assert info.value.usage and not COMMITTED
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (torch.tensor(3.72), torch.tensor(0.69)),
+        torch.tensor([3.72, 0.69]),
+        np.array([3.72, 0.69]),
+        (np.float32(3.72), np.float32(0.69)),
+    ],
+    ids=["tuple of 0-d tensors", "1-d tensor", "1-d array", "tuple of float32 scalars"],
+)
+def test_right_speedups_pass_in_any_numeric_form(answer, capsys):
+    """10.4: the right numbers were refused when computed with tensors or numpy ("answer with plain values")."""
+    lab.check_speedup_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS")

@@ -112,7 +112,8 @@ class LyingFloat(float):
         ("6", "must be a number"),
         (True, "must be a number"),
         (float("nan"), "must be a number"),
-        (torch.ones(2), "answer with a plain value"),
+        (torch.ones(2), "must be a number"),  # read as the tuple (1.0, 1.0): not the one number asked for
+        (torch.ones(2, 2), "answer with a plain value"),
         (torch.tensor(1.0, device="meta"), "answer with a plain value"),
         ({"a": 1}, "answer with a plain value"),
     ],

@@ -504,8 +504,9 @@ def _row_counter(rows: list[int]) -> Callable:
 WHOLE_BATCH = Mistake(
     "batch never split",
     None,
-    "the gradients come out right only because every rank computed on the whole batch, and the average of equal "
-    "gradients is that gradient: on real GPUs each rank sees only its own shard",
+    "every call of the model ran on the whole batch, but in data parallelism each rank runs the model on its own "
+    "shard only: either every rank forgot its slice (equal gradients average to the right one, which hides it), or "
+    "one forward pass served all ranks",
     look="where rank r takes its slice of inputs and targets",
 )
 
