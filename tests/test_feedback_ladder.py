@@ -96,3 +96,13 @@ def test_the_graders_feedback_names_the_mistake_at_once_with_its_short_name(monk
     _, shown = failure(lambda x: -2 * x)
     assert "likely mistake: the result has the opposite sign" in shown
     assert "  mistake: sign flipped" in shown.splitlines()
+
+
+def test_the_hint_after_a_refused_answer_points_back_to_what_the_check_needs(capsys):
+    """lab.hint ended with "compare expected and got above" after refusals that showed neither."""
+    with pytest.raises(lab.CheckError):
+        lab.check_vgg_share_prediction(None)
+    capsys.readouterr()
+    lab.hint("08.1")
+    out = capsys.readouterr().out
+    assert "compare expected and got" not in out and "says what it needs" in out

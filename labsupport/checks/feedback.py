@@ -349,5 +349,11 @@ def hint(ex_id: str | None = None) -> None:
         return
     err.rung = 3
     print("\n".join(err.rendered(footer=False)))
-    if not err.hint and not err.look:
+    if err.hint or err.look:
+        return
+    if err.usage:
+        print("  (the check could not use this answer: the line above says what it needs)")
+    elif err.expected is None and err.got is None:
+        print("  (no known mistake matches this answer; lab.show_traceback() shows where it failed)")
+    else:
         print("  (no known mistake matches this answer: compare expected and got above, case by case)")
