@@ -401,18 +401,21 @@ def test_the_prediction_is_measured(capsys, monkeypatch):
 # ---------------------------------------------------------------- 07.3: the capstone
 
 
-def make_capstone(epochs=15, eval_mode=True, estimate="val", val_size=200, returns=None, lr=1e-2):
-    """A quick capstone (an MLP); ``estimate`` says where its accuracy is measured, ``returns`` how it is returned."""
+def make_capstone(epochs=15, eval_mode=True, estimate="val", val_size=200, returns=None, lr=1e-2, noise=0.0,
+                  leak=False):  # fmt: skip
+    """A quick capstone (an MLP); ``estimate`` says where its accuracy is measured, ``returns`` how it is returned,
+    ``noise`` augments the training batches, ``leak`` trains on the validation part too."""
 
     def train_capstone(images, labels):
         torch.manual_seed(0)
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))
-        val, fit = order[:val_size], order[val_size:]
+        val, fit = order[:val_size], (order if leak else order[val_size:])
         model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 10))
         opt = torch.optim.Adam(model.parameters(), lr=lr)
         for _ in range(epochs):
             model.train()
             for x, y in DataLoader(TensorDataset(images[fit], labels[fit]), 64, shuffle=True):
+                x = (x + noise * torch.randn(x.shape)).clamp(0, 1) if noise else x
                 loss = F.cross_entropy(model(x), y)
                 opt.zero_grad()
                 loss.backward()
@@ -547,6 +550,11 @@ def test_an_estimate_on_training_images_fails_even_when_the_model_generalises(wh
     assert "held-out accuracy: 9" in str(err.value)  # the model does generalise: only the estimate is wrong
 
 
+def test_an_honest_estimate_next_to_augmented_training_passes(clean_held_out, capsys):
+    lab.check_capstone(make_capstone(noise=0.1))
+    assert capsys.readouterr().out.startswith("PASS  capstone")
+
+
 CAPSTONE_MISTAKES = [
     (dict(returns=lambda m, acc, right: (m, 100 * acc)), "percent"),
     (dict(returns=lambda m, acc, right: (m, right)), "count, not fraction"),
@@ -554,6 +562,7 @@ CAPSTONE_MISTAKES = [
     (dict(returns=lambda m, acc, right: (m, 1 - acc)), "error rate"),
     (dict(eval_mode=False), "returned in training mode"),
     (dict(estimate="train"), "estimate on training images"),
+    (dict(noise=0.1, leak=True), "estimate on augmented training images"),  # passed: rows never matched exactly
 ]
 
 # Below the target, under the real distortion: the model has not learned the digits (one epoch at a

@@ -1032,6 +1032,8 @@ class Source:
     size: int | None = None  # images of a clean source (None: unknown)
     trained: Segment | None = None  # a source the model had trained on (when no clean one explains the estimate)
     share: float = 0.0
+    images: torch.Tensor | None = None  # a clean source's image indices
+    start: int = 0  # the seq of a clean source's first call: training after it does not count
 
 
 def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> Source:
@@ -1049,7 +1051,7 @@ def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: t
     for segment, sample in zip(matching, samples):
         segment_share = sum(first[i] < segment.start for i in sample.tolist()) / len(sample)
         if segment_share < 0.5:
-            return Source(size=len(segment.images))
+            return Source(size=len(segment.images), images=segment.images, start=segment.start)
         if trained is None:
             trained = segment
             share = segment_share
@@ -1236,6 +1238,45 @@ def _tolerance(size: int | None, accuracy: float, held: int) -> float:
     return 0.02 + 3 * spread / math.sqrt(size or 30) + 3 * spread / math.sqrt(held)
 
 
+#: How far (in standard deviations of a rank test) the validation images' nearest training inputs may be closer
+#: than those of digits the student never had, before the check calls them trained on: p < 3e-6 by chance.
+MEMORISED_Z = 4.5
+
+
+def _nearest_training_input(targets: torch.Tensor, log: ForwardLog, before: int) -> torch.Tensor | None:
+    """For each target image, the cosine (centred) of the training input most like it among the training calls
+    before call ``before``, or None without any."""
+    rows = [call.rows for call in log.calls if call.trained and len(call.rows) and call.seq < before]
+    if not rows:
+        return None
+    unit = _unit(targets)
+    best = torch.full((len(targets),), -1.0)
+    for chunk in torch.cat(rows).split(4096):
+        best = torch.maximum(best, (_unit(chunk) @ unit.T).max(dim=0).values)
+    return best
+
+
+def _rank_z(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Mann-Whitney's U for "a is larger than b", as a z-score (normal approximation, no ties expected)."""
+    ranks = torch.cat([a, b]).argsort().argsort().double() + 1
+    n1, n2 = len(a), len(b)
+    u = float(ranks[:n1].sum()) - n1 * (n1 + 1) / 2
+    return (u - n1 * n2 / 2) / math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+
+
+def _trained_on_copies(source: Source, log: ForwardLog, images: torch.Tensor, held_out: torch.Tensor) -> float:
+    """How much closer the estimate's images come to some input the model trained on before that estimate than
+    digits the student never had do (a z-score): augmented copies of validation images in training show here,
+    where exact matching misses them. A model retrained on everything after its estimate is fine."""
+    if source.images is None or len(source.images) < 50:
+        return 0.0
+    validation = _nearest_training_input(images[_spread(source.images, 200)], log, source.start)
+    control = _nearest_training_input(held_out[: min(len(held_out), 200)], log, source.start)
+    if validation is None or control is None:
+        return 0.0
+    return _rank_z(validation, control)
+
+
 def _estimate_error(estimate: float, accuracy: float, source: Source, held: int) -> CheckError | None:
     """The estimate against the held-out accuracy: taken on training images, or too far from it."""
     if source.trained is not None:
@@ -1283,6 +1324,16 @@ def _estimate_error(estimate: float, accuracy: float, source: Source, held: int)
     )
 
 
+TRAINED_ON_COPIES = Mistake(
+    "estimate on augmented training images",
+    None,
+    "the images of your validation part, or altered copies of them, went into training: the estimate says how "
+    "well the model remembers them, not how well it generalises; keep the validation part out of every training "
+    "batch, augmented or not",
+    look="which indices the training loader is built from",
+)
+
+
 @exercise("07.3", "the capstone: 94% on held-out digits, distorted")
 def check_capstone(train_capstone) -> dict:
     """Run train_capstone(images, labels) -> (model, validation accuracy) on one thread, timing its CPU;
@@ -1324,6 +1375,15 @@ def check_capstone(train_capstone) -> dict:
             "training took too long", mistake, expected=f"at most {BUDGET:g} s of CPU time", got=f"{seconds:.3g} s"
         )
     source = _source_of(estimate, log, images[seen], labels[seen])
+    copies = _trained_on_copies(source, log, images[seen], images[held])
+    if copies > MEMORISED_Z:
+        raise mistake_error(
+            "your estimate is not measured on a validation part kept aside from training",
+            TRAINED_ON_COPIES,
+            expected="an accuracy on images your training never used",
+            got=f"{estimate:.1%} (held-out accuracy: {accuracy:.1%}), measured on {source.size} images whose "
+            f"closest training inputs are far closer than for digits you never had ({copies:.1f} standard deviations)",
+        )
     if accuracy < TARGET and source.trained is None:
         raise _below_target(model, accuracy, estimate, images[held], labels[held])
     error = _estimate_error(estimate, accuracy, source, len(held))
