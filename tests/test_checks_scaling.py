@@ -188,6 +188,17 @@ def optimizer_step_then_update(model, optimizer, scaler, inputs, targets, dtype)
     return loss.detach()
 
 
+def stepped_twice(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    optimizer.step()  # out of habit
+    scaler.update()
+    return loss.detach()
+
+
 def no_update(model, optimizer, scaler, inputs, targets, dtype):
     with torch.autocast(inputs.device.type, dtype=dtype):
         loss = F.cross_entropy(model(inputs), targets)
@@ -249,6 +260,7 @@ AMP_MISTAKES = {
     "inf step taken": [unscaled_by_hand_no_skip],
     "gradients not zeroed": [no_zero_grad],
     "no step": [zero_grad_before_step],
+    "weights updated twice": [stepped_twice],
     "loss not scaled": [not_scaled],
     "update without scaler.step": [optimizer_step_then_update],
     "gradients gone before the step": [zero_grad_to_none_before_step],
@@ -665,3 +677,20 @@ def test_right_speedups_pass_in_any_numeric_form(answer, capsys):
     """10.4: the right numbers were refused when computed with tensors or numpy ("answer with plain values")."""
     lab.check_speedup_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS")
+
+
+def autocast_for_cpu_written_in(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(device_type="cpu", dtype=dtype):  # right here, float32 on a GPU
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def test_a_device_type_written_into_autocast_is_named():
+    """10.2: autocast(device_type='cpu') passed on a CPU; the prompt asks for the inputs' device type."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(autocast_for_cpu_written_in)
+    assert info.value.mistake == "device type written in"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -122,6 +124,7 @@ class AmpRecipe:
     unscale: bool = True  # divide the gradients by the scale before the update
     skip_nonfinite: bool = True
     zero_grad: bool = True
+    updates: int = 1  # weight updates per step (2: an optimizer.step() after the scaler's)
 
 
 @dataclasses.dataclass
@@ -152,7 +155,7 @@ def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
         if finite or not recipe.skip_nonfinite or not recipe.scaler_on:
             with torch.no_grad():
                 for p, g in zip(params, kept):
-                    p -= AMP_LR * (g / scale if recipe.unscale else g)
+                    p -= recipe.updates * AMP_LR * (g / scale if recipe.unscale else g)
         if recipe.scaler_on:
             scale = scale * 2 if finite else scale / 2
         run.states.append(_state(model))
@@ -294,6 +297,13 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
             look="where the gradients are zeroed",
         ),
         Mistake(
+            "weights updated twice",
+            like(AmpRecipe(dtype, updates=2)),
+            "the weights moved twice as far as one step moves them: after the scaler's step, which already "
+            "updated them, how many more updates does the step make?",
+            look="every call that updates the weights",
+        ),
+        Mistake(
             "no step",
             unmoved,
             "the weights did not move on a finite batch: no step was taken, or the gradients were cleared before it",
@@ -371,6 +381,26 @@ def _run_amp_case(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> No
         _judge_amp_step(run, ref, scaler, dtype, i)
 
 
+FIXED_DEVICE_TYPE = Mistake(
+    "device type written in",
+    None,
+    "autocast covers the operations of one device type, and this one is written into the code: on this machine it "
+    "is the inputs' own, but on another (a GPU, for one) the forward pass would run without autocast, in float32",
+    look="the device_type given to autocast",
+)
+
+
+def _written_device_type(amp_step: Callable) -> str | None:
+    """The device type amp_step's source gives autocast as a literal ('cpu', 'cuda'), or None. The behaviour shows
+    it only where the inputs live on another device, which no CPU-only machine can arrange."""
+    try:
+        source = inspect.getsource(amp_step)
+    except (OSError, TypeError):
+        return None
+    found = re.search(r"autocast\(\s*(?:device_type\s*=\s*)?['\"](cpu|cuda|mps|xpu)['\"]\s*[,)]", source)
+    return found.group(1) if found else None
+
+
 @exercise("10.2", "a training step with GradScaler")
 def check_amp_step(amp_step: Callable) -> None:
     """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: bf16 and fp16, 3 steps each, the 2nd on inf;
@@ -379,6 +409,14 @@ def check_amp_step(amp_step: Callable) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         _run_amp_case(amp_step, dtype, scaler_on=True)
     _run_amp_case(amp_step, torch.bfloat16, scaler_on=False)
+    written = _written_device_type(amp_step)
+    if written is not None:
+        raise mistake_error(
+            f"amp_step's autocast names the device type {written!r} itself",
+            FIXED_DEVICE_TYPE,
+            expected="the inputs' device type, whatever it is",
+            got=repr(written),
+        )
     passed("amp_step: the step on inf gradients was skipped and the scale halved; the others stepped and doubled it")
 
 
