@@ -410,7 +410,7 @@ def check_my_linear(MyLinear: Any) -> None:
 def check_layer_list_prediction(prediction: Any) -> None:
     """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True
-    answer = read_prediction("scalars the optimizer sees", prediction)
+    answer = read_prediction("scalars the optimizer sees", prediction, form="a whole number, such as 1234")
     whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
     if isinstance(answer, bool) or not whole or answer < 0:
         raise CheckError(

@@ -43,7 +43,7 @@ def check_vgg_share_prediction(prediction) -> None:
     from torchvision.models import vgg16
 
     name = "the share of VGG16's parameters in its Linear layers"
-    share = as_number(read_prediction(name, prediction), name)
+    share = as_number(read_prediction(name, prediction, form="a number between 0 and 1, such as 0.5"), name)
     if not 0 <= share <= 1:
         raise CheckError(
             f"{name}: answer with a fraction between 0 and 1",

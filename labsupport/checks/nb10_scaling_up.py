@@ -738,7 +738,7 @@ def _speedup_why() -> str:
 def check_speedup_prediction(prediction: Any) -> None:
     """Predict-then-run: the 4-GPU throughput speed-ups (ResNet-50, DigitsCNN) from a step's compute and DDP's cost."""
     name = "4-GPU speed-up (ResNet-50, DigitsCNN)"
-    got = read_prediction(name, prediction)
+    got = read_prediction(name, prediction, form="two numbers, (resnet, digits)")
     if not isinstance(got, tuple) or len(got) != 2 or not all(_finite_number(v) for v in got):
         raise CheckError(
             f"{name}: answer with two numbers, (resnet, digits)",

@@ -75,16 +75,17 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     return got
 
 
-def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None) -> Any:
+def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *, form: str | None = None) -> Any:
     """``got`` in plain types if it has the form of an answer (one of ``choices`` when given), else a
-    CheckError: checks that measure call it first, to refuse junk before measuring."""
+    CheckError: checks that measure call it first, to refuse junk before measuring. ``form`` says what the
+    answer looks like ("a number between 0 and 1") where there are no choices to list."""
     __tracebackhide__ = True
     if got is None or got is Ellipsis:
         raise CheckError(
             f"{name}: no prediction yet: write your answer between the solution markers above and run that cell first",
             usage=True,
         )
-    expected = " / ".join(map(repr, choices)) if choices else "a number, a word or a tuple of them"
+    expected = " / ".join(map(repr, choices)) if choices else (form or "a number, a word or a tuple of them")
     got = _normalised(got, choices)
     if not isinstance(got, (str, int, float, bool, tuple)):
         raise CheckError(f"{name}: answer with a plain value", got=describe(got), expected=expected, usage=True)
