@@ -244,22 +244,35 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
     return loss
 
 
+def _weights_like(recipe: AmpRecipe, batches: list, step: int) -> Callable[[dict], bool]:
+    """A test on the weights: are they those after step ``step`` of ``recipe``?"""
+
+    def test(state: dict) -> bool:
+        return _near(state, amp_reference(recipe, batches).states[step])
+
+    return test
+
+
+def _weights_unmoved(dtype: torch.dtype, batches: list, step: int) -> Callable[[dict], bool]:
+    """A test on the weights: are they those before step ``step`` (of the right recipe)?"""
+
+    def test(state: dict) -> bool:
+        before = amp_reference(AmpRecipe(dtype), batches).states[step - 1] if step else _state(_cnn(3))
+        return _near(state, before, rtol=0, atol=1e-9)
+
+    return test
+
+
+def _not_finite(state: dict) -> bool:
+    return not _finite(state)
+
+
 def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
     """The typical wrong steps, each matching the weights after step ``step`` of one variant of the recipe."""
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
 
     def like(recipe: AmpRecipe) -> Callable[[dict], bool]:
-        def test(state: dict) -> bool:
-            return _near(state, amp_reference(recipe, batches).states[step])
-
-        return test
-
-    def unmoved(state: dict) -> bool:
-        before = amp_reference(AmpRecipe(dtype), batches).states[step - 1] if step else _state(_cnn(3))
-        return _near(state, before, rtol=0, atol=1e-9)
-
-    def not_finite(state: dict) -> bool:
-        return not _finite(state)
+        return _weights_like(recipe, batches, step)
 
     return [
         Mistake(
@@ -285,7 +298,7 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
         ),
         Mistake(
             "inf step taken",
-            not_finite,
+            _not_finite,
             "the weights hold NaN or inf: a step on non-finite gradients was taken instead of skipped",
             look="the line that updates the weights",
         ),
@@ -305,7 +318,7 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
         ),
         Mistake(
             "no step",
-            unmoved,
+            _weights_unmoved(dtype, batches, step),
             "the weights did not move on a finite batch: no step was taken, or the gradients were cleared before it",
             look="the order of backward, the step and zeroing the gradients",
         ),
