@@ -351,6 +351,14 @@ class OwnInit(nn.Module):
         return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
 
 
+class MutatingGate(Gate):
+    """A branch that changes its input in place: cond cannot capture it."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu_(), lambda h: -h, (h,))
+
+
 class NoLinear(nn.Module):
     def forward(self, x):
         return x
@@ -395,6 +403,7 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (CondOnX, "predicate on x"),
         (AnyGate, "wrong predicate"),
         (IdentityGate, "a branch returns h"),
+        (MutatingGate, "branch changes its input"),  # the reason was cut off after "Got graph break/error:"
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

@@ -426,6 +426,15 @@ PYTHON_BRANCH = Mistake(
 )
 
 
+BRANCH_MUTATES = Mistake(
+    "branch changes its input",
+    None,
+    "a branch of torch.cond changes its input in place (relu_, neg_, +=), which cond cannot capture: each branch "
+    "must compute and return a new tensor",
+    look="the two functions given to torch.cond",
+)
+
+
 def _export(model: torch.nn.Module, x: torch.Tensor) -> Any:
     try:
         with _quiet_export(), time_limit(running.TIME_LIMIT):
@@ -433,10 +442,13 @@ def _export(model: torch.nn.Module, x: torch.Tensor) -> Any:
     except TimedOut:
         raise CheckError(f"torch.export of CondGate did not finish within {running.TIME_LIMIT:g} s") from None
     except Exception as exc:
-        first_line = (str(exc).splitlines() or [""])[0][:150]
-        message = f"torch.export refused CondGate ({type(exc).__name__}: {first_line})"
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()] or [""]
+        reason = lines[0] if not lines[0].endswith(":") or len(lines) == 1 else f"{lines[0]} {lines[1]}"
+        message = f"torch.export refused CondGate ({type(exc).__name__}: {reason[:220]})"
         if _is_data_dependent(exc):
             raise mistake_error(message, PYTHON_BRANCH) from None
+        if "input mutation" in str(exc).lower():
+            raise mistake_error(message, BRANCH_MUTATES) from None
         raise CheckError(message) from None
 
 
