@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from .core import (
     CheckError,
@@ -26,6 +25,7 @@ from .core import (
     run_cases,
     run_student,
 )
+from .running import TorchCalls
 
 __all__ = [
     "check_pairwise_sq_dists",
@@ -191,20 +191,6 @@ def _pairwise_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
     ]
 
 
-class _TorchCalls(TorchFunctionMode):
-    """Counts the torch functions and tensor methods called inside the block, and keeps their names."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.count = 0
-        self.names: set[str] = set()
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        self.count += 1
-        self.names.add(getattr(func, "__name__", ""))
-        return func(*args, **(kwargs or {}))
-
-
 USES_CDIST = Mistake(
     "torch.cdist used",
     None,
@@ -220,26 +206,27 @@ LOOPS = Mistake(
 )
 
 
-def _operations(pairwise_sq_dists: Callable, n: int, m: int) -> tuple[int, set[str]]:
-    """How many torch functions and tensor methods one call on n and m points runs, and their names."""
+def _operations(pairwise_sq_dists: Callable, n: int, m: int) -> TorchCalls:
+    """The torch functions and tensor methods one call on n and m points runs."""
     __tracebackhide__ = True
     a, b = _randn(24 + n, (n, 3), (m, 3))
-    with _TorchCalls() as calls:
+    with TorchCalls() as calls:
         run_student(pairwise_sq_dists, a, b, what="your pairwise_sq_dists(a, b)")
-    return calls.count, calls.names
+    return calls
 
 
 def _pairwise_design(pairwise_sq_dists: Callable) -> None:
     """The prompt's rule: no torch.cdist, and no loop. A broadcasting answer runs the same operations whatever
     the number of points; a loop over rows or pairs runs more for more points (counted on 20 x 15, then 40 x 30)."""
     __tracebackhide__ = True
-    few, names = _operations(pairwise_sq_dists, 20, 15)
-    more, more_names = _operations(pairwise_sq_dists, 40, 30)
-    if "cdist" in names | more_names:
+    few = _operations(pairwise_sq_dists, 20, 15)
+    more = _operations(pairwise_sq_dists, 40, 30)
+    if torch.cdist in few.seen | more.seen:
         raise mistake_error("your pairwise_sq_dists(a, b) calls torch.cdist", USES_CDIST)
-    if more > few + 10:
+    if more.count > few.count + 10:
         raise mistake_error(
-            f"your pairwise_sq_dists(a, b) ran {few} tensor operations on 20 and 15 points, {more} on 40 and 30",
+            f"your pairwise_sq_dists(a, b) ran {few.count} tensor operations on 20 and 15 points, "
+            f"{more.count} on 40 and 30",
             LOOPS,
             expected="as many for more points",
         )

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.overrides import TorchFunctionMode
 
 from .core import (
     CheckError,
@@ -28,6 +27,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .running import TorchCalls
 
 __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_stack"]
 
@@ -265,19 +265,6 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     return mistakes
 
 
-class _NoBuiltinLinear(TorchFunctionMode):
-    """Notes whether F.linear (which nn.Linear uses) runs inside the block."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.used = False
-
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if func is F.linear:
-            self.used = True
-        return func(*args, **(kwargs or {}))
-
-
 def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     """Raise a CheckError naming what keeps ``nn.Linear(i, o)``'s state_dict from loading into ``layer``."""
     __tracebackhide__ = True
@@ -365,10 +352,9 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     bias = torch.randn(o, generator=g, dtype=torch.float64)
     _load_linear_state(layer, call, {"weight": weight.clone(), "bias": bias.clone()})
     x = torch.randn(6, i, generator=g, dtype=torch.float64).requires_grad_()
-    spy = _NoBuiltinLinear()
-    with spy:
+    with TorchCalls() as calls:
         out = run_student(layer, x, what=f"{call}(x)", inplace_hint="forward must leave its input {name} as it is")
-    if spy.used:
+    if F.linear in calls.seen:  # what nn.Linear runs
         raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
     plain_x = x.detach()
     mistakes = _linear_mistakes(plain_x, weight, bias)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from .feedback import CheckError, current_exercise, passed
-from .values import describe, plain
+from .values import describe, plain, scalar_of
 
 
 @dataclasses.dataclass
@@ -38,15 +38,6 @@ class Committed:
 COMMITTED: dict[str, Committed] = {}
 
 
-def _number(value: Any) -> Any:
-    """A one-element tensor or numpy value as a Python number; anything else unchanged."""
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
-        return value.detach().cpu().item()
-    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "size", 2) == 1:
-        return value.item()
-    return value
-
-
 def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     """The answer in plain types: tensors and numpy scalars as numbers (inside tuples too), 1-d tensors and
     arrays, lists and torch.Size as tuples, words lower-cased (also inside tuples), NaN and inf as the words
@@ -55,14 +46,14 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
         got = tuple(got.detach().cpu().tolist())
     elif type(got).__module__ == "numpy" and getattr(got, "ndim", 0) == 1:
         got = tuple(got.tolist())
-    got = _number(got)
+    got = scalar_of(got)
     if isinstance(got, torch.Tensor):
         return got  # several dimensions, or on the meta device: read_prediction says what it needs
     if isinstance(got, torch.Size):
         got = tuple(int(n) for n in got)
-    if isinstance(got, (list, tuple)):
-        got = tuple(_number(item) for item in (list.__iter__(got) if isinstance(got, list) else tuple.__iter__(got)))
     got = plain(got)
+    if isinstance(got, tuple):
+        got = tuple(scalar_of(item) for item in got)
     if isinstance(got, str):
         return got.strip().lower()
     if isinstance(got, tuple):

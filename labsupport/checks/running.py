@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from .feedback import CheckError
 from .values import as_mistakes, compare, describe, first_mistake, mistake_error
@@ -258,6 +259,21 @@ def run_student(
                 mistake=f"changed {name} in place",
             )
     return result
+
+
+class TorchCalls(TorchFunctionMode):
+    """Records the torch functions and tensor methods the block calls: how many calls, and which functions
+    (``torch.cdist in calls.seen``). A check's spy on a design rule; it changes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.seen: set[Any] = set()
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.count += 1
+        self.seen.add(func)
+        return func(*args, **(kwargs or {}))
 
 
 def _foreign_sizes(err: CheckError, case: tuple) -> list[int]:

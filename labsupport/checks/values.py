@@ -53,6 +53,15 @@ def fmt_apart(expected: float, got: float) -> tuple[str, str]:
     return shown
 
 
+def scalar_of(value: Any) -> Any:
+    """A one-element tensor (not on the meta device) or numpy value as a Python number; anything else unchanged."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and value.device.type != "meta":
+        return value.detach().cpu().item()
+    if type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "size", 2) == 1:
+        return value.item()
+    return value
+
+
 def plain(value: Any) -> Any:
     """``value`` with str/int/float/bool subclasses turned into the plain type (whose ``==``
     cannot lie), lists and tuples element by element; anything else unchanged."""
@@ -93,9 +102,7 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
             )
         if value.device.type == "meta":
             raise CheckError(f"{name} is on the meta device, which holds no values", got=describe(value), usage=True)
-        value = value.detach().cpu().item()
-    elif type(value).__module__ == "numpy" and hasattr(value, "item") and getattr(value, "size", 1) == 1:
-        value = value.item()
+    value = scalar_of(value)
     given = value
     value = plain(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
