@@ -619,11 +619,10 @@ GRAPH_BREAKS = [
 ]
 
 
-def _break_line(exc: BaseException, fn: Callable) -> tuple[int | None, str]:
-    """(line number inside ``fn``, its text) where Dynamo stopped, from the error's user stack."""
+def _break_line(frames: Any, fn: Callable) -> tuple[int | None, str]:
+    """(line number inside ``fn``, its text) where Dynamo stopped, from the user stack it reported."""
     code = getattr(fn, "__code__", None)
-    frames = list(getattr(exc, "real_stack", None) or [])
-    for frame in reversed(frames):
+    for frame in reversed(list(frames or [])):
         if code is not None and frame.filename == code.co_filename and frame.lineno >= code.co_firstlineno:
             return frame.lineno - code.co_firstlineno + 1, (frame.line or "").strip()
     return None, ""
@@ -654,7 +653,7 @@ def _compiled_answers(fn: Callable, inputs: list) -> list[torch.Tensor]:
         except TimedOut:
             raise CheckError(f"compiling summarise_graph did not finish within {running.TIME_LIMIT:g} s") from None
         except Exception as exc:
-            number, line = _break_line(exc, fn)
+            number, line = _break_line(getattr(exc, "real_stack", None), fn)
             reason = (str(exc).splitlines() or [""])[0][:120]
             where = f" at line {number} of summarise_graph: `{line}`" if number else ""
             message = f"torch.compile(summarise_graph, fullgraph=True) refused it: Dynamo must break the graph{where}"
@@ -682,10 +681,7 @@ def _no_breaks_by_default(fn: Callable, x: torch.Tensor) -> None:
     if not report.graph_break_count:
         return
     first = report.break_reasons[0]
-    code = getattr(fn, "__code__", None)
-    frames = [f for f in first.user_stack if code is not None and f.filename == code.co_filename]
-    number = frames[-1].lineno - code.co_firstlineno + 1 if frames else None
-    line = (frames[-1].line or "").strip() if frames else ""
+    number, line = _break_line(first.user_stack, fn)
     where = f" at line {number} of summarise_graph: `{line}`" if number else ""
     message = f"torch.compile(summarise_graph) with Dynamo's default settings breaks the graph{where}"
     reason = (first.reason.splitlines() or [""])[0][:120]
