@@ -3,6 +3,8 @@
 import multiprocessing as mp
 import os
 import pickle
+import subprocess
+import sys
 import time
 
 import pytest
@@ -176,3 +178,21 @@ def test_the_worker_benchmark_runs_and_reports(tmp_path, capsys):
     assert set(rows) == {0, 2} and rows[0]["speedup_vs_0"] == 1.0
     assert rows[0]["epoch_s"] >= 32 * 0.005 and rows[2]["speedup_vs_0"] > 0  # the figure itself is the benchmark's
     assert "speed-up" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="pins to one core on Linux only")
+def test_spinning_workers_are_not_faster_on_a_core_that_busy_programs_share():
+    # Three other programs spinning on the pinned core: two workers would get 2/5 of it against one
+    # program's 1/4, 1.6x the speed, from the other programs' share and not from the core.
+    from labsupport import slowdata
+
+    core = min(os.sched_getaffinity(0))
+    spin = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    try:
+        time.sleep(0.2)  # all three pinned and spinning
+        assert slowdata._speedup.__wrapped__("spin", 8, 0.01) < 1.3
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
