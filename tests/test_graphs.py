@@ -98,11 +98,23 @@ def test_a_trace_with_another_example_is_accepted(capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+def _stops_at_two(x):
+    while x.abs().max() > 2:
+        x = x / 2
+    return x
+
+
 EAGER_WRONG = {
     "no abs": nb09._variant_no_abs,
     ">= 1": nb09._variant_at_least_one,
     "if, not while": nb09._halve_once,
     "elementwise": nb09._halve_elementwise,
+    "sum, not max": nb09._variant_sum,
+    "norm, not max": nb09._variant_norm,
+    "mean, not max": nb09._variant_mean,
+    "min, not max": nb09._variant_min,
+    "floor division": nb09._variant_floor,
+    "wrong stop": _stops_at_two,
 }
 
 

@@ -98,6 +98,41 @@ def _variant_no_abs(x: torch.Tensor) -> torch.Tensor:
     return halve_while(x, _largest_above_one)
 
 
+def _variant_sum(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, lambda t: bool(t.abs().sum() > 1))
+
+
+def _variant_norm(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, lambda t: bool(t.norm() > 1))
+
+
+def _variant_mean(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, lambda t: bool(t.abs().mean() > 1))
+
+
+def _variant_min(x: torch.Tensor) -> torch.Tensor:
+    return halve_while(x, lambda t: bool(t.abs().min() > 1))
+
+
+def _variant_floor(x: torch.Tensor) -> torch.Tensor:
+    while _largest_abs_above_one(x):
+        x = torch.div(x, 2, rounding_mode="floor")
+    return x
+
+
+def _halvings(got: torch.Tensor, x: torch.Tensor) -> int | None:
+    """k if ``got`` is the whole of ``x`` halved k times (k < 40), else None."""
+    for k in range(40):
+        if torch.equal(got, x / 2**k):
+            return k
+    return None
+
+
+def _whole_tensor_halved(answers: list) -> bool:
+    """Every answer is its input, whole, halved some number of times (the wrong number somewhere)."""
+    return all(_halvings(got, x) is not None for got, x in zip(answers, fresh_inputs()))
+
+
 def _variant_at_least_one(x: torch.Tensor) -> torch.Tensor:
     return halve_while(x, _largest_abs_at_least_one)
 
@@ -124,6 +159,48 @@ EAGER_MISTAKES = [
         "elementwise",
         _on_every_input(_halve_elementwise),
         "it halved only the large elements: the exercise halves the whole tensor, every element alike",
+    ),
+    Mistake(
+        "sum, not max",
+        _on_every_input(_variant_sum),
+        "its loop measures x by the sum of |x|, which grows with the number of elements: the exercise's "
+        "measure is one element, the largest |x|",
+        look="the loop's condition",
+    ),
+    Mistake(
+        "norm, not max",
+        _on_every_input(_variant_norm),
+        "its loop measures x by its norm, which counts every element: the exercise's measure is one "
+        "element, the largest |x|",
+        look="the loop's condition",
+    ),
+    Mistake(
+        "mean, not max",
+        _on_every_input(_variant_mean),
+        "its loop measures x by the mean of |x|, which is below the largest |x| and stops too soon: the "
+        "exercise's measure is the largest |x|",
+        look="the loop's condition",
+    ),
+    Mistake(
+        "min, not max",
+        _on_every_input(_variant_min),
+        "its loop looks at the smallest |x|: one small element ends the loop while a large one is still above 1",
+        look="the loop's condition",
+    ),
+    Mistake(
+        "floor division",
+        _on_every_input(_variant_floor),
+        "it rounds down as it halves: floor division (//, rounding_mode='floor') turns 1.7 into 0 and -0.25 "
+        "into -1, not halves",
+        look="the halving line",
+    ),
+    Mistake(
+        "wrong stop",
+        _whole_tensor_halved,
+        "it halves the whole tensor, as it should, but not the right number of times: the loop stops too "
+        "early or too late on some inputs. It must go on exactly while the largest |x| is above 1, "
+        "and return x as it is then",
+        look="the loop's condition and what is returned after the loop",
     ),
 ]
 
