@@ -371,6 +371,38 @@ class MutatingGate(Gate):
         return torch.cond(h.sum() > 0, lambda h: h.relu_(), lambda h: -h, (h,))
 
 
+class PerRowCondGate(Gate):
+    """torch.cond given one predicate per row."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum(dim=1) > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+class TensorOperandsGate(Gate):
+    """torch.cond given the tensor itself as its operands."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, h)
+
+
+class TupleBranchGate(Gate):
+    """Both branches return a tuple of one tensor."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: (h.relu(),), lambda h: (-h,), (h,))
+
+
+class ShapesDifferGate(Gate):
+    """One branch reduces its rows."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu().sum(dim=1), lambda h: -h, (h,))
+
+
 class NoLinear(nn.Module):
     def forward(self, x):
         return x
@@ -416,6 +448,10 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (AnyGate, "wrong predicate"),
         (IdentityGate, "a branch returns h"),
         (MutatingGate, "branch changes its input"),  # the reason was cut off after "Got graph break/error:"
+        (PerRowCondGate, "per-row predicate"),
+        (TensorOperandsGate, "operands not a tuple"),
+        (TupleBranchGate, "branch returns a tuple"),
+        (ShapesDifferGate, "branches differ"),
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

@@ -444,13 +444,78 @@ UNCHANGED_BRANCH = Mistake(
 )
 
 
+# What torch says when torch.cond is called the wrong way, and the mistake behind it.
+COND_USAGE = [
+    (
+        "expected pred to be bool or single-element tensor",
+        Mistake(
+            "per-row predicate",
+            None,
+            "torch.cond takes one predicate for the whole call (a one-element boolean tensor) and runs one "
+            "branch; a comparison per row would pick a branch per row, which is elementwise selection, not "
+            "Gate's rule: Gate decides once, on the sum over the whole batch",
+            look="the first argument of torch.cond",
+        ),
+    ),
+    (
+        "expect operands to be a tuple",
+        Mistake(
+            "operands not a tuple",
+            None,
+            "torch.cond's last argument is the collection of tensors handed to both branches (a tuple or a "
+            "list), not a single tensor",
+            look="the last argument of torch.cond",
+        ),
+    ),
+    (
+        "when merging two branches' output in torch.cond",
+        Mistake(
+            "branches differ",
+            None,
+            "the two branches return tensors of different shapes or dtypes: torch.cond merges them into one "
+            "output, so both must return what Gate returns, a tensor shaped like h",
+            look="what each branch function returns",
+        ),
+    ),
+]
+
+BRANCH_RETURNS_TUPLE = Mistake(
+    "branch returns a tuple",
+    None,
+    "torch.cond returns what its branches return: a branch that returns a tuple (or list) of tensors makes "
+    "forward return that tuple, where Gate returns one tensor",
+    look="what each branch function returns, and what forward returns",
+)
+
+
+def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """``model(x)``, with torch.cond's own complaints about how it was called turned into named mistakes."""
+    try:
+        return run_student(model, x.clone(), what="CondGate()(x)")
+    except CheckError as err:
+        text = err.message.lower()
+        for phrase, mistake in COND_USAGE:
+            if phrase in text:
+                first = err.message.splitlines()[0]
+                if first.count("(") > first.count(")"):  # a tensor printed over several lines: cut before it
+                    first = first.split(", but got")[0]
+                raise mistake_error(first[:300], mistake) from None
+        raise
+
+
 def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(h, output) of the student's module on each batch, h = model.linear(x)."""
     runs = []
     for x, _ in batches:
         with torch.no_grad():
             h = model.linear(x)
-            got = run_student(model, x.clone(), what="CondGate()(x)")
+            got = _run_gate(model, x)
+        if isinstance(got, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in got):
+            raise mistake_error(
+                f"CondGate()(x) returned a {type(got).__name__} of {len(got)}, not a tensor",
+                BRANCH_RETURNS_TUPLE,
+                expected=f"a tensor of shape {tuple(h.shape)}",
+            )
         runs.append((h, expect_tensor(got, "CondGate()(x)", shape=tuple(h.shape), dtype=h.dtype)))
     return runs
 
