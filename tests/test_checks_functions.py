@@ -481,3 +481,40 @@ def test_a_factor_written_into_backward_is_named():
     """04.4: 0.5 in place of the saved scale got expected/got only; the message never mentioned the scale."""
     err = failure(lab.check_scaled_matmul_function, make(_fixed_half_forward, _fixed_half_backward, "ScaledMatmul"))
     assert err.mistake == "a fixed factor"
+
+
+def _half_in_grad_w_backward(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), 0.5 * x.t().mm(g), None
+
+
+def _saving_scale_forward(ctx, x, w, scale):
+    ctx.save_for_backward(x, w)
+    ctx.scale = scale
+    return scale * x.mm(w)
+
+
+def test_a_number_written_into_grad_w_alone_is_named():
+    """04.4: the notebook's 0.5 copied into grad_w while grad_x uses the saved scale."""
+    student = make(_saving_scale_forward, _half_in_grad_w_backward, "ScaledMatmul")
+    err = failure(lab.check_scaled_matmul_function, student)
+    assert err.mistake == "grad_w off by another factor"
+    assert "0.5 * " not in str(err) and "ctx.scale" not in str(err)
+
+
+def test_a_forward_without_the_absolute_value_is_named():
+    no_abs = make(save_x(lambda x: x.clamp(min=0) + torch.log1p(torch.exp(-x))), sigmoid_of_saved)
+    assert failure(lab.check_softplus_function, no_abs).mistake == "exp(-x) for exp(-|x|)"
+
+
+@pytest.mark.parametrize(
+    "backward",
+    [
+        lambda ctx, g: g * (1 - 1 / (1 + torch.exp(ctx.saved_tensors[0]))),
+        lambda ctx, g: g * 0.5 * (1 + torch.tanh(ctx.saved_tensors[0] / 2)),
+    ],
+)
+def test_other_cancelling_backwards_hear_about_the_cancellation_not_about_y(backward):
+    err = failure(lab.check_softplus_function, make(save_x(stable), backward))
+    assert err.mistake == "1 - exp(-y) cancels"
+    assert "it subtracts two numbers close to 1" in err.hint

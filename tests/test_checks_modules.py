@@ -40,6 +40,20 @@ def _bias_first(self, i, o):
     nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
 
 
+def _float64_start(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i, dtype=torch.float64))
+    self.bias = nn.Parameter(torch.zeros(o, dtype=torch.float64))
+
+
+def _init_functions(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.empty(o, i))
+    self.bias = nn.Parameter(torch.empty(o))
+    nn.init.xavier_normal_(self.weight)
+    nn.init.uniform_(self.bias, -0.1, 0.1)
+
+
 def _registered(self, i, o):
     nn.Module.__init__(self)
     self.register_parameter("weight", nn.Parameter(torch.randn(o, i)))
@@ -50,6 +64,8 @@ CORRECT_LINEARS = {
     "the notebook's": MyLinear,
     "bias declared first, kaiming init": linear_variant(init=_bias_first),
     "register_parameter": linear_variant(init=_registered),
+    "float64 randn": linear_variant(init=_float64_start),
+    "nn.init functions": linear_variant(init=_init_functions),
     "addmm": linear_variant(forward=lambda self, x: torch.addmm(self.bias, x, self.weight.t())),
     "einsum": linear_variant(forward=lambda self, x: torch.einsum("ni,oi->no", x, self.weight) + self.bias),
     "matmul with .T": linear_variant(forward=lambda self, x: torch.matmul(x, self.weight.T) + self.bias),
@@ -136,6 +152,12 @@ def _zero_start(self, i, o):
     self.bias = nn.Parameter(torch.zeros(o))
 
 
+def _same_rows(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(i).repeat(o, 1))
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
 def _nan_start(self, i, o):
     nn.Module.__init__(self)
     self.weight = nn.Parameter(torch.full((o, i), float("nan")))  # what torch.empty may hold
@@ -179,6 +201,7 @@ MORE_LINEAR_MISTAKES = [
     ("uses nn.Linear / F.linear", linear_variant(init=_inner_linear)),
     ("uses nn.Linear / F.linear", nn.Linear),
     ("no super().__init__()", linear_variant(init=_no_super_tensor)),
+    ("weights start equal", linear_variant(init=_same_rows)),
 ]
 
 
@@ -225,6 +248,18 @@ def test_my_linear_names_more_forms_of_a_mistake(name, variant):
     with pytest.raises(lab.CheckError) as err:
         lab.check_my_linear(variant)
     assert err.value.mistake == name
+
+
+def test_one_row_repeated_is_named_as_an_equal_start():
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_my_linear(linear_variant(init=_same_rows))
+    assert "every row equal" in err.value.message and "one row repeated" in err.value.hint
+
+
+def test_a_single_output_unit_is_not_refused_for_identical_rows():
+    nb05_nn_module._random_start(torch.randn(1, 5), "MyLinear(5, 1)")
+    with pytest.raises(lab.CheckError, match="every entry equal"):
+        nb05_nn_module._random_start(torch.zeros(1, 5), "MyLinear(5, 1)")
 
 
 def test_a_bias_of_shape_1_out_is_named_by_its_shape_not_requires_grad():
@@ -355,6 +390,23 @@ def test_list_prediction_records_the_first_answer_and_asks_why(capsys):
     assert "PASS" not in second and "recorded answer: 131410" in second
     lab.hint("05.2")
     assert "plain Python list" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "wrong, note",
+    [
+        (131000, "leaves out the biases"),
+        (4, "how many tensors parameters() yields"),
+        (101000, "The biases are parameters too"),
+        (SEEN + 3 * (100 * 100 + 100), "plain Python list"),
+    ],
+)
+def test_list_prediction_notes_each_typical_wrong_answer(wrong, note, capsys):
+    lab.check_layer_list_prediction(wrong)
+    capsys.readouterr()
+    lab.hint("05.2")
+    out = capsys.readouterr().out
+    assert out.startswith(f"  About {wrong}:") and note in out
 
 
 @pytest.mark.parametrize("bad", [None, "many", "101110", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
@@ -634,6 +686,39 @@ def _averaged(self, x):
     return x
 
 
+def _half_branch(self, x):
+    for b in self.blocks:
+        x = x + 0.5 * b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _branch_subtracted(self, x):
+    for b in self.blocks:
+        x = x - b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _skip_doubled(self, x):
+    for b in self.blocks:
+        x = 2 * x + b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _last_without_skip(self, x):
+    *first, last = self.blocks
+    for b in first:
+        x = b(x)
+    return last.fc2(torch.relu(last.fc1(x)))
+
+
+def _first_without_skip(self, x):
+    first, *rest = self.blocks
+    x = first.fc2(torch.relu(first.fc1(x)))
+    for b in rest:
+        x = b(x)
+    return x
+
+
 def _relu_on_input(self, x):
     for b in self.blocks:
         x = x + b.fc2(b.fc1(torch.relu(x)))
@@ -657,6 +742,8 @@ STACK_MISTAKES = {
     "one residual around the whole stack": stack_variant(forward=_outer),
     "blocks read x": stack_variant(forward=_from_x),
     "residual averaged": stack_variant(forward=_averaged),
+    "residual scaled": stack_variant(forward=_half_branch),
+    "one block without its residual": stack_variant(forward=_last_without_skip),
     "ReLU on the block's input": stack_variant(forward=_relu_on_input),
     "ReLU on the stack's output": stack_variant(forward=_relu_on_output),
     "only the last block counts": stack_variant(forward=_last_only),
@@ -709,6 +796,22 @@ def test_residual_stack_names_each_mistake(name):
         lab.check_residual_stack(STACK_MISTAKES[name])
     assert err.value.mistake == name
     assert err.value.hint
+
+
+MORE_STACK_MISTAKES = [
+    ("residual scaled", stack_variant(forward=_branch_subtracted), "returns h - branch"),
+    ("residual scaled", stack_variant(forward=_skip_doubled), "returns 2 * h + branch"),
+    ("one block without its residual", stack_variant(forward=_first_without_skip), "the first block of 3"),
+    ("one block without its residual", stack_variant(forward=_last_without_skip), "the last block of 3"),
+]
+
+
+@pytest.mark.parametrize("name, variant, fragment", MORE_STACK_MISTAKES)
+def test_residual_stack_names_more_forms_of_a_mistake(name, variant, fragment):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(variant)
+    assert err.value.mistake == name
+    assert fragment in err.value.hint
 
 
 @pytest.mark.parametrize("init", [_one_less, _one_more])

@@ -620,3 +620,18 @@ def test_a_backward_that_reads_a_notebook_variable_is_told_so():
     with pytest.raises(lab.CheckError) as info:
         lab.check_linear_layer(forward, backward)
     assert "from outside the call" in info.value.hint and "1000" in info.value.hint
+
+
+def test_a_backward_one_sided_difference_is_named_too():
+    def backward_difference(f, w, eps=1e-6):
+        grad = torch.zeros_like(w)
+        for i in range(w.numel()):
+            e = torch.zeros_like(w).view(-1)
+            e[i] = eps
+            grad.view(-1)[i] = (f(w) - f(w - e.view(w.shape))) / eps
+        return grad
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_numeric_grad(backward_difference)
+    assert info.value.mistake == "one-sided difference"
+    assert "w - eps only" in info.value.hint

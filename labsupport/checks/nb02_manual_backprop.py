@@ -301,6 +301,13 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             why="dw was built from the layer's output; its factor is the layer's input x",
             look="what the cache holds, and which tensor dw multiplies dout with",
         ),
+        Mistake(
+            "dw averaged over the batch",
+            (None, None, x.t() @ dout / x.shape[0]),
+            why="dw was divided by the number of rows: the gradient of out = x @ w sums the rows' contributions, "
+            "and any averaging belongs to the loss, which the upstream gradient dout already carries",
+            look="the line that computes dw",
+        ),
     ]
     if w.shape[0] == w.shape[1]:  # only a square w lets the product run without the transpose
         mistake = Mistake(
@@ -474,7 +481,7 @@ def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: 
 
 
 def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
-    """Mistakes of the loss itself: not finite, not reduced, a mean."""
+    """Mistakes of the loss itself: not finite, not reduced, a mean, halved, the ReLU left out."""
     g1, g2 = two_layer_grads(x, y, w1, w2)
     count = y.numel()
     return [
@@ -490,6 +497,20 @@ def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
             (lecture_loss(x, y, w1, w2) / count, g1 / count, g2 / count),
             why="that is the mean of the squared errors; the exercise's loss is their sum",
             look="the reduction of the loss (and the factor in grad_y_pred)",
+        ),
+        Mistake(
+            "loss a mean",
+            (lecture_loss(x, y, w1, w2) / count, None, None),
+            why="the loss is the mean of the squared errors, while the gradients are those of their sum: the "
+            "exercise's loss is the sum",
+            look="the reduction of the loss",
+        ),
+        Mistake(
+            "half the loss",
+            (lecture_loss(x, y, w1, w2) / 2, None, None),
+            why="the loss is half the sum of the squared errors: some courses put 1/2 in front of the L2 loss, the "
+            "lecture's does not (and its gradient keeps the 2 of (p - y)**2)",
+            look="the line that computes loss",
         ),
         Mistake(
             "ReLU left out",
@@ -656,6 +677,7 @@ class _Recorder:
             "dtypes": {call[0] for call in self.calls},
             "eps": sizes[len(sizes) // 2] if sizes else None,
             "backwards": any(call[3] < 0 for call in moved),
+            "forwards": any(call[3] > 0 for call in moved),
             "several at once": any(call[1] > 1 for call in moved),
             "visited": len({call[2] for call in moved}),
         }
@@ -805,11 +827,12 @@ def _step_mistakes(f: _Recorder) -> list[Mistake]:
     if eps is None:
         return []
     mistakes = []
-    if not seen["backwards"]:
+    if seen["backwards"] != seen["forwards"]:
+        side = "w - eps" if seen["backwards"] else "w + eps"
         one_sided = Mistake(
             "one-sided difference",
             _any_answer,
-            why="f was evaluated at w and w + eps only: the one-sided difference errs by about eps/2 * f'', "
+            why=f"f was evaluated at w and {side} only: the one-sided difference errs by about eps/2 * f'', "
             "the central one by eps**2/6 * f'''",
             look="evaluate f at w + eps e_i and at w - eps e_i, and divide by 2*eps",
         )

@@ -348,6 +348,12 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
         ),
         Mistake(
+            "exp(-x) for exp(-|x|)",
+            (x.clamp(min=0) + torch.log1p(torch.exp(-x)), None),
+            "the correction term takes exp(-x), which is right for x > 0 only: for x < 0 it adds -x too much (and "
+            "overflows for very negative x); the stable form's correction depends on |x|",
+        ),
+        Mistake(
             "log for log1p",
             _zeros_where(x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), right),
             "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits",
@@ -438,8 +444,8 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "1 - exp(-y) cancels",
             (None, g * (1 - torch.exp(-y))),
-            "1 - exp(-y) loses its digits when y is tiny (exp(-y) rounds to 1.0, and the gradient to 0): use a "
-            "form without the cancellation (torch.expm1), or the sigmoid of the saved input",
+            "the gradient loses its digits where it is tiny (x very negative): it subtracts two numbers close to 1 "
+            "(1 - exp(-y), 1 - 1/(1 + exp(x)), 1 + tanh(x/2)): use a form without the cancellation (torch.expm1)",
         ),
     ]
 
@@ -479,6 +485,24 @@ _PLANTED = Mistake(
     look="the line of the classmate's backward that computes grad_w, beside the one that computes grad_x",
     symptom="every element of grad_w is off by the same factor, while grad_x matches",
 )
+
+
+def _grad_w_other_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor, got: tuple) -> bool:
+    """Is grad_x right and grad_w one constant (neither 1 nor ``scale``) times x.T @ grad_output?"""
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        return False
+    grad_x, grad_w = got[1], got[2]
+    unscaled = x.t().mm(g).double()
+    if not isinstance(grad_x, torch.Tensor) or grad_x.shape != g.mm(w.t()).shape:
+        return False
+    if not torch.allclose(grad_x.double(), scale * g.mm(w.t()).double(), rtol=1e-6, atol=1e-9):
+        return False
+    if not isinstance(grad_w, torch.Tensor) or grad_w.shape != unscaled.shape:
+        return False
+    factor = float((grad_w.double() * unscaled).sum() / unscaled.square().sum())
+    if not torch.allclose(grad_w.double(), factor * unscaled, rtol=1e-6, atol=1e-9):
+        return False
+    return not any(math.isclose(factor, f, rel_tol=1e-6) for f in (1.0, scale))
 
 
 def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
@@ -526,6 +550,29 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             f"both gradients carry the same factor, but not this call's scale ({scale:g}): a number written into "
             "backward stays the same whatever scale forward was given",
             look="where the factor in backward comes from",
+        ),
+        *_grad_w_factor_mistakes(x, w, scale, g),
+    ]
+
+
+def _grad_w_factor_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
+    """grad_w off by a factor other than the planted bug's, while grad_x is right."""
+    grad_x = scale * g.mm(w.t())
+    grad_w = scale * x.t().mm(g)
+    return [
+        Mistake(
+            "grad_w divided by the factor",
+            (None, grad_x, grad_w / scale**2),
+            "grad_w divides by the factor that forward multiplies by: a constant factor of forward's output "
+            "reaches each gradient as it is, the same way it reaches grad_x",
+            look="the line that computes grad_w, beside the one that computes grad_x",
+        ),
+        Mistake(
+            "grad_w off by another factor",
+            functools.partial(_grad_w_other_factor, x, w, scale, g),
+            f"every element of grad_w is off by the same factor, but the factor it carries is not this call's "
+            f"scale ({scale:g}): a number written into backward stays the same whatever scale forward was given",
+            look="where the factor in grad_w comes from",
         ),
     ]
 

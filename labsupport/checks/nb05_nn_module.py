@@ -158,9 +158,9 @@ BUFFER_NOT_PARAMETER = Mistake(
 EQUAL_START = Mistake(
     "weights start equal",
     None,
-    why="every weight starts at the same number (zeros, ones, a constant): then every output unit computes the "
-    "same function and gets the same gradient, so training can never tell them apart; the prompt asks for a "
-    "random start, at any scale",
+    why="every output unit starts with the same weights (every entry one number such as zeros or ones, or one row "
+    "repeated for every unit): then the units compute the same function and get the same gradient, so training "
+    "can never tell them apart; the prompt asks for a random start, at any scale",
     look="__init__: draw the initial weight at random (torch.randn, or an nn.init function)",
 )
 MISSING_BIAS = Mistake(
@@ -312,7 +312,8 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
 
 
 def _random_start(weight: torch.Tensor, call: str) -> None:
-    """The layer's own initial weight (before the check loads nn.Linear's): finite, and not one number repeated."""
+    """The layer's own initial weight (before the check loads nn.Linear's): finite, neither one number nor one row
+    repeated (both make every output unit the same)."""
     __tracebackhide__ = True
     if weight.device.type == "meta":
         return  # the structure is all a meta layer can show; loading its state fails with its own sentence
@@ -329,6 +330,13 @@ def _random_start(weight: torch.Tensor, call: str) -> None:
             EQUAL_START,
             expected="a random start",
             got=f"every entry {float(weight.reshape(-1)[0]):g}",
+        )
+    if weight.dim() == 2 and weight.shape[0] > 1 and bool((weight == weight[0]).all()):
+        raise mistake_error(
+            f"{call}.weight starts with every row equal",
+            EQUAL_START,
+            expected="a random start: a different row of weights for each output unit",
+            got=f"the same row for all {weight.shape[0]} output units",
         )
 
 
@@ -412,11 +420,16 @@ def check_layer_list_prediction(prediction: Any) -> None:
     seen = sum(p.numel() for p in model.parameters())
     hidden = sum(p.numel() for layer in model.hidden for p in layer.parameters())
     weights_only = sum(p.numel() for name, p in model.named_parameters() if name.endswith("weight"))
+    hidden_weights = sum(layer.weight.numel() for layer in model.hidden)
+    tensors = len(list(model.parameters()))
     notes = {
         seen + hidden: "That counts the hidden layers too: they sit in a plain Python list.",
         hidden: "That counts only the hidden layers; the other two are attributes of the module.",
         0: "The input and output layers are attributes of the module, so they are registered.",
         weights_only: "The biases are parameters too.",
+        weights_only + hidden_weights: "That counts the hidden layers, which sit in a plain Python list, and leaves "
+        "out the biases, which are parameters too.",
+        tensors: "That is how many tensors parameters() yields; the question counts the numbers inside them.",
     }
     check_prediction(
         "scalars the optimizer sees",
@@ -558,8 +571,70 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
             wrong(lambda b, h: h + b.fc2(b.fc1(torch.relu(h)))),
             why="the ReLU is applied to h, before fc1; in the block it sits between fc1 and fc2: fc2(relu(fc1(h)))",
         ),
+        *_weighted_sum_mistakes(blocks, x),
         *_wiring_mistakes(blocks, x, depth),
     ]
+
+
+# The factors (on h, on the branch) students put into a block's sum; (1/2, 1/2) is "residual averaged".
+RESIDUAL_FACTORS = [(1, -1), (-1, 1), (1, 0.5), (1, 2), (1, 0.1), (1, 2**-0.5), (2, 1), (0.5, 1), (2**-0.5, 2**-0.5)]
+
+
+def _term(factor: float, name: str) -> str:
+    if factor == 1:
+        return name
+    if factor == -1:
+        return f"-{name}"
+    return f"{factor:.3g} * {name}"
+
+
+def _weighted_sum_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistake]:
+    """Blocks whose sum weights h or the branch by a factor (or subtracts one), and one block without its skip."""
+    mistakes = []
+    for on_h, on_branch in RESIDUAL_FACTORS:
+        total = f"{_term(on_h, 'h')} + {_term(on_branch, 'branch')}".replace("+ -", "- ")
+        mistakes.append(
+            Mistake(
+                "residual scaled",
+                _same_as(_weighted_stack(blocks, x, on_h, on_branch)),
+                why=f"each block returns {total}: a residual block adds its branch to h, both as they are, with no "
+                "factor and no minus sign",
+                look="the block's forward: the two terms of its sum, their factors and signs",
+            )
+        )
+    if len(blocks) < 2:
+        return mistakes  # with one block, a missing skip is "no residual"
+    for number in range(len(blocks)):
+        position = {0: "the first block", len(blocks) - 1: "the last block"}.get(number, f"block {number + 1}")
+        mistakes.append(
+            Mistake(
+                "one block without its residual",
+                _same_as(_one_without_skip(blocks, x, number)),
+                why=f"{position} of {len(blocks)} returns only its branch, without adding h back; the other "
+                "blocks add it",
+                look=f"forward: where {position} is applied, and what it returns",
+            )
+        )
+    return mistakes
+
+
+def _weighted_stack(blocks: list[_Block], x: torch.Tensor, on_h: float, on_branch: float) -> torch.Tensor:
+    """The stack's output when each block returns ``on_h * h + on_branch * branch``."""
+    h = x
+    for block in blocks:
+        h = on_h * h + on_branch * block.branch(h)
+    return h
+
+
+def _one_without_skip(blocks: list[_Block], x: torch.Tensor, skipless: int) -> torch.Tensor:
+    """The stack's output when block number ``skipless`` returns only its branch."""
+    h = x
+    for number, block in enumerate(blocks):
+        if number == skipless:
+            h = block.branch(h)
+        else:
+            h = h + block.branch(h)
+    return h
 
 
 def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
