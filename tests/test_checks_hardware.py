@@ -78,6 +78,7 @@ def test_titan_pass_line_states_the_lectures_8x(capsys):
 # A wrong answer for each Mistake the checks list, generated from the same specs.
 TITAN_WRONG = {
     "half": TENSOR / 2,
+    "twice": TENSOR * 2,
     "CUDA cores' peak": FP32,
     "base clock": TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"],
     "one SM": TENSOR / T["sms"],
@@ -116,6 +117,7 @@ CPU_WRONG = {
     "half": nb00._half,
     "twice": nb00._twice,
     "bits as lanes": nb00._bits_as_lanes,
+    "SIMD lanes left out": nb00._no_lanes,
     "bytes as lanes": nb00._bytes_as_lanes,
     "fma_units ignored": nb00._one_fma_unit,
     "fma_units fixed": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, 2),
@@ -145,6 +147,7 @@ ROOFLINE_WRONG = {
     "higher roof": nb00._higher_roof,
     "no compute roof": nb00._memory_only,
     "no memory roof": nb00._peak_only,
+    "intensity left out": nb00._bandwidth_as_flops,
     "intensity inverted": nb00._intensity_inverted,
     "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
 }

@@ -170,6 +170,22 @@ def _keyed_by_id(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _first_group_only(self):
+    for group in self.param_groups[:1]:
+        for p in group["params"]:
+            if p.grad is not None:
+                self.update(p, group)
+
+
+def _zeros_then_leave(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = torch.zeros_like(p)
+        return
+    state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 def _no_super(self, params, lr=0.01, momentum=0.9):
     self.lr = lr
 
@@ -184,6 +200,8 @@ CLASS_MISTAKES = {
     "velocity outside self.state": variant(update=_outside_state),
     "state keyed by a number": variant(update=_keyed_by_id),
     "loop left at a None gradient": variant(step=torch.no_grad()(_break_at_none)),
+    "a group never updated": variant(step=torch.no_grad()(_first_group_only)),
+    "first step skipped": variant(update=_zeros_then_leave),
     "velocity in float32": variant(update=_float32),
     "one velocity for all parameters": variant(update=_shared),
     "None gradient not skipped": variant(step=torch.no_grad()(_no_skip)),
@@ -206,6 +224,60 @@ def test_class_mistakes_are_named(name):
         lab.check_sgd_momentum(CLASS_MISTAKES[name])
     assert err.value.mistake == name
     assert err.value.hint and err.value.look
+
+
+def _first_group_settings(self):
+    group = self.param_groups[0]
+    for each in self.param_groups:
+        for p in each["params"]:
+            if p.grad is not None:
+                self.update(p, group)
+
+
+def _last_group_only(self):
+    for group in self.param_groups:
+        params = group["params"]
+    for p in params:  # an indentation slip: the loop over the parameters left the loop over the groups
+        if p.grad is not None:
+            self.update(p, group)
+
+
+def _leave_step_at_first(self):
+    for group in self.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if "v" not in state:
+                state["v"] = torch.zeros_like(p)
+                return
+            state["v"].mul_(group["momentum"]).add_(p.grad)
+            p.sub_(group["lr"] * state["v"])
+
+
+# More ways students write a listed mistake: description -> (mistake name, a student's SGDMomentum).
+WRITTEN_AS = {
+    "group = self.param_groups[0] for every group": (
+        "group settings ignored",
+        variant(step=torch.no_grad()(_first_group_settings)),
+    ),
+    "the parameter loop indented out of the group loop": (
+        "a group never updated",
+        variant(step=torch.no_grad()(_last_group_only)),
+    ),
+    "return from step() after creating a velocity": (
+        "first step skipped",
+        variant(step=torch.no_grad()(_leave_step_at_first)),
+    ),
+}
+
+
+@pytest.mark.parametrize("written", list(WRITTEN_AS))
+def test_other_ways_of_writing_a_mistake_are_named(written):
+    name, cls = WRITTEN_AS[written]
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(cls)
+    assert err.value.mistake == name
 
 
 def _student_dampening():

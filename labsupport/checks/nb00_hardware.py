@@ -77,6 +77,12 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "(Ampere's and Hopper's count; the Titan RTX has 8)",
         ),
         Mistake(
+            "twice",
+            _times(ref, 2.0),
+            "exactly twice: a multiply-add counts as 2 FLOP (one multiply, one add), not 4, and the Titan RTX has 8 "
+            "tensor cores per SM, not 16",
+        ),
+        Mistake(
             "CUDA cores' peak",
             _times(fp32, 1.0),
             "that is the CUDA cores' fp32 peak computed above (it is also what one tensor core per SM gives): "
@@ -166,6 +172,10 @@ def _bytes_as_lanes(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, u) * 4
 
 
+def _no_lanes(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) / (b / 32)
+
+
 def _one_fma_unit(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, 1)
 
@@ -196,6 +206,13 @@ CPU_MISTAKES = [
         "twice the peak on every machine: an fp32 lane is 32 bits (not 16), and an FMA is 2 FLOP (not 4)",
     ),
     Mistake("bits as lanes", _on_every_machine(_bits_as_lanes), "simd_bits is a width in bits: one fp32 lane is 32"),
+    Mistake(
+        "SIMD lanes left out",
+        _on_every_machine(_no_lanes),
+        "that counts one number per FMA instruction: a SIMD FMA works on every fp32 lane of its simd_bits-wide "
+        "register at once",
+        look="where simd_bits enters the product",
+    ),
     Mistake(
         "bytes as lanes",
         _on_every_machine(_bytes_as_lanes),
@@ -331,6 +348,10 @@ def _peak_only(i: float, p: float, b: float) -> float:
     return p
 
 
+def _bandwidth_as_flops(i: float, p: float, b: float) -> float:
+    return min(p, b)
+
+
 def _intensity_inverted(i: float, p: float, b: float) -> float:
     return min(p, b / i)
 
@@ -347,6 +368,13 @@ ROOFLINE_MISTAKES = [
     Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
     Mistake("no compute roof", _follows(_memory_only), "no kernel beats the compute peak, however much it computes"),
     Mistake("no memory roof", _follows(_peak_only), "with few FLOP per byte, memory cannot feed the peak"),
+    Mistake(
+        "intensity left out",
+        _follows(_bandwidth_as_flops),
+        "the memory roof compares bytes per second with FLOP per second: what memory can feed is bytes/s times "
+        "the FLOP done per byte",
+        look="the memory roof's expression",
+    ),
     Mistake(
         "intensity inverted",
         _follows(_intensity_inverted),

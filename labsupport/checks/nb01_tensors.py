@@ -179,6 +179,18 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             why="(a - b)^2 = a^2 - 2ab + b^2: the cross term is subtracted",
             look="the sign in front of the a @ b.T term",
         ),
+        Mistake(
+            "norms not squared",
+            a.norm(dim=1)[:, None] + b.norm(dim=1)[None, :] - 2 * cross,
+            why="the expansion uses the lengths |a| and |b|; it needs their squares, |a|^2 = a.a",
+            look="the two terms beside the a @ b.T term",
+        ),
+        Mistake(
+            "absolute differences",
+            (a[:, None, :] - b[None, :, :]).abs().sum(-1),
+            why="those are sums of absolute differences (the L1 distance): the exercise squares each difference",
+            look="what is done to each difference before the sum",
+        ),
     ]
 
 
@@ -333,6 +345,13 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
         ),
         *_rows_and_columns_swapped(scores, labels),
         Mistake(
+            "log-probabilities",
+            scores.log_softmax(dim=1)[torch.arange(len(labels)), labels],
+            why="those are the labels' log-probabilities (log_softmax, or minus a per-sample cross-entropy): the "
+            "exercise asks for the raw scores themselves",
+            look="pick from scores as they are, before any softmax",
+        ),
+        Mistake(
             "predicted classes",
             scores.argmax(dim=1),
             why="those are the classes with the largest score (argmax), not the scores of the true labels",
@@ -479,7 +498,32 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="keep the reduced axis: the mean must have shape (N, 1)",
         )
         mistakes.insert(1, mistake)
-    return [*mistakes, *_keep_form_mistakes(x)]
+    return [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
+
+
+def _keep_threshold_mistakes(x: torch.Tensor) -> list[Mistake]:
+    """Thresholds other than the row's mean: the row sum over the number of rows, and 0."""
+    mistakes = [
+        Mistake(
+            "compared with 0",
+            _keep(x, torch.zeros((), dtype=x.dtype)),
+            why="the entries were compared with 0 (a ReLU), not with their row's mean",
+            look="what the mask compares x with",
+        ),
+    ]
+    by_rows = _keep(x, x.sum(dim=1, keepdim=True) / x.shape[0])
+    # on a square x the number of rows is the row's length; where it keeps what the whole tensor's mean keeps,
+    # this x cannot tell the two apart (another case does)
+    if x.shape[0] != x.shape[1] and not torch.equal(by_rows, _keep(x, x.mean())):
+        mistake = Mistake(
+            "divided by the number of rows",
+            by_rows,
+            why="each row's sum was divided by the number of rows: a row's mean divides by the number of entries "
+            "in the row, x.shape[1]",
+            look="what the row sums are divided by",
+        )
+        mistakes.insert(0, mistake)
+    return mistakes
 
 
 def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:

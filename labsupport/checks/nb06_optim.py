@@ -185,10 +185,12 @@ def _stale_from_grad(p, g, v, lr, mu):
     return p - lr * old, mu * old + g
 
 
-def _settings(group: dict, constructor: dict, which: str) -> dict:
-    """The lr and momentum a replayed optimizer uses for ``group``."""
+def _settings(group: dict, first: dict, constructor: dict, which: str) -> dict:
+    """The lr and momentum a replayed optimizer uses for ``group`` (``first``: its first group)."""
     if which == "constructor":
         return constructor
+    if which == "first group":
+        return first
     if which == "constructor lr":
         return {"lr": constructor["lr"], "momentum": group["momentum"]}
     if which == "constructor momentum":
@@ -199,8 +201,8 @@ def _settings(group: dict, constructor: dict, which: str) -> dict:
 class _RuleOptimizer(torch.optim.Optimizer):
     """SGD with momentum written with a given update rule: how the check replays a known wrong answer.
     ``settings``: "group" reads each group's lr and momentum; "constructor" uses the constructor's for every
-    group ("constructor lr" / "constructor momentum": only that one). ``fixed`` replaces the constructor's
-    arguments by fixed numbers (an __init__ that ignores them)."""
+    group ("constructor lr" / "constructor momentum": only that one); "first group" uses the first group's for
+    every group. ``fixed`` replaces the constructor's arguments by fixed numbers (an __init__ that ignores them)."""
 
     def __init__(self, params, rule, lr, momentum, settings="group", fixed=None):
         hyper = {"lr": lr, "momentum": momentum}
@@ -213,7 +215,7 @@ class _RuleOptimizer(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self):
         for group in self.param_groups:
-            hyper = _settings(group, self.constructor, self.settings)
+            hyper = _settings(group, self.param_groups[0], self.constructor, self.settings)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -326,10 +328,10 @@ RULE_MISTAKES = [
     ),
     Mistake(
         "group settings ignored",
-        WrongRule((_momentum,), settings=("constructor", "constructor lr", "constructor momentum")),
-        why="every group is updated with the same settings, the constructor's, but each group carries its own lr "
-        "and momentum",
-        look="step(): read group['lr'] and group['momentum'] inside the loop over self.param_groups",
+        WrongRule((_momentum,), settings=("constructor", "constructor lr", "constructor momentum", "first group")),
+        why="every group is updated with the same settings, the constructor's or the first group's, but each group "
+        "carries its own lr and momentum",
+        look="step(): read the lr and momentum of the group being updated, inside the loop over self.param_groups",
     ),
     Mistake(
         "constructor arguments ignored",
@@ -368,6 +370,41 @@ LOOP_LEFT = Mistake(
     why="at a parameter without a gradient, step() leaves the loop over its group instead of skipping that one "
     "parameter, so the parameters after it in the group are never updated",
     look="step(): for a parameter whose .grad is None, go on with the next parameter (continue), not out of the loop",
+)
+
+
+def _moved(params: list[torch.Tensor], start: list[torch.Tensor]) -> list[bool]:
+    """For each parameter: does it differ from its starting value?"""
+    return [not torch.equal(p, q) for p, q in zip(params, start)]
+
+
+def _group_frozen(trajectory: list) -> bool:
+    """Does exactly one group's every parameter keep its starting value through all steps?"""
+    start = _initial_parameters()
+    moved = [any(steps) for steps in zip(*(_moved(params, start) for params in trajectory))]
+    frozen = [not any(group["params"]) for group in _groups(moved)]  # split as the parameters are
+    return frozen.count(True) == 1
+
+
+def _first_step_still(trajectory: list) -> bool:
+    """Does no parameter move at the first step, while some move later?"""
+    start = _initial_parameters()
+    first, *later = trajectory
+    return not any(_moved(first, start)) and any(any(_moved(params, start)) for params in later)
+
+
+GROUP_SKIPPED = Mistake(
+    "a group never updated",
+    _group_frozen,
+    why="the parameters of one group never move: step() updates only some of self.param_groups",
+    look="step(): the loop over self.param_groups; does the update, and its indentation, run for every group?",
+)
+FIRST_STEP_SKIPPED = Mistake(
+    "first step skipped",
+    _first_step_still,
+    why="at a parameter's first step only its velocity is created and the parameter stays where it is; that step "
+    "already has a gradient, so the velocity starts as that gradient and the parameter moves along it",
+    look="step(): what a parameter's first step does after its velocity is created",
 )
 NONE_GRAD = Mistake(
     "None gradient not skipped",
@@ -639,7 +676,7 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     make = _student_maker(cls)
     mine, optimizer = _student_run(make, _Setup(steps))
     reference, _ = _trajectory(_torch_sgd, _Setup(steps))
-    _compare_runs(mine, reference, [*RULE_MISTAKES, LOOP_LEFT], optimizer)
+    _compare_runs(mine, reference, [*RULE_MISTAKES, LOOP_LEFT, GROUP_SKIPPED, FIRST_STEP_SKIPPED], optimizer)
     kept_setup = _Setup(min(steps, 3), set_to_none=False)
     kept, _ = _student_run(make, kept_setup)
     _compare_runs(kept, _trajectory(_torch_sgd, kept_setup)[0], [ALIASED])
