@@ -410,8 +410,18 @@ def data_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
     return np.array(losses)
 
 
+def float32_log_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    """Logs each step's loss as torch.tensor(total): a float32 tensor, right to float32's precision."""
+
+    def as_float32(t, loss):
+        log(t, torch.tensor(loss))
+
+    return data_loop(x, y, w1, w2, learning_rate, steps, chunks, None if log is None else as_float32)
+
+
 CORRECT_VARIANTS = {
     "reset at the start of a step": make_loop(reset="start of step"),
+    "float32 tensor losses in the log": float32_log_loop,
     "1-based t": make_loop(t0=1),
     "optimizer, tensor losses and t": sgd_loop,
     ".data, slices, numpy losses": data_loop,
