@@ -37,7 +37,7 @@ def make_evaluate(**mistakes):
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
                 logits = model(images)
                 batch_means.append(F.cross_entropy(logits, labels).item())
-                loss_sum += F.cross_entropy(logits, labels, reduction="sum").item()
+                loss_sum += _summed_loss(logits, labels, loader, mistakes)
                 right = (logits.argmax(1) == labels).sum().item()
                 batch_accs.append(right / len(labels))
                 correct += right
@@ -57,6 +57,8 @@ def make_evaluate(**mistakes):
             loss = sum(batch_means) / total
         if mistakes.get("summed"):
             loss = loss_sum
+        if mistakes.get("over_batches"):
+            loss = loss_sum / len(loader)
         if mistakes.get("last_batch"):
             loss = batch_means[-1]
             acc = batch_accs[-1]
@@ -75,6 +77,21 @@ def make_evaluate(**mistakes):
         return loss, acc
 
     return evaluate
+
+
+def _summed_loss(logits, labels, loader, mistakes):
+    """One batch's summed loss, as evaluate adds it up (written the ways students write it)."""
+    if mistakes.get("nll_on_scores"):
+        return F.nll_loss(logits, labels, reduction="sum").item()
+    if mistakes.get("nll_on_log_softmax"):
+        return F.nll_loss(F.log_softmax(logits, dim=1), labels, reduction="sum").item()
+    if mistakes.get("softmax_first"):
+        return F.cross_entropy(F.softmax(logits, 1), labels, reduction="sum").item()
+    if mistakes.get("times_batch_size"):
+        return F.cross_entropy(logits, labels).item() * loader.batch_size
+    if mistakes.get("times_len_labels"):
+        return F.cross_entropy(logits, labels).item() * len(labels)
+    return F.cross_entropy(logits, labels, reduction="sum").item()
 
 
 def _log(writer, tag, value, step, mistakes):
@@ -140,6 +157,9 @@ def make_train(evaluate=None, **mistakes):
                         kept if mistakes.get("tensors") or mistakes.get("graph_kept") else loss.item()
                     )
                 _log(writer, "loss/train", loss.item(), at, mistakes)
+                if mistakes.get("second_forward"):
+                    with torch.set_grad_enabled(mistakes["second_forward"] == "grad"):
+                        logits = model(images)  # after optimizer.step(), still in training mode
                 right = (logits.argmax(1) == labels).sum().item()
                 correct += right
                 seen += len(labels)
@@ -192,6 +212,8 @@ CORRECT_LOOPS = {
     "writer called with keywords": ({}, dict(keywords=True)),
     "histograms and flush as well": ({}, dict(extra_logs=True)),
     "evaluate restores the mode it found": (dict(restore=True), {}),
+    "batch means times len(labels)": (dict(times_len_labels=True), {}),
+    "nll_loss on log_softmax": (dict(nll_on_log_softmax=True), {}),
 }
 
 
@@ -239,6 +261,12 @@ LOOP_MISTAKES = [
     ({}, dict(graph_kept=True), "loss kept with its graph"),
     (dict(batch_means_over_images=True), {}, "batch means divided by the image count"),
     (dict(slots=True), {}, "divided by batches times batch size"),
+    (dict(nll_on_scores=True), {}, "nll_loss on raw scores"),
+    (dict(times_batch_size=True), {}, "batch means times loader.batch_size"),
+    (dict(over_batches=True), {}, "loss divided by the number of batches"),
+    (dict(softmax_first=True), {}, "softmax before the loss"),
+    ({}, dict(second_forward="no_grad"), "second forward pass in training mode"),
+    ({}, dict(second_forward="grad"), "second forward pass in training mode"),
 ]
 
 

@@ -1,6 +1,7 @@
 """Checks of notebook 08: the VGG16 prediction (08.1) and feature extraction on a ResNet (08.2):
 one test per named mistake, the correct variants the prompt allows, and bad input."""
 
+import contextlib
 import copy
 import re
 from pathlib import Path
@@ -23,10 +24,31 @@ def test_the_vgg_share_is_counted(capsys):
     assert "(recorded answer: 0.9)" in out
 
 
-@pytest.mark.parametrize("answer", [torch.tensor(0.89), 0.89, 0.87])
+@pytest.mark.parametrize("answer", [torch.tensor(0.89), 0.89, 0.87, 0.9, 0.91])
 def test_right_shares_pass_in_any_numeric_form(answer, capsys):
     lab.check_vgg_share_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("answer", [0.86, 0.92])  # 0.86: the first two Linear layers only; was right (within 5%)
+def test_shares_beyond_two_hundredths_are_not_right(answer, capsys):
+    lab.check_vgg_share_prediction(answer)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+
+
+@pytest.mark.parametrize("answer, note", [(0.11, "convolutions' share"), (0.74, "first Linear layer's share alone")])
+def test_each_known_wrong_share_gets_its_note(answer, note, capsys):
+    lab.check_vgg_share_prediction(answer)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    lab.hint("08.1")
+    assert f"About {answer!r}: That is the {note}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer", [0.87, 0.88, 0.89, 0.9, 0.91])
+def test_right_shares_get_no_note(answer, capsys):
+    lab.check_vgg_share_prediction(answer)
+    lab.hint("08.1")
+    assert "About" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -83,7 +105,7 @@ def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, opt
 
 
 def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed=False, returns="item",
-              steps=1, softmax=False):  # fmt: skip
+              steps=1, softmax=False, nll=False, recompute=False, no_grad=False):  # fmt: skip
     """transfer_step; each keyword switches on one way of writing it."""
 
     def transfer_step(model, optimizer, images, labels):
@@ -92,9 +114,13 @@ def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed
             model.fc.train()
         else:
             model.train()
-        scores = model(images)
+        with torch.no_grad() if no_grad else contextlib.nullcontext():
+            scores = model(images)
         scores = scores.softmax(dim=1) if softmax else scores
-        loss = nn.functional.cross_entropy(scores, labels, reduction="sum" if summed else "mean")
+        if nll:
+            loss = nn.functional.nll_loss(scores, labels)
+        else:
+            loss = nn.functional.cross_entropy(scores, labels, reduction="sum" if summed else "mean")
         if zero_grad and not late_zero:
             optimizer.zero_grad()
         loss.backward()
@@ -102,6 +128,8 @@ def make_step(eval_mode=True, zero_grad=True, step=True, late_zero=False, summed
             optimizer.zero_grad()
         for _ in range(steps if step else 0):
             optimizer.step()
+        if recompute:
+            loss = nn.functional.cross_entropy(model(images), labels)
         return {"item": loss.item(), "tensor": loss, "detached": loss.detach(), "none": None}[returns]
 
     return transfer_step
@@ -125,6 +153,17 @@ def _features_then_head(model, optimizer, images, labels):
     return loss.item()
 
 
+def _nll_of_log_softmax(model, optimizer, images, labels):
+    """A correct step that writes cross-entropy as nll_loss of log-probabilities."""
+    model.eval()
+    log_probs = nn.functional.log_softmax(model(images), dim=1)
+    loss = nn.functional.nll_loss(log_probs, labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 def _prepare_a_copy(model, num_classes):
     """A correct prepare that returns a new model object."""
     model = copy.deepcopy(model)
@@ -138,6 +177,7 @@ CORRECT_TRANSFERS = {
     "momentum on the head": (make_prepare(momentum=0.9), make_step()),
     "a head with dropout": (make_prepare(head="sequential"), make_step()),
     "backbone under no_grad": (make_prepare(), _features_then_head),
+    "nll_loss of log_softmax": (make_prepare(), _nll_of_log_softmax),
     "a new model object": (_prepare_a_copy, make_step()),
 }
 
@@ -166,6 +206,10 @@ TRANSFER_MISTAKES = [
     (make_prepare(), make_step(summed=True), "loss summed over the batch"),
     (make_prepare(), make_step(steps=2), "optimizer stepped twice"),
     (make_prepare(), make_step(softmax=True), "softmax before the loss"),
+    (make_prepare(), make_step(nll=True), "nll_loss on raw scores"),
+    (make_prepare(), make_step(recompute=True), "loss recomputed after the step"),
+    (make_prepare(head="sequential"), make_step(recompute=True), "loss recomputed after the step"),  # dropout
+    (make_prepare(), make_step(no_grad=True), "head under no_grad"),  # was: a generic requires_grad cause
     (make_prepare(), make_step(returns="tensor"), "loss returned as a tensor"),  # issue 23: passed
     (make_prepare(), make_step(returns="detached"), "loss returned as a tensor"),
 ]

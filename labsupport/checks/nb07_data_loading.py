@@ -123,6 +123,9 @@ class Measured:
     batch_losses: list[float]
     batch_accs: list[float]
     slots: int = 0  # len(loader) * loader.batch_size: more than the images when the last batch is short
+    images: int = 0
+    raw_nll_sum: float = 0.0  # F.nll_loss on the raw scores, summed: minus the labels' scores
+    softmax_sum: float = 0.0  # cross_entropy of softmax(logits), summed
 
 
 @torch.no_grad()
@@ -131,7 +134,7 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
     was_training = model.training
     model.eval()
     device = pick_device()
-    loss_sum, correct, total = 0.0, 0, 0
+    loss_sum, correct, total, raw_nll_sum, softmax_sum = 0.0, 0, 0, 0.0, 0.0
     batch_losses, batch_accs = [], []
     for images, labels in loader:
         logits = model(images.to(device))
@@ -139,22 +142,37 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
         losses = F.cross_entropy(logits, labels, reduction="none")
         right = int((logits.argmax(dim=1) == labels).sum())
         loss_sum += float(losses.sum())
+        raw_nll_sum += float(F.nll_loss(logits, labels, reduction="sum"))
+        softmax_sum += float(F.cross_entropy(F.softmax(logits, dim=1), labels, reduction="sum"))
         correct += right
         total += len(labels)
         batch_losses.append(float(losses.mean()))
         batch_accs.append(right / len(labels))
     model.train(was_training)
     slots = len(loader) * (loader.batch_size or 1)
-    return Measured(loss_sum / total, correct / total, loss_sum, correct, batch_losses, batch_accs, slots)
+    return Measured(
+        loss=loss_sum / total,
+        acc=correct / total,
+        loss_sum=loss_sum,
+        correct=correct,
+        batch_losses=batch_losses,
+        batch_accs=batch_accs,
+        slots=slots,
+        images=total,
+        raw_nll_sum=raw_nll_sum,
+        softmax_sum=softmax_sum,
+    )
 
 
 def _loss_mistakes(m: Measured) -> list[Mistake]:
+    batches = len(m.batch_losses)
     return [
         Mistake(
             "mean of batch means",
-            Near(sum(m.batch_losses) / len(m.batch_losses)),
+            Near(sum(m.batch_losses) / batches),
             "the mean of the batch means weighs the short last batch like a full one: add up the per-image "
-            "losses (reduction='sum', or the batch mean times the batch size), then divide by the count",
+            "losses (reduction='sum', or each batch mean times that batch's number of images), then divide by "
+            "the count",
             look="loss_sum += F.cross_entropy(logits, labels, reduction=...)",
         ),
         Mistake(
@@ -175,9 +193,44 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
         ),
         Mistake(
             "batch means divided by the image count",
-            Near(sum(m.batch_losses) / (m.loss_sum / m.loss)),
+            Near(sum(m.batch_losses) / m.images),
             "the batch means were added up, then divided by the number of images: each batch mean must first "
             "be multiplied by its batch size (or use reduction='sum')",
+        ),
+        Mistake(
+            "batch means times loader.batch_size",
+            Near(sum(m.batch_losses) * (m.slots / batches) / m.images),
+            "each batch mean was multiplied by loader.batch_size, but the last batch is short: its loss was "
+            "counted as if it held a full batch of images",
+            look="what each batch's mean loss is multiplied by",
+        ),
+        Mistake(
+            "loss divided by the number of batches",
+            Near(m.loss_sum / batches),
+            "the summed loss was divided by the number of batches (len(loader)): the mean asked for is per image",
+            look="return loss_sum / ..., ...",
+        ),
+        *_loss_function_mistakes(m),
+    ]
+
+
+def _loss_function_mistakes(m: Measured) -> list[Mistake]:
+    """Per-image means of a wrong loss function: the averaging is right, what is averaged is not."""
+    return [
+        Mistake(
+            "nll_loss on raw scores",
+            Near(m.raw_nll_sum / m.images),
+            "F.nll_loss expects log-probabilities, but it was given the raw scores (logits): it only negates the "
+            "label's score, so the 'loss' can even be negative; F.cross_entropy takes the raw scores",
+            look="what F.nll_loss is given",
+        ),
+        Mistake(
+            "softmax before the loss",
+            Near(m.softmax_sum / m.images),
+            "a softmax was applied before cross_entropy, which takes the raw scores (logits) and applies "
+            "log-softmax itself: the probabilities went through a softmax twice, which squeezes every loss "
+            "toward log(10)",
+            look="what evaluate gives cross_entropy",
         ),
     ]
 
@@ -435,8 +488,8 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     return StudentRun(history, writer.logged, steps.count, scheduler.last_epoch, spy.seen, _flat_weights(model))
 
 
-def _counting_error(student: StudentRun, n: int) -> CheckError | None:
-    """Training mode, optimizer steps and scheduler steps, as counted during the student's train."""
+def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
+    """Forward passes with gradients in eval mode, or more training-mode passes than batches."""
     in_eval = sum(1 for training, grad in student.seen if grad and not training)
     if in_eval:
         return mistake_error(
@@ -451,6 +504,29 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             expected="training mode while training",
             got=f"{in_eval} passes in eval mode",
         )
+    in_training = sum(1 for training, _ in student.seen if training)
+    if in_training > n:
+        return mistake_error(
+            f"train ran the model {in_training} times in training mode in {EPOCHS} epochs of {n // EPOCHS} batches",
+            Mistake(
+                "second forward pass in training mode",
+                None,
+                "the model ran more than once per batch in training mode (a second model(images), for the "
+                "accuracy, say): every training-mode pass updates batch norm's running statistics, so each batch moved "
+                "them more than once; the logits the loss came from already give the accuracy",
+                look="every model(...) call in train's batch loop",
+            ),
+            expected=f"{n} (one per batch)",
+            got=str(in_training),
+        )
+    return None
+
+
+def _counting_error(student: StudentRun, n: int) -> CheckError | None:
+    """Training mode, optimizer steps and scheduler steps, as counted during the student's train."""
+    mode_error = _train_mode_error(student, n)
+    if mode_error is not None:
+        return mode_error
     if student.steps != n:
         mistake = Mistake(
             "optimizer.step() missing",

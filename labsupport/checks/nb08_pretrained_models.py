@@ -53,19 +53,26 @@ def check_vgg_share_prediction(prediction) -> None:
         )
     with torch.device("meta"):
         model = vgg16(weights=None)
-    linear = sum(p.numel() for m in model.modules() if isinstance(m, nn.Linear) for p in m.parameters())
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    linear = sum(p.numel() for m in layers for p in m.parameters())
+    first = sum(p.numel() for p in layers[0].parameters())
     total = sum(p.numel() for p in model.parameters())
     actual = round(linear / total, 2)
     check_prediction(
         name,
         share,
         actual,
-        rel=0.05,
+        # Within 0.02 of 0.89 (0.87 to 0.91): two digits, one digit (0.9) and rounded arithmetic
+        # (100 M + 16 M + 4 M of 138 M gives 0.87) pass. 0.86 does not: it is what the first two Linear
+        # layers hold without the third (no note for it: a note matches within rel too, 0.87 and 0.88 included).
+        rel=0.025,
         why="The first Linear layer alone maps 512 x 7 x 7 = 25088 features to 4096 outputs: 103 M weights; "
         "the 13 convolutions hold 15 M.",
         mistakes={
             round(1 - actual, 2): "That is the convolutions' share: they do most of the arithmetic, "
-            "but hold few parameters."
+            "but hold few parameters.",
+            round(first / total, 2): "That is the first Linear layer's share alone: the two after it "
+            "(4096 to 4096, and 4096 to the 1000 classes) hold 21 M more.",
         },
         ask="which single layer holds most of them, and what about its input makes it so large? Why does a "
         "convolution with many more multiplications need so few weights?",
@@ -243,10 +250,13 @@ class Mirror:
         scale: float = 1.0,
         steps: int = 1,
         softmax_first: bool = False,
+        nll_on_scores: bool = False,
+        loss_after_step: bool = False,
     ) -> tuple[list[torch.Tensor], float]:
         """One step from the student's state before its step; returns the head's parameters and the loss.
         The keywords make it a known wrong step: gradients kept, a scaled loss, ``steps`` optimizer steps on one
-        gradient, a softmax before the cross-entropy."""
+        gradient, a softmax before the cross-entropy, nll_loss on the raw scores, the loss computed again after
+        the step."""
         head = self.model.fc
         with torch.no_grad():
             for p, before in zip(head.parameters(), state.head):
@@ -259,10 +269,18 @@ class Mirror:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(state.seed)
             scores = self.model(images)
-            loss = F.cross_entropy(scores.softmax(dim=1) if softmax_first else scores, labels)
+            if nll_on_scores:
+                loss = F.nll_loss(scores, labels)
+            else:
+                loss = F.cross_entropy(scores.softmax(dim=1) if softmax_first else scores, labels)
+            rng = torch.get_rng_state()  # a second forward pass (dropout in the head) goes on from here
         (loss * scale).backward()
         for _ in range(steps):
             self.optimizer.step()
+        if loss_after_step:
+            with torch.random.fork_rng(devices=[]), torch.no_grad():
+                torch.set_rng_state(rng)
+                loss = F.cross_entropy(self.model(images), labels)
         return [p.detach().clone() for p in head.parameters()], float(loss.detach())
 
 
@@ -320,29 +338,12 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
     head = list(model.fc.parameters())
     unchanged = all(torch.equal(p.detach(), b) for p, b in zip(head, state.head))
     if unchanged:
-        has_grad = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in head)
-        if has_grad:
-            return [
-                Mistake(
-                    "optimizer.step() missing",
-                    _always,
-                    "optimizer.step() is not called: the gradients are there, but nothing applies them",
-                    look="optimizer.step()  # after loss.backward()",
-                )
-            ]
-        return [
-            Mistake(
-                "no gradient at step",
-                _always,
-                "the step found no gradients: loss.backward() is missing, "
-                "or zero_grad() runs between backward() and step()",
-                look="zero_grad(), backward(), step()",
-            )
-        ]
+        return [_not_applied(head)]
     unzeroed, _ = mirror.step(state, *batch, zero_grad=False)
     summed, _ = mirror.step(state, *batch, scale=float(len(batch[1])))
     twice, _ = mirror.step(state, *batch, steps=2)
     squashed, _ = mirror.step(state, *batch, softmax_first=True)
+    raw_nll, _ = mirror.step(state, *batch, nll_on_scores=True)
     return [
         Mistake(
             "optimizer stepped twice",
@@ -358,6 +359,13 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
             look="what transfer_step gives cross_entropy",
         ),
         Mistake(
+            "nll_loss on raw scores",
+            _close_to(raw_nll),
+            "nll_loss expects log-probabilities and only picks the label's entry: given the raw scores (logits), "
+            "it pushes the right class's score up without bound and ignores every other class",
+            look="the loss function transfer_step calls, and what it gives it",
+        ),
+        Mistake(
             "zero_grad missing",
             _close_to(unzeroed),
             "optimizer.zero_grad() is missing: this step added its gradients to those of the steps before",
@@ -370,6 +378,24 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
             "cross-entropy's default (the mean) keeps the step size independent of the batch size",
         ),
     ]
+
+
+def _not_applied(head: list[torch.Tensor]) -> Mistake:
+    """Why a step left the head as it was: no optimizer.step(), or no gradient when it ran."""
+    has_grad = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in head)
+    if has_grad:
+        return Mistake(
+            "optimizer.step() missing",
+            _always,
+            "optimizer.step() is not called: the gradients are there, but nothing applies them",
+            look="optimizer.step()  # after loss.backward()",
+        )
+    return Mistake(
+        "no gradient at step",
+        _always,
+        "the step found no gradients: loss.backward() is missing, or zero_grad() runs between backward() and step()",
+        look="zero_grad(), backward(), step()",
+    )
 
 
 def _always(got: Any) -> bool:
@@ -417,7 +443,27 @@ def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple,
             usage=True,
         )
     value = as_number(loss, "transfer_step's loss")
-    compare("transfer_step's loss", torch.tensor(float(value)), torch.tensor(want_loss), rtol=1e-4, where=where)
+    try:
+        compare("transfer_step's loss", torch.tensor(float(value)), torch.tensor(want_loss), rtol=1e-4, where=where)
+    except CheckError as err:
+        mistake = first_mistake(float(value), _loss_mistakes(mirror, state, batch))
+        if mistake is None:
+            raise
+        raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[Mistake]:
+    """Known wrong losses returned by a step that moved the head right (computed only when the loss is wrong)."""
+    _, after = mirror.step(state, *batch, loss_after_step=True)
+    return [
+        Mistake(
+            "loss recomputed after the step",
+            functools.partial(math.isclose, after, rel_tol=1e-4),
+            "the loss returned was computed again after optimizer.step(), with the updated head: "
+            "return the loss of this step's forward pass, the one backward() went through",
+            look="where transfer_step computes the loss it returns",
+        )
+    ]
 
 
 def _mirror(model: nn.Module, optimizer: torch.optim.Optimizer) -> Mirror:
@@ -433,13 +479,43 @@ def _mirror(model: nn.Module, optimizer: torch.optim.Optimizer) -> Mirror:
 
 
 class _Modes(list):
-    """A forward pre-hook that records the mode of its module at each forward pass."""
+    """A forward pre-hook that records the mode of its module at each forward pass, and in ``recording``
+    whether autograd recorded that pass (False under torch.no_grad())."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recording: list[bool] = []
 
     def __call__(self, module: nn.Module, args: Any) -> None:
         self.append(module.training)
+        self.recording.append(torch.is_grad_enabled())
 
 
-def _head_mode(model: nn.Module) -> list[bool]:
+HEAD_UNDER_NO_GRAD = Mistake(
+    "head under no_grad",
+    None,
+    "the head ran under torch.no_grad() too, so nothing recorded how the loss depends on its weights and "
+    "backward() has no graph to go through: only the frozen backbone may run without autograd",
+    look="which calls in transfer_step run inside the torch.no_grad() block",
+)
+
+
+def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple, modes: _Modes, seed: int) -> Any:
+    """The student's step on a copy of the batch (the reference keeps it as it was), under ``seed``."""
+    __tracebackhide__ = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        given = tuple(t.clone() for t in batch)
+        try:
+            return run_student(transfer_step, model, optimizer, *given, what="transfer_step")
+        except CheckError as err:
+            no_grad = bool(modes.recording) and not modes.recording[-1]
+            if not no_grad or "does not require grad" not in err.message:
+                raise
+            raise mistake_error(err.message, HEAD_UNDER_NO_GRAD) from None
+
+
+def _head_mode(model: nn.Module) -> _Modes:
     """A record of the head's mode at each forward pass."""
     modes = _Modes()
     model.fc.register_forward_pre_hook(modes)
@@ -480,10 +556,7 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
         for step in range(1, STEPS + 1):
             batch = (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, n, (4,), generator=g))
             state = _snapshot(model, optimizer, seed=100 * n + step)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(state.seed)
-                given = tuple(t.clone() for t in batch)  # the reference keeps the batch as it was
-                loss = run_student(transfer_step, model, optimizer, *given, what="transfer_step")
+            loss = _run_step(transfer_step, model, optimizer, batch, modes, state.seed)
             state.head_training = modes[-1] if modes else True
             error = _frozen_error(model, step)
             if error is not None:
