@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import labsupport as lab
@@ -877,3 +878,25 @@ def test_checks_leave_the_global_random_state_alone():
     lab.check_my_linear(MyLinear)
     lab.check_residual_stack(ResidualStack)
     assert torch.equal(torch.rand(3), expected)
+
+
+def _with_activation(act):
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b.fc2(act(b.fc1(x)))
+        return x
+
+    return forward
+
+
+@pytest.mark.parametrize("act", [F.relu6, F.elu, F.softplus, F.silu, F.hardtanh], ids=lambda f: f.__name__)
+def test_other_activations_in_the_branch_are_named(act):
+    # relu6 equals the ReLU below 6: the check's large row takes some pre-activations above it
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_residual_stack(stack_variant(forward=_with_activation(act)))
+    assert info.value.mistake == "not a ReLU"
+
+
+def test_a_clamp_at_zero_is_a_relu_and_passes(capsys):
+    lab.check_residual_stack(stack_variant(forward=_with_activation(lambda t: t.clamp(min=0))))
+    assert capsys.readouterr().out.startswith("PASS  ResidualStack")

@@ -637,6 +637,11 @@ def _one_without_skip(blocks: list[_Block], x: torch.Tensor, skipless: int) -> t
     return h
 
 
+# Activations students put in the branch instead of the ReLU (relu6 differs only above 6: the check's x has a
+# large row, which takes some pre-activations there).
+OTHER_ACTIVATIONS = (torch.tanh, torch.sigmoid, F.gelu, F.leaky_relu, F.elu, F.softplus, F.silu, F.relu6, F.hardtanh)
+
+
 def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
     """Wrong ways of wiring the blocks into a stack (the blocks themselves right)."""
     mistakes = [
@@ -658,7 +663,7 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
         Mistake("returns the input", _same_as(x), why="forward returns its input unchanged"),
         Mistake(
             "not a ReLU",
-            _either(*[_stack_with(blocks, x, act) for act in (torch.tanh, torch.sigmoid, F.gelu, F.leaky_relu)]),
+            _either(*[_stack_with(blocks, x, act) for act in OTHER_ACTIVATIONS]),
             why="the branch uses another activation; the block is fc2(relu(fc1(h)))",
         ),
         Mistake(
@@ -873,6 +878,7 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     call = f"ResidualStack({D}, {H}, {depth})"
     stack = _build(cls, "ResidualStack", D, H, depth)
     x = torch.randn(7, D)
+    x[0] *= 40  # a large row: some pre-activations above 6, where relu6 or a clamp part from the ReLU
     result = run_student(stack.forward, x, what=f"{call}(x)", inplace_hint=STACK_INPLACE)
     out = expect_tensor(result, f"{call}(x)", shape=(7, D), dtype=torch.float32)
     again = run_student(stack, x, what=f"{call}(x), called a second time")
