@@ -173,6 +173,13 @@ def _no_super_tensor(self, i, o):
     self.weight = torch.randn(o, i)
 
 
+def _cached_transpose(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.zeros(o))
+    self.weight_t = self.weight.t()  # a copy: .double() and load_state_dict leave it behind
+
+
 # Mistake name -> a MyLinear that makes it.
 LINEAR_MISTAKES = {
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
@@ -196,6 +203,10 @@ LINEAR_MISTAKES = {
     "missing transpose": linear_variant(forward=lambda self, x: x @ self.weight + self.bias),
     "product scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() / math.sqrt(x.shape[1]) + self.bias),
     "bias scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() + 2 * self.bias),
+    "one bias for every output": linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias[0]),
+    "a copy of the weight kept": linear_variant(
+        init=_cached_transpose, forward=lambda self, x: x @ self.weight_t + self.bias
+    ),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -203,6 +214,7 @@ MORE_LINEAR_MISTAKES = [
     ("uses nn.Linear / F.linear", nn.Linear),
     ("no super().__init__()", linear_variant(init=_no_super_tensor)),
     ("weights start equal", linear_variant(init=_same_rows)),
+    ("one bias for every output", linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias.sum())),
 ]
 
 
@@ -231,6 +243,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.NO_GRADIENT,
             nb05_nn_module.BUFFER_NOT_PARAMETER,
             nb05_nn_module.EQUAL_START,
+            nb05_nn_module.STALE_COPY,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)

@@ -3,6 +3,7 @@ so any initialisation, attribute name, declaration order or container passes."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import itertools
@@ -230,6 +231,13 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             look="forward: the sign in front of self.bias",
         ),
         Mistake(
+            "one bias for every output",
+            _either(*[x @ weight.t() + value for value in (bias[0], bias.sum(), bias.mean())]),
+            why="every output gets the same number as its bias (one entry of it, or its sum or mean): each output "
+            "unit has its own bias, and the bias vector is added entry by entry",
+            look="forward: what is added to the product",
+        ),
+        Mistake(
             "activation inside the layer",
             _same_as(torch.relu(right)),
             why="the output goes through a ReLU; nn.Linear is linear, the activation is a separate module",
@@ -349,6 +357,31 @@ def _load_linear_state(layer: nn.Module, call: str, state: dict) -> None:
         raise CheckError(f"{call}.load_state_dict(nn.Linear's state_dict) failed: {exc}".strip()) from None
 
 
+STALE_COPY = Mistake(
+    "a copy of the weight kept",
+    None,
+    why="forward uses a tensor made from the weight in __init__ (a transpose, say), and that copy is not the "
+    "parameter: .double(), .to() and load_state_dict change the parameter and leave the copy as it was",
+    look="__init__: the tensors kept beside the parameters, and which of them forward multiplies by",
+)
+
+
+@contextlib.contextmanager
+def _stale_copies_named(layer: nn.Module, call: str) -> Iterator[None]:
+    """A failure while the layer keeps plain tensors beside its parameters (copies made in __init__) names them."""
+    __tracebackhide__ = True
+    try:
+        yield
+    except CheckError as err:
+        sizes = {p.numel() for p in layer.parameters()}
+        copies = [name for name, t in vars(layer).items() if isinstance(t, torch.Tensor) and t.numel() in sizes]
+        if not copies or err.mistake == USES_LINEAR.name:
+            raise
+        kept = ", ".join(f"self.{name}" for name in copies)
+        message = f"{err.message.splitlines()[0]} ({call} keeps {kept} beside its parameters)"
+        raise mistake_error(message, STALE_COPY) from None
+
+
 def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
     __tracebackhide__ = True
@@ -360,13 +393,14 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     bias = torch.randn(o, generator=g, dtype=torch.float64)
     _load_linear_state(layer, call, {"weight": weight.clone(), "bias": bias.clone()})
     x = torch.randn(6, i, generator=g, dtype=torch.float64).requires_grad_()
-    with TorchCalls() as calls:
-        out = run_student(layer, x, what=f"{call}(x)", inplace_hint="forward must leave its input {name} as it is")
-    if F.linear in calls.seen:  # what nn.Linear runs
-        raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
-    plain_x = x.detach()
-    mistakes = _linear_mistakes(plain_x, weight, bias)
-    compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
+    with _stale_copies_named(layer, call):
+        with TorchCalls() as calls:
+            out = run_student(layer, x, what=f"{call}(x)", inplace_hint="forward must leave its input {name} as it is")
+        if F.linear in calls.seen:  # what nn.Linear runs
+            raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
+        plain_x = x.detach()
+        mistakes = _linear_mistakes(plain_x, weight, bias)
+        compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
     if out.grad_fn is None:
         raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
     upstream = torch.randn(6, o, generator=g, dtype=torch.float64)
