@@ -354,6 +354,13 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             why="out is min(h, 0): the ReLU keeps the positive part, max(h, 0)",
             look="the clamp in relu_forward: min= or max=",
         ),
+        *_relu_backward_mistakes(h, dout),
+    ]
+
+
+def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
+    """The typical wrong gradients of 02.2's backward: the mask, and what dout is multiplied with."""
+    return [
         Mistake(
             "ReLU mask missing",
             (None, dout),
@@ -372,6 +379,13 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             (None, dout.clamp(min=0)),
             why="the ReLU was applied to dout: the mask depends on the sign of h, the layer's input, not of dout",
             look="which tensor the mask is computed from",
+        ),
+        Mistake(
+            "dout clamped and masked",
+            (None, dout.clamp(min=0) * (h > 0)),
+            why="the mask by h is right, but dout's negative entries were set to 0 as well: the ReLU's backward "
+            "passes dout as it is, whatever its sign, wherever h > 0",
+            look="what is done to dout besides the mask",
         ),
         Mistake(
             "sign instead of the mask",
