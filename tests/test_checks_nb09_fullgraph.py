@@ -78,7 +78,18 @@ def keeps_tolist(x):
     return y * share
 
 
-BREAKS = {"print left in": keeps_print, "python branch": keeps_if, "python numbers": keeps_tolist}
+def selects_the_positive(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    return y * y[y > 0].numel() / y.numel()
+
+
+BREAKS = {
+    "print left in": keeps_print,
+    "python branch": keeps_if,
+    "python numbers": keeps_tolist,
+    "data-dependent size": selects_the_positive,
+}
 
 
 def test_every_graph_break_has_a_test():
@@ -90,8 +101,35 @@ def test_each_graph_break_is_named_with_its_line(name, capsys):
     with pytest.raises(lab.CheckError) as info:
         lab.check_fullgraph_fix(BREAKS[name])
     assert info.value.mistake == name
-    assert "refused it: Dynamo must break the graph at line" in info.value.message
+    assert " the graph at line " in info.value.message  # fullgraph=True refused it, or the default settings break it
     assert "one graph for the whole function" in info.value.expected
+
+
+def test_a_count_by_nonzero_is_a_data_dependent_size():
+    """09.4: y[y > 0] and torch.nonzero break the graph ("Dynamic shape operator") and got no named cause."""
+
+    def by_nonzero(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() < 0, -y, y)
+        return y * len(torch.nonzero(y > 0)) / len(y)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(by_nonzero)
+    assert info.value.mistake == "data-dependent size"
+
+
+def test_a_loop_over_the_elements_is_python_numbers_not_a_branch():
+    """09.4: sum(1 for v in y if v > 0) was named "python branch", with a look at the flip."""
+
+    def loops_over_y(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() < 0, -y, y)
+        return y * sum(1 for v in y if v > 0) / len(y)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(loops_over_y)
+    assert info.value.mistake == "python numbers"
+    assert "line 4 of summarise_graph" in info.value.message
 
 
 def test_the_first_break_shows_where_and_the_second_names_why():
@@ -123,6 +161,7 @@ def variant(**how):
 VALUES = {
     "no abs": variant(scale="max"),
     "flip swapped": variant(flip="mean >= 0"),
+    "a mean of 0 flipped": variant(flip="mean <= 0"),
     "flip each element": variant(flip="each"),
     "count, not share": variant(share="count"),
     "zero counted": variant(share=">= 0 after"),
@@ -175,16 +214,25 @@ def test_a_function_that_never_returns_is_stopped(monkeypatch):
         lab.check_fullgraph_fix(endless)
 
 
-def test_a_flip_that_treats_a_mean_of_zero_as_negative_is_caught():
-    """09.4: torch.where(y.mean() <= 0, -y, y) and y * sign(y.mean()) passed: no input had a mean of exactly 0."""
+def flips_at_zero(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() <= 0, -y, y)
+    return y * (y > 0).float().mean()
 
-    def flips_at_zero(x):
-        y = x / x.abs().max()
-        y = torch.where(y.mean() <= 0, -y, y)
-        return y * (y > 0).float().mean()
 
-    with pytest.raises(lab.CheckError, match="a mean of exactly 0"):
-        lab.check_fullgraph_fix(flips_at_zero)
+def zeroes_at_zero(x):
+    y = x / x.abs().max()
+    y = y * torch.sign(y.mean())
+    return y * (y > 0).float().mean()
+
+
+@pytest.mark.parametrize("student", [flips_at_zero, zeroes_at_zero])
+def test_a_flip_that_changes_a_mean_of_zero_is_named(student):
+    """09.4: torch.where(y.mean() <= 0, -y, y) and y * sign(y.mean()) passed: no input had a mean of exactly 0;
+    then they got only expected/got on that input."""
+    with pytest.raises(lab.CheckError, match="a mean of exactly 0") as info:
+        lab.check_fullgraph_fix(student)
+    assert info.value.mistake == "a mean of 0 flipped"
 
 
 def test_an_item_that_fullgraph_lets_through_is_still_a_graph_break():

@@ -3,6 +3,7 @@ values and gradients, and by how many times it calls the modules; each typical m
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import labsupport as lab
 from labsupport.checks import nb09_static_and_dynamic_graphs as nb09
@@ -49,7 +50,33 @@ def by_step(modules, points, programs):
     return h
 
 
-@pytest.mark.parametrize("student", [grouped, index_put, by_step])
+def grouped_by_hand(modules, points, programs):
+    """Batched by program, each step written out as F.linear or a matmul: no module is called."""
+    out = points.new_zeros(points.shape)
+    for program in set(programs):
+        rows = torch.tensor([i for i, p in enumerate(programs) if p == program])
+        h = points[rows]
+        for k, name in enumerate(program):
+            m = modules[name]
+            h = F.linear(h, m.weight, m.bias) if k % 2 else h @ m.weight.T + m.bias
+        out = out.index_put((rows,), h)
+    return out
+
+
+def grouped_forward(modules, points, programs):
+    """Batched by program, calling .forward directly (no forward hooks run)."""
+    return grouped({name: DirectForward(m) for name, m in modules.items()}, points, programs)
+
+
+class DirectForward:
+    def __init__(self, module):
+        self.module = module
+
+    def __call__(self, h):
+        return self.module.forward(h)
+
+
+@pytest.mark.parametrize("student", [grouped, index_put, by_step, grouped_by_hand, grouped_forward])
 def test_every_batched_design_passes(student, capsys):
     lab.check_run_programs(student)
     out = capsys.readouterr().out
@@ -58,6 +85,26 @@ def test_every_batched_design_passes(student, capsys):
 
 def one_row_at_a_time(modules, points, programs):
     return nb09.run_program_rows(modules, points, programs)
+
+
+def row_by_row_forward(modules, points, programs):
+    rows = []
+    for i, program in enumerate(programs):
+        h = points[i : i + 1]
+        for name in program:
+            h = modules[name].forward(h)
+        rows.append(h)
+    return torch.cat(rows)
+
+
+def row_by_row_linear(modules, points, programs):
+    rows = []
+    for i, program in enumerate(programs):
+        h = points[i]
+        for name in program:
+            h = F.linear(h, modules[name].weight, modules[name].bias)
+        rows.append(h)
+    return torch.stack(rows)
 
 
 def reversed_programs(modules, points, programs):
@@ -75,6 +122,19 @@ def group_order(modules, points, programs):
             h = modules[name](h)
         outputs.append(h)
     return torch.cat(outputs)
+
+
+def each_step_on_the_points(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs, order = [], []
+    for program, rows in rows_of.items():
+        for name in program:
+            h = modules[name](points[rows])
+        outputs.append(h)
+        order += rows
+    return torch.cat(outputs)[torch.argsort(torch.tensor(order))]
 
 
 def detached(modules, points, programs):
@@ -105,6 +165,7 @@ def masked(modules, points, programs):
 
 MISTAKES = {
     "reversed program": reversed_programs,
+    "each step on the points": each_step_on_the_points,
     "rows out of order": group_order,
     "no gradient": detached,
     "one call per row": one_row_at_a_time,
@@ -124,6 +185,26 @@ def test_each_mistake_is_named(name):
     with pytest.raises(lab.CheckError) as info:
         lab.check_run_programs(MISTAKES[name])
     assert info.value.mistake == name
+
+
+@pytest.mark.parametrize("student", [row_by_row_forward, row_by_row_linear])
+def test_a_row_by_row_loop_that_skips_the_module_call_is_still_counted(student):
+    """09.5: .forward(h) and F.linear ran no forward hook, and the loop passed "in 0 module calls"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(student)
+    assert info.value.mistake == "one call per row"
+    assert info.value.message == "the modules ran 23 times for 12 rows with 5 distinct programs"
+
+
+def test_work_the_check_cannot_see_is_refused_not_passed():
+    def unseen(modules, points, programs):
+        with torch._C.DisableTorchFunction():
+            return grouped(modules, points, programs)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(unseen)
+    assert info.value.usage
+    assert "cannot count the module calls" in info.value.message
 
 
 def test_a_result_rebuilt_from_values_has_no_gradient():

@@ -5,11 +5,13 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from . import running
 from .core import (
@@ -655,12 +657,23 @@ def summarise_variant(
     y = x / (x.abs().max() if scale == "abs max" else x.max())
     if flip == "each":
         y = y.abs()
-    elif (y.mean() < 0) if flip == "mean < 0" else (y.mean() >= 0):
+    elif flip == "sign":
+        y = y * torch.sign(y.mean())
+    elif _flips(y.mean(), flip):
         y = -y
     counted = x if share == "> 0 before" else y
     positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
     count = float(positive.sum())
     return y * (count if share == "count" else count / len(y))
+
+
+def _flips(mean: torch.Tensor, flip: str) -> bool:
+    """Does this variant of the flip's condition negate a vector with this mean?"""
+    if flip == "mean >= 0":
+        return bool(mean >= 0)
+    if flip == "mean <= 0":
+        return bool(mean <= 0)
+    return bool(mean < 0)
 
 
 def summarise_reference(x: torch.Tensor) -> torch.Tensor:
@@ -696,6 +709,11 @@ def _variant(**how: str) -> Callable[[list], bool]:
     return test
 
 
+def _zero_mean_changed(answers: list) -> bool:
+    """Right except on the vector whose mean is exactly 0, which came back flipped or zeroed."""
+    return _variant(flip="mean <= 0")(answers) or _variant(flip="sign")(answers)
+
+
 SUMMARISE_MISTAKES = [
     Mistake(
         "no abs",
@@ -708,6 +726,13 @@ SUMMARISE_MISTAKES = [
         _variant(flip="mean >= 0"),
         "the sign flips when the mean is positive: summarise flips only a vector whose mean is negative",
         look="the condition of the flip",
+    ),
+    Mistake(
+        "a mean of 0 flipped",
+        _zero_mean_changed,
+        "the vector whose mean is exactly 0 came back flipped (or zeroed): summarise flips only a vector whose "
+        "mean is below 0, and returns one with a mean of 0 unflipped",
+        look="what the flip does when the mean is exactly 0",
     ),
     Mistake(
         "flip each element",
@@ -736,29 +761,38 @@ SUMMARISE_MISTAKES = [
 ]
 
 # Why Dynamo broke the graph, told by the student's line and Dynamo's reason.
-GRAPH_BREAKS = [
-    Mistake(
-        "print left in",
-        None,
-        "a print is Python input/output, which no graph holds: Dynamo must hand control back to Python to run "
-        "it (and a compiled graph would print only while it is captured, like a trace)",
-        look="the print",
-    ),
-    Mistake(
-        "python branch",
-        None,
-        "an `if` on a tensor's value is decided by Python, between two graphs: in one graph, the choice must be "
-        "a tensor operation that takes the predicate as a tensor (section 6 met one; an elementwise choice works too)",
-        look="the flip",
-    ),
-    Mistake(
-        "python numbers",
-        None,
-        "the tensor's values leave the graph as Python numbers (tolist, item, float, a loop over the elements): "
-        "a graph can only count with tensor operations, whose result stays a tensor",
-        look="the share of positive entries",
-    ),
-]
+PRINT_LEFT_IN = Mistake(
+    "print left in",
+    None,
+    "a print is Python input/output, which no graph holds: Dynamo must hand control back to Python to run "
+    "it (and a compiled graph would print only while it is captured, like a trace)",
+    look="the print",
+)
+BRANCH_IN_PYTHON = Mistake(
+    "python branch",
+    None,
+    "an `if` on a tensor's value is decided by Python, between two graphs: in one graph, the choice must be "
+    "a tensor operation that takes the predicate as a tensor (section 6 met one; an elementwise choice works too)",
+    look="the flip",
+)
+PYTHON_NUMBERS = Mistake(
+    "python numbers",
+    None,
+    "the tensor's values leave the graph as Python numbers (tolist, item, float, a loop over the elements): "
+    "a graph can only count with tensor operations, whose result stays a tensor",
+    look="the share of positive entries",
+)
+DATA_DEPENDENT_SIZE = Mistake(
+    "data-dependent size",
+    None,
+    "selecting the positive entries (with a mask, or nonzero) makes a tensor whose length depends on the "
+    "values, which one graph cannot hold: count them with an operation whose result keeps its shape, "
+    "such as a sum or a mean over the comparison itself",
+    look="the share of positive entries",
+)
+GRAPH_BREAKS = [PRINT_LEFT_IN, BRANCH_IN_PYTHON, PYTHON_NUMBERS, DATA_DEPENDENT_SIZE]
+SELECTS_BY_VALUE = re.compile(r"(?<!count_)nonzero\(|masked_select|argwhere")  # a size that depends on values
+LOOP_OVER_ELEMENTS = re.compile(r"\bfor\b.+\bin\b")  # a for statement or a generator on the break line
 
 
 def _break_line(frames: Any, fn: Callable) -> tuple[int | None, str]:
@@ -774,12 +808,16 @@ def _break_mistake(exc: BaseException, line: str) -> Mistake | None:
     """The graph break's kind, from the student's line first, then from the first line of Dynamo's reason."""
     reason = (str(exc).splitlines() or [""])[0].lower()
     if "print(" in line or "`print`" in reason:
-        return GRAPH_BREAKS[0]
+        return PRINT_LEFT_IN
+    if "dynamic shape" in reason or SELECTS_BY_VALUE.search(line):
+        return DATA_DEPENDENT_SIZE
     numbers = ("tolist", "item(", "float(", "int(", "numpy", "__iter__")
     if any(word in line for word in numbers) or any(word in reason for word in ("tolist", "item", "numpy")):
-        return GRAPH_BREAKS[2]
+        return PYTHON_NUMBERS
+    if LOOP_OVER_ELEMENTS.search(line):  # Dynamo reports the loop's `if v > 0` as a branch: the loop came first
+        return PYTHON_NUMBERS
     if line.startswith(("if ", "elif ", "while ")) or "branch" in reason or "jump" in reason:
-        return GRAPH_BREAKS[1]
+        return BRANCH_IN_PYTHON
     return None
 
 
@@ -899,6 +937,15 @@ def run_program_rows(modules: Any, points: torch.Tensor, programs: list, *, reve
     return torch.cat(rows)
 
 
+def last_step_on_points(modules: Any, points: torch.Tensor, programs: list) -> torch.Tensor:
+    """Each row through the last module of its program alone: every step was given the points, not the
+    previous step's output, so only the last one shows."""
+    rows = []
+    for i, program in enumerate(programs):
+        rows.append(modules[program[-1]](points[i : i + 1]))
+    return torch.cat(rows)
+
+
 def _same_rows_other_order(got: torch.Tensor, want: torch.Tensor) -> bool:
     """Are the rows of ``got`` those of ``want`` in another order?"""
     if got.shape != want.shape or torch.allclose(got, want, atol=1e-6):
@@ -912,12 +959,20 @@ def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list
     with torch.no_grad():
         want = run_program_rows(modules, points, programs)
         reversed_rows = run_program_rows(modules, points, programs, reverse=True)
+        last_only = last_step_on_points(modules, points, programs)
     return [
         Mistake(
             "reversed program",
             reversed_rows,
             "each program ran from its last step to its first: a program's first name is the first module applied",
             look="the order in which a program's modules are applied",
+        ),
+        Mistake(
+            "each step on the points",
+            last_only,
+            "each step was given the rows of `points`, not the output of the step before it, so only a program's "
+            "last step shows in the result: a program's steps form a chain",
+            look="what each module of a program is given",
         ),
         Mistake(
             "rows out of order",
@@ -954,22 +1009,34 @@ ROWS_EVERYWHERE = Mistake(
 )
 
 
-@contextlib.contextmanager
-def _counting_calls(modules: torch.nn.ModuleDict) -> Iterator[list[int]]:
-    """Count the calls of the modules inside the block, and the rows they were given (forward hooks)."""
-    count = [0, 0]
+class ModuleWork(running.TorchCalls):
+    """Counts, among the torch calls of the block, those that apply a module's weight to data, and the rows
+    of data they are given. A tensor made from weights alone (weight.T, a stack of weights) counts as a
+    weight, so modules[name](h), .forward(h), F.linear and a matmul by hand are all counted alike."""
 
-    def hook(module: Any, args: Any, output: Any) -> None:
-        count[0] += 1
-        x = args[0] if args else None
-        count[1] += len(x) if isinstance(x, torch.Tensor) and x.dim() else 1
+    def __init__(self, modules: torch.nn.ModuleDict) -> None:
+        super().__init__()
+        self.applications = 0
+        self.rows = 0
+        self.in_features = next(iter(modules.values())).in_features
+        self.weights = {id(m.weight): m.weight for m in modules.values()}
+        self.biases = {id(m.bias): m.bias for m in modules.values() if m.bias is not None}
 
-    handles = [module.register_forward_hook(hook) for module in modules.values()]
-    try:
-        yield count
-    finally:
-        for handle in handles:
-            handle.remove()
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        result = super().__torch_function__(func, types, args, kwargs)
+        given = [t for t in pytree.tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+        weights = [t for t in given if id(t) in self.weights]
+        biases = [t for t in given if id(t) in self.biases]
+        data = [t for t in given if id(t) not in self.weights and id(t) not in self.biases and t.is_floating_point()]
+        if weights and data:  # a module at work: one call, on as many rows as its input holds
+            self.applications += 1
+            self.rows += max(t.numel() for t in data) // self.in_features
+        elif not data and (weights or biases):  # made from parameters alone: it stands for them
+            made = self.weights if weights else self.biases
+            for t in pytree.tree_leaves(result):
+                if isinstance(t, torch.Tensor):
+                    made[id(t)] = t
+        return result
 
 
 def _module_grads(modules: torch.nn.ModuleDict, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
@@ -990,12 +1057,36 @@ def _check_program_gradients(got: torch.Tensor, modules: torch.nn.ModuleDict, po
         )
 
 
+def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) -> int:
+    """The module calls and the rows they were given: at most one call per step of each distinct program,
+    and each row through the steps of its own program only. Returns the number of calls."""
+    if work.applications == 0:
+        raise CheckError(
+            "the check saw no module at work inside run_programs, so it cannot count the module calls",
+            hint="it counts the torch operations that use a module's weight while run_programs runs; work done "
+            "elsewhere (compiled code, another thread or process, torch function handling switched off) is not seen",
+            usage=True,
+        )
+    distinct = set(programs)
+    limit = sum(len(program) for program in distinct)
+    if work.applications > limit:
+        message = (
+            f"the modules ran {work.applications} times for {len(points)} rows with {len(distinct)} distinct programs"
+        )
+        raise mistake_error(message, ONE_CALL_PER_ROW, expected=f"at most {limit} module calls")
+    needed = sum(len(program) for program in programs)  # each row through each step of its own program, once
+    if work.rows > needed:
+        message = f"the modules were given {work.rows} rows in all, for programs that need {needed}"
+        raise mistake_error(message, ROWS_EVERYWHERE, expected=f"at most {needed} rows through the modules")
+    return work.applications
+
+
 @exercise("09.5", "a modular network, batched")
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls."""
     modules = program_modules()
     points, programs = program_batch()
-    with _counting_calls(modules) as calls:
+    with ModuleWork(modules) as work:
         got = run_student(
             run_programs,
             modules,
@@ -1016,16 +1107,8 @@ def check_run_programs(run_programs: Any) -> None:
             raise mistake_error(message, mistake, **facts)
         raise CheckError(message, **facts)
     _check_program_gradients(got, modules, points, programs)
-    distinct = set(programs)
-    limit = sum(len(program) for program in distinct)
-    if calls[0] > limit:
-        message = f"the modules ran {calls[0]} times for {len(points)} rows with {len(distinct)} distinct programs"
-        raise mistake_error(message, ONE_CALL_PER_ROW, expected=f"at most {limit} module calls")
-    needed = sum(len(program) for program in programs)  # each row through each step of its own program, once
-    if calls[1] > needed:
-        message = f"the modules were given {calls[1]} rows in all, for programs that need {needed}"
-        raise mistake_error(message, ROWS_EVERYWHERE, expected=f"at most {needed} rows through the modules")
+    calls = _check_program_work(work, points, programs)
     passed(
-        f"run_programs: {len(points)} rows, {len(distinct)} programs, equal to one row at a time with the same "
-        f"gradients, in {calls[0]} module calls instead of {sum(len(p) for p in programs)}"
+        f"run_programs: {len(points)} rows, {len(set(programs))} programs, equal to one row at a time with the same "
+        f"gradients, in {calls} module calls instead of {sum(len(p) for p in programs)}"
     )
