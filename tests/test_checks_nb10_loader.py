@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 import labsupport as lab
 from labsupport.checks import nb10_scaling_up as nb10
@@ -61,12 +61,27 @@ def epoch_from_rank(dataset, rank, world_size, epoch, batch_size=32):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
+def drop_last(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True)
+
+
+def part_fixed_order_new(dataset, rank, world_size, epoch, batch_size=32):
+    """The rank's part cut once (epoch 0's), only its order changes with the epoch."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    part = Subset(dataset, list(sampler))
+    return DataLoader(part, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(epoch))
+
+
 MISTAKES = {
     "every rank sees all data": colleague,
     "same shard on every rank": rank_zero,
     "not shuffled": unshuffled,
     "shards overlap": seed_per_rank,
+    "last batch dropped": drop_last,
     "same order every epoch": no_set_epoch,
+    "same part every epoch": part_fixed_order_new,
 }
 
 
@@ -96,6 +111,16 @@ def test_the_first_failure_says_what_each_rank_got_and_the_second_names_why():
         assert info.value.message == "with 50 items on 2 ranks, the ranks get 50, 50 items in epoch 0"
         shown = "\n".join(info.value.rendered())
         assert ("ignores the DistributedSampler" in shown) == (rung == 2)
+
+
+def test_a_rank_whose_part_never_changes_fails_though_its_order_does():
+    """10.6: the rank's part shuffled inside with the epoch's seed passed; a DDP sampler reshuffles it all."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(part_fixed_order_new)
+    assert (
+        info.value.message
+        == "with 50 items on 2 ranks, epoch 1 gives every rank the same items as epoch 0, in another order"
+    )
 
 
 def test_no_hint_quotes_the_fix():

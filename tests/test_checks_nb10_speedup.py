@@ -39,6 +39,8 @@ NOTES = {
     (0.93, 0.69): "the ratio of the step times",
     (3.72, 2.77): "share one batch of 64",
     (3.72, 1.44): "launch-bound",
+    (0.69, 3.72): "in the other order",
+    (0.93, 0.17): "divided by the 4 GPUs",
 }
 
 

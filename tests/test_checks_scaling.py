@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.cpu.amp import autocast as cpu_autocast
 
 import labsupport as lab
 from labsupport.checks import nb10_scaling_up as nb10
@@ -95,7 +96,22 @@ def amp_step_model_zero_grad(model, optimizer, scaler, inputs, targets, dtype):
     return loss.detach()
 
 
-@pytest.mark.parametrize("student", [amp_step, amp_step_loss_outside, amp_step_model_zero_grad])
+def amp_step_device_from_parameters(model, optimizer, scaler, inputs, targets, dtype):
+    """Correct: the device type read from the model's parameters, through a local name."""
+    device = next(model.parameters()).device
+    kind = device.type
+    with torch.autocast(kind, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+@pytest.mark.parametrize(
+    "student", [amp_step, amp_step_loss_outside, amp_step_model_zero_grad, amp_step_device_from_parameters]
+)
 def test_amp_step_accepts_every_correct_design(student, capsys):
     lab.check_amp_step(student)
     assert capsys.readouterr().out == (
@@ -245,6 +261,60 @@ def not_detached(model, optimizer, scaler, inputs, targets, dtype):
     return loss
 
 
+def cpu_amp_autocast(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.cpu.amp.autocast(dtype=dtype):  # the CPU's own autocast: float32 on a GPU
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def cpu_autocast_imported(model, optimizer, scaler, inputs, targets, dtype):
+    with cpu_autocast(dtype=dtype):  # torch.cpu.amp.autocast under another name
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def device_chosen_in_the_code(model, optimizer, scaler, inputs, targets, dtype):
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a GPU machine: no autocast
+    with torch.autocast(device, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def inf_guard_before_the_scaler(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    if not torch.isfinite(loss):  # the scaler never hears of the overflow
+        return loss.detach()
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def backward_on_the_unscaled_loss(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaled = scaler.scale(loss)  # noqa: F841 (scaled, then not used)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -268,12 +338,16 @@ AMP_MISTAKES = {
     "scaler unused": [own_scaler],
     "scaled loss returned": [returns_scaled_loss],
     "loss not detached": [not_detached],
+    "device type written in": [cpu_amp_autocast, cpu_autocast_imported, device_chosen_in_the_code],
+    "inf step hidden from the scaler": [inf_guard_before_the_scaler],
+    "backward on the unscaled loss": [backward_on_the_unscaled_loss],
 }
 
 
 def test_every_listed_amp_mistake_has_a_test():
     listed = {m.name for m in nb10.amp_mistakes(torch.bfloat16, nb10.amp_batches(), 0)}
     listed |= {m.name for m in nb10.SCALER_ERRORS}
+    listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -424,6 +498,14 @@ def variant(model, inputs, targets, world_size, *, start=None, ranks=None, reduc
     return [sum(gs) / (world_size if divide is None else divide(world_size)) for gs in zip(*kept)]
 
 
+def reversed_ranks(model, inputs, targets, world_size):
+    """Correct: the ranks in another order, the average by a mean over them."""
+    params = list(model.parameters())
+    pairs = list(zip(inputs.chunk(world_size), targets.chunk(world_size)))[::-1]
+    shards = [torch.autograd.grad(F.cross_entropy(model(x), y), params) for x, y in pairs]
+    return [torch.stack(gs).mean(0) for gs in zip(*shards)]
+
+
 def _dp(**wrong):
     def student(model, inputs, targets, world_size):
         return variant(model, inputs, targets, world_size, **wrong)
@@ -463,6 +545,40 @@ def whole_batch_each_rank(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def split_by_size(model, inputs, targets, world_size):
+    """split(world_size) makes chunks of world_size rows; their mean still is the whole-batch gradient."""
+    params = list(model.parameters())
+    shards = [
+        torch.autograd.grad(F.cross_entropy(model(x), y), params)
+        for x, y in zip(inputs.split(world_size), targets.split(world_size))
+    ]
+    return [torch.stack(gs).mean(0) for gs in zip(*shards)]
+
+
+def split_by_size_over_ranks(model, inputs, targets, world_size):
+    """The same split, the chunks taken by rank: the first world_size chunks of world_size rows."""
+    params = list(model.parameters())
+    xs, ys = inputs.split(world_size), targets.split(world_size)
+    shards = [torch.autograd.grad(F.cross_entropy(model(xs[r]), ys[r]), params) for r in range(world_size)]
+    return [sum(gs) / world_size for gs in zip(*shards)]
+
+
+def split_by_size_divided_by_ranks(model, inputs, targets, world_size):
+    params = list(model.parameters())
+    pairs = zip(inputs.split(world_size), targets.split(world_size))
+    shards = [torch.autograd.grad(F.cross_entropy(model(x), y), params) for x, y in pairs]
+    return [sum(gs) / world_size for gs in zip(*shards)]
+
+
+def interleaved_shards(model, inputs, targets, world_size):
+    params = list(model.parameters())
+    shards = [
+        torch.autograd.grad(F.cross_entropy(model(inputs[r::world_size]), targets[r::world_size]), params)
+        for r in range(world_size)
+    ]
+    return [sum(gs) / world_size for gs in zip(*shards)]
+
+
 DP_MISTAKES = {
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
@@ -474,6 +590,9 @@ DP_MISTAKES = {
     "overlapping shards": [_dp(start=lambda r, n: r)],
     "weights changed": [steps_the_weights],
     "batch never split": [whole_batch_each_rank],
+    "divided by the batch size": [_dp(divide=lambda w: 12)],
+    "split by chunk size": [split_by_size, split_by_size_over_ranks, split_by_size_divided_by_ranks],
+    "shards interleaved": [interleaved_shards],
 }
 
 
@@ -481,10 +600,11 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     model = nb10._cnn(0, torch.float64)
     x, y = nb10._batch(12, 0, torch.float64)
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
+    listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name}
     assert listed <= set(DP_MISTAKES)
 
 
-@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad])
+@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad, reversed_ranks])
 def test_data_parallel_accepts_correct_designs(student, capsys):
     lab.check_data_parallel_grads(student)
     assert capsys.readouterr().out == (
@@ -499,6 +619,24 @@ def test_data_parallel_names_each_mistake(mistake, student):
     with pytest.raises(lab.CheckError) as info:
         lab.check_data_parallel_grads(student)
     assert info.value.mistake == mistake
+
+
+def test_a_split_by_size_that_averages_right_is_told_by_the_calls_it_made():
+    """10.3: split(world_size) passed, since the mean of any equal split is the whole-batch gradient."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_data_parallel_grads(split_by_size)
+    assert info.value.got == "6 call(s) on 2, 2, 2, 2, 2, 2 examples"
+    assert "Tensor.chunk takes the number of chunks" in info.value.hint
+
+
+def test_a_shard_computed_twice_is_not_one_call_per_rank():
+    def forward_twice(model, inputs, targets, world_size):
+        model(inputs[:1])  # a look at the output, outside the ranks' work
+        return data_parallel_grads(model, inputs, targets, world_size)
+
+    with pytest.raises(lab.CheckError, match="not run once per rank") as info:
+        lab.check_data_parallel_grads(forward_twice)
+    assert info.value.hint is None
 
 
 def test_an_unknown_data_parallel_mistake_guesses_no_cause():

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import itertools
 import math
-import re
+import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -125,6 +126,7 @@ class AmpRecipe:
     skip_nonfinite: bool = True
     zero_grad: bool = True
     updates: int = 1  # weight updates per step (2: an optimizer.step() after the scaler's)
+    scaled_backward: bool = True  # backward() on the scaled loss (False: on the loss itself)
 
 
 @dataclasses.dataclass
@@ -134,6 +136,7 @@ class AmpRun:
     states: list[dict] = dataclasses.field(default_factory=list)
     scales: list[float] = dataclasses.field(default_factory=list)
     losses: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    updates: list[int] = dataclasses.field(default_factory=list)  # the scaler's update() calls so far
 
 
 def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
@@ -146,7 +149,7 @@ def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
     for x, y in batches:
         with torch.autocast("cpu", dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
             loss = F.cross_entropy(model(x), y)
-        grads = torch.autograd.grad(loss * scale, params)
+        grads = torch.autograd.grad(loss * scale if recipe.scaled_backward else loss, params)
         if recipe.zero_grad:
             kept = list(grads)
         else:
@@ -267,6 +270,15 @@ def _not_finite(state: dict) -> bool:
     return not _finite(state)
 
 
+UNSCALED_BACKWARD = Mistake(
+    "backward on the unscaled loss",
+    None,
+    "the weights moved 1/scale as far as they should: the scaler's step divides the gradients by the scale, "
+    "but backward() ran on the loss before it was scaled",
+    look="which tensor backward() is called on",
+)
+
+
 def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
     """The typical wrong steps, each matching the weights after step ``step`` of one variant of the recipe."""
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
@@ -316,6 +328,7 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
             "updated them, how many more updates does the step make?",
             look="every call that updates the weights",
         ),
+        dataclasses.replace(UNSCALED_BACKWARD, matches=like(AmpRecipe(dtype, scaled_backward=False))),
         Mistake(
             "no step",
             _weights_unmoved(dtype, batches, step),
@@ -335,7 +348,17 @@ def _largest_difference(state: Mapping, want: Mapping) -> str:
     return f"a largest difference of {differences[worst_key]:.2g} (in {worst_key})"
 
 
-def _scale_mistake(scaler: CountingScaler) -> Mistake | None:
+INF_STEP_HIDDEN = Mistake(
+    "inf step hidden from the scaler",
+    None,
+    "on the batch whose loss is not finite, amp_step returned before the scaler saw the step: no step was taken, "
+    "but the scaler never learned of the overflow, so it did not lower the scale and the next steps overflow "
+    "again; finding inf and skipping the step is the scaler's own job",
+    look="what amp_step does when the loss is not finite",
+)
+
+
+def _scale_mistake(scaler: CountingScaler, run: AmpRun, ref: AmpRun, i: int) -> Mistake | None:
     if not any(scaler.calls.values()):
         return Mistake(
             "scaler unused",
@@ -349,6 +372,9 @@ def _scale_mistake(scaler: CountingScaler) -> Mistake | None:
             "the scale never changed: a GradScaler adapts its scale only when told to, at the end of each step",
             look="the end of amp_step",
         )
+    overflowed = ref.scales[i] < (ref.scales[i - 1] if i else INIT_SCALE)  # the reference halved the scale here
+    if overflowed and run.updates[i] == (run.updates[i - 1] if i else 0):
+        return INF_STEP_HIDDEN
     return None
 
 
@@ -365,7 +391,7 @@ def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: tor
         raise CheckError(message, **facts)
     if run.scales[i] != ref.scales[i]:
         message = f"the scale {where} is {run.scales[i]:g}, expected {ref.scales[i]:g}"
-        mistake = _scale_mistake(scaler)
+        mistake = _scale_mistake(scaler, run, ref, i)
         if mistake is not None:
             raise mistake_error(message, mistake)
         raise CheckError(message)
@@ -391,27 +417,97 @@ def _run_amp_case(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> No
         run.losses.append(_returned_loss(loss, step, finite=bool(torch.isfinite(ref.losses[i]))))
         run.states.append(_state(model))
         run.scales.append(scaler.get_scale())
+        run.updates.append(scaler.calls["update"])
         _judge_amp_step(run, ref, scaler, dtype, i)
 
 
 FIXED_DEVICE_TYPE = Mistake(
     "device type written in",
     None,
-    "autocast covers the operations of one device type, and this one is written into the code: on this machine it "
-    "is the inputs' own, but on another (a GPU, for one) the forward pass would run without autocast, in float32",
-    look="the device_type given to autocast",
+    "autocast covers the operations of one device type, and amp_step decides that type itself (written in, chosen "
+    "by whether a GPU exists, or an autocast made for one device) instead of reading it from the tensors the step "
+    "runs on: on this machine it is their own, but where they live elsewhere (a GPU, for one) the forward pass "
+    "would run without autocast, in float32",
+    look="the device type autocast is given, and where that value comes from",
 )
 
+DEVICE_AUTOCASTS = (torch.cpu.amp.autocast, torch.cuda.amp.autocast)  # deprecated, each fixed to its device
 
-def _written_device_type(amp_step: Callable) -> str | None:
-    """The device type amp_step's source gives autocast as a literal ('cpu', 'cuda'), or None. The behaviour shows
-    it only where the inputs live on another device, which no CPU-only machine can arrange."""
+
+def _function_node(amp_step: Callable) -> ast.FunctionDef | None:
+    """amp_step's own syntax tree, or None where its source cannot be read (a lambda, a built function)."""
     try:
-        source = inspect.getsource(amp_step)
-    except (OSError, TypeError):
+        tree = ast.parse(textwrap.dedent(inspect.getsource(amp_step)))
+    except (OSError, TypeError, SyntaxError):
         return None
-    found = re.search(r"autocast\(\s*(?:device_type\s*=\s*)?['\"](cpu|cuda|mps|xpu)['\"]\s*[,)]", source)
-    return found.group(1) if found else None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef):
+            return node
+    return None
+
+
+def _local_values(function: ast.FunctionDef) -> dict[str, list[ast.expr]]:
+    """Each local name of ``function``: the expressions assigned to it (a loop variable: what it iterates)."""
+    values: dict[str, list[ast.expr]] = {}
+    for node in ast.walk(function):
+        pairs = []
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, (ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            pairs = [(node.target, node.iter)]
+        for target, value in pairs:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    values.setdefault(name.id, []).append(value)
+    return values
+
+
+def _reads_data(expr: ast.expr, data: set[str], values: dict[str, list[ast.expr]], depth: int = 0) -> bool:
+    """Does ``expr`` depend on one of the names in ``data`` (amp_step's tensors), through local names too?"""
+    for node in ast.walk(expr):
+        if not isinstance(node, ast.Name):
+            continue
+        if node.id in data:
+            return True
+        if depth < 5 and any(_reads_data(value, data, values, depth + 1) for value in values.get(node.id, [])):
+            return True
+    return False
+
+
+def _autocast_device_source(amp_step: Callable) -> str | None:
+    """Where amp_step's autocast gets its device type from, in words, if not from its tensors (a literal 'cpu', a
+    choice by torch.cuda.is_available(), torch.cpu.amp.autocast); else None. The behaviour shows it only where the
+    inputs live on another device, which no CPU-only machine can arrange."""
+    function = _function_node(amp_step)
+    if function is None:
+        return None
+    data = {arg.arg for arg in function.args.args + function.args.kwonlyargs} - {"dtype"}
+    values = _local_values(function)
+    for call in ast.walk(function):
+        if not isinstance(call, ast.Call):
+            continue
+        called = ast.unparse(call.func)
+        if not called.endswith("autocast"):
+            continue
+        found = getattr(amp_step, "__globals__", {}).get(called) if isinstance(call.func, ast.Name) else None
+        if ".cpu.amp." in called or ".cuda.amp." in called or found in DEVICE_AUTOCASTS:
+            return f"{called}, an autocast for one device type"
+        device = [kw.value for kw in call.keywords if kw.arg == "device_type"] + call.args[:1]
+        if device and not _reads_data(device[0], data, values):
+            return _described(device[0], values)
+    return None
+
+
+def _described(device: ast.expr, values: dict[str, list[ast.expr]]) -> str:
+    """The device argument of autocast, and where it comes from."""
+    text = ast.unparse(device)
+    if isinstance(device, ast.Constant):
+        return f"{text}, written in"
+    if any(isinstance(node, ast.Name) and node.id in values for node in ast.walk(device)):
+        return f"{text}, chosen inside amp_step"
+    return text
 
 
 @exercise("10.2", "a training step with GradScaler")
@@ -422,13 +518,13 @@ def check_amp_step(amp_step: Callable) -> None:
     for dtype in (torch.bfloat16, torch.float16):
         _run_amp_case(amp_step, dtype, scaler_on=True)
     _run_amp_case(amp_step, torch.bfloat16, scaler_on=False)
-    written = _written_device_type(amp_step)
-    if written is not None:
+    source = _autocast_device_source(amp_step)
+    if source is not None:
         raise mistake_error(
-            f"amp_step's autocast names the device type {written!r} itself",
+            "amp_step's autocast does not take its device type from the tensors it runs on",
             FIXED_DEVICE_TYPE,
             expected="the inputs' device type, whatever it is",
-            got=repr(written),
+            got=source,
         )
     passed("amp_step: the step on inf gradients was skipped and the scale halved; the others stepped and doubled it")
 
@@ -461,12 +557,30 @@ def _same_grads(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
     return _distance(a, b) < 1e-9
 
 
+BATCH_SIZE_DIVISOR = Mistake(
+    "divided by the batch size",
+    None,
+    "the shards' gradients were divided by the number of examples in the batch: each shard's loss is already a "
+    "mean over its examples, so what is left to average is the ranks' gradients, one per rank",
+    look="the division in the return line",
+)
+
+SPLIT_SIZE = Mistake(
+    "split by chunk size",
+    None,
+    "the batch was cut into shards of world_size examples each, not into world_size shards: Tensor.split takes "
+    "the size of each chunk, while Tensor.chunk takes the number of chunks",
+    look="the call that cuts the batch into shards",
+)
+
+
 def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The typical wrong results of data_parallel_grads for one case, each a list of gradients."""
     k = len(x) // ws
     shards = [_grads(model, x[r * k : (r + 1) * k], y[r * k : (r + 1) * k]) for r in range(ws)]
     running_sums = [_mean(shards[: r + 1], 1) for r in range(ws)]
     overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
+    of_size_ws = [_grads(model, xs, ys) for xs, ys in zip(x.split(ws), y.split(ws))]  # split(ws): chunks of ws rows
     return [
         Mistake(
             "summed, not averaged",
@@ -508,6 +622,10 @@ def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
             look="the slice of each rank",
         ),
         Mistake("a shard dropped", _mean(shards[:-1], ws), "a shard was dropped: range(world_size) covers every rank"),
+        dataclasses.replace(BATCH_SIZE_DIVISOR, matches=_mean(shards, len(x))),
+        SPLIT_SIZE,
+        dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws[:ws], ws)),
+        dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws, ws)),
         Mistake(
             "overlapping shards",
             _mean(overlapping, ws),
@@ -543,11 +661,14 @@ def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y:
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
 
 
-def _row_counter(rows: list[int]) -> Callable:
-    """A forward pre-hook that appends to ``rows`` how many examples each call of the module gets."""
+def _input_recorder(calls: list[torch.Tensor]) -> Callable:
+    """A forward pre-hook that appends to ``calls`` a copy of the inputs of each call of the module."""
 
     def hook(module: torch.nn.Module, args: tuple) -> None:
-        rows.append(len(args[0]) if args and isinstance(args[0], torch.Tensor) and args[0].dim() else 0)
+        if args and isinstance(args[0], torch.Tensor) and args[0].dim():
+            calls.append(args[0].detach().clone())
+        else:
+            calls.append(torch.empty(0))
 
     return hook
 
@@ -561,6 +682,50 @@ WHOLE_BATCH = Mistake(
     look="where rank r takes its slice of inputs and targets",
 )
 
+INTERLEAVED = Mistake(
+    "shards interleaved",
+    None,
+    "the average is right (any equal split averages to the whole-batch gradient), but rank r's shard is every "
+    "world_size-th example, where the exercise asks for contiguous shards: rank r gets the r-th block of the batch",
+    look="the slice of each rank",
+)
+
+
+def _which_shard(inputs: torch.Tensor, x: torch.Tensor, ws: int, interleaved: bool) -> int | None:
+    """The rank whose shard of ``x`` (contiguous blocks, or every ws-th row) ``inputs`` is, or None."""
+    k = len(x) // ws
+    for r in range(ws):
+        shard = x[r::ws] if interleaved else x[r * k : (r + 1) * k]
+        if inputs.shape == shard.shape and torch.equal(inputs, shard):
+            return r
+    return None
+
+
+def _judge_shards(calls: list[torch.Tensor], x: torch.Tensor, ws: int) -> None:
+    """The rows each call of the model saw: one call per rank, on its own contiguous shard."""
+    n, k = len(x), len(x) // ws
+    sizes = [len(inputs) for inputs in calls]
+    expected = f"{ws} calls of the model, one per rank, each on its own contiguous shard of {k} examples"
+    got = f"{len(calls)} call(s) on {', '.join(str(size) for size in sizes)} examples"
+    if all(size == n for size in sizes):
+        raise mistake_error(
+            f"every call of the model saw all {n} examples of the batch", WHOLE_BATCH, expected=expected, got=got
+        )
+    message = f"the model was not run once per rank on its shard (world_size {ws}, batch {n})"
+    if len(calls) == -(-n // ws) and all(size == ws for size in sizes[:-1]):
+        raise mistake_error(message, SPLIT_SIZE, expected=expected, got=got)
+    if sizes != [k] * ws:
+        raise CheckError(message, expected=expected, got=got)
+    for interleaved in (False, True):
+        ranks = {_which_shard(inputs, x, ws, interleaved) for inputs in calls}
+        if ranks == set(range(ws)):
+            if interleaved:
+                raise mistake_error(
+                    f"rank r's shard is not the r-th block of {k} examples", INTERLEAVED, expected=expected
+                )
+            return
+    raise CheckError(f"the model's calls did not each see one contiguous shard of {k} examples", expected=expected)
+
 
 @exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
@@ -570,8 +735,8 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
         model = _cnn(10 + case, torch.float64)
         x, y = _batch(n, 20 + case, torch.float64)
         before = _state(model)
-        rows: list[int] = []  # how many examples each call of the model saw
-        hook = model.register_forward_pre_hook(_row_counter(rows))
+        calls: list[torch.Tensor] = []  # the examples each call of the model saw
+        hook = model.register_forward_pre_hook(_input_recorder(calls))
         try:
             got = run_student(
                 data_parallel_grads,
@@ -591,13 +756,8 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 mistake="weights changed",
             )
         _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
-        if rows and all(count == n for count in rows):
-            raise mistake_error(
-                f"every call of the model saw all {n} examples of the batch",
-                WHOLE_BATCH,
-                expected=f"{ws} ranks, each computing on its own shard of {n // ws}",
-                got=f"{len(rows)} call(s) on {n} examples each",
-            )
+        if calls:  # a function that never calls the model (its forward method instead) leaves nothing to judge
+            _judge_shards(calls, x, ws)
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
 
 
@@ -726,6 +886,11 @@ def speedup_mistakes() -> dict[tuple[float, float], str]:
         "64 images whatever the number of GPUs, so only the step's time decides.",
         (right[0], round(speedup(proportional), 2)): "That assumes a GPU's step shrinks with its share of "
         "the batch. The digits' step is launch-bound: 16 images take about as long as 64 (notebook 09's plot).",
+        (right[1], right[0]): "Those are the two speed-ups in the other order: the prediction is (resnet, digits), "
+        "ResNet-50's first.",
+        (round(right[0] / GPUS, 2), round(right[1] / GPUS, 2)): f"That is each speed-up divided by the {GPUS} GPUs, "
+        f"the share of ideal scaling each job reaches; the question asks for the throughput of {GPUS} GPUs over "
+        "one GPU's.",
     }
 
 
@@ -843,12 +1008,13 @@ class LoaderRun:
 
     n: int
     ws: int
+    batch: int
     epochs: list[list[list[int]]]  # epochs[epoch][rank] -> the indices in the order the rank saw them
 
 
 def loader_run(rank_loader: Callable, n: int, ws: int, batch: int) -> LoaderRun:
     epochs = [[_epoch_indices(rank_loader, n, ws, batch, r, e) for r in range(ws)] for e in (0, 1)]
-    return LoaderRun(n, ws, epochs)
+    return LoaderRun(n, ws, batch, epochs)
 
 
 def _everything_on_every_rank(run: LoaderRun) -> bool:
@@ -871,6 +1037,17 @@ def _overlapping_shards(run: LoaderRun) -> bool:
     share = -(-run.n // run.ws)
     seen = [i for shard in run.epochs[0] for i in shard]
     return all(len(shard) == share for shard in run.epochs[0]) and len(set(seen)) < run.n
+
+
+def _last_batch_dropped(run: LoaderRun) -> bool:
+    share = -(-run.n // run.ws)
+    whole_batches = share - share % run.batch
+    return share % run.batch != 0 and all(len(seen) == whole_batches for seen in run.epochs[0])
+
+
+def _same_part_each_epoch(run: LoaderRun) -> bool:
+    same_items = all(sorted(a) == sorted(b) for a, b in zip(run.epochs[0], run.epochs[1]))
+    return same_items and run.epochs[0] != run.epochs[1]
 
 
 LOADER_MISTAKES = [
@@ -902,12 +1079,27 @@ LOADER_MISTAKES = [
         look="the sampler's seed, and the epoch number each rank shuffles with",
     ),
     Mistake(
+        "last batch dropped",
+        _last_batch_dropped,
+        "each rank's last, smaller batch never comes: the DataLoader drops a batch that is not full, so the "
+        "items in it are not seen in that epoch",
+        look="the DataLoader's arguments",
+    ),
+    Mistake(
         "same order every epoch",
         _same_order_each_epoch,
         "every epoch repeats the first one's order: the sampler shuffles with the same seed each time unless it "
         "is told which epoch it is in",
         look="what the function does with `epoch`",
         symptom="epoch 1 is epoch 0 again, item for item",
+    ),
+    Mistake(
+        "same part every epoch",
+        _same_part_each_epoch,
+        "each rank gets the same items every epoch, only in a new order: the rank's part is cut once and shuffled "
+        "inside, so a rank never sees the other ranks' items; a DDP run reshuffles the whole dataset each epoch, the "
+        "same way on every rank, and then cuts it into parts",
+        look="where the rank's part is chosen, and what the function does with `epoch`",
     ),
 ]
 
@@ -929,6 +1121,11 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
         return (
             f"{where}, epoch 1 gives every rank the same items in the same order as epoch 0",
             "a new order each epoch",
+        )
+    if all(sorted(a) == sorted(b) for a, b in zip(run.epochs[0], run.epochs[1])):
+        return (
+            f"{where}, epoch 1 gives every rank the same items as epoch 0, in another order",
+            "a new shuffle of the whole dataset each epoch, so each rank's part changes",
         )
     return None
 
