@@ -604,7 +604,23 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     assert listed <= set(DP_MISTAKES)
 
 
-@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad, reversed_ranks])
+def vmapped_shards(model, inputs, targets, world_size):
+    """Every shard's gradient at once with torch.func.vmap: one call of the model, batched over the shards."""
+    from torch.func import functional_call, grad, vmap
+
+    params = {name: p.detach() for name, p in model.named_parameters()}
+
+    def loss(p, x, y):
+        return F.cross_entropy(functional_call(model, p, (x,)), y)
+
+    k = len(inputs) // world_size
+    xs = inputs.reshape(world_size, k, *inputs.shape[1:])
+    ys = targets.reshape(world_size, k)
+    grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, xs, ys)
+    return [grads[name].mean(0) for name in params]
+
+
+@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad, reversed_ranks, vmapped_shards])
 def test_data_parallel_accepts_correct_designs(student, capsys):
     lab.check_data_parallel_grads(student)
     assert capsys.readouterr().out == (

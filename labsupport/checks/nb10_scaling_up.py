@@ -661,11 +661,19 @@ def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y:
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
 
 
-def _input_recorder(calls: list[torch.Tensor]) -> Callable:
+def _under_a_transform(t: torch.Tensor) -> bool:
+    """Is ``t`` a torch.func wrapper (vmap's batched tensor, grad's tracking tensor)?"""
+    is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
+    return bool(is_wrapped(t)) if is_wrapped is not None else False
+
+
+def _input_recorder(calls: list[torch.Tensor | None]) -> Callable:
     """A forward pre-hook that appends to ``calls`` a copy of the inputs of each call of the module."""
 
     def hook(module: torch.nn.Module, args: tuple) -> None:
-        if args and isinstance(args[0], torch.Tensor) and args[0].dim():
+        if args and isinstance(args[0], torch.Tensor) and _under_a_transform(args[0]):
+            calls.append(None)  # torch.func.vmap shows one example's shape: the rows cannot be counted
+        elif args and isinstance(args[0], torch.Tensor) and args[0].dim():
             calls.append(args[0].detach().clone())
         else:
             calls.append(torch.empty(0))
@@ -735,7 +743,7 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
         model = _cnn(10 + case, torch.float64)
         x, y = _batch(n, 20 + case, torch.float64)
         before = _state(model)
-        calls: list[torch.Tensor] = []  # the examples each call of the model saw
+        calls: list[torch.Tensor | None] = []  # the examples each call of the model saw
         hook = model.register_forward_pre_hook(_input_recorder(calls))
         try:
             got = run_student(
@@ -756,7 +764,9 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 mistake="weights changed",
             )
         _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
-        if calls:  # a function that never calls the model (its forward method instead) leaves nothing to judge
+        # nothing to judge for a function that never calls the model (its forward method instead), or that
+        # runs it under torch.func.vmap, whose calls show one shard's shape for all of them
+        if calls and all(inputs is not None for inputs in calls):
             _judge_shards(calls, x, ws)
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
 
@@ -1081,9 +1091,9 @@ LOADER_MISTAKES = [
     Mistake(
         "last batch dropped",
         _last_batch_dropped,
-        "each rank's last, smaller batch never comes: the DataLoader drops a batch that is not full, so the "
-        "items in it are not seen in that epoch",
-        look="the DataLoader's arguments",
+        "some items never come in that epoch: drop_last drops them, on the DataLoader each rank's last batch that "
+        "is not full, on the sampler the items that do not divide evenly among the ranks",
+        look="the DataLoader's and the sampler's arguments",
     ),
     Mistake(
         "same order every epoch",
