@@ -351,6 +351,7 @@ def test_every_listed_amp_mistake_has_a_test():
     assert listed <= set(AMP_MISTAKES)
 
 
+@pytest.mark.filterwarnings("ignore:`torch.cpu.amp.autocast:FutureWarning")  # what two of the students call
 @pytest.mark.parametrize(
     "mistake, student", [(name, s) for name, students in AMP_MISTAKES.items() for s in students], ids=_label
 )
