@@ -79,6 +79,17 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             "grad_a's path through exp(a) lacks the outer derivative dL/dd = 2 * d: every path is multiplied by it",
         ),
         Mistake(
+            "exp path without the outer derivative",
+            (2 * d * b + 2 * e, None),
+            "grad_a's path through exp(a) is multiplied by 2 but not by d: the outer derivative dL/dd = 2 * d "
+            "multiplies every path",
+        ),
+        Mistake(
+            "exp path in grad_b",
+            (None, 2 * d * (a + e)),
+            "grad_b counts the path through exp(a), which does not depend on b: b reaches d only through a * b",
+        ),
+        Mistake(
             "c for d", (2 * (a * b) * (b + e), None), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"
         ),
         Mistake("c for d", (None, 2 * (a * b) * a), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"),
