@@ -1,6 +1,7 @@
 """Checks of notebook 05 (nn.Module): correct designs pass, each listed mistake is named (one test per Mistake),
 bad input gets one clear sentence, and the prediction records the first answer."""
 
+import itertools
 import math
 
 import numpy as np
@@ -913,3 +914,47 @@ def test_other_activations_in_the_branch_are_named(act):
 def test_a_clamp_at_zero_is_a_relu_and_passes(capsys):
     lab.check_residual_stack(stack_variant(forward=_with_activation(lambda t: t.clamp(min=0))))
     assert capsys.readouterr().out.startswith("PASS  ResidualStack")
+
+
+class EndlessParameters(ResidualStack):
+    def parameters(self, recurse=True):
+        return itertools.repeat(torch.zeros(1))
+
+
+class NoParameters(ResidualStack):
+    def parameters(self, recurse=True):
+        return None
+
+
+class NeverYields(ResidualStack):
+    def parameters(self, recurse=True):
+        while True:
+            yield from ()
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (EndlessParameters, r"parameters\(\) yields more than"),
+        (NoParameters, "returned NoneType, not an iterable"),
+        (NeverYields, "did not return within"),
+    ],
+)
+def test_a_parameters_override_that_never_ends_or_returns_none_is_refused(student, message, monkeypatch):
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.5)
+    with pytest.raises(lab.CheckError, match=message):
+        lab.check_residual_stack(student)
+
+
+def _unused_tensor(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.zeros(o))
+    self.notes = torch.zeros(o * i)  # as large as the weight, never used
+
+
+def test_a_kept_tensor_does_not_hide_a_named_mistake():
+    student = linear_variant(init=_unused_tensor, forward=lambda self, x: x @ self.weight.t() - self.bias)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_my_linear(student)
+    assert info.value.mistake == "bias subtracted"

@@ -375,7 +375,8 @@ def _stale_copies_named(layer: nn.Module, call: str) -> Iterator[None]:
     except CheckError as err:
         sizes = {p.numel() for p in layer.parameters()}
         copies = [name for name, t in vars(layer).items() if isinstance(t, torch.Tensor) and t.numel() in sizes]
-        if not copies or err.mistake == USES_LINEAR.name:
+        named_elsewhere = err.mistake is not None and not err.mistake.startswith("raised")
+        if not copies or named_elsewhere:  # a named mistake (a subtracted bias...) says more than a kept tensor
             raise
         kept = ", ".join(f"self.{name}" for name in copies)
         message = f"{err.message.splitlines()[0]} ({call} keeps {kept} beside its parameters)"
@@ -897,10 +898,28 @@ def _check_gradients(
             raise mistake_error(err.message, DETACHED, expected=err.expected, got=err.got) from None
 
 
+#: More tensors than any ResidualStack of the check holds: parameters() yielding past it never ends, or lies.
+MAX_PARAMETERS = 10_000
+
+
+def _first_parameters(module: nn.Module) -> list:
+    """Up to MAX_PARAMETERS + 1 of what ``module.parameters()`` yields (run under the check's time limit)."""
+    found = module.parameters()
+    if found is None or not hasattr(found, "__iter__"):
+        raise TypeError(f"parameters() returned {type(found).__name__}, not an iterable of tensors")
+    return list(itertools.islice(found, MAX_PARAMETERS + 1))
+
+
 def _parameters(module: nn.Module, call: str) -> list[torch.Tensor]:
     """``module.parameters()`` as a list of tensors, or a CheckError if an override yields something else."""
     __tracebackhide__ = True
-    params = list(run_student(module.parameters, what=f"{call}.parameters()"))
+    params = run_student(_first_parameters, module, what=f"{call}.parameters()")
+    if len(params) > MAX_PARAMETERS:
+        raise CheckError(
+            f"{call}.parameters() yields more than {MAX_PARAMETERS} tensors",
+            hint="an override of parameters() that never ends (itertools.repeat, a loop that always yields)",
+            usage=True,
+        )
     for p in params:
         if not isinstance(p, torch.Tensor):
             raise CheckError(f"{call}.parameters() yields a {type(p).__name__}, not a tensor", usage=True)
