@@ -958,3 +958,22 @@ def test_a_kept_tensor_does_not_hide_a_named_mistake():
     with pytest.raises(lab.CheckError) as info:
         lab.check_my_linear(student)
     assert info.value.mistake == "bias subtracted"
+
+
+class AlwaysEqual(torch.Tensor):
+    """A tensor class that says it equals anything (and so, by Python's rule, cannot be hashed)."""
+
+    def __eq__(self, other):
+        return True
+
+
+def _unhashable_weight(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i).as_subclass(AlwaysEqual))
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
+def test_a_weight_of_an_unhashable_tensor_class_gets_a_sentence():
+    with pytest.raises(lab.CheckError, match="cannot be hashed") as info:
+        lab.check_my_linear(linear_variant(init=_unhashable_weight))
+    assert info.value.usage

@@ -84,6 +84,14 @@ def _build(cls: Any, name: str, *args: int) -> nn.Module:
         module = None
     if not isinstance(module, nn.Module) or "_parameters" not in vars(module):
         raise mistake_error(f"{call} is not a set-up nn.Module: it has no registry of parameters", NO_SUPER)
+    for name, value in vars(module)["_parameters"].items():
+        if value is not None and type(value).__hash__ is None:  # nn.Module keeps its parameters in sets
+            raise CheckError(
+                f"{call}.{name} is a {type(value).__name__}, a tensor class whose objects cannot be hashed (it "
+                "defines __eq__ without __hash__), so nn.Module cannot list its parameters",
+                hint="store plain tensors in nn.Parameter: torch.randn(...), not an instance of your own tensor class",
+                usage=True,
+            )
     for name, value in itertools.chain(module.named_parameters(), module.named_buffers()):
         if value.device.type == "meta":
             raise CheckError(
@@ -332,6 +340,7 @@ def _random_start(weight: torch.Tensor, call: str) -> None:
             got=f"{int((~torch.isfinite(weight)).sum())} of {weight.numel()} not finite",
             hint="torch.empty leaves whatever was in memory: fill the weight with random numbers",
         )
+    weight = weight.detach().as_subclass(torch.Tensor)  # a subclass's own == may answer anything
     if weight.numel() > 1 and bool((weight == weight.reshape(-1)[0]).all()):
         raise mistake_error(
             f"{call}.weight starts with every entry equal",
