@@ -261,3 +261,70 @@ def test_a_function_that_never_returns_is_stopped(monkeypatch):
     monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
     with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):
         lab.check_run_programs(endless)
+
+
+def zero_the_weights(modules, points, programs):
+    with torch.no_grad():
+        for module in modules.values():
+            module.weight.zero_()
+    return grouped(modules, points, programs)
+
+
+def one_module_everywhere(modules, points, programs):
+    for name in list(modules):
+        modules[name] = modules["rotate"]
+    return grouped(modules, points, programs)
+
+
+def new_weight_objects(modules, points, programs):
+    for module in modules.values():
+        module.weight = torch.nn.Parameter(module.weight.detach().clone())
+    return grouped(modules, points, programs)
+
+
+def cleared_programs(modules, points, programs):
+    result = grouped(modules, points, programs)
+    programs.clear()
+    return result
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (zero_the_weights, "changed the values of modules['rotate'].weight"),
+        (one_module_everywhere, "replaced modules['scale'] with another module"),
+        (new_weight_objects, "replaced modules['rotate'].weight"),
+        (cleared_programs, "changed the list `programs` it was given"),
+    ],
+)
+def test_a_function_that_changes_modules_or_programs_is_refused(student, message):
+    """09.5: the reference was computed after the call from the modules as they were then, so zeroing the
+    weights (or putting one module under every name) and then batching correctly passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(student)
+    assert info.value.message == f"run_programs {message}"
+    assert "must only read modules and programs" in info.value.hint
+
+
+def backward_inside(modules, points, programs):
+    result = grouped(modules, points, programs)
+    result.sum().backward()
+    return result
+
+
+def backward_then_grads_cleared(modules, points, programs):
+    result = grouped(modules, points, programs)
+    result.sum().backward()
+    for parameter in modules.parameters():
+        parameter.grad = None
+    return result
+
+
+@pytest.mark.parametrize("student", [backward_inside, backward_then_grads_cleared])
+def test_a_function_that_runs_backward_is_told_to_return_the_result(student):
+    """09.5: a backward inside run_programs freed the graph, and the check's own autograd.grad crashed
+    ("Trying to backward through the graph a second time")."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(student)
+    assert info.value.message.startswith("run_programs ran backward on what it computed")
+    assert "without running backward" in info.value.message

@@ -536,6 +536,49 @@ def test_cond_gate_answers_broken_modules(student, message):
         lab.check_cond_gate(student)
 
 
+class ZeroInit(CondGate):
+    def __init__(self):
+        super().__init__()
+        nn.init.zeros_(self.linear.weight)
+
+
+class NanInit(CondGate):
+    def __init__(self):
+        super().__init__()
+        nn.init.constant_(self.linear.weight, float("nan"))
+
+
+class HalfInit(CondGate):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3, dtype=torch.float16)
+
+
+class MetaInit(CondGate):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3, device="meta")
+
+
+@pytest.mark.parametrize(
+    "student, message",
+    [
+        (ZeroInit, "equal column sums"),
+        (NanInit, "holds NaN or inf"),
+        (HalfInit, "torch.float16 on cpu"),
+        (MetaInit, "on meta"),
+    ],
+    ids=repr,
+)
+def test_cond_gate_refuses_a_layer_it_cannot_use(student, message):
+    """09.3: zero weights crashed the check's own gate_batches (a singular solve), a float16 layer its own
+    model.linear(x), a meta layer its .item(); each is now a sentence asking for Gate's layer."""
+    with pytest.raises(lab.CheckError, match=message) as info:
+        lab.check_cond_gate(student)
+    assert info.value.usage
+    assert "keep its __init__" in info.value.hint
+
+
 def test_cond_gate_stops_a_forward_that_never_returns(monkeypatch):
     monkeypatch.setattr(running, "TIME_LIMIT", 0.2)
     with pytest.raises(lab.CheckError, match="did not return within 0.2 s"):

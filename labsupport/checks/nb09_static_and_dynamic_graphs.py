@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import logging
 import re
@@ -632,7 +633,41 @@ def _build_gate(cond_gate_class: Any) -> torch.nn.Module:
             hint="subclass Gate and keep its __init__",
             usage=True,
         )
+    _check_gate_layer(linear)
     return model
+
+
+KEEP_GATE_INIT = (
+    "subclass Gate and keep its __init__: self.linear = nn.Linear(4, 3), float32 on the CPU, random weights"
+)
+
+
+def _check_gate_layer(linear: torch.nn.Linear) -> None:
+    """The check builds its batches from the layer's weights and runs it on float32 CPU rows: refuse a layer
+    it cannot use (another dtype or device, weights that are not finite, or weights that no batch can tell apart)."""
+    for name, tensor in linear.named_parameters():
+        if tensor.dtype != torch.float32 or tensor.device.type != "cpu":
+            raise CheckError(
+                f"CondGate().linear.{name} is {tensor.dtype} on {tensor.device}: the check needs Gate's float32 "
+                "CPU layer, which it runs on float32 CPU batches",
+                hint=KEEP_GATE_INIT,
+                usage=True,
+            )
+        if not torch.isfinite(tensor).all():
+            raise CheckError(
+                f"CondGate().linear.{name} holds NaN or inf: the check needs Gate's layer with its random weights",
+                hint=KEEP_GATE_INIT,
+                usage=True,
+            )
+    column_sums = linear.weight.detach().double().sum(0)  # what gate_batches moves h.sum() along
+    spread = column_sums - column_sums.mean()
+    if spread.norm() < 1e-3 * max(1.0, float(column_sums.norm())):
+        raise CheckError(
+            "CondGate().linear's weights have equal column sums (all zero, or constant), so no batch can set the "
+            "sign of h.sum() apart from that of x.sum(): the check needs Gate's layer with its random weights",
+            hint=KEEP_GATE_INIT,
+            usage=True,
+        )
 
 
 @exercise("09.3", "a Gate that exports")
@@ -1045,16 +1080,66 @@ def _module_grads(modules: torch.nn.ModuleDict, out: torch.Tensor, weights: torc
     return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
 
 
-def _check_program_gradients(got: torch.Tensor, modules: torch.nn.ModuleDict, points: torch.Tensor, programs: list):
+RAN_BACKWARD = (
+    "run_programs ran backward on what it computed: it must return the result without running backward "
+    "(no .backward(), no torch.autograd.grad); the check takes the modules' gradients through it itself"
+)
+
+
+def _check_program_gradients(
+    got: torch.Tensor,
+    modules: torch.nn.ModuleDict,
+    reference: torch.nn.ModuleDict,
+    points: torch.Tensor,
+    programs: list,
+) -> None:
+    """The modules' gradients through ``got`` against those through the row-by-row loop on ``reference``, a copy
+    of the modules made before run_programs ran."""
     weights = torch.randn(got.shape, generator=torch.Generator().manual_seed(97))
     if not got.requires_grad:
         raise mistake_error("run_programs's result does not require grad", NO_GRADIENT, expected="requires_grad True")
-    want = _module_grads(modules, run_program_rows(modules, points, programs), weights)
-    grads = _module_grads(modules, got, weights)
+    if any(p.grad is not None for p in modules.parameters()):
+        raise CheckError(RAN_BACKWARD, got="the modules' .grad already filled in when it returned")
+    want = _module_grads(reference, run_program_rows(reference, points, programs), weights)
+    try:
+        grads = _module_grads(modules, got, weights)
+    except RuntimeError as exc:  # the graph behind got was freed by a backward inside run_programs
+        raise CheckError(RAN_BACKWARD, got=f"RuntimeError: {str(exc).splitlines()[0][:160]}") from None
     if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)):
         raise mistake_error(
             "the modules' gradients through run_programs differ from those of the row-by-row loop", NO_GRADIENT
         )
+
+
+def _module_tensors(modules: torch.nn.ModuleDict) -> list[tuple[str, Any, list]]:
+    """What run_programs must leave as it found it: the module under each name, and each module's tensors
+    (the objects, and a copy of their values)."""
+    state = []
+    for name, module in modules.items():
+        tensors = [(key, t, t.detach().clone()) for key, t in module.state_dict(keep_vars=True).items()]
+        state.append((name, module, tensors))
+    return state
+
+
+ONLY_READS = "run_programs must only read modules and programs: compute new tensors, and change neither"
+
+
+def _refuse_changes(modules: torch.nn.ModuleDict, before: list, programs: list, given: list) -> None:
+    """Refuse a run_programs that changed the modules (which module sits under a name, a weight's object or
+    values) or the list of programs it was given: the reference would then judge another network."""
+    if len(given) != len(programs) or any(a is not b for a, b in zip(given, programs)):
+        raise CheckError("run_programs changed the list `programs` it was given", hint=ONLY_READS)
+    if list(modules.keys()) != [name for name, _, _ in before]:
+        raise CheckError("run_programs added or removed modules in `modules`", hint=ONLY_READS)
+    for name, module, tensors in before:
+        if modules[name] is not module:
+            raise CheckError(f"run_programs replaced modules[{name!r}] with another module", hint=ONLY_READS)
+        now = module.state_dict(keep_vars=True)
+        for key, tensor, values in tensors:
+            if now.get(key) is not tensor:
+                raise CheckError(f"run_programs replaced modules[{name!r}].{key}", hint=ONLY_READS)
+            if not torch.equal(tensor.detach(), values):
+                raise CheckError(f"run_programs changed the values of modules[{name!r}].{key}", hint=ONLY_READS)
 
 
 def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) -> int:
@@ -1085,28 +1170,32 @@ def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) 
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls."""
     modules = program_modules()
+    reference = copy.deepcopy(modules)  # the reference runs on the modules as they were before the call
+    before = _module_tensors(modules)
     points, programs = program_batch()
+    given = list(programs)
     with ModuleWork(modules) as work:
         got = run_student(
             run_programs,
             modules,
             points.clone(),
-            list(programs),
+            given,
             what="run_programs(modules, points, programs)",
             inplace_hint="make new tensors for the results; leave points as it came",
         )
+    _refuse_changes(modules, before, programs, given)
     got = expect_tensor(got, "what run_programs returned", shape=tuple(points.shape), dtype=points.dtype)
     with torch.no_grad():
-        want = run_program_rows(modules, points, programs)
+        want = run_program_rows(reference, points, programs)
     if not torch.allclose(got.detach(), want, atol=1e-6):
-        mistake = first_mistake(got.detach(), program_mistakes(modules, points, programs))
+        mistake = first_mistake(got.detach(), program_mistakes(reference, points, programs))
         message = "run_programs differs from running each row through its own program"
         wrong = int((~torch.isclose(got.detach(), want, atol=1e-6).all(dim=1)).sum())
         facts = {"expected": "the row-by-row results", "got": f"{wrong} of {len(points)} rows differ"}
         if mistake is not None:
             raise mistake_error(message, mistake, **facts)
         raise CheckError(message, **facts)
-    _check_program_gradients(got, modules, points, programs)
+    _check_program_gradients(got, modules, reference, points, programs)
     calls = _check_program_work(work, points, programs)
     passed(
         f"run_programs: {len(points)} rows, {len(set(programs))} programs, equal to one row at a time with the same "
