@@ -3,7 +3,7 @@
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
 
 import labsupport as lab
 from labsupport.checks import nb10_scaling_up as nb10
@@ -187,3 +187,23 @@ def test_a_batch_size_of_its_own_is_told_by_the_batch_it_made():
 
     with pytest.raises(lab.CheckError, match="holds 25 items, more than batch_size=8"):
         lab.check_rank_loader(own_size)
+
+
+def foreign_items(dataset, rank, world_size, epoch, batch_size=32):
+    """10.5 audit: a loader over a dataset of its own passed, since only the indices' pattern was judged."""
+    own = TensorDataset(torch.arange(len(dataset)) + 1000)
+    return fixed(own, rank, world_size, epoch, batch_size)
+
+
+def nan_items(dataset, rank, world_size, epoch, batch_size=32):
+    own = TensorDataset(torch.full((len(dataset),), float("nan")))
+    return fixed(own, rank, world_size, epoch, batch_size)
+
+
+@pytest.mark.parametrize("student, item", [(foreign_items, "10"), (nan_items, "nan")])
+def test_items_the_dataset_does_not_hold_are_refused(student, item):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(student)
+    assert info.value.message.startswith(f"the loader gave the item {item}")
+    assert "not an item of the dataset rank_loader_fixed was given" in info.value.message
+    assert info.value.expected == "items of that dataset: its indices 0 to 49"

@@ -109,8 +109,43 @@ def amp_step_device_from_parameters(model, optimizer, scaler, inputs, targets, d
     return loss.detach()
 
 
+def amp_step_nested_forward(model, optimizer, scaler, inputs, targets, dtype):
+    """Correct: the forward pass in a helper defined inside, whose own argument gives the device type."""
+
+    def forward(x, y):
+        with torch.autocast(device_type=x.device.type, dtype=dtype):
+            return F.cross_entropy(model(x), y)
+
+    loss = forward(inputs, targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def amp_step_star_args(*args):
+    """Correct: the arguments taken as *args and unpacked."""
+    model, optimizer, scaler, inputs, targets, dtype = args
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 @pytest.mark.parametrize(
-    "student", [amp_step, amp_step_loss_outside, amp_step_model_zero_grad, amp_step_device_from_parameters]
+    "student",
+    [
+        amp_step,
+        amp_step_loss_outside,
+        amp_step_model_zero_grad,
+        amp_step_device_from_parameters,
+        amp_step_nested_forward,
+        amp_step_star_args,
+    ],
 )
 def test_amp_step_accepts_every_correct_design(student, capsys):
     lab.check_amp_step(student)
@@ -537,6 +572,17 @@ def steps_the_weights(model, inputs, targets, world_size):
     return grads
 
 
+def whole_batch_by_forward(model, inputs, targets, world_size):
+    """10.3 audit: model.forward skips the module's hooks, so a forward pre-hook never saw this call."""
+    return list(torch.autograd.grad(F.cross_entropy(model.forward(inputs), targets), list(model.parameters())))
+
+
+def whole_batch_and_a_vmap_call(model, inputs, targets, world_size):
+    """10.3 audit: one call under torch.func.vmap turned off the judgment of every other call."""
+    torch.func.vmap(lambda row: model(row.unsqueeze(0)))(inputs[:2])
+    return list(torch.autograd.grad(F.cross_entropy(model(inputs), targets), list(model.parameters())))
+
+
 def whole_batch_each_rank(model, inputs, targets, world_size):
     kept = []
     for _ in range(world_size):
@@ -590,7 +636,7 @@ DP_MISTAKES = {
     "a shard dropped": [_dp(ranks=lambda w: w - 1)],
     "overlapping shards": [_dp(start=lambda r, n: r)],
     "weights changed": [steps_the_weights],
-    "batch never split": [whole_batch_each_rank],
+    "batch never split": [whole_batch_each_rank, whole_batch_by_forward, whole_batch_and_a_vmap_call],
     "divided by the batch size": [_dp(divide=lambda w: 12)],
     "split by chunk size": [split_by_size, split_by_size_over_ranks, split_by_size_divided_by_ranks],
     "shards interleaved": [interleaved_shards],
@@ -621,7 +667,22 @@ def vmapped_shards(model, inputs, targets, world_size):
     return [grads[name].mean(0) for name in params]
 
 
-@pytest.mark.parametrize("student", [data_parallel_grads, with_autograd_grad, reversed_ranks, vmapped_shards])
+def replica_per_rank(model, inputs, targets, world_size):
+    """Correct: each rank runs its own copy of the model, as DDP's processes do."""
+    import copy
+
+    shard = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        replica = copy.deepcopy(model)
+        rows = slice(r * shard, (r + 1) * shard)
+        kept.append(torch.autograd.grad(F.cross_entropy(replica(inputs[rows]), targets[rows]), replica.parameters()))
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+@pytest.mark.parametrize(
+    "student", [data_parallel_grads, with_autograd_grad, reversed_ranks, vmapped_shards, replica_per_rank]
+)
 def test_data_parallel_accepts_correct_designs(student, capsys):
     lab.check_data_parallel_grads(student)
     assert capsys.readouterr().out == (
@@ -849,3 +910,75 @@ def test_a_device_type_written_into_autocast_is_named():
     with pytest.raises(lab.CheckError) as info:
         lab.check_amp_step(autocast_for_cpu_written_in)
     assert info.value.mistake == "device type written in"
+
+
+def _names_assigned_from_each_other(lines: int) -> str:
+    """An amp_step whose device type comes through six names, each assigned from all six, ``lines`` times."""
+    names = " + ".join(f"n{i}" for i in range(6))
+    body = [f"    n{i % 6} = {names}" for i in range(lines)]
+    return "\n".join(
+        [
+            "import torch",
+            "import torch.nn.functional as F",
+            "",
+            "",
+            "def amp_step(model, optimizer, scaler, inputs, targets, dtype):",
+            "    n0 = n1 = n2 = n3 = n4 = n5 = 'cpu'",
+            "    if False:",
+            *["    " + line for line in body],
+            "    with torch.autocast(device_type=n0, dtype=dtype):",
+            "        loss = F.cross_entropy(model(inputs), targets)",
+            "    optimizer.zero_grad()",
+            "    scaler.scale(loss).backward()",
+            "    scaler.step(optimizer)",
+            "    scaler.update()",
+            "    return loss.detach()",
+            "",
+        ]
+    )
+
+
+def _module_from(path, source: str):
+    import importlib.util
+
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_names_assigned_from_each_other_are_read_in_linear_time(tmp_path):
+    """10.2 audit: the source analysis followed every path through such names (36 s for 24 lines)."""
+    module = _module_from(tmp_path / "chained_names.py", _names_assigned_from_each_other(200))
+    start = time.perf_counter()
+    source = nb10._autocast_device_source(module.amp_step)
+    assert time.perf_counter() - start < 2
+    assert source == "n0, chosen inside amp_step"
+
+
+def test_a_source_that_cannot_be_tokenized_is_not_judged(tmp_path, capsys):
+    """10.2 audit: a function whose file now holds an unterminated string raised tokenize.TokenError."""
+    import inspect
+
+    source = inspect.getsource(amp_step)
+    broken = tmp_path / "broken.py"
+    broken.write_text('x = """\n' + "\n" * 20)
+    code = compile("\n" * 5 + source, str(broken), "exec")
+    namespace = {"torch": torch, "F": F}
+    exec(code, namespace)
+    lab.check_amp_step(namespace["amp_step"])
+    assert capsys.readouterr().out.startswith("PASS  amp_step:")
+
+
+def test_the_model_has_no_recorder_left_after_the_check():
+    """10.3: the check records calls through the model's own forward, and takes that away afterwards."""
+    seen = []
+
+    def keeps_the_model(model, inputs, targets, world_size):
+        seen.append(model)
+        return data_parallel_grads(model, inputs, targets, world_size)
+
+    lab.check_data_parallel_grads(keeps_the_model)
+    for model in seen:
+        assert "forward" not in vars(model)

@@ -8,6 +8,7 @@ import inspect
 import itertools
 import math
 import textwrap
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -435,15 +436,32 @@ DEVICE_AUTOCASTS = (torch.cpu.amp.autocast, torch.cuda.amp.autocast)  # deprecat
 
 
 def _function_node(amp_step: Callable) -> ast.FunctionDef | None:
-    """amp_step's own syntax tree, or None where its source cannot be read (a lambda, a built function)."""
+    """amp_step's own syntax tree, or None where its source cannot be read (a lambda, a built function, a file
+    changed since): the source is only a second look, so a failure to read it judges nothing."""
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(amp_step)))
-    except (OSError, TypeError, SyntaxError):
+    except Exception:  # OSError, TypeError, SyntaxError, tokenize.TokenError, ...: nothing to read
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef):
             return node
     return None
+
+
+def _argument_names(function: ast.FunctionDef) -> set[str]:
+    """The names of the arguments of ``function`` and of every function or lambda defined inside it, ``*args``
+    and ``**kwargs`` included: the values amp_step is given, or that its own helpers are given."""
+    names = set()
+    for node in ast.walk(function):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        arguments = node.args
+        every = arguments.posonlyargs + arguments.args + arguments.kwonlyargs
+        for extra in (arguments.vararg, arguments.kwarg):
+            if extra is not None:
+                every.append(extra)
+        names |= {argument.arg for argument in every}
+    return names
 
 
 def _local_values(function: ast.FunctionDef) -> dict[str, list[ast.expr]]:
@@ -464,15 +482,19 @@ def _local_values(function: ast.FunctionDef) -> dict[str, list[ast.expr]]:
     return values
 
 
-def _reads_data(expr: ast.expr, data: set[str], values: dict[str, list[ast.expr]], depth: int = 0) -> bool:
-    """Does ``expr`` depend on one of the names in ``data`` (amp_step's tensors), through local names too?"""
-    for node in ast.walk(expr):
-        if not isinstance(node, ast.Name):
-            continue
-        if node.id in data:
-            return True
-        if depth < 5 and any(_reads_data(value, data, values, depth + 1) for value in values.get(node.id, [])):
-            return True
+def _reads_data(expr: ast.expr, data: set[str], values: dict[str, list[ast.expr]]) -> bool:
+    """Does ``expr`` depend on one of the names in ``data`` (amp_step's tensors), through local names too?
+    Each local name is followed once, so names assigned from each other cost no more than their assignments."""
+    followed: set[str] = set()
+    to_read = [expr]
+    while to_read:
+        for node in ast.walk(to_read.pop()):
+            if not isinstance(node, ast.Name) or node.id in followed:
+                continue
+            if node.id in data:
+                return True
+            followed.add(node.id)
+            to_read.extend(values.get(node.id, []))
     return False
 
 
@@ -483,7 +505,7 @@ def _autocast_device_source(amp_step: Callable) -> str | None:
     function = _function_node(amp_step)
     if function is None:
         return None
-    data = {arg.arg for arg in function.args.args + function.args.kwonlyargs} - {"dtype"}
+    data = _argument_names(function) - {"dtype"}
     values = _local_values(function)
     for call in ast.walk(function):
         if not isinstance(call, ast.Call):
@@ -667,18 +689,22 @@ def _under_a_transform(t: torch.Tensor) -> bool:
     return bool(is_wrapped(t)) if is_wrapped is not None else False
 
 
-def _input_recorder(calls: list[torch.Tensor | None]) -> Callable:
-    """A forward pre-hook that appends to ``calls`` a copy of the inputs of each call of the module."""
+def _recording_forward(calls: list[torch.Tensor | None]) -> Callable:
+    """A forward method that appends to ``calls`` a copy of the inputs of each call, then runs the class's own
+    forward. Set on the model itself, it sees ``model(x)`` and ``model.forward(x)`` alike (``Module.__call__``
+    runs ``self.forward``), and a copy.deepcopy of the model records into the same list."""
 
-    def hook(module: torch.nn.Module, args: tuple) -> None:
-        if args and isinstance(args[0], torch.Tensor) and _under_a_transform(args[0]):
+    def forward(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        inputs = args[0] if args else next(iter(kwargs.values()), None)
+        if isinstance(inputs, torch.Tensor) and _under_a_transform(inputs):
             calls.append(None)  # torch.func.vmap shows one example's shape: the rows cannot be counted
-        elif args and isinstance(args[0], torch.Tensor) and args[0].dim():
-            calls.append(args[0].detach().clone())
+        elif isinstance(inputs, torch.Tensor) and inputs.dim():
+            calls.append(inputs.detach().clone())
         else:
             calls.append(torch.empty(0))
+        return type(module).forward(module, *args, **kwargs)
 
-    return hook
+    return forward
 
 
 WHOLE_BATCH = Mistake(
@@ -744,7 +770,7 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
         x, y = _batch(n, 20 + case, torch.float64)
         before = _state(model)
         calls: list[torch.Tensor | None] = []  # the examples each call of the model saw
-        hook = model.register_forward_pre_hook(_input_recorder(calls))
+        model.forward = types.MethodType(_recording_forward(calls), model)
         try:
             got = run_student(
                 data_parallel_grads,
@@ -756,7 +782,7 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 inplace_hint="{name} was changed in place: the function only reads the batch",
             )
         finally:
-            hook.remove()
+            vars(model).pop("forward", None)
         if not _near(_state(model), before, rtol=0, atol=0):
             raise CheckError(
                 "data_parallel_grads changed the model's weights",
@@ -764,10 +790,11 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 mistake="weights changed",
             )
         _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
-        # nothing to judge for a function that never calls the model (its forward method instead), or that
-        # runs it under torch.func.vmap, whose calls show one shard's shape for all of them
-        if calls and all(inputs is not None for inputs in calls):
-            _judge_shards(calls, x, ws)
+        # calls under torch.func.vmap show one shard's shape for all shards: the others are judged, and only a
+        # function whose every call is under a transform (or that never calls the model) has nothing to judge
+        counted = [inputs for inputs in calls if inputs is not None]
+        if counted:
+            _judge_shards(counted, x, ws)
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
 
 
@@ -966,6 +993,24 @@ def _first_items(iterable: Any, limit: int) -> list:
     return list(itertools.islice(iterable, limit))
 
 
+def _dataset_indices(values: torch.Tensor, n: int) -> list[int]:
+    """The items of one batch as indices of the dataset of ``n`` indices the check passed in; a usage error for an
+    item the dataset does not hold (a dataset of the loader's own, NaN)."""
+    indices = []
+    for value in values.tolist():
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not is_number or not math.isfinite(value) or value != int(value) or not 0 <= value < n:
+            raise CheckError(
+                f"the loader gave the item {value!r}, which is not an item of the dataset rank_loader_fixed was given",
+                expected=f"items of that dataset: its indices 0 to {n - 1}",
+                got=repr(value),
+                hint="build the DataLoader on the dataset argument, not on a dataset of your own",
+                usage=True,
+            )
+        indices.append(int(value))
+    return indices
+
+
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
     """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
     loader = run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
@@ -1008,7 +1053,7 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
                 hint="return the DataLoader itself, with batch_size=batch_size",
                 usage=True,
             )
-        indices += [int(i) for i in values]
+        indices += _dataset_indices(values, n)
     return indices
 
 
