@@ -410,3 +410,14 @@ def test_sweep_refuses_absurd_steps(steps):
 def test_rule_hints_name_the_cause_in_words(mistake):
     assert "=" not in mistake.why and "*" not in mistake.why
     assert mistake.look.startswith(("step():", "__init__:"))
+
+
+def _hand_made_groups(self, params, lr=0.01, momentum=0.9):
+    self.param_groups = [{"params": list(params), "lr": lr, "momentum": momentum}]
+    self.state = {}
+
+
+def test_param_groups_made_by_hand_without_super_init_are_named():
+    with pytest.raises(lab.CheckError, match="never ran torch.optim.Optimizer's __init__") as info:
+        lab.check_sgd_momentum(variant(__init__=_hand_made_groups))
+    assert info.value.mistake == "no super().__init__()"

@@ -344,7 +344,8 @@ RULE_MISTAKES = [
 NO_SUPER = Mistake(
     "no super().__init__()",
     None,
-    why="__init__ does not call super().__init__(params, defaults), so the optimizer has no param_groups",
+    why="__init__ does not call super().__init__(params, defaults), so the optimizer has no param_groups, state "
+    "or hooks of torch's making (param_groups written by hand are not enough)",
     look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
 )
 MISSING_DEFAULT = Mistake(
@@ -563,6 +564,9 @@ def _student_maker(cls: type) -> Callable[[list], torch.optim.Optimizer]:
         optimizer = run_student(cls, groups, lr=LR, momentum=MOMENTUM, what=call)
         if not isinstance(getattr(optimizer, "param_groups", None), list):
             raise mistake_error(f"{call} has no param_groups", NO_SUPER)
+        if isinstance(optimizer, torch.optim.Optimizer) and "_optimizer_step_pre_hooks" not in vars(optimizer):
+            # param_groups made by hand: Optimizer.__init__, which also sets up state and hooks, never ran
+            raise mistake_error(f"{call} never ran torch.optim.Optimizer's __init__", NO_SUPER)
         return optimizer
 
     return make
