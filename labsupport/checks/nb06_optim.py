@@ -449,7 +449,8 @@ STATE_BY_ID = Mistake(
 LOW_PRECISION = Mistake(
     "velocity in float32",
     None,
-    why="the velocity is a float32 tensor while the parameters are float64, so the updates lose precision",
+    why="the velocity is kept at a lower precision (float32 or less) while the parameters are float64, so the "
+    "updates lose precision",
     look="step(): create v from the gradient (p.grad.clone() or torch.zeros_like(p))",
 )
 
