@@ -982,3 +982,20 @@ def test_the_model_has_no_recorder_left_after_the_check():
     lab.check_data_parallel_grads(keeps_the_model)
     for model in seen:
         assert "forward" not in vars(model)
+
+
+def amp_step_bf16_log_softmax(model, optimizer, scaler, inputs, targets, dtype):
+    """Cross-entropy as nll_loss of log_softmax: under CPU autocast log_softmax stays in bfloat16."""
+    with torch.autocast(device_type=inputs.device.type, dtype=dtype):
+        loss = F.nll_loss(F.log_softmax(model(inputs), dim=1), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def test_a_loss_kept_in_the_autocast_dtype_is_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(amp_step_bf16_log_softmax)
+    assert info.value.mistake == "loss in the autocast dtype"

@@ -379,6 +379,16 @@ def _scale_mistake(scaler: CountingScaler, run: AmpRun, ref: AmpRun, i: int) -> 
     return None
 
 
+LOSS_IN_LOW_PRECISION = Mistake(
+    "loss in the autocast dtype",
+    None,
+    "the weights are off by only a little, as a loss computed at the autocast dtype's precision makes them: under "
+    "autocast F.cross_entropy computes in float32, while log_softmax followed by nll_loss (or a loss written out "
+    "by hand) stays in the low-precision dtype",
+    look="how the loss is computed inside the autocast block",
+)
+
+
 def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: torch.dtype, i: int) -> None:
     """Compare the student's weights, scale and loss after step ``i`` with the reference."""
     step = STEP_WORDS[i] if len(ref.states) == 3 else ("first", "second")[i]
@@ -389,6 +399,8 @@ def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: tor
         for mistake in amp_mistakes(dtype, amp_batches(scaler.is_enabled()), i):
             if mistake.matches(run.states[i]):
                 raise mistake_error(message, mistake, **facts)
+        if dtype != torch.float32 and _near(run.states[i], ref.states[i], rtol=1e-2, atol=1e-3):
+            raise mistake_error(message, LOSS_IN_LOW_PRECISION, **facts)
         raise CheckError(message, **facts)
     if run.scales[i] != ref.scales[i]:
         message = f"the scale {where} is {run.scales[i]:g}, expected {ref.scales[i]:g}"
