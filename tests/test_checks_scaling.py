@@ -72,6 +72,15 @@ def amp_step(model, optimizer, scaler, inputs, targets, dtype):
     return loss.detach()
 
 
+def _scaled_update(optimizer, scaler, loss):
+    """The notebook's scaler calls after the forward pass, which the variants below share."""
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 def amp_step_loss_outside(model, optimizer, scaler, inputs, targets, dtype):
     """Correct: only the forward pass under autocast, the loss after it; zero_grad first, set_to_none=False."""
     optimizer.zero_grad(set_to_none=False)
@@ -102,11 +111,7 @@ def amp_step_device_from_parameters(model, optimizer, scaler, inputs, targets, d
     kind = device.type
     with torch.autocast(kind, dtype=dtype):
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def amp_step_nested_forward(model, optimizer, scaler, inputs, targets, dtype):
@@ -117,11 +122,7 @@ def amp_step_nested_forward(model, optimizer, scaler, inputs, targets, dtype):
             return F.cross_entropy(model(x), y)
 
     loss = forward(inputs, targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def amp_step_star_args(*args):
@@ -129,11 +130,7 @@ def amp_step_star_args(*args):
     model, optimizer, scaler, inputs, targets, dtype = args
     with torch.autocast(device_type=inputs.device.type, dtype=dtype):
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 @pytest.mark.parametrize(
@@ -164,21 +161,13 @@ def fp16_always(model, optimizer, scaler, inputs, targets, dtype):
 
 def no_autocast(model, optimizer, scaler, inputs, targets, dtype):
     loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def autocast_for_cuda(model, optimizer, scaler, inputs, targets, dtype):
     with torch.autocast(device_type="cuda", dtype=dtype, enabled=torch.cuda.is_available()):
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def optimizer_step_no_update(model, optimizer, scaler, inputs, targets, dtype):
@@ -299,32 +288,20 @@ def not_detached(model, optimizer, scaler, inputs, targets, dtype):
 def cpu_amp_autocast(model, optimizer, scaler, inputs, targets, dtype):
     with torch.cpu.amp.autocast(dtype=dtype):  # the CPU's own autocast: float32 on a GPU
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def cpu_autocast_imported(model, optimizer, scaler, inputs, targets, dtype):
     with cpu_autocast(dtype=dtype):  # torch.cpu.amp.autocast under another name
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def device_chosen_in_the_code(model, optimizer, scaler, inputs, targets, dtype):
     device = "cuda" if torch.cuda.is_available() else "cpu"  # CPU inputs on a GPU machine: no autocast
     with torch.autocast(device, dtype=dtype):
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def inf_guard_before_the_scaler(model, optimizer, scaler, inputs, targets, dtype):
@@ -332,11 +309,7 @@ def inf_guard_before_the_scaler(model, optimizer, scaler, inputs, targets, dtype
         loss = F.cross_entropy(model(inputs), targets)
     if not torch.isfinite(loss):  # the scaler never hears of the overflow
         return loss.detach()
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def backward_on_the_unscaled_loss(model, optimizer, scaler, inputs, targets, dtype):
@@ -898,11 +871,7 @@ def test_right_speedups_pass_in_any_numeric_form(answer, capsys):
 def autocast_for_cpu_written_in(model, optimizer, scaler, inputs, targets, dtype):
     with torch.autocast(device_type="cpu", dtype=dtype):  # right here, float32 on a GPU
         loss = F.cross_entropy(model(inputs), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def test_a_device_type_written_into_autocast_is_named():
@@ -988,11 +957,7 @@ def amp_step_bf16_log_softmax(model, optimizer, scaler, inputs, targets, dtype):
     """Cross-entropy as nll_loss of log_softmax: under CPU autocast log_softmax stays in bfloat16."""
     with torch.autocast(device_type=inputs.device.type, dtype=dtype):
         loss = F.nll_loss(F.log_softmax(model(inputs), dim=1), targets)
-    optimizer.zero_grad()
-    scaler.scale(loss).backward()
-    scaler.step(optimizer)
-    scaler.update()
-    return loss.detach()
+    return _scaled_update(optimizer, scaler, loss)
 
 
 def test_a_loss_kept_in_the_autocast_dtype_is_named():
