@@ -57,11 +57,37 @@ def test_wrong_then_right_keeps_the_first_answer_and_never_passes(capsys):
     assert "doubling is what a second forward pass gives" in explained and WHY in explained
 
 
-def test_a_right_first_answer_passes_and_stays_right(capsys):
+def test_each_run_of_a_wrong_prediction_climbs_one_rung(capsys):
+    check_guess("doubled")
+    assert "doubling is what" not in capsys.readouterr().out  # the outcome and the question only
+    check_guess("doubled")
+    second = capsys.readouterr().out
+    assert "About 'doubled': doubling is what a second forward pass gives" in second
+    assert "what did the first backward() free?" in second and WHY not in second
+    check_guess("doubled")
+    assert f"Why: {WHY}" in capsys.readouterr().out
+
+
+def test_a_wrong_answer_without_a_note_is_asked_again_before_the_explanation(capsys):
+    check_guess("same")
+    check_guess("same")
+    second = capsys.readouterr().out
+    assert "About" not in second and WHY not in second and second.count("what did the first backward() free?") == 2
+    check_guess("same")
+    assert f"Why: {WHY}" in capsys.readouterr().out
+
+
+def test_a_right_first_answer_passes_is_asked_why_and_stays_right(capsys):
     check_guess(" ERROR ")
-    assert capsys.readouterr().out == (f"PASS  second backward: 'error' is right (recorded answer: 'error'). {WHY}\n")
+    assert capsys.readouterr().out == (
+        "PASS  second backward: 'error' is right (recorded answer: 'error').\n"
+        "  Now explain: what did the first backward() free?\n"
+        "  (then lab.hint('99.7') shows the explanation)\n"
+    )
     check_guess("same")
     assert capsys.readouterr().out.startswith("PASS  second backward")
+    lab.hint("99.7")
+    assert f"Why: {WHY}" in capsys.readouterr().out
 
 
 class AlwaysEqual(str):

@@ -32,6 +32,7 @@ class Committed:
     why: str
     ask: str
     note: str | None
+    runs: int = 1  # how often its check ran: each run of a wrong answer climbs one rung
 
 
 #: exercise id -> its first committed prediction, for this kernel.
@@ -131,9 +132,10 @@ def check_prediction(
     check), ``why`` the explanation, ``mistakes`` a note for each typical wrong answer, ``ask``
     the question that makes the student explain. Numbers count within ``rel``.
 
-    The first valid answer is committed and kept; the outcome is shown only then. A right
-    first answer prints PASS; a wrong one prints the outcome and does not stop the notebook
-    (the record is what counts, so changing the answer cannot pass)."""
+    The first valid answer is committed and kept; the outcome is shown only then, with the
+    question ``ask``. A right first answer prints PASS; a wrong one prints the outcome and does
+    not stop the notebook (the record is what counts, so changing the answer cannot pass). The
+    explanation ``why`` waits: ``lab.hint`` shows it, or a wrong answer's third run."""
     __tracebackhide__ = True
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
@@ -153,23 +155,41 @@ def check_prediction(
 
 def _first_verdict(record: Committed, ex_id: str) -> None:
     if record.right:
-        passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}). {record.why}")
+        _right_verdict(record, ex_id)
         return
     print(f"NOT RIGHT  {record.name}: what happens is {record.actual!r} (recorded answer: {record.answer!r}).")
+    _ask(record, ex_id)
+
+
+def _right_verdict(record: Committed, ex_id: str) -> None:
+    """A right answer passes, and is still asked why: the explanation waits for the student's own."""
+    passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}).")
+    _ask(record, ex_id)
+
+
+def _ask(record: Committed, ex_id: str) -> None:
     print(f"  Now explain: {record.ask.rstrip('.')}")
     print(f"  (then lab.hint({ex_id!r}) shows the explanation)")
 
 
 def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:
+    """Each run of a wrong prediction's check climbs one rung: the outcome and the question (first run),
+    the note on the recorded answer (second), the explanation (third and later, or lab.hint at any time)."""
+    record.runs += 1
     if record.right:
-        passed(f"{record.name}: {record.actual!r} is right (recorded answer: {record.answer!r}). {record.why}")
+        _right_verdict(record, ex_id)
         return
     changed = "" if got == record.answer else f"; your new answer {got!r} does not replace it"
     print(
         f"NOT RIGHT  {record.name}: what happens is {record.actual!r} "
         f"(recorded answer: {record.answer!r}, your first{changed})."
     )
-    explain(ex_id)
+    if record.runs >= 3:
+        explain(ex_id)
+        return
+    if record.note:
+        print(f"  About {record.answer!r}: {record.note}")
+    _ask(record, ex_id)
 
 
 def explain(ex_id: str) -> None:
