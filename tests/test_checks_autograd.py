@@ -91,6 +91,16 @@ def test_two_path_mistake_is_named(k):
     assert err.hint == TWO_PATH_MISTAKES[k].why
 
 
+def test_grad_a_with_a_for_b_is_named():
+    """03.1: d(a * b)/da taken as a (grad_b's factor) got a generic expected/got."""
+
+    def a_for_b(a, b):
+        d = a * b + a.exp()
+        return 2 * d * (a + a.exp()), 2 * d * a
+
+    assert failure(lab.check_predicted_gradients, a_for_b).mistake == "grad_a uses a"
+
+
 def test_two_path_with_autograd_is_named():
     def with_autograd(a, b):
         a = a.clone().requires_grad_()

@@ -76,11 +76,14 @@ def test_titan_pass_line_states_the_lectures_8x(capsys):
 # ----------------------------------------------------------------------------- one test per listed mistake
 
 # A wrong answer for each Mistake the checks list, generated from the same specs.
+CLOCK = T["boost_clock_ghz"] * 1e9
+CUDA_CORES_DOING_TENSOR_FMAS = T["sms"] * T["cuda_cores_per_sm"] * T["fp16_fma_per_tensor_core_per_cycle"] * 2 * CLOCK
 TITAN_WRONG = {
     "half": TENSOR / 2,
     "twice": TENSOR * 2,
     "CUDA cores' peak": FP32,
     "base clock": TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"],
+    "CUDA cores as tensor cores": CUDA_CORES_DOING_TENSOR_FMAS,
     "one SM": TENSOR / T["sms"],
     "one FMA per tensor core": TENSOR / T["fp16_fma_per_tensor_core_per_cycle"],
     "per cycle": TENSOR / (T["boost_clock_ghz"] * 1e9),
@@ -119,10 +122,12 @@ CPU_WRONG = {
     "bits as lanes": nb00._bits_as_lanes,
     "SIMD lanes left out": nb00._no_lanes,
     "bytes as lanes": nb00._bytes_as_lanes,
+    "SIMD lanes fixed": lambda c, g, b, u: c * g * 1e9 * u * 8 * 2,  # AVX2's 8 lanes on every machine
     "fma_units ignored": nb00._one_fma_unit,
     "fma_units fixed": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, 2),
     "cores ignored": nb00._one_core,
     "clock in GHz": nb00._clock_in_hz,
+    "unit": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, u) / 1e3,  # the clock times 1e6, not 1e9
 }
 
 

@@ -158,6 +158,15 @@ PREDICATE_MISTAKES = [
     ("keep_above_row_mean", "selected elements only", lambda x: x[x >= x.mean(1, keepdim=True)]),
     ("channels_first_rows", "not flattened", lambda im: im.permute(0, 3, 1, 2)),
     ("channels_first_rows", "batch flattened too", lambda im: im.permute(0, 3, 1, 2).reshape(-1)),
+    # the audit's wrong answers, as students write them: each got a generic expected/got before
+    ("pairwise_sq_dists", "differences not squared", lambda a, b: (a[:, None] - b[None]).sum(-1)),
+    ("pairwise_sq_dists", "one set of points paired with itself", lambda a, b: ((a[:, None] - a[None]) ** 2).sum(-1)),
+    ("correct_class_scores", "probabilities", lambda s, i: s.softmax(dim=1)[torch.arange(len(i)), i]),
+    ("correct_class_scores", "wrong sign", lambda s, i: -s[torch.arange(len(i)), i]),
+    ("correct_class_scores", "labels shifted by one", lambda s, i: s[torch.arange(len(i)), i - 1]),
+    ("channels_first_rows", "not flattened", lambda im: im.permute(0, 3, 1, 2).reshape(len(im), im.shape[3], -1)),
+    ("per_sample_matmul", "mean instead of sum", lambda x, w: (x[:, :, None] * w).mean(1)),
+    ("per_sample_matmul", "every size-1 axis squeezed", lambda x, w: (x.unsqueeze(1) @ w).squeeze()),
 ]
 
 
@@ -475,6 +484,21 @@ def test_the_prompts_rule_is_checked_after_the_values(name):
     with pytest.raises(lab.CheckError) as info:
         lab.check_pairwise_sq_dists(PAIRWISE_DESIGNS_REFUSED[name])
     assert info.value.mistake == name
+
+
+LOOPS_REFUSED = {
+    "correct_class_scores": lambda s, i: torch.stack([s[k, i[k]] for k in range(len(i))]),
+    "per_sample_matmul": lambda x, w: torch.stack([x[b] @ w[b] for b in range(len(x))]),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS_REFUSED))
+def test_a_loop_over_the_samples_is_refused(name):
+    """01.3 and 01.6: a comprehension over the samples gave the right values and passed, though the prompts
+    say "no loop"."""
+    with pytest.raises(lab.CheckError) as info:
+        SPECS[name][0](LOOPS_REFUSED[name])
+    assert info.value.mistake == "Python loop"
 
 
 def test_a_broadcast_through_matmul_is_not_a_loop(capsys):

@@ -306,6 +306,7 @@ def test_layer_mistake_is_named(layer, name):
     [
         (lambda dout, c: (dout @ c[1], c[0].t() @ dout), "dx without transpose"),
         (lambda dout, c: (dout @ c[1].t(), dout.t() @ c[0]), "dw transposed"),
+        (lambda dout, c: (c[1] @ dout.t(), c[0].t() @ dout), "dx transposed"),
         (lambda dout, c: (dout @ c[1].t(), c[0] @ dout), "raised RuntimeError"),  # raised inside the student's code
     ],
 )
@@ -331,7 +332,9 @@ TWO_LAYER_CASE = nb02._two_layer_cases()[0]
 TWO_LAYER = [m.name for m in nb02._two_layer_mistakes(*TWO_LAYER_CASE)]
 
 
-@pytest.mark.parametrize("name", [n for n in TWO_LAYER if n not in ("loss not reduced", "NaN or inf made")])
+@pytest.mark.parametrize(
+    "name", [n for n in TWO_LAYER if n not in ("loss not first", "loss not reduced", "NaN or inf made")]
+)
 def test_two_layer_mistake_is_named(name):
     def wrong_values(*case):
         good = loss_and_grads(*case)
@@ -341,6 +344,49 @@ def test_two_layer_mistake_is_named(name):
     table = _table(nb02._two_layer_cases(), wrong_values)
     with pytest.raises(lab.CheckError) as info:
         lab.check_loss_and_grads(lambda *args: _look_up(table, *args))
+    assert info.value.mistake == name
+
+
+def two_layer_with(loss_of, grad_y_pred_of):
+    """The solution's loss_and_grads with its loss, or the backward pass's start, written another way."""
+
+    def student(x, y, w1, w2):
+        h, c1 = linear_forward(x, w1)
+        h_relu, c2 = relu_forward(h)
+        y_pred, c3 = linear_forward(h_relu, w2)
+        dh_relu, g2 = linear_backward(grad_y_pred_of(y_pred, y), c3)
+        g1 = linear_backward(relu_backward(dh_relu, c2), c1)[1]
+        return loss_of(y_pred, y), g1, g2
+
+    return student
+
+
+def _sum_loss(p, y):
+    return ((p - y) ** 2).sum()
+
+
+def _sum_gradient(p, y):
+    return 2 * (p - y)
+
+
+def _loss_last(*args):
+    loss, g1, g2 = loss_and_grads(*args)
+    return g1, g2, loss
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (_loss_last, "loss not first"),
+        (two_layer_with(lambda p, y: (p - y).norm(), _sum_gradient), "square root of the loss"),
+        (two_layer_with(_sum_loss, lambda p, y: 2 * (p - y) / y.numel()), "gradients of the mean"),
+        (two_layer_with(_sum_loss, lambda p, y: (p - y) ** 2), "the loss for its derivative"),
+    ],
+)
+def test_two_layer_mistakes_as_students_write_them(student, name):
+    """02.3: these got a generic expected/got, and (g1, g2, loss) was told "loss not reduced"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(student)
     assert info.value.mistake == name
 
 

@@ -93,6 +93,13 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             _times(ref, t["base_clock_ghz"] / t["boost_clock_ghz"]),
             "that uses the base clock; peak figures use the boost clock",
         ),
+        Mistake(
+            "CUDA cores as tensor cores",
+            _times(ref, t["cuda_cores_per_sm"] / t["tensor_cores_per_sm"]),
+            "that counts cuda_cores_per_sm cores per SM, each doing fp16_fma_per_tensor_core_per_cycle FMAs: the "
+            "fp16 FMAs are done by the tensor cores, and each SM has tensor_cores_per_sm of them",
+            look="which per-SM count multiplies fp16_fma_per_tensor_core_per_cycle",
+        ),
         Mistake("one SM", _times(ref, 1 / t["sms"]), "that is one SM: the chip has 72 of them"),
         Mistake(
             "one FMA per tensor core",
@@ -186,6 +193,20 @@ def _fixed_fma_units(answers: list[float]) -> bool:
     return all(math.isclose(u, units[0], rel_tol=REL_TOL) for u in units) and units[0] in (2.0, 4.0)
 
 
+def _fixed_lanes(answers: list[float]) -> bool:
+    """Does every answer use one and the same number of lanes (8, AVX2's 256 bits, say), whatever simd_bits is?"""
+    lanes = [got / cpu_peak_reference(c, g, 32, u) for got, (c, g, _, u) in zip(answers, CPU_MACHINES)]
+    return all(math.isclose(n, lanes[0], rel_tol=REL_TOL) for n in lanes) and lanes[0] in (4.0, 8.0, 16.0)
+
+
+def _power_of_ten_everywhere(answers: list[float]) -> bool:
+    """Is every answer the peak times one and the same power of ten other than 1 (a unit slip)?"""
+    references = [cpu_peak_reference(*machine) for machine in CPU_MACHINES]
+    first = answers[0] / references[0]
+    same = all(math.isclose(got / ref, first, rel_tol=REL_TOL) for got, ref in zip(answers, references))
+    return same and _power_of_ten_off(1.0)(first)
+
+
 def _one_core(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(1, g, b, u)
 
@@ -218,6 +239,13 @@ CPU_MISTAKES = [
         _on_every_machine(_bytes_as_lanes),
         "that counts bytes as lanes: an fp32 lane is 4 bytes (32 bits)",
     ),
+    Mistake(
+        "SIMD lanes fixed",
+        _fixed_lanes,
+        "every machine got the same number of fp32 lanes, written as a number: the registers differ from machine "
+        "to machine, and simd_bits says how wide each one's are",
+        look="where simd_bits enters the product",
+    ),
     Mistake("fma_units ignored", _on_every_machine(_one_fma_unit), "each core has fma_units FMA units side by side"),
     Mistake(
         "fma_units fixed",
@@ -228,6 +256,13 @@ CPU_MISTAKES = [
     ),
     Mistake("cores ignored", _on_every_machine(_one_core), "that is one core's peak: every core has its own units"),
     Mistake("clock in GHz", _on_every_machine(_clock_in_hz), "clock_ghz is in GHz: one GHz is 1e9 cycles per second"),
+    Mistake(
+        "unit",
+        _power_of_ten_everywhere,
+        "a power of ten off on every machine: give FLOP/s, not GFLOP/s or TFLOP/s, and count 1 GHz as 1e9 "
+        "cycles per second",
+        look="the factor that turns clock_ghz into cycles per second",
+    ),
 ]
 
 

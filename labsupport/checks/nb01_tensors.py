@@ -186,12 +186,42 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             look="the two terms beside the a @ b.T term",
         ),
         Mistake(
+            "differences not squared",
+            (a[:, None, :] - b[None, :, :]).sum(-1),
+            why="the differences were summed as they are: positive and negative ones cancel, so each must be "
+            "squared before the sum",
+            look="what is done to each difference before the sum",
+        ),
+        Mistake(
+            "one set of points paired with itself",
+            _paired_with_itself(a, b),
+            why="the pairs were built from one set of points twice (a with a, or b with b): entry [i, j] pairs "
+            "a[i] with b[j]",
+            look="the two operands of the subtraction",
+        ),
+        Mistake(
             "absolute differences",
             (a[:, None, :] - b[None, :, :]).abs().sum(-1),
             why="those are sums of absolute differences (the L1 distance): the exercise squares each difference",
             look="what is done to each difference before the sum",
         ),
     ]
+
+
+def _paired_with_itself(a: torch.Tensor, b: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer is the squared distances of a to a, or of b to b."""
+    within_a = _pairwise_reference(a, a)
+    within_b = _pairwise_reference(b, b)
+
+    def one_set_twice(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor):
+            return False
+        for within in (within_a, within_b):
+            if result.shape == within.shape and rel_error(result, within) < 1e-4:
+                return True
+        return False
+
+    return one_set_twice
 
 
 def _pairwise_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -218,30 +248,37 @@ LOOPS = Mistake(
 )
 
 
-def _operations(pairwise_sq_dists: Callable, n: int, m: int) -> TorchCalls:
-    """The torch functions and tensor methods one call on n and m points runs."""
+def _operations(fn: Callable, args: tuple, what: str) -> TorchCalls:
+    """The torch functions and tensor methods one call of ``fn(*args)`` runs."""
     __tracebackhide__ = True
-    a, b = _randn(24 + n, (n, 3), (m, 3))
     with TorchCalls() as calls:
-        run_student(pairwise_sq_dists, a, b, what="your pairwise_sq_dists(a, b)")
+        run_student(fn, *args, what=what)
     return calls
+
+
+def _loop_error(what: str, few: TorchCalls, more: TorchCalls, sizes: tuple[str, str, str], loops: Mistake) -> None:
+    """Raise ``loops`` if the call on the larger inputs ran clearly more tensor operations (a Python loop);
+    ``sizes``: the smaller inputs, the larger ones, and what they count ("points")."""
+    __tracebackhide__ = True
+    small, large, unit = sizes
+    if more.count > few.count + 10:
+        raise mistake_error(
+            f"{what} ran {few.count} tensor operations on {small} {unit}, {more.count} on {large}",
+            loops,
+            expected=f"as many for more {unit}",
+        )
 
 
 def _pairwise_design(pairwise_sq_dists: Callable) -> None:
     """The prompt's rule: no torch.cdist, and no loop. A broadcasting answer runs the same operations whatever
     the number of points; a loop over rows or pairs runs more for more points (counted on 20 x 15, then 40 x 30)."""
     __tracebackhide__ = True
-    few = _operations(pairwise_sq_dists, 20, 15)
-    more = _operations(pairwise_sq_dists, 40, 30)
+    what = "your pairwise_sq_dists(a, b)"
+    few = _operations(pairwise_sq_dists, _randn(44, (20, 3), (15, 3)), what)
+    more = _operations(pairwise_sq_dists, _randn(64, (40, 3), (30, 3)), what)
     if torch.cdist in few.seen | more.seen:
-        raise mistake_error("your pairwise_sq_dists(a, b) calls torch.cdist", USES_CDIST)
-    if more.count > few.count + 10:
-        raise mistake_error(
-            f"your pairwise_sq_dists(a, b) ran {few.count} tensor operations on 20 and 15 points, "
-            f"{more.count} on 40 and 30",
-            LOOPS,
-            expected="as many for more points",
-        )
+        raise mistake_error(f"{what} calls torch.cdist", USES_CDIST)
+    _loop_error(what, few, more, ("20 and 15", "40 and 30", "points"), LOOPS)
 
 
 @exercise("01.1", "pairwise squared distances")
@@ -327,6 +364,33 @@ def _rows_and_columns_swapped(scores: torch.Tensor, labels: torch.Tensor) -> lis
     ]
 
 
+def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
+    """The right rows, but a softmax, a minus or the column to the left on the way."""
+    return [
+        Mistake(
+            "probabilities",
+            scores.softmax(dim=1)[torch.arange(len(labels)), labels],
+            why="those are the labels' probabilities (a softmax of each row): the exercise asks for the raw scores "
+            "themselves",
+            look="pick from scores as they are, before any softmax",
+        ),
+        Mistake(
+            "wrong sign",
+            -_class_scores_reference(scores, labels),
+            why="the right entries with their sign flipped: the minus belongs to a loss, and the exercise asks for "
+            "the scores as they are",
+            look="the sign in front of the picked entries",
+        ),
+        Mistake(
+            "labels shifted by one",
+            scores[torch.arange(len(labels)), labels - 1],
+            why="each row gave the entry one column to the left of its label: the labels count the classes from 0, "
+            "as the columns do, so labels[i] is the column number itself",
+            look="the column index: labels as they are, with nothing added or subtracted",
+        ),
+    ]
+
+
 def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.3 for this case."""
     return [
@@ -351,6 +415,7 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             "exercise asks for the raw scores themselves",
             look="pick from scores as they are, before any softmax",
         ),
+        *_class_scores_picked_wrongly(scores, labels),
         Mistake(
             "predicted classes",
             scores.argmax(dim=1),
@@ -403,6 +468,27 @@ def _classes_from_labels(err: CheckError) -> CheckError:
     )
 
 
+LOOPS_OVER_SAMPLES = Mistake(
+    "Python loop",
+    None,
+    why="the number of tensor operations grows with the number of samples: a Python loop (or a comprehension) "
+    "picks one entry at a time, where one indexing picks every sample's entry at once",
+    look="index scores with two tensors of N entries: one numbering the rows, and labels for the columns",
+)
+
+
+def _class_scores_design(correct_class_scores: Callable) -> None:
+    """The prompt's rule: no loop. Indexing runs the same operations for 20 samples as for 40."""
+    __tracebackhide__ = True
+    what = "your correct_class_scores(scores, labels)"
+    calls = []
+    for n in (20, 40):
+        (scores,) = _randn(33 + n, (n, 5))
+        labels = torch.arange(n) % 5
+        calls.append(_operations(correct_class_scores, (scores, labels), what))
+    _loop_error(what, calls[0], calls[1], ("20", "40", "samples"), LOOPS_OVER_SAMPLES)
+
+
 @exercise("01.3", "the score of each sample's label")
 def check_correct_class_scores(correct_class_scores: Any) -> None:
     """Exercise 01.3: entry i is scores[i, labels[i]]. Example: ``lab.check_correct_class_scores(correct_class_scores)``."""
@@ -420,6 +506,7 @@ def check_correct_class_scores(correct_class_scores: Any) -> None:
         if err.usage or err.mistake == "too slow":
             raise
         raise _classes_from_labels(err) from None
+    _class_scores_design(correct_class_scores)
     total = len(every_class) + len(last_missing)
     passed(f"correct_class_scores: matches the reference on {total} cases, some without the last class")
 
@@ -590,8 +677,17 @@ def _channels_first_reference(images: torch.Tensor) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def _has_four_axes(result: Any) -> bool:
-    return isinstance(result, torch.Tensor) and result.dim() == 4
+def _flattens_to(expected: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer has more than two axes, and flattening all but the first gives ``expected``."""
+
+    def not_flat(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.dim() <= 2 or result.shape[0] != expected.shape[0]:
+            return False
+        if result[0].numel() != expected.shape[1]:
+            return False
+        return rel_error(result.reshape(expected.shape), expected) < 1e-4
+
+    return not_flat
 
 
 def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
@@ -625,8 +721,9 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
         ),
         Mistake(
             "not flattened",
-            _has_four_axes,
-            why="the axes are in the right order but each image is still (C, H, W): one row per image is asked",
+            _flattens_to(_channels_first_reference(images)),
+            why="the values are in the right order but each image is not one row yet (it is still (C, H, W), or "
+            "(C, H*W)): one row per image is asked",
             look="flatten everything after the batch axis",
         ),
         Mistake(
@@ -670,6 +767,19 @@ def _per_sample_reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.stack([x[b] @ w[b] for b in range(len(x))])
 
 
+def _squeezed_everything(expected: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer is ``expected`` with its axes of size 1 removed (a squeeze() without an axis)."""
+
+    def squeezed(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or expected.squeeze().shape == expected.shape:
+            return False
+        if result.shape != expected.squeeze().shape:
+            return False
+        return rel_error(result, expected.squeeze()) < 1e-4
+
+    return squeezed
+
+
 def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.6 for this case."""
     return [
@@ -698,6 +808,18 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             look="the axis of the sum",
         ),
         Mistake(
+            "mean instead of sum",
+            (x[:, :, None] * w).mean(1),
+            why="that is the mean of the products over D; a matrix product adds them up",
+            look="the reduction over D",
+        ),
+        Mistake(
+            "every size-1 axis squeezed",
+            _squeezed_everything(_per_sample_reference(x, w)),
+            why="squeeze() without an axis removed K too, because K is 1 here: the result is (B, K) whatever K is",
+            look="name the axis to remove: squeeze(1)",
+        ),
+        Mistake(
             "matrices summed",
             x @ w.sum(0),
             why="each sample met the sum of all the matrices: the batch index of w was summed away (an einsum "
@@ -712,8 +834,28 @@ def _per_sample_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [
         _randn(60, (3, 4), (3, 4, 2)),
         _randn(61, (5, 2), (5, 2, 6)),
-        _randn(62, (4, 3), (4, 3, 5), dtype=torch.float32),
+        _randn(62, (4, 3), (4, 3, 1), dtype=torch.float32),  # K = 1: a squeeze() without an axis removes it
     ]
+
+
+LOOPS_OVER_MATRICES = Mistake(
+    "Python loop",
+    None,
+    why="the number of tensor operations grows with the number of samples: a Python loop (or a comprehension) "
+    "multiplies one sample at a time, where one batched product handles every sample at once",
+    look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b] (matmul, bmm or einsum)",
+)
+
+
+def _per_sample_design(per_sample_matmul: Callable) -> None:
+    """The prompt's rule: no loop. A batched product runs the same operations for 20 samples as for 40."""
+    __tracebackhide__ = True
+    what = "your per_sample_matmul(x, w)"
+    calls = []
+    for n in (20, 40):
+        args = _randn(63 + n, (n, 3), (n, 3, 2))
+        calls.append(_operations(per_sample_matmul, args, what))
+    _loop_error(what, calls[0], calls[1], ("20", "40", "samples"), LOOPS_OVER_MATRICES)
 
 
 @exercise("01.6", "one matrix per sample")
@@ -729,4 +871,5 @@ def check_per_sample_matmul(per_sample_matmul: Any) -> None:
         rtol=RTOL,
         atol=ATOL,
     )
+    _per_sample_design(per_sample_matmul)
     passed(f"per_sample_matmul: matches the reference on {len(cases)} cases (shapes and values)")

@@ -290,6 +290,12 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             look="the order of the factors in dw's product, and which one is transposed",
         ),
         Mistake(
+            "dx transposed",
+            (None, (dout @ w.t()).t(), None),
+            why="dx came out transposed: an input's gradient has the input's shape (N, D)",
+            look="the order of the factors in dx's product, and which one is transposed",
+        ),
+        Mistake(
             "dx and dw swapped",
             (None, x.t() @ dout, dout @ w.t()),
             why="the two gradients came back in the other order: the backward returns (dx, dw)",
@@ -489,17 +495,35 @@ def _loss_not_reduced(result: Any) -> bool:
     return isinstance(result[0], torch.Tensor) and result[0].dim() > 0
 
 
+def _loss_not_first(result: Any) -> bool:
+    """A gradient where the loss belongs, and a 0-d tensor (the loss) further on."""
+    if not _loss_not_reduced(result):
+        return False
+    return any(isinstance(value, torch.Tensor) and value.dim() == 0 for value in result[1:])
+
+
 def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 02.3 for this case."""
-    return [*_two_layer_loss_mistakes(x, y, w1, w2), *_two_layer_gradient_mistakes(x, y, w1, w2)]
+    return [
+        *_two_layer_loss_mistakes(x, y, w1, w2),
+        *_two_layer_gradient_mistakes(x, y, w1, w2),
+        *_two_layer_start_mistakes(x, y, w1, w2),
+    ]
 
 
 def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
-    """Mistakes of the loss itself: not finite, not reduced, a mean, halved, the ReLU left out."""
+    """Mistakes of the loss itself: not finite, returned last, not reduced, a mean, halved, a norm, the ReLU left out."""
     g1, g2 = two_layer_grads(x, y, w1, w2)
     count = y.numel()
     return [
         NOT_FINITE,
+        Mistake(
+            "loss not first",
+            _loss_not_first,
+            why="the loss came back after the gradients: loss_and_grads returns (loss, grad_w1, grad_w2), in "
+            "this order",
+            look="the return line",
+        ),
         Mistake(
             "loss not reduced",
             _loss_not_reduced,
@@ -524,6 +548,13 @@ def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
             (lecture_loss(x, y, w1, w2) / 2, None, None),
             why="the loss is half the sum of the squared errors: some courses put 1/2 in front of the L2 loss, the "
             "lecture's does not (and its gradient keeps the 2 of (p - y)**2)",
+            look="the line that computes loss",
+        ),
+        Mistake(
+            "square root of the loss",
+            (lecture_loss(x, y, w1, w2).sqrt(), None, None),
+            why="the loss is the square root of the sum of the squared errors (a norm, .norm() or torch.dist): "
+            "the exercise's loss is the sum itself, without the root",
             look="the line that computes loss",
         ),
         Mistake(
@@ -585,6 +616,36 @@ def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Ten
             look="the return line",
         ),
     ]
+
+
+def _two_layer_start_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """Mistakes of grad_y_pred, where the backward pass starts: a mean's factor, or the squared errors themselves."""
+    g1, g2 = two_layer_grads(x, y, w1, w2)
+    return [
+        Mistake(
+            "gradients of the mean",
+            (None, g1 / y.numel(), g2 / y.numel()),
+            why="the loss is the sum, but grad_y_pred was divided by the number of entries, as for a mean: the sum's "
+            "derivative has no such factor",
+            look="grad_y_pred",
+        ),
+        Mistake(
+            "the loss for its derivative",
+            (None, *_squared_errors_as_gradient(x, y, w1, w2)),
+            why="grad_y_pred holds the squared errors (y_pred - y)**2 themselves: the backward pass starts from "
+            "their derivative with respect to y_pred",
+            look="grad_y_pred",
+        ),
+    ]
+
+
+def _squared_errors_as_gradient(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple:
+    """(grad_w1, grad_w2) of a backward pass that starts from (y_pred - y)**2 instead of its derivative."""
+    h = x @ w1
+    start = (torch.relu(h) @ w2 - y) ** 2
+    grad_w2 = torch.relu(h).t() @ start
+    grad_w1 = x.t() @ (start @ w2.t() * (h > 0))
+    return grad_w1, grad_w2
 
 
 def _two_layer_cases() -> list[tuple]:

@@ -98,6 +98,11 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
         Mistake("half the gradient", (d * (b + e), None), "grad_a is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("half the gradient", (None, d * a), "grad_b is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("grad_b uses b", (None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b"),
+        Mistake(
+            "grad_a uses a",
+            (2 * d * (a + e), None),
+            "grad_a: the derivative of a * b with respect to a is b, not a",
+        ),
         Mistake("gradients swapped", (2 * d * a, 2 * d * (b + e)), "grad_a and grad_b are returned in swapped order"),
         Mistake(
             "paths multiplied",
