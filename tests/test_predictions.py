@@ -163,3 +163,13 @@ def test_numbers_count_within_the_tolerance(capsys):
     judge(120, 100)
     assert capsys.readouterr().out.startswith("NOT RIGHT")
     assert math.isclose(core.COMMITTED["q"].answer, 120)
+
+
+def test_a_number_written_as_text_counts_where_the_choices_are_numbers(capsys):
+    judge("1024", 1024, choices=(64, 1024, 4096))
+    assert capsys.readouterr().out.startswith("PASS  q: 1024 is right (recorded answer: 1024)")
+    judge(" 64 ", 1024, choices=(64, 1024, 4096))
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert "one of the choices" in refused(judge, "ten", 1024, choices=(64, 1024, 4096))
+    judge("error", "error", choices=("error", "1"))  # words stay words
+    assert capsys.readouterr().out.startswith("PASS")

@@ -56,7 +56,7 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     if isinstance(got, tuple):
         got = tuple(scalar_of(item) for item in got)
     if isinstance(got, str):
-        return got.strip().lower()
+        return _number_in_text(got.strip().lower(), choices)
     if isinstance(got, tuple):
         return tuple(item.strip().lower() if isinstance(item, str) else item for item in got)
     word_choices = [c for c in choices or () if isinstance(c, str)]
@@ -65,6 +65,20 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
         if word in word_choices:
             return word
     return got
+
+
+def _number_in_text(text: str, choices: Sequence[Any] | None) -> Any:
+    """``"1024"`` as the number 1024 where the choices are numbers (a word stays a word)."""
+    numbers = [c for c in choices or () if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    if not numbers:
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        return text
+    if value.is_integer() and all(isinstance(c, int) for c in numbers):
+        return int(value)
+    return value
 
 
 def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *, form: str | None = None) -> Any:
