@@ -59,6 +59,10 @@ def make_evaluate(**mistakes):
             loss = loss_sum
         if mistakes.get("over_batches"):
             loss = loss_sum / len(loader)
+        if mistakes.get("over_slots"):
+            loss = loss_sum / (len(loader) * loader.batch_size)
+        if mistakes.get("batch_accs_over_images"):
+            acc = sum(batch_accs) / total
         if mistakes.get("last_batch"):
             loss = batch_means[-1]
             acc = batch_accs[-1]
@@ -128,16 +132,20 @@ def make_train(evaluate=None, **mistakes):
             for images, labels in train_loader:
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
                 logits = model(images)
-                loss = F.cross_entropy(logits, labels)
+                loss = F.cross_entropy(logits, labels, reduction=mistakes.get("reduction", "mean"))
+                if mistakes.get("step_first") == "old gradients":
+                    optimizer.step()
                 if not mistakes.get("no_zero_grad") and not mistakes.get("zero_grad_late"):
                     optimizer.zero_grad()
+                if mistakes.get("step_first") == "no gradients":
+                    optimizer.step()
                 loss.backward()
                 if mistakes.get("zero_grad_late"):
                     optimizer.zero_grad()
                 if sched == "first":
                     lr = _lr(optimizer, scheduler, mistakes)
                     scheduler.step()
-                if not mistakes.get("no_step"):
+                if not mistakes.get("no_step") and not mistakes.get("step_first"):
                     optimizer.step()
                 at = step if mistakes.get("zero_based") else step + 1
                 step += 1
@@ -177,6 +185,7 @@ def make_train(evaluate=None, **mistakes):
                 "percent": 100 * correct / seen,
                 "count": correct,
                 "last_batch": batch_accs[-1],
+                "val": val_acc,
             }[mistakes.get("train_acc") if mistakes.get("train_acc") != "remeasured" else None]
             if mistakes.get("train_acc") == "remeasured":
                 train_acc = evaluate(model, train_loader)[1]
@@ -186,6 +195,8 @@ def make_train(evaluate=None, **mistakes):
             val_logged = (100 * val_acc if mistakes.get("val_percent") else val_acc, val_loss)
             if mistakes.get("val_swapped"):
                 val_logged = (val_loss, val_acc)
+            if mistakes.get("last_loss_as_val"):
+                val_logged = (val_acc, loss.item())
             _log(writer, "accuracy/train", train_acc, at, mistakes)
             _log(writer, "accuracy/val", val_logged[0], at, mistakes)
             _log(writer, "loss/val", val_logged[1], at, mistakes)
@@ -267,6 +278,13 @@ LOOP_MISTAKES = [
     (dict(softmax_first=True), {}, "softmax before the loss"),
     ({}, dict(second_forward="no_grad"), "second forward pass in training mode"),
     ({}, dict(second_forward="grad"), "second forward pass in training mode"),
+    # found by the audit: each of these got expected/got only, on every try
+    (dict(over_slots=True), {}, "loss divided by batches times batch size"),
+    (dict(batch_accs_over_images=True), {}, "batch accuracies divided by the image count"),
+    ({}, dict(reduction="sum"), "loss summed over the batch"),
+    ({}, dict(train_acc="val"), "validation accuracy as training accuracy"),
+    ({}, dict(last_loss_as_val=True), "last training loss as validation loss"),
+    ({}, dict(step_first="old gradients"), "step() before backward()"),  # was torch's RuntimeError
 ]
 
 
@@ -278,6 +296,15 @@ def test_each_loop_mistake_is_named(evaluate_flags, train_flags, name):
         lab.check_training_loop(evaluate, train)
     assert err.value.mistake == name, str(err.value)
     assert err.value.hint and name not in err.value.message  # rung 1 says what, not the mistake
+
+
+def test_a_step_before_backward_hears_about_the_order():
+    """07.1: optimizer.step() before loss.backward() was told "backward() is missing" or "zero_grad() runs
+    between": neither was true."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(make_evaluate(), make_train(step_first="no gradients"))
+    assert err.value.mistake == "no gradient at step"
+    assert "after optimizer.step()" in err.value.hint
 
 
 def test_the_learning_rate_is_judged_by_value_not_only_by_step():

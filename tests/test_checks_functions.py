@@ -188,11 +188,25 @@ def naive_backward(ctx, g):
     return g * torch.exp(x) / (1 + torch.exp(x))
 
 
+def float32_inside_backward(ctx, g):
+    """04.2: the derivative computed in float32 and cast back (was named "1 - exp(-y) cancels")."""
+    (x,) = ctx.saved_tensors
+    return g * torch.sigmoid(x.float()).to(x.dtype)
+
+
+def averaged_grad_output(ctx, g):
+    """04.2: grad_output averaged before the chain rule (got expected/got only)."""
+    (x,) = ctx.saved_tensors
+    return g.mean() * torch.sigmoid(x)
+
+
 PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each written as a student would
     "forward overflows": make(save_x(lambda x: torch.log(1 + torch.exp(x))), sigmoid_of_saved),
     "exp(x) / (1 + exp(x)) overflows": make(save_x(stable), naive_backward),
     "forward is max(x, 0) alone": make(save_x(lambda x: x.clamp(min=0)), sigmoid_of_saved),
     "log for log1p": make(save_x(lambda x: x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs()))), sigmoid_of_saved),
+    "backward in float32": make(save_x(stable), float32_inside_backward),
+    "grad_output reduced to one number": make(save_x(stable), averaged_grad_output),
 }
 
 
@@ -518,3 +532,71 @@ def test_other_cancelling_backwards_hear_about_the_cancellation_not_about_y(back
     err = failure(lab.check_softplus_function, make(save_x(stable), backward))
     assert err.mistake == "1 - exp(-y) cancels"
     assert "it subtracts two numbers close to 1" in err.hint
+
+
+def _sigmoid_derivative_backward(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * torch.sigmoid(x) * (1 - torch.sigmoid(x))
+
+
+def _grad_x_negated(ctx, g):
+    x, w = ctx.saved_tensors
+    return -ctx.scale * g.mm(w.t()), ctx.scale * x.t().mm(g), None
+
+
+def _grad_w_negated(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), -ctx.scale * x.t().mm(g), None
+
+
+def _grad_w_batch_mean(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), ctx.scale * x.t().mm(g) / x.shape[0], None
+
+
+WRITTEN_MISTAKES = {  # found by the audit: each got expected/got only, or a wrong cause (04.4's "not this scale")
+    "correction subtracted": (
+        lab.check_softplus_function,
+        make(save_x(lambda x: x.clamp(min=0) - torch.log1p(torch.exp(-x.abs()))), sigmoid_of_saved),
+    ),
+    "sigmoid's derivative of x": (lab.check_softplus_function, make(save_x(stable), _sigmoid_derivative_backward)),
+    "grad_x sign flipped": (lab.check_scaled_matmul_function, make(mm_forward, _grad_x_negated, "ScaledMatmul")),
+    "grad_w sign flipped": (lab.check_scaled_matmul_function, make(mm_forward, _grad_w_negated, "ScaledMatmul")),
+    "grad_w averaged over the batch": (
+        lab.check_scaled_matmul_function,
+        make(mm_forward, _grad_w_batch_mean, "ScaledMatmul"),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITTEN_MISTAKES))
+def test_mistakes_written_as_a_student_would_are_named(name):
+    check, student = WRITTEN_MISTAKES[name]
+    assert failure(check, student).mistake == name
+
+
+def _sigmoid_in_place(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * x.sigmoid_()
+
+
+def _scale_in_place(ctx, g):
+    x, w = ctx.saved_tensors
+    grad_x = g.mm(w.t()).mul_(ctx.scale)
+    w.mul_(ctx.scale)  # the saved weight scaled in place, then used for grad_w's sake
+    return grad_x, x.t().mm(g) * ctx.scale, None
+
+
+@pytest.mark.parametrize(
+    "check, student",
+    [
+        (lab.check_softplus_function, make(save_x(stable), _sigmoid_in_place)),
+        (lab.check_scaled_matmul_function, make(mm_forward, _scale_in_place, "ScaledMatmul")),
+    ],
+    ids=["softplus x.sigmoid_()", "matmul w.mul_()"],
+)
+def test_a_backward_that_changes_a_saved_tensor_is_named(check, student):
+    """04.2: x.sigmoid_() in backward got torch's RuntimeError from gradcheck, a traceback's words."""
+    err = failure(check, student)
+    assert err.mistake == "saved tensor changed in place"
+    assert "RuntimeError" not in str(err)

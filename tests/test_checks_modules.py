@@ -181,6 +181,11 @@ def _cached_transpose(self, i, o):
     self.weight_t = self.weight.t()  # a copy: .double() and load_state_dict leave it behind
 
 
+def _in_float32(self, x):
+    """05.1: computed in float32 and cast back (got expected/got only, an error of 1e-7)."""
+    return (x.float() @ self.weight.float().t() + self.bias.float()).to(x.dtype)
+
+
 # Mistake name -> a MyLinear that makes it.
 LINEAR_MISTAKES = {
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
@@ -208,6 +213,7 @@ LINEAR_MISTAKES = {
     "a copy of the weight kept": linear_variant(
         init=_cached_transpose, forward=lambda self, x: x @ self.weight_t + self.bias
     ),
+    "computed in float32": linear_variant(forward=_in_float32),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -216,6 +222,10 @@ MORE_LINEAR_MISTAKES = [
     ("no super().__init__()", linear_variant(init=_no_super_tensor)),
     ("weights start equal", linear_variant(init=_same_rows)),
     ("one bias for every output", linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias.sum())),
+    (  # 05.1: a sigmoid (or softmax) inside got expected/got only: only a ReLU was listed
+        "activation inside the layer",
+        linear_variant(forward=lambda self, x: torch.sigmoid(x @ self.weight.t() + self.bias)),
+    ),
 ]
 
 
@@ -977,3 +987,18 @@ def test_a_weight_of_an_unhashable_tensor_class_gets_a_sentence():
     with pytest.raises(lab.CheckError, match="cannot be hashed") as info:
         lab.check_my_linear(linear_variant(init=_unhashable_weight))
     assert info.value.usage
+
+
+def _copy_then_add_in_place(self, x):
+    h = x.clone()  # the caller's x is safe, but fc1 keeps this h for backward
+    for block in self.blocks:
+        h += block.fc2(torch.relu(block.fc1(h)))
+    return h
+
+
+def test_an_in_place_sum_on_a_copy_is_named():
+    """05.3: h = x.clone(); h += ... got torch's RuntimeError from backward, in a traceback's words."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=_copy_then_add_in_place))
+    assert err.value.mistake == "in-place sum in forward"
+    assert "RuntimeError" not in str(err.value)

@@ -255,6 +255,31 @@ def _leave_step_at_first(self):
             p.sub_(group["lr"] * state["v"])
 
 
+def _velocity_without_momentum(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"] += p.grad
+    p.sub_(group["lr"] * state["v"])
+
+
+def _momentum_times_gradient(self, p, group):
+    state = self.state[p]
+    v = state.get("v", torch.zeros_like(p))
+    state["v"] = v + group["momentum"] * p.grad
+    p.sub_(group["lr"] * state["v"])
+
+
+def _momentum_written_in(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(0.9).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 # More ways students write a listed mistake: description -> (mistake name, a student's SGDMomentum).
 WRITTEN_AS = {
     "group = self.param_groups[0] for every group": (
@@ -269,6 +294,10 @@ WRITTEN_AS = {
         "first step skipped",
         variant(step=torch.no_grad()(_leave_step_at_first)),
     ),
+    # found by the audit: these three got expected/got only, on every try
+    "v += grad": ("momentum factor missing", variant(update=_velocity_without_momentum)),
+    "v = v + momentum * grad, from zeros": ("momentum on the gradient", variant(update=_momentum_times_gradient)),
+    "v.mul_(0.9) in step()": ("setting written into step()", variant(update=_momentum_written_in)),
 }
 
 
@@ -378,7 +407,9 @@ def test_sweep_prediction_right(capsys):
     lab.check_sweep_prediction("SGD")
     out = capsys.readouterr().out
     assert out.startswith("PASS  the sweep's winner: 'sgd' is right (recorded answer: 'sgd')")
-    assert "sgd 1, momentum 0.1, adam 0.01" in out
+    assert "sgd 1, momentum 0.1, adam 0.01" not in out  # the explanation waits for the student's own
+    lab.hint("06.1")
+    assert "sgd 1, momentum 0.1, adam 0.01" in capsys.readouterr().out
 
 
 def test_sweep_prediction_records_the_first_answer_and_asks_why(capsys):

@@ -187,8 +187,23 @@ def _student(cls: type, case: tuple, ex: _FunctionExercise) -> tuple:
             originals.append(a)
             leaves.append(a)
     out = _forward(cls, leaves, originals, ex)
+    output = out.detach().clone()
     grads = _backward(cls, out, grad_output)
+    _saved_unchanged(cls, [output, *leaves], [out, *originals], ("output", *ex.arguments))
     return (out.detach(), *_one_per_argument(cls, grads, tuple(args), ex))
+
+
+def _saved_unchanged(cls: type, before: list, after: list, names: tuple) -> None:
+    """backward leaves forward's input and output as they were: either may be what ctx saved."""
+    __tracebackhide__ = True
+    for name, old, new in zip(names, before, after):
+        if isinstance(old, torch.Tensor) and not torch.equal(old.detach(), new.detach()):
+            raise CheckError(
+                f"{cls.__name__}.backward changed forward's {name} in place",
+                hint="what ctx saved still belongs to autograd (and the input to the caller): compute the "
+                "gradient with out-of-place operations (no method ending in _, and a = a * b, not a *= b)",
+                mistake="saved tensor changed in place",
+            )
 
 
 def _reference(ex: _FunctionExercise, case: tuple) -> tuple:
@@ -332,6 +347,30 @@ def _fixed_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tenso
     return math.isclose(factors[0], factors[1], rel_tol=1e-6) and not math.isclose(factors[0], scale, rel_tol=1e-6)
 
 
+def _one_number_times_sigmoid(x: torch.Tensor, got: tuple) -> bool:
+    """Is the gradient one constant (not 1) times sigmoid(x): grad_output summed or averaged first?"""
+    grad = got[1]
+    if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or x.numel() < 2:
+        return False
+    local = torch.sigmoid(x).double()
+    factor = float((grad.double() * local).sum() / local.square().sum())
+    if math.isclose(factor, 1.0, rel_tol=1e-6):
+        return False
+    return bool(torch.allclose(grad.double(), factor * local, rtol=1e-6, atol=1e-12))
+
+
+def _float32_gradient(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
+    """Is the gradient, element by element, grad_output * sigmoid(x) computed in float32 (x of a wider dtype)?"""
+    grad = got[1]
+    if x.dtype == torch.float32 or not isinstance(grad, torch.Tensor) or grad.shape != x.shape:
+        return False
+    if torch.allclose(grad.double(), (g * torch.sigmoid(x)).double(), rtol=RTOL, atol=0.0):
+        return False  # the right gradient: something else is wrong
+    local = torch.sigmoid(x.float()).to(x.dtype)
+    candidates = (g * local, (g.float() * local.float()).to(x.dtype))
+    return any(torch.allclose(grad.double(), c.double(), rtol=1e-5, atol=0.0) for c in candidates)
+
+
 def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
     """The typical wrong forward outputs of a softplus Function (any gradient)."""
     stable32 = (x.float().clamp(min=0) + torch.log1p(torch.exp(-x.float().abs()))).to(x.dtype)
@@ -346,6 +385,12 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "forward adds x for max(x, 0)",
             (x + torch.log1p(torch.exp(-x.abs())), None),
             "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
+        ),
+        Mistake(
+            "correction subtracted",
+            (x.clamp(min=0) - torch.log1p(torch.exp(-x.abs())), None),
+            "the correction term log1p(exp(-|x|)) is subtracted from max(x, 0): the stable form adds it "
+            "(softplus is never below max(x, 0))",
         ),
         Mistake(
             "exp(-x) for exp(-|x|)",
@@ -429,17 +474,53 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             (None, g * (1 - torch.exp(-x))),
             "1 - exp(-y) wants the OUTPUT y = softplus(x): it was given the input x",
         ),
+        *_softplus_chain_mistakes(x, g),
         Mistake(
             "sigmoid's derivative",
             (None, g * y * (1 - y)),
             "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
         ),
+        *_softplus_rounding_mistakes(x, g),
+    ]
+
+
+def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """Backwards that take the sigmoid's derivative for softplus's, or reduce grad_output before the chain rule."""
+    return [
+        Mistake(
+            "sigmoid's derivative of x",
+            (None, g * torch.sigmoid(x) * (1 - torch.sigmoid(x))),
+            "sigmoid(x) (1 - sigmoid(x)) is the derivative of the sigmoid: the derivative of softplus is the "
+            "sigmoid itself, one step less",
+        ),
+        Mistake(
+            "grad_output reduced to one number",
+            functools.partial(_one_number_times_sigmoid, x),
+            "every element of grad_x is sigmoid(x) times one and the same number: grad_output was summed or "
+            "averaged first, but the chain rule multiplies element by element, each element of grad_output with "
+            "the derivative at the same position",
+            look="backward: what multiplies the derivative, and whether it still has x's shape",
+        ),
+    ]
+
+
+def _softplus_rounding_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """Backwards with the right formula on paper whose numbers overflow, cancel or lose float64's digits."""
+    y = F.softplus(x)
+    return [
         Mistake(
             "exp(x) / (1 + exp(x)) overflows",
             functools.partial(_nan_where_exp_overflows, x),
             "the gradient is NaN exactly where exp(x) overflows: an exp of a large number (of x, or of the output, "
             "which is about x there) is inf, and inf / inf or inf - inf is NaN, as in exp(x) / (1 + exp(x)): write "
             "the derivative so that nothing overflows",
+        ),
+        Mistake(
+            "backward in float32",
+            functools.partial(_float32_gradient, x, g),
+            "grad_x has float32's precision: backward computes in float32 (a .float(), or a float32 constant) and "
+            "casts back, so tiny gradients (x very negative) round to 0; a Function computes in its input's dtype",
+            look="backward: every .float() and every tensor it creates",
         ),
         Mistake(
             "1 - exp(-y) cancels",
@@ -533,6 +614,7 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             "the gradients ignore grad_output: each is the local derivative times grad_output",
         ),
         Mistake("gradients swapped", (None, grad_w, grad_x), "grad_x and grad_w are returned in swapped order"),
+        *_sign_and_batch_mistakes(x, w, scale, g),
         Mistake(
             "grad_w transposed",
             (None, None, grad_w.t()),
@@ -552,6 +634,36 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             look="where the factor in backward comes from",
         ),
         *_grad_w_factor_mistakes(x, w, scale, g),
+    ]
+
+
+def _sign_and_batch_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
+    """A gradient with the wrong sign, or grad_w averaged over the batch, as a mean loss would be."""
+    grad_x = scale * g.mm(w.t())
+    grad_w = scale * x.t().mm(g)
+    return [
+        Mistake(
+            "grad_x sign flipped",
+            (None, -grad_x, None),
+            "grad_x has the right size and the wrong sign: forward multiplies by scale, it subtracts nothing, so no "
+            "minus sign enters its gradients",
+            look="the line that computes grad_x: its signs",
+        ),
+        Mistake(
+            "grad_w sign flipped",
+            (None, grad_x, -grad_w),
+            "grad_w has the right size and the wrong sign, while grad_x is right: forward multiplies by scale, it "
+            "subtracts nothing, so no minus sign enters its gradients",
+            look="the line that computes grad_w: its signs",
+        ),
+        Mistake(
+            "grad_w averaged over the batch",
+            (None, grad_x, grad_w / x.shape[0]),
+            f"grad_w is divided by the number of rows of x ({x.shape[0]}): forward sums over the rows of x (a "
+            "matrix product), so grad_w sums their contributions; a mean, if any, belongs to the loss, and "
+            "grad_output already carries it",
+            look="the line that computes grad_w: what it divides by",
+        ),
     ]
 
 

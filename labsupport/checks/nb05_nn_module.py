@@ -222,6 +222,26 @@ USES_LINEAR = Mistake(
 )
 
 
+def _softmax(t: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(t, dim=-1)
+
+
+#: Activations students put inside MyLinear's forward.
+LAYER_ACTIVATIONS = (torch.relu, torch.sigmoid, torch.tanh, _softmax)
+
+
+def _in_float32(right: torch.Tensor) -> Mistake:
+    """The right output, but only to float32's precision."""
+    return Mistake(
+        "computed in float32",
+        _same_as(right, rtol=1e-5, atol=1e-6),
+        why="the output is right to float32's precision only: forward computes in float32 (a .float(), or a "
+        "tensor it creates without a dtype) and casts back; a layer computes in its parameters' dtype, which "
+        "is float64 after .double() (the check loads float64 weights)",
+        look="forward: every .float() and every tensor it creates",
+    )
+
+
 def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> list[Mistake]:
     """The outputs of the typical wrong forward passes (float64 references)."""
     right = x @ weight.t() + bias
@@ -247,10 +267,12 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
         ),
         Mistake(
             "activation inside the layer",
-            _same_as(torch.relu(right)),
-            why="the output goes through a ReLU; nn.Linear is linear, the activation is a separate module",
+            _either(*[activation(right) for activation in LAYER_ACTIVATIONS]),
+            why="the output goes through an activation (a ReLU, sigmoid, tanh or softmax); nn.Linear is linear, "
+            "the activation is a separate module",
             look="forward: return the affine map itself",
         ),
+        _in_float32(right),
     ]
     mistakes.append(
         Mistake(
@@ -795,6 +817,14 @@ DETACHED = Mistake(
     why="the outputs are right but the gradients differ: part of forward is cut from the graph (.detach(), .data)",
     look="forward: no .detach() or .data on the way from x to the output",
 )
+INPLACE_SUM = Mistake(
+    "in-place sum in forward",
+    None,
+    why="forward changes h in place (`h += ...`) after a layer used it: fc1 keeps the h it was given for backward, "
+    "and the in-place sum overwrites it, so autograd refuses to backpropagate (a copy made first does not help: "
+    "the copy is what fc1 kept)",
+    look="forward: h = h + ... makes a new tensor; h += ... writes into the old one",
+)
 STACK_INPLACE = "`h += ...` (or another in-place operation) on the caller's {name} writes into it: write h = h + ..."
 
 
@@ -893,7 +923,13 @@ def _check_gradients(
     for p in params:
         p.grad = None
     upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(53), dtype=out.dtype)
-    run_student(_backward, out, upstream, what=f"backward through {call}(x)")
+    try:
+        run_student(_backward, out, upstream, what=f"backward through {call}(x)")
+    except CheckError as err:
+        if err.usage or "modified by an inplace operation" not in err.message:
+            raise
+        message = f"backward through {call}(x) failed: a tensor that forward's layers kept for backward was changed in place afterwards"
+        raise mistake_error(message, INPLACE_SUM) from None
     reference = _stack(blocks, x)
     expected = torch.autograd.grad((reference * upstream.double()).sum(), copies, allow_unused=True)
     for number, (p, want) in enumerate(zip(params, expected), start=1):

@@ -185,8 +185,31 @@ def _stale_from_grad(p, g, v, lr, mu):
     return p - lr * old, mu * old + g
 
 
+def _momentum_missing(p, g, v, lr, mu):
+    v = g if v is None else v + g
+    return p - lr * v, v
+
+
+def _momentum_on_gradient(p, g, v, lr, mu):
+    v = g if v is None else v + mu * g
+    return p - lr * v, v
+
+
+def _momentum_on_gradient_from_zero(p, g, v, lr, mu):
+    v = mu * g if v is None else v + mu * g
+    return p - lr * v, v
+
+
+#: The defaults of the prompt's signature, SGDMomentum(params, lr=0.01, momentum=0.9): the numbers a student
+#: writes into step() in place of the group's.
+PROMPT_DEFAULTS = {"lr": 0.01, "momentum": 0.9}
+
+
 def _settings(group: dict, first: dict, constructor: dict, which: str) -> dict:
     """The lr and momentum a replayed optimizer uses for ``group`` (``first``: its first group)."""
+    if which in ("step lr", "step momentum"):
+        name = which.split()[1]
+        return {**group, name: PROMPT_DEFAULTS[name]}
     if which == "constructor":
         return constructor
     if which == "first group":
@@ -319,6 +342,28 @@ RULE_MISTAKES = [
         WrongRule((_no_lr,)),
         why="the step moves by the whole velocity: the learning rate is never applied",
         look="step(): p -= lr * v",
+    ),
+    Mistake(
+        "momentum factor missing",
+        WrongRule((_momentum_missing,)),
+        why="the velocity adds each gradient to the old velocity at full weight: the old velocity is never "
+        "multiplied by the momentum, so old gradients never fade",
+        look="step(): the line that updates v, and where the momentum enters it",
+    ),
+    Mistake(
+        "momentum on the gradient",
+        WrongRule((_momentum_on_gradient, _momentum_on_gradient_from_zero)),
+        why="the momentum multiplies the new gradient instead of the old velocity: it is the old velocity that "
+        "fades by the factor momentum at each step, and the new gradient joins it whole",
+        look="step(): the line that updates v, and which term the momentum multiplies",
+    ),
+    Mistake(
+        "setting written into step()",
+        WrongRule((_momentum,), settings=("step momentum", "step lr")),
+        why="step() uses a number of its own (the signature's default, 0.9 or 0.01) instead of the group's "
+        "setting, so a momentum or lr given to the constructor, set per group, or changed by a scheduler never "
+        "reaches the update",
+        look="step(): where the momentum and the lr of the update come from",
     ),
     Mistake(
         "update order",

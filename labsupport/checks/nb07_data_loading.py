@@ -205,6 +205,13 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
             look="what each batch's mean loss is multiplied by",
         ),
         Mistake(
+            "loss divided by batches times batch size",
+            Near(m.loss_sum / m.slots) if m.slots else None,
+            "the summed loss was divided by the number of batches times loader.batch_size, but the last batch is "
+            "short: count the images themselves (len(labels) of each batch)",
+            look="what the summed loss is divided by",
+        ),
+        Mistake(
             "loss divided by the number of batches",
             Near(m.loss_sum / batches),
             "the summed loss was divided by the number of batches (len(loader)): the mean asked for is per image",
@@ -249,6 +256,13 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
             Near(sum(m.batch_accs) / len(m.batch_accs)),
             "the mean of the batch accuracies weighs the short last batch like a full one: count the right "
             "answers over all images, then divide by their number",
+        ),
+        Mistake(
+            "batch accuracies divided by the image count",
+            Near(sum(m.batch_accs) / m.images),
+            "each batch's accuracy (a fraction) was added up, then divided by the number of images: add up the "
+            "right answers themselves (a count per batch), then divide by the number of images",
+            look="what is added up per batch for the accuracy",
         ),
         Mistake("one batch only", Near(m.batch_accs[-1]), "that is the last batch's accuracy alone"),
         Mistake(
@@ -407,7 +421,13 @@ class Run:
 
 
 def _reference_train(
-    model: nn.Module, loader: DataLoader, val: DataLoader, *, zero_grad: bool = True, scheduler_first: bool = False
+    model: nn.Module,
+    loader: DataLoader,
+    val: DataLoader,
+    *,
+    zero_grad: bool = True,
+    scheduler_first: bool = False,
+    reduction: str = "mean",
 ) -> Run:
     """The check's train (or a variant with a known mistake), written out as a student would."""
     optimizer, scheduler = _optimizer(model)
@@ -419,7 +439,7 @@ def _reference_train(
         for images, labels in loader:
             images, labels = images.to(device), labels.to(device)
             logits = model(images)
-            loss = F.cross_entropy(logits, labels)
+            loss = F.cross_entropy(logits, labels, reduction=reduction)
             if zero_grad:
                 optimizer.zero_grad()
             loss.backward()
@@ -457,6 +477,16 @@ class StudentRun:
     weights: torch.Tensor
 
 
+STEP_BEFORE_BACKWARD = Mistake(
+    "step() before backward()",
+    None,
+    "the weights changed in place between the forward pass and loss.backward(): optimizer.step() ran before "
+    "backward(), while autograd still needed the old weights to compute this batch's gradients (and the step "
+    "itself used the previous batch's gradients)",
+    look="the order in train's batch loop: forward, zero_grad(), backward(), step()",
+)
+
+
 class _Count:
     """An optimizer step hook that counts the steps."""
 
@@ -474,17 +504,13 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     optimizer.register_step_post_hook(steps)
     writer = FakeWriter()
     spy = _Spy(model)
-    history = run_student(
-        train,
-        model,
-        loader,
-        val,
-        optimizer,
-        scheduler,
-        EPOCHS,
-        writer,
-        what="train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)",
-    )
+    what = "train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)"
+    try:
+        history = run_student(train, model, loader, val, optimizer, scheduler, EPOCHS, writer, what=what)
+    except CheckError as err:
+        if err.usage or "modified by an inplace operation" not in err.message:
+            raise
+        raise mistake_error(err.message, STEP_BEFORE_BACKWARD) from None
     return StudentRun(history, writer.logged, steps.count, scheduler.last_epoch, spy.seen, _flat_weights(model))
 
 
@@ -578,6 +604,7 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
     import warnings
 
     unzeroed = _reference_train(copy.deepcopy(start), loader, val, zero_grad=False).weights
+    summed = _reference_train(copy.deepcopy(start), loader, val, reduction="sum").weights
     with warnings.catch_warnings():  # torch warns about exactly this order
         warnings.simplefilter("ignore")
         early = _reference_train(copy.deepcopy(start), loader, val, scheduler_first=True).weights
@@ -591,9 +618,16 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
         Mistake(
             "no gradient at step",
             Near(_flat_weights(start), 1e-9),
-            "optimizer.step() found no gradients: "
-            "loss.backward() is missing, or zero_grad() runs between backward() and step()",
+            "optimizer.step() found no gradients: loss.backward() is missing or runs after optimizer.step(), or "
+            "zero_grad() runs between backward() and step()",
             look="zero_grad(), backward(), step(): in this order",
+        ),
+        Mistake(
+            "loss summed over the batch",
+            Near(summed, 1e-5),
+            "the training loss sums the batch's per-image losses (reduction='sum'): its gradient, and so every "
+            "step, grows with the batch size; the training loss is the batch mean, F.cross_entropy's default",
+            look="train: the loss that backward() is called on",
         ),
         Mistake(
             "scheduler before step",
@@ -686,6 +720,17 @@ def _val_mistakes(ref: Run, which: str) -> list[Mistake]:
             "the validation loss and accuracy are swapped: evaluate returns (loss, accuracy)",
         ),
     ]
+    if which == "loss":
+        per_epoch = len(ref.losses) // EPOCHS
+        last_losses = [ref.losses[per_epoch * (epoch + 1) - 1] for epoch in range(EPOCHS)]
+        last_training = Mistake(
+            "last training loss as validation loss",
+            Near(last_losses),
+            "that is the loss of the epoch's last training batch: the validation loss is what evaluate measures on "
+            "val_loader",
+            look="what is logged, and kept in the history, as the validation loss",
+        )
+        mistakes.append(last_training)
     if which == "acc":
         percent = Mistake(
             "percent", Near([100 * m.acc for m in ref.val]), "that is a percentage: accuracies are fractions in [0, 1]"
@@ -787,26 +832,9 @@ def _logged_values(logged: dict[str, list[tuple[Any, Any]]], tag: str) -> list[f
     return [float(as_number(value, f"a value logged under {tag!r}")) for value, _ in logged[tag]]
 
 
-def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> None:
-    """The values logged under each tag, against the reference run's."""
-    __tracebackhide__ = True
-    lr_mistakes = [
-        Mistake(
-            "lr logged after scheduler.step()",
-            Near(ref.lrs_after),
-            "the rate was read after scheduler.step(): that "
-            "is the next step's rate; read it before stepping the scheduler",
-            look="writer.add_scalar('lr', ..., step) before scheduler.step()",
-        ),
-        Mistake(
-            "initial rate logged",
-            Near([ref.lrs[0]] * len(ref.lrs)),
-            "the logged rate never changes: it is "
-            "the initial rate, not the one the scheduler set (scheduler.get_last_lr()[0], or "
-            "optimizer.param_groups[0]['lr'])",
-        ),
-    ]
-    train_acc_mistakes = [
+def _train_acc_mistakes(ref: Run) -> list[Mistake]:
+    """Known wrong values logged under accuracy/train, one per epoch."""
+    return [
         Mistake(
             "mean of batch accuracies",
             Near(ref.train_batch_accs),
@@ -828,11 +856,40 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
         ),
         Mistake("percent", Near([100 * a for a in ref.train_accs]), "that is a percentage: accuracies are fractions"),
         Mistake(
+            "validation accuracy as training accuracy",
+            Near([m.acc for m in ref.val]),
+            "that is the validation accuracy: accuracy/train counts the right answers of the epoch's training "
+            "batches, as they were trained on",
+            look="the value logged under 'accuracy/train'",
+        ),
+        Mistake(
             "count, not fraction",
             Near(ref.train_correct),
             "that is a count of right answers: divide by the number of images seen in the epoch",
         ),
     ]
+
+
+def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> None:
+    """The values logged under each tag, against the reference run's."""
+    __tracebackhide__ = True
+    lr_mistakes = [
+        Mistake(
+            "lr logged after scheduler.step()",
+            Near(ref.lrs_after),
+            "the rate was read after scheduler.step(): that "
+            "is the next step's rate; read it before stepping the scheduler",
+            look="writer.add_scalar('lr', ..., step) before scheduler.step()",
+        ),
+        Mistake(
+            "initial rate logged",
+            Near([ref.lrs[0]] * len(ref.lrs)),
+            "the logged rate never changes: it is "
+            "the initial rate, not the one the scheduler set (scheduler.get_last_lr()[0], or "
+            "optimizer.param_groups[0]['lr'])",
+        ),
+    ]
+    train_acc_mistakes = _train_acc_mistakes(ref)
     checks = [
         ("loss/train", ref.losses, []),
         ("lr", ref.lrs, lr_mistakes),
