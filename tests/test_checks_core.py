@@ -131,6 +131,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "element 0 of tensors does not require grad and does not have a grad_fn": "requires_grad",
         "Trying to backward through the graph a second time": "its own forward pass",
         "view size is not compatible with input tensor's size and stride": "reshape",
+        "one of the variables needed for gradient computation has been modified by an inplace operation": "+=",
     }
     for text, word in cases.items():
         assert word in core.explain_error(RuntimeError(text)), text

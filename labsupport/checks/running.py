@@ -146,7 +146,9 @@ ERROR_HINTS: list[tuple[str, str]] = [
     ),
     (
         r"modified by an inplace operation",
-        "an in-place operation overwrote a value autograd saved for the backward pass",
+        "an in-place operation (an augmented assignment such as +=, a method ending in _, a write through an "
+        "index) overwrote a tensor that autograd saved for the backward pass: which tensor is written after "
+        "an operation already used it?",
     ),
     (
         r"grad can be implicitly created only for scalar outputs",
