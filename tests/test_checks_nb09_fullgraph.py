@@ -164,6 +164,7 @@ VALUES = {
     "a mean of 0 flipped": variant(flip="mean <= 0"),
     "flip each element": variant(flip="each"),
     "count, not share": variant(share="count"),
+    "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
     "zero counted": variant(share=">= 0 after"),
     "share before the flip": variant(share="> 0 before"),
 }

@@ -124,6 +124,21 @@ def group_order(modules, points, programs):
     return torch.cat(outputs)
 
 
+def put_back_the_wrong_way(modules, points, programs):
+    """09.5 audit: indexed by the grouping order itself, not by its inverse: was told "in the order of the groups"."""
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs, order = [], []
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        outputs.append(h)
+        order += rows
+    return torch.cat(outputs)[torch.tensor(order)]
+
+
 def each_step_on_the_points(modules, points, programs):
     rows_of = {}
     for i, program in enumerate(programs):
@@ -167,6 +182,7 @@ MISTAKES = {
     "reversed program": reversed_programs,
     "each step on the points": each_step_on_the_points,
     "rows out of order": group_order,
+    "rows put back wrongly": put_back_the_wrong_way,
     "no gradient": detached,
     "one call per row": one_row_at_a_time,
     "every row through every program": masked,

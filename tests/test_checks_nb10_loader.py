@@ -207,3 +207,18 @@ def test_items_the_dataset_does_not_hold_are_refused(student, item):
     assert info.value.message.startswith(f"the loader gave the item {item}")
     assert "not an item of the dataset rank_loader_fixed was given" in info.value.message
     assert info.value.expected == "items of that dataset: its indices 0 to 49"
+
+
+def test_a_loader_without_the_batch_size_is_named():
+    """10.6 audit: DataLoader(dataset, sampler=sampler), no batch size (batches of 1 item), passed."""
+
+    def one_at_a_time(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        return DataLoader(dataset, sampler=sampler)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(one_at_a_time)
+    assert info.value.mistake == "batch size not passed on"
+    assert info.value.message == "a batch of the loader holds 1 item, where batch_size is 8"
+    assert "sampler=" not in f"{info.value.hint} {info.value.look}"

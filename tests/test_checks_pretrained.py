@@ -179,6 +179,7 @@ CORRECT_TRANSFERS = {
     "backbone under no_grad": (make_prepare(), _features_then_head),
     "nll_loss of log_softmax": (make_prepare(), _nll_of_log_softmax),
     "a new model object": (_prepare_a_copy, make_step()),
+    "lr as a tensor": (make_prepare(lr=torch.tensor(0.01)), make_step()),  # audit: float32 0.01 was "not 0.01"
 }
 
 
@@ -186,6 +187,34 @@ CORRECT_TRANSFERS = {
 def test_correct_variants_pass(prepare, step, capsys):
     lab.check_transfer(prepare, step)
     assert capsys.readouterr().out.startswith("PASS")
+
+
+def _step_with_loss(loss_of):
+    """A step whose loss is ``loss_of(scores, labels)``; everything else as the reference."""
+
+    def transfer_step(model, optimizer, images, labels):
+        model.eval()
+        loss = loss_of(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return transfer_step
+
+
+def _log_softmax_over_batch(scores, labels):
+    return nn.functional.nll_loss(nn.functional.log_softmax(scores, dim=0), labels)
+
+
+def _nll_of_probabilities(scores, labels):
+    return nn.functional.nll_loss(scores.softmax(dim=1), labels)
+
+
+def _prepare_weight_only(model, num_classes):
+    model.requires_grad_(False)
+    model.fc = nn.Linear(model.fc.in_features, num_classes)
+    return model, torch.optim.SGD([model.fc.weight], lr=0.01)
 
 
 TRANSFER_MISTAKES = [
@@ -212,6 +241,10 @@ TRANSFER_MISTAKES = [
     (make_prepare(), make_step(no_grad=True), "head under no_grad"),  # was: a generic requires_grad cause
     (make_prepare(), make_step(returns="tensor"), "loss returned as a tensor"),  # issue 23: passed
     (make_prepare(), make_step(returns="detached"), "loss returned as a tensor"),
+    # the audit's: a generic "weight does not match" (the first two), "holds none of the new head's" (the third)
+    (make_prepare(), _step_with_loss(_log_softmax_over_batch), "softmax over the batch"),
+    (make_prepare(), _step_with_loss(_nll_of_probabilities), "nll_loss on probabilities"),
+    (_prepare_weight_only, make_step(), "part of the head in the optimizer"),
 ]
 
 

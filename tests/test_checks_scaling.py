@@ -323,6 +323,44 @@ def backward_on_the_unscaled_loss(model, optimizer, scaler, inputs, targets, dty
     return loss.detach()
 
 
+def unscaled_twice(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit: unscale_ before clipping, then again: was "raised RuntimeError", no cause named."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def scaler_stepped_twice(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit: two scaler.step calls in one iteration: was "raised RuntimeError", no cause named."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def model_to_dtype(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit: the model converted to dtype was named "loss in the autocast dtype"."""
+    model.to(dtype)
+    return amp_step(model, optimizer, scaler, inputs, targets, dtype)
+
+
+def model_half(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit: model.half() made the GradScaler refuse float16 gradients: no cause named."""
+    model.half()
+    return amp_step(model, optimizer, scaler, inputs, targets, dtype)
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -349,6 +387,9 @@ AMP_MISTAKES = {
     "device type written in": [cpu_amp_autocast, cpu_autocast_imported, device_chosen_in_the_code],
     "inf step hidden from the scaler": [inf_guard_before_the_scaler],
     "backward on the unscaled loss": [backward_on_the_unscaled_loss],
+    "unscaled twice": [unscaled_twice],
+    "scaler stepped twice": [scaler_stepped_twice],
+    "model cast to dtype": [model_to_dtype, model_half],
 }
 
 
@@ -599,6 +640,26 @@ def interleaved_shards(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*shards)]
 
 
+def two_ranks_always(model, inputs, targets, world_size):
+    """10.3 audit: the batch cut in 2 whatever world_size is: a relative error, no cause named."""
+    shards = []
+    for xs, ys in zip(inputs.chunk(2), targets.chunk(2)):
+        shards.append(torch.autograd.grad(F.cross_entropy(model(xs), ys), list(model.parameters())))
+    return [sum(gs) / world_size for gs in zip(*shards)]
+
+
+def two_ranks_averaged(model, inputs, targets, world_size):
+    """The batch cut in 2 and averaged over 2: the right gradient, from 2 shards where world_size asks for 3."""
+    shards = []
+    for xs, ys in zip(inputs.chunk(2), targets.chunk(2)):
+        shards.append(torch.autograd.grad(F.cross_entropy(model(xs), ys), list(model.parameters())))
+    return [sum(gs) / 2 for gs in zip(*shards)]
+
+
+def divided_by_two(model, inputs, targets, world_size):
+    return [g * world_size / 2 for g in data_parallel_grads(model, inputs, targets, world_size)]
+
+
 DP_MISTAKES = {
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
@@ -613,6 +674,7 @@ DP_MISTAKES = {
     "divided by the batch size": [_dp(divide=lambda w: 12)],
     "split by chunk size": [split_by_size, split_by_size_over_ranks, split_by_size_divided_by_ranks],
     "shards interleaved": [interleaved_shards],
+    "world size written in": [two_ranks_always, two_ranks_averaged, divided_by_two],
 }
 
 
@@ -620,6 +682,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     model = nb10._cnn(0, torch.float64)
     x, y = nb10._batch(12, 0, torch.float64)
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
+    listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name}
     assert listed <= set(DP_MISTAKES)
 

@@ -152,6 +152,19 @@ def test_script_vs_trace_answers_bad_eager_functions(halvers, eager, message):
     assert message in str(info.value)
 
 
+def _stops_at_a_half(x):
+    while x.abs().max() > 0.5:
+        x = x / 2
+    return x
+
+
+def test_a_threshold_of_a_half_is_not_called_a_norm(halvers):
+    """09.1 audit: on the old inputs `> 0.5` halved exactly as `x.norm() > 1` does, and was named "norm, not max"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(_stops_at_a_half, *halvers)
+    assert info.value.mistake == "wrong stop"
+
+
 def test_an_unknown_eager_mistake_says_what_without_a_cause(halvers):
     with pytest.raises(lab.CheckError, match="largest |x| is 1.7") as info:
         lab.check_script_vs_trace(shrink_wrongly, *halvers)

@@ -205,11 +205,28 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
     return _optimizer_error(optimizer, head, old_head)
 
 
+PART_OF_THE_HEAD = Mistake(
+    "part of the head in the optimizer",
+    None,
+    "the optimizer was given some of the head's parameters but not all (the weight without the bias, say): what it "
+    "does not hold never changes, though it gets gradients; give it every parameter of the head",
+    look="what prepare_for_transfer gives the optimizer",
+)
+
+
 def _optimizer_error(optimizer: torch.optim.Optimizer, head: nn.Module, old_head: nn.Module) -> CheckError | None:
     """The optimizer must update the head (frozen parameters in it do no harm): SGD, lr 0.01."""
     held = {id(p) for group in optimizer.param_groups for p in group["params"]}
     if not {id(p) for p in head.parameters()} <= held:
         old = any(id(p) in held for p in old_head.parameters())
+        missing = [name for name, p in head.named_parameters() if id(p) not in held]
+        if not old and len(missing) < len(list(head.parameters())):
+            return mistake_error(
+                "the optimizer holds only part of the new head",
+                PART_OF_THE_HEAD,
+                expected="every parameter of model.fc",
+                got=f"all but {', '.join(missing)}",
+            )
         if old:
             why = "the optimizer was created before the head was replaced: it updates the old head's parameters"
             mistake = Mistake("optimizer over the old head", None, why)
@@ -220,7 +237,8 @@ def _optimizer_error(optimizer: torch.optim.Optimizer, head: nn.Module, old_head
         return mistake_error("the optimizer does not hold the new head's parameters", mistake, got=got)
     lrs = {group["lr"] for group in optimizer.param_groups if any(id(p) in held for p in head.parameters())}
     plain_lrs = {float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()) for lr in lrs}
-    if not isinstance(optimizer, torch.optim.SGD) or any(not math.isclose(lr, 0.01) for lr in plain_lrs):
+    wrong_lr = any(not math.isclose(lr, 0.01, rel_tol=1e-6) for lr in plain_lrs)  # a float32 0.01 is 0.0099999998
+    if not isinstance(optimizer, torch.optim.SGD) or wrong_lr:
         mistake = Mistake("optimizer settings", None, "the exercise asks for SGD with learning rate 0.01")
         got = f"{type(optimizer).__name__} with lr {sorted(plain_lrs)}"
         return mistake_error("the optimizer is not the one asked for", mistake, expected="SGD, lr=0.01", got=got)
@@ -252,11 +270,12 @@ class Mirror:
         softmax_first: bool = False,
         nll_on_scores: bool = False,
         loss_after_step: bool = False,
+        loss_of: Any = None,
     ) -> tuple[list[torch.Tensor], float]:
         """One step from the student's state before its step; returns the head's parameters and the loss.
         The keywords make it a known wrong step: gradients kept, a scaled loss, ``steps`` optimizer steps on one
         gradient, a softmax before the cross-entropy, nll_loss on the raw scores, the loss computed again after
-        the step."""
+        the step, or ``loss_of(scores, labels)`` in place of the cross-entropy."""
         head = self.model.fc
         with torch.no_grad():
             for p, before in zip(head.parameters(), state.head):
@@ -269,7 +288,9 @@ class Mirror:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(state.seed)
             scores = self.model(images)
-            if nll_on_scores:
+            if loss_of is not None:
+                loss = loss_of(scores, labels)
+            elif nll_on_scores:
                 loss = F.nll_loss(scores, labels)
             else:
                 loss = F.cross_entropy(scores.softmax(dim=1) if softmax_first else scores, labels)
@@ -345,6 +366,7 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
     squashed, _ = mirror.step(state, *batch, softmax_first=True)
     raw_nll, _ = mirror.step(state, *batch, nll_on_scores=True)
     return [
+        *_loss_form_mistakes(mirror, state, batch),
         Mistake(
             "optimizer stepped twice",
             _close_to(twice),
@@ -378,6 +400,36 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
             "cross-entropy's default (the mean) keeps the step size independent of the batch size",
         ),
     ]
+
+
+def _loss_form_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[Mistake]:
+    """Known wrong losses of a step, by the head they move to: a softmax over the wrong axis, nll on probabilities."""
+    over_batch, _ = mirror.step(state, *batch, loss_of=_log_softmax_over_batch)
+    on_probabilities, _ = mirror.step(state, *batch, loss_of=_nll_of_probabilities)
+    return [
+        Mistake(
+            "softmax over the batch",
+            _close_to(over_batch),
+            "the log-softmax ran over dim 0, the batch: each class's scores were normalised across the images, "
+            "where each image's scores must be normalised across the classes (dim 1 of the (batch, classes) scores)",
+            look="the dim of the softmax in transfer_step",
+        ),
+        Mistake(
+            "nll_loss on probabilities",
+            _close_to(on_probabilities),
+            "nll_loss was given probabilities (a softmax), where it expects log-probabilities: it only picks the "
+            "label's entry and negates it, so the loss is minus a probability, not the cross-entropy",
+            look="what transfer_step gives nll_loss",
+        ),
+    ]
+
+
+def _log_softmax_over_batch(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.nll_loss(F.log_softmax(scores, dim=0), labels)
+
+
+def _nll_of_probabilities(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.nll_loss(F.softmax(scores, dim=1), labels)
 
 
 def _not_applied(head: list[torch.Tensor]) -> Mistake:

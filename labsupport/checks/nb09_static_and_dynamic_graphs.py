@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import io
 import logging
 import re
@@ -50,7 +51,8 @@ def fresh_inputs() -> list[torch.Tensor]:
     for largest in (0.5, 1.0, 1.7, 4.0, 6.0, 50.0):
         x = torch.randn(4, generator=g)
         inputs.append(x / x.abs().max() * largest)
-    inputs.append(torch.tensor([-8.0, 0.5, 1.5, -0.25]))
+    # 7 is no power of 2: a norm above 1 and a largest |x| above 0.5 need different numbers of halvings here
+    inputs.append(torch.tensor([-7.0, 0.5, 1.5, -0.25]))
     return inputs
 
 
@@ -699,7 +701,11 @@ def summarise_variant(
     counted = x if share == "> 0 before" else y
     positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
     count = float(positive.sum())
-    return y * (count if share == "count" else count / len(y))
+    if share == "count":
+        return y * count
+    if share == "floor":
+        return y * (count // len(y))
+    return y * (count / len(y))
 
 
 def _flips(mean: torch.Tensor, flip: str) -> bool:
@@ -780,6 +786,13 @@ SUMMARISE_MISTAKES = [
         _variant(share="count"),
         "the result is multiplied by the number of positive entries, not by their share of all entries",
         look="the share",
+    ),
+    Mistake(
+        "share in whole numbers",
+        _variant(share="floor"),
+        "the share was computed in integer arithmetic: the number of positive entries floor-divided by the length "
+        "is 0 unless every entry is positive, where the share is a fraction between 0 and 1",
+        look="the division that turns the count into a share, and the dtype of what it divides",
     ),
     Mistake(
         "zero counted",
@@ -989,6 +1002,19 @@ def _same_rows_other_order(got: torch.Tensor, want: torch.Tensor) -> bool:
     return bool((distances.min(dim=1).values < 1e-5).all() and (distances.min(dim=0).values < 1e-5).all())
 
 
+def _rows_in_groups(got: torch.Tensor, want: torch.Tensor, programs: list) -> bool:
+    """Are the rows of ``got`` those of ``want`` in another order, each program's rows next to each other (the order
+    of the groups, never put back)?"""
+    if not _same_rows_other_order(got, want):
+        return False
+    sources = torch.cdist(got.detach().double(), want.detach().double()).argmin(dim=1).tolist()
+    runs = []  # the programs along got's rows, a run of equal programs counted once
+    for i in sources:
+        if not runs or runs[-1] != programs[i]:
+            runs.append(programs[i])
+    return len(runs) == len(set(programs))
+
+
 def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list[Mistake]:
     """The typical wrong results of run_programs on this batch."""
     with torch.no_grad():
@@ -1011,9 +1037,17 @@ def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list
         ),
         Mistake(
             "rows out of order",
-            lambda got: _same_rows_other_order(got, want),
+            functools.partial(_rows_in_groups, want=want, programs=programs),
             "every row was computed right but comes back in the order of the groups, not in the order of `points`",
             look="where the groups' results are put back together",
+        ),
+        Mistake(
+            "rows put back wrongly",
+            functools.partial(_same_rows_other_order, want=want),
+            "every row was computed right, and the groups were put back in some order, but not in that of `points`: "
+            "row i of the result must be row i of `points` after its program; a permutation that takes each "
+            "grouped row to its place is the inverse of the one that grouped them",
+            look="how the grouped rows are put back in the order of `points`",
         ),
     ]
 

@@ -188,6 +188,15 @@ class CountingScaler(torch.amp.GradScaler):
         super().update(new_scale)
 
 
+WEIGHTS_CAST = Mistake(
+    "model cast to dtype",
+    None,
+    "the model itself was converted to the low-precision dtype: autocast leaves the weights in float32 and runs "
+    "each operation in `dtype`, so the updates (often smaller than a low-precision weight can register) are kept; "
+    "a GradScaler refuses float16 gradients for that reason",
+    look="every line that converts the model, its parameters or its gradients to another dtype",
+)
+
 # What GradScaler's own assertions mean in a student's amp_step (matched on their text).
 SCALER_ERRORS = [
     Mistake(
@@ -211,6 +220,21 @@ SCALER_ERRORS = [
         "backward() and the step?",
         look="where the gradients are zeroed",
     ),
+    Mistake(
+        "unscaled twice",
+        "unscale_() has already been called",
+        "the gradients were to be unscaled a second time in one step: scaler.step() unscales them itself unless "
+        "unscale_() already did, and unscale_() may run once per optimizer between two update() calls",
+        look="every call that unscales the gradients, and when it runs",
+    ),
+    Mistake(
+        "scaler stepped twice",
+        "step() has already been called since the last update()",
+        "the scaler was asked to step twice in one iteration: one step per iteration, then update() to adapt the "
+        "scale, before the next iteration's step",
+        look="every call of the scaler's step, and the order of the scaler's calls",
+    ),
+    dataclasses.replace(WEIGHTS_CAST, matches="Attempting to unscale FP16 gradients"),
 ]
 
 
@@ -393,6 +417,10 @@ def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: tor
     """Compare the student's weights, scale and loss after step ``i`` with the reference."""
     step = STEP_WORDS[i] if len(ref.states) == 3 else ("first", "second")[i]
     where = f"after the {step} step (dtype={dtype}, scaler {'on' if scaler.is_enabled() else 'off'})"
+    cast = sorted({str(v.dtype) for key, v in run.states[i].items() if v.dtype != ref.states[i][key].dtype})
+    if cast:
+        message = f"the model's weights {where} are {', '.join(cast)}, not float32 as before the step"
+        raise mistake_error(message, WEIGHTS_CAST, expected="float32 weights", got=", ".join(cast))
     if not _near(run.states[i], ref.states[i]):
         message = f"the weights {where} differ from loss scaling done by hand"
         facts = {"got": _largest_difference(run.states[i], ref.states[i])}
@@ -608,6 +636,28 @@ SPLIT_SIZE = Mistake(
 )
 
 
+WORLD_SIZE_WRITTEN_IN = Mistake(
+    "world size written in",
+    None,
+    "the result is what 2 ranks would give, but world_size is not 2 here: a 2 is written where world_size belongs "
+    "(the number of shards the batch is cut into, or what their gradients' sum is divided by)",
+    look="every number written into the function",
+)
+
+
+def fixed_world_size_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The results of a function that splits or averages for 2 ranks whatever world_size is (none where it is 2)."""
+    if ws == 2:
+        return []
+    k = len(x) // ws
+    shards = [_grads(model, x[r * k : (r + 1) * k], y[r * k : (r + 1) * k]) for r in range(ws)]
+    halves = [_grads(model, xs, ys) for xs, ys in zip(x.chunk(2), y.chunk(2))]
+    return [
+        dataclasses.replace(WORLD_SIZE_WRITTEN_IN, matches=_mean(halves, ws)),
+        dataclasses.replace(WORLD_SIZE_WRITTEN_IN, matches=_mean(shards, 2)),
+    ]
+
+
 def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The typical wrong results of data_parallel_grads for one case, each a list of gradients."""
     k = len(x) // ws
@@ -689,7 +739,7 @@ def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y:
     if _same_grads(got, want):
         return
     message = f"the averaged gradients differ from the whole-batch gradient (world_size {ws}, batch {len(x)})"
-    for mistake in data_parallel_mistakes(model, x, y, ws):
+    for mistake in data_parallel_mistakes(model, x, y, ws) + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
             raise mistake_error(message, mistake)
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
@@ -760,6 +810,8 @@ def _judge_shards(calls: list[torch.Tensor], x: torch.Tensor, ws: int) -> None:
     message = f"the model was not run once per rank on its shard (world_size {ws}, batch {n})"
     if len(calls) == -(-n // ws) and all(size == ws for size in sizes[:-1]):
         raise mistake_error(message, SPLIT_SIZE, expected=expected, got=got)
+    if ws != 2 and sizes == [n // 2, n - n // 2]:  # two halves: the mean of their gradients is right, the split not
+        raise mistake_error(message, WORLD_SIZE_WRITTEN_IN, expected=expected, got=got)
     if sizes != [k] * ws:
         raise CheckError(message, expected=expected, got=got)
     for interleaved in (False, True):
@@ -1048,6 +1100,7 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
             usage=True,
         )
     indices = []
+    sizes = []
     for item in items:
         values = item[0] if isinstance(item, (tuple, list)) else item
         if isinstance(values, torch.Tensor) and values.dim() == 1 and len(values) > batch:
@@ -1066,7 +1119,33 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
                 usage=True,
             )
         indices += _dataset_indices(values, n)
+        sizes.append(len(values))
+    _check_batch_sizes(sizes, batch)
     return indices
+
+
+BATCH_SIZE_IGNORED = Mistake(
+    "batch size not passed on",
+    None,
+    "the loader's batches are smaller than the batch_size the function was given: each rank's loader takes "
+    "batches of that size (a per-rank batch, as in the colleague's script); a DataLoader told no batch size "
+    "hands out one item at a time, and a number of your own, or batch_size split among the ranks, changes the "
+    "training the script was tuned for",
+    look="the arguments of the DataLoader",
+)
+
+
+def _check_batch_sizes(sizes: list[int], batch: int) -> None:
+    """Every batch of a rank but its last holds ``batch`` items (larger ones were refused before)."""
+    short = [size for size in sizes[:-1] if size != batch]
+    if not short:
+        return
+    raise mistake_error(
+        f"a batch of the loader holds {short[0]} item{'' if short[0] == 1 else 's'}, where batch_size is {batch}",
+        BATCH_SIZE_IGNORED,
+        expected=f"batches of {batch} items (only a rank's last batch may hold fewer)",
+        got=f"batch sizes {', '.join(str(size) for size in sorted(set(sizes)))}",
+    )
 
 
 @dataclasses.dataclass
