@@ -321,3 +321,17 @@ def test_a_ring_that_is_lost_rings_again_and_is_not_printed(capfd):
         ("hook back", True),
     ]
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["nested", "sparse_coo"])
+def test_a_nested_or_sparse_tensor_gets_one_sentence(kind):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors warn that they are a prototype
+        value = (
+            torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]) if kind == "nested" else torch.eye(3).to_sparse()
+        )
+    with pytest.raises(core.CheckError, match=f"is a {kind} tensor") as info:
+        core.expect_tensor(value, "y")
+    assert info.value.usage

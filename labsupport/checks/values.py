@@ -181,6 +181,16 @@ def expect_tensor(
     want = "a torch.Tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
     if not isinstance(value, torch.Tensor):
         raise _not_a_tensor(value, name, want)
+    if value.is_nested or value.layout != torch.strided:
+        kind = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
+        raise CheckError(
+            f"{name} is a {kind} tensor; the check compares plain (dense) tensors",
+            expected=want,
+            got=f"a {kind} tensor",
+            hint="return an ordinary tensor: .to_dense() turns a sparse one into one, and a nested one's pieces "
+            "can be stacked or padded",
+            usage=True,
+        )
     value = plain_tensor(value)
     if value.device.type == "meta":
         raise CheckError(
