@@ -101,6 +101,20 @@ def test_grad_a_with_a_for_b_is_named():
     assert failure(lab.check_predicted_gradients, a_for_b).mistake == "grad_a uses a"
 
 
+@pytest.mark.parametrize(
+    "outer, name",
+    [(lambda d: 2, "outer derivative without d"), (lambda d: d**2, "d**2 for the outer derivative")],
+)
+def test_an_outer_derivative_other_than_2d_is_named(outer, name):
+    """03.1: dL/dd written as 2 (d forgotten) or as d**2 got a generic expected/got."""
+
+    def predict(a, b):
+        d = a * b + a.exp()
+        return outer(d) * (b + a.exp()), outer(d) * a
+
+    assert failure(lab.check_predicted_gradients, predict).mistake == name
+
+
 def test_two_path_with_autograd_is_named():
     def with_autograd(a, b):
         a = a.clone().requires_grad_()
@@ -463,6 +477,17 @@ def split_by_size_loop(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
         w2.grad = None
         losses.append(total)
     return losses
+
+
+def test_a_number_of_chunks_written_in_is_named():
+    """03.6: x.chunk(4) where chunks belongs passed, because the check only ever asked for 4 chunks."""
+
+    def four_pieces(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+        return make_loop()(x, y, w1, w2, learning_rate, steps, 4, log)
+
+    err = failure(lab.check_accumulated_training, four_pieces)
+    assert err.mistake == "number of chunks fixed"
+    assert "as with chunks=4" in err.got
 
 
 def test_pieces_of_size_chunks_instead_of_chunks_pieces_are_named():

@@ -154,6 +154,8 @@ ROOFLINE_WRONG = {
     "no memory roof": nb00._peak_only,
     "intensity left out": nb00._bandwidth_as_flops,
     "intensity inverted": nb00._intensity_inverted,
+    # round 2 of the audit: one FLOP's compute time plus its memory time got a generic expected/got
+    "compute and memory times added": lambda i, p, b: 1 / (1 / p + 1 / (i * b)),
     "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
 }
 

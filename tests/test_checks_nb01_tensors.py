@@ -167,6 +167,13 @@ PREDICATE_MISTAKES = [
     ("channels_first_rows", "not flattened", lambda im: im.permute(0, 3, 1, 2).reshape(len(im), im.shape[3], -1)),
     ("per_sample_matmul", "mean instead of sum", lambda x, w: (x[:, :, None] * w).mean(1)),
     ("per_sample_matmul", "every size-1 axis squeezed", lambda x, w: (x.unsqueeze(1) @ w).squeeze()),
+    # round 2 of the audit: each got a generic expected/got before
+    ("correct_class_scores", "per-sample cross-entropy", lambda s, i: F.cross_entropy(s, i, reduction="none")),
+    (
+        "pairwise_sq_dists",
+        "squared lengths of the whole tensors",
+        lambda a, b: (a**2).sum() + (b**2).sum() - 2 * a @ b.T,
+    ),
 ]
 
 
@@ -499,6 +506,32 @@ def test_a_loop_over_the_samples_is_refused(name):
     with pytest.raises(lab.CheckError) as info:
         SPECS[name][0](LOOPS_REFUSED[name])
     assert info.value.mistake == "Python loop"
+
+
+LOOPS_OVER_ANOTHER_AXIS = {
+    "pairwise_sq_dists": (
+        lambda a, b: sum((a[:, None, k] - b[None, :, k]) ** 2 for k in range(a.shape[1])),
+        "Python loop over the coordinates",
+    ),
+    "correct_class_scores": (
+        lambda s, i: sum(torch.where(i == c, s[:, c], torch.zeros_like(s[:, c])) for c in range(s.shape[1])),
+        "Python loop over the classes",
+    ),
+    "per_sample_matmul": (
+        lambda x, w: sum(x[:, d, None] * w[:, d, :] for d in range(x.shape[1])),
+        "Python loop over D or K",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPS_OVER_ANOTHER_AXIS))
+def test_a_loop_over_an_axis_other_than_the_samples_is_refused(name):
+    """01.1, 01.3 and 01.6: a loop over the coordinates, the classes or D gave the right values and passed,
+    because only the number of samples changed between the counted calls."""
+    loop, mistake = LOOPS_OVER_ANOTHER_AXIS[name]
+    with pytest.raises(lab.CheckError) as info:
+        SPECS[name][0](loop)
+    assert info.value.mistake == mistake
 
 
 def test_a_broadcast_through_matmul_is_not_a_loop(capsys):

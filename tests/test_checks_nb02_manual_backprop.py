@@ -390,6 +390,21 @@ def test_two_layer_mistakes_as_students_write_them(student, name):
     assert info.value.mistake == name
 
 
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (lambda *args: tuple(v / len(args[0]) for v in loss_and_grads(*args)), "averaged over the samples"),
+        (two_layer_with(lambda p, y: (p.clamp(min=0) - y).pow(2).sum(), _sum_gradient), "ReLU on the prediction"),
+    ],
+)
+def test_two_layer_round_two_mistakes_are_named(student, name):
+    """02.3: a loss and gradients averaged over the N samples, and a ReLU on y_pred too, got a generic
+    expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(student)
+    assert info.value.mistake == name
+
+
 def test_two_layer_loss_not_reduced_is_named():
     def wrong(x, y, w1, w2):
         loss, g1, g2 = loss_and_grads(x, y, w1, w2)
@@ -681,3 +696,15 @@ def test_a_backward_one_sided_difference_is_named_too():
         lab.check_numeric_grad(backward_difference)
     assert info.value.mistake == "one-sided difference"
     assert "w - eps only" in info.value.hint
+
+
+def test_a_checker_that_vmaps_f_passes(capsys):
+    """02.4: torch.vmap over f is a correct checker, but the check's own f read its argument's values and
+    crashed inside vmap, which the student was told as "your numeric_grad raised RuntimeError"."""
+
+    def vmapped(f, w, eps=1e-6):
+        nudges = eps * torch.eye(w.numel(), dtype=w.dtype).reshape(-1, *w.shape)
+        return ((torch.vmap(f)(w + nudges) - torch.vmap(f)(w - nudges)) / (2 * eps)).reshape(w.shape)
+
+    lab.check_numeric_grad(vmapped)
+    assert capsys.readouterr().out.startswith("PASS  numeric_grad")

@@ -391,6 +391,11 @@ def _intensity_inverted(i: float, p: float, b: float) -> float:
     return min(p, b / i)
 
 
+def _times_added(i: float, p: float, b: float) -> float:
+    """One FLOP's compute time and its memory time added: 1 / (1 / peak + 1 / (intensity * bandwidth))."""
+    return 1 / (1 / p + 1 / (i * b))
+
+
 def _one_roof_each(answers: Sequence[float]) -> bool:
     """Is every answer one of the two roofs (the wrong one somewhere): a switch at the wrong intensity?"""
     return all(
@@ -414,6 +419,13 @@ ROOFLINE_MISTAKES = [
         "intensity inverted",
         _follows(_intensity_inverted),
         "intensity is FLOP per byte: bytes/s times FLOP/byte gives FLOP/s",
+    ),
+    Mistake(
+        "compute and memory times added",
+        _follows(_times_added),
+        "the time to compute and the time to move the bytes were added, as if the two ran one after the other: "
+        "they overlap, so the slower of the two alone sets the rate, and the answer is one roof or the other",
+        look="roofline: how the two limits are combined",
     ),
     Mistake(
         "switch at the wrong intensity",

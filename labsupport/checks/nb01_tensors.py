@@ -180,6 +180,13 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             look="the sign in front of the a @ b.T term",
         ),
         Mistake(
+            "squared lengths of the whole tensors",
+            (a * a).sum() + (b * b).sum() - 2 * cross,
+            why="the terms beside a @ b.T are sums over the whole of a and of b, one number each: each pair needs "
+            "the squared length of its own rows, |a[i]|^2 and |b[j]|^2",
+            look="the dim= of the two sums of squares, and the axes they keep",
+        ),
+        Mistake(
             "norms not squared",
             a.norm(dim=1)[:, None] + b.norm(dim=1)[None, :] - 2 * cross,
             why="the expansion uses the lengths |a| and |b|; it needs their squares, |a|^2 = a.a",
@@ -269,16 +276,29 @@ def _loop_error(what: str, few: TorchCalls, more: TorchCalls, sizes: tuple[str, 
         )
 
 
+LOOPS_OVER_COORDINATES = Mistake(
+    "Python loop over the coordinates",
+    None,
+    why="the number of tensor operations grows with the number of coordinates D: a Python loop (or a sum over a "
+    "generator) handles one coordinate at a time, where one broadcast subtraction holds all of them and one "
+    "reduction adds them up",
+    look="subtract the whole rows at once, then sum the squares over the last axis",
+)
+
+
 def _pairwise_design(pairwise_sq_dists: Callable) -> None:
     """The prompt's rule: no torch.cdist, and no loop. A broadcasting answer runs the same operations whatever
-    the number of points; a loop over rows or pairs runs more for more points (counted on 20 x 15, then 40 x 30)."""
+    the number of points and coordinates; a loop over rows or pairs runs more for more points (counted on
+    20 x 15, then 40 x 30), a loop over the coordinates more for more coordinates (3, then 9)."""
     __tracebackhide__ = True
     what = "your pairwise_sq_dists(a, b)"
     few = _operations(pairwise_sq_dists, _randn(44, (20, 3), (15, 3)), what)
     more = _operations(pairwise_sq_dists, _randn(64, (40, 3), (30, 3)), what)
-    if torch.cdist in few.seen | more.seen:
+    wider = _operations(pairwise_sq_dists, _randn(65, (20, 9), (15, 9)), what)
+    if torch.cdist in few.seen | more.seen | wider.seen:
         raise mistake_error(f"{what} calls torch.cdist", USES_CDIST)
     _loop_error(what, few, more, ("20 and 15", "40 and 30", "points"), LOOPS)
+    _loop_error(what, few, wider, ("points of 3", "points of 9", "coordinates"), LOOPS_OVER_COORDINATES)
 
 
 @exercise("01.1", "pairwise squared distances")
@@ -373,6 +393,13 @@ def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> 
             why="those are the labels' probabilities (a softmax of each row): the exercise asks for the raw scores "
             "themselves",
             look="pick from scores as they are, before any softmax",
+        ),
+        Mistake(
+            "per-sample cross-entropy",
+            torch.nn.functional.cross_entropy(scores, labels, reduction="none"),
+            why="that is each sample's cross-entropy, minus the log-probability of its label: the loss starts from "
+            "the scores this exercise picks, but the exercise asks for the raw scores themselves",
+            look="pick from scores as they are, with no softmax, log or loss function",
         ),
         Mistake(
             "wrong sign",
@@ -477,16 +504,27 @@ LOOPS_OVER_SAMPLES = Mistake(
 )
 
 
+LOOPS_OVER_CLASSES = Mistake(
+    "Python loop over the classes",
+    None,
+    why="the number of tensor operations grows with the number of classes C: a Python loop (or a sum over a "
+    "generator) visits one class at a time, where one indexing picks every sample's entry whatever C is",
+    look="index scores with two tensors of N entries: one numbering the rows, and labels for the columns",
+)
+
+
 def _class_scores_design(correct_class_scores: Callable) -> None:
-    """The prompt's rule: no loop. Indexing runs the same operations for 20 samples as for 40."""
+    """The prompt's rule: no loop. Indexing runs the same operations for 20 samples as for 40, and for 5
+    classes as for 15."""
     __tracebackhide__ = True
     what = "your correct_class_scores(scores, labels)"
     calls = []
-    for n in (20, 40):
-        (scores,) = _randn(33 + n, (n, 5))
-        labels = torch.arange(n) % 5
+    for n, classes in ((20, 5), (40, 5), (20, 15)):
+        (scores,) = _randn(33 + n + classes, (n, classes))
+        labels = torch.arange(n) % classes
         calls.append(_operations(correct_class_scores, (scores, labels), what))
     _loop_error(what, calls[0], calls[1], ("20", "40", "samples"), LOOPS_OVER_SAMPLES)
+    _loop_error(what, calls[0], calls[2], ("5", "15", "classes"), LOOPS_OVER_CLASSES)
 
 
 @exercise("01.3", "the score of each sample's label")
@@ -847,15 +885,26 @@ LOOPS_OVER_MATRICES = Mistake(
 )
 
 
+LOOPS_OVER_AXES = Mistake(
+    "Python loop over D or K",
+    None,
+    why="the number of tensor operations grows with the size of the matrices, D or K: a Python loop (or a sum "
+    "over a generator) handles one row or column of w at a time, where one batched product handles them all",
+    look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b] (matmul, bmm or einsum)",
+)
+
+
 def _per_sample_design(per_sample_matmul: Callable) -> None:
-    """The prompt's rule: no loop. A batched product runs the same operations for 20 samples as for 40."""
+    """The prompt's rule: no loop. A batched product runs the same operations for 20 samples as for 40, and
+    for (3, 2) matrices as for (9, 8)."""
     __tracebackhide__ = True
     what = "your per_sample_matmul(x, w)"
     calls = []
-    for n in (20, 40):
-        args = _randn(63 + n, (n, 3), (n, 3, 2))
+    for n, d, k in ((20, 3, 2), (40, 3, 2), (20, 9, 8)):
+        args = _randn(63 + n + d, (n, d), (n, d, k))
         calls.append(_operations(per_sample_matmul, args, what))
     _loop_error(what, calls[0], calls[1], ("20", "40", "samples"), LOOPS_OVER_MATRICES)
+    _loop_error(what, calls[0], calls[2], ("(3, 2)", "(9, 8)", "matrices"), LOOPS_OVER_AXES)
 
 
 @exercise("01.6", "one matrix per sample")

@@ -508,6 +508,7 @@ def _two_layer_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: 
         *_two_layer_loss_mistakes(x, y, w1, w2),
         *_two_layer_gradient_mistakes(x, y, w1, w2),
         *_two_layer_start_mistakes(x, y, w1, w2),
+        *_two_layer_form_mistakes(x, y, w1, w2),
     ]
 
 
@@ -639,6 +640,28 @@ def _two_layer_start_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor
     ]
 
 
+def _two_layer_form_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """A mean over the samples, and a ReLU on the prediction too."""
+    g1, g2 = two_layer_grads(x, y, w1, w2)
+    rows = len(x)
+    return [
+        Mistake(
+            "averaged over the samples",
+            (lecture_loss(x, y, w1, w2) / rows, g1 / rows, g2 / rows),
+            why="the loss and the gradients are divided by the number of samples N (a mean over the batch): the "
+            "exercise's loss is the sum over every sample and output, with no factor",
+            look="the reduction of the loss, and the factor in grad_y_pred",
+        ),
+        Mistake(
+            "ReLU on the prediction",
+            ((torch.relu(torch.relu(x @ w1) @ w2) - y).pow(2).sum(), None, None),
+            why="the prediction went through a ReLU too: the network has one ReLU, between the two layers, and "
+            "y_pred = h_relu @ w2 is used as it is",
+            look="the forward pass after the second layer",
+        ),
+    ]
+
+
 def _squared_errors_as_gradient(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> tuple:
     """(grad_w1, grad_w2) of a backward pass that starts from (y_pred - y)**2 instead of its derivative."""
     h = x @ w1
@@ -722,6 +745,12 @@ LARGEST_EPS = 2.5e-4
 MAX_RECORDED = 10_000
 
 
+def _batched(v: torch.Tensor) -> bool:
+    """Is ``v`` a tensor inside torch.vmap (one call for many points), whose values cannot be read out?"""
+    is_batched = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", None)
+    return is_batched is not None and bool(is_batched(v))
+
+
 class _Recorder:
     """The check's f, which notes where the student's numeric_grad evaluated it: dtype, and how far from w."""
 
@@ -731,7 +760,7 @@ class _Recorder:
         self.calls: list[tuple[torch.dtype, int, int, float]] = []
 
     def __call__(self, v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and len(self.calls) < MAX_RECORDED:
+        if isinstance(v, torch.Tensor) and len(self.calls) < MAX_RECORDED and not _batched(v):
             self._note(v)
         return _smooth(v)
 

@@ -95,6 +95,7 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
         Mistake("c for d", (None, 2 * (a * b) * a), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"),
         Mistake("outer derivative missing", (b + e, None), "grad_a lacks dL/dd = 2 * d, the outer derivative"),
         Mistake("outer derivative missing", (None, a), "grad_b lacks dL/dd = 2 * d, the outer derivative"),
+        *_outer_derivative_mistakes(a, b),
         Mistake("half the gradient", (d * (b + e), None), "grad_a is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("half the gradient", (None, d * a), "grad_b is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("grad_b uses b", (None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b"),
@@ -109,6 +110,20 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             (2 * d * b * e, None),
             f"grad_a multiplies the two paths' derivatives: {paths}, it does not multiply them",
         ),
+    ]
+
+
+def _outer_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """dL/dd taken as the constant 2 (d forgotten), or as d**2 (the loss's own term, not its derivative)."""
+    d = a * b + a.exp()
+    why_two = "the outer derivative dL/dd was taken as 2: the derivative of d**2 is 2 * d, and d stays in it"
+    why_square = "the paths were multiplied by d**2, the loss's own term: the outer derivative is d(d**2)/dd = 2 * d"
+    look = "the factor every path shares, dL/dd"
+    return [
+        Mistake("outer derivative without d", (2 * (b + a.exp()), None), why_two, look=look),
+        Mistake("outer derivative without d", (None, 2 * a), why_two, look=look),
+        Mistake("d**2 for the outer derivative", (d**2 * (b + a.exp()), None), why_square, look=look),
+        Mistake("d**2 for the outer derivative", (None, d**2 * a), why_square, look=look),
     ]
 
 
@@ -845,6 +860,29 @@ def check_fixed_training(train: Any) -> None:
     passed(f"{what}: the caller's w1 and w2 learn; weights and losses match a correct run over {STEPS} steps")
 
 
+#: A second number of chunks, unlike the notebook's 4: a loop must cut the batch into as many pieces as it is told.
+OTHER_CHUNKS = 3
+
+
+def _judge_chunks_followed(train: Any, what: str) -> None:
+    """Run the loop again with chunks=OTHER_CHUNKS: one backward() per piece, as many pieces as chunks says."""
+    __tracebackhide__ = True
+    p = _problem(302, OTHER_CHUNKS)
+    _, seen = _run_loop(train, p, what, [])
+    count = seen.arrivals[0]
+    if count == STEPS * OTHER_CHUNKS:
+        return
+    raise CheckError(
+        f"with chunks={OTHER_CHUNKS}, backward() ran {count} times in {STEPS} steps",
+        expected=f"one backward() per chunk: {OTHER_CHUNKS} per step, {STEPS * OTHER_CHUNKS} in all",
+        got=f"{count / STEPS:g} per step, as with chunks={CHUNKS}" if count == STEPS * CHUNKS else f"{count}",
+        hint=f"the loop passed with chunks={CHUNKS} but does not follow another value: the number of pieces is "
+        "written into the loop instead of taken from its chunks argument",
+        look="the call that cuts x and y into pieces, and what it is told about their number",
+        mistake="number of chunks fixed",
+    )
+
+
 @exercise("03.6", "gradients accumulated over chunks")
 def check_accumulated_training(train: Any) -> None:
     """Check ``train(x, y, w1, w2, learning_rate, steps, chunks, log=None) -> losses``."""
@@ -857,6 +895,7 @@ def check_accumulated_training(train: Any) -> None:
     _judge_losses(result, right, p, f"your {what}")
     _judge_chunks(seen)
     _judge_log(calls, right, p)
+    _judge_chunks_followed(train, f"your {what}")
     passed(
         f"{what}: {CHUNKS} chunks add up to the full batch's gradient; weights and losses match a correct run "
         f"over {STEPS} steps"
