@@ -335,3 +335,9 @@ def test_a_nested_or_sparse_tensor_gets_one_sentence(kind):
     with pytest.raises(core.CheckError, match=f"is a {kind} tensor") as info:
         core.expect_tensor(value, "y")
     assert info.value.usage
+
+
+def test_none_for_a_number_hears_about_a_missing_return():
+    with pytest.raises(core.CheckError) as info:
+        core.as_number(None, "your peak_flops(...)")
+    assert "must be a number" in str(info.value) and "without a return statement" in info.value.hint

@@ -107,6 +107,11 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
     value = plain(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = "write the number without quotes" if isinstance(value, str) else None
+        if value is None:
+            hint = (
+                "None is what a function without a return statement gives (print shows a number, return hands "
+                "it back), or an answer left at None"
+            )
         raise CheckError(f"{name} must be a number", got=describe(given), hint=hint, usage=True)  # a list is a list
     if not allow_nan and not math.isfinite(value):
         raise CheckError(f"{name} is not a finite number", got=repr(value), usage=True)
