@@ -74,6 +74,8 @@ def make_evaluate(**mistakes):
             acc = sum(batch_accs) / batches
         if mistakes.get("slots"):
             acc = correct / (len(loader) * loader.batch_size)
+        if mistakes.get("acc_over_batches"):
+            acc = correct / len(loader)
         if mistakes.get("tensors"):
             return torch.tensor(loss), torch.tensor(acc)
         if mistakes.get("swapped"):
@@ -114,6 +116,8 @@ def _lr(optimizer, scheduler, mistakes):
         return optimizer.defaults["lr"]
     if mistakes.get("lr") == "param_group":
         return optimizer.param_groups[0]["lr"]
+    if mistakes.get("lr") == "list":
+        return scheduler.get_last_lr()
     return scheduler.get_last_lr()[0]
 
 
@@ -159,12 +163,15 @@ def make_train(evaluate=None, **mistakes):
                     lr = _lr(optimizer, scheduler, mistakes)
                 _log(writer, "lr", lr, at, mistakes)
                 epoch_losses.append(loss.item())
-                if not mistakes.get("loss_per_epoch"):
+                shown = sum(epoch_losses) / len(epoch_losses) if mistakes.get("running_loss") else loss.item()
+                if mistakes.get("running_loss"):
+                    history["loss"].append(shown)
+                elif not mistakes.get("loss_per_epoch"):
                     kept = loss if mistakes.get("graph_kept") else loss.detach()
                     history["loss"].append(
                         kept if mistakes.get("tensors") or mistakes.get("graph_kept") else loss.item()
                     )
-                _log(writer, "loss/train", loss.item(), at, mistakes)
+                _log(writer, "loss/train", shown, at, mistakes)
                 if mistakes.get("second_forward"):
                     with torch.set_grad_enabled(mistakes["second_forward"] == "grad"):
                         logits = model(images)  # after optimizer.step(), still in training mode
@@ -186,6 +193,7 @@ def make_train(evaluate=None, **mistakes):
                 "count": correct,
                 "last_batch": batch_accs[-1],
                 "val": val_acc,
+                "over_batches": correct / len(train_loader),
             }[mistakes.get("train_acc") if mistakes.get("train_acc") != "remeasured" else None]
             if mistakes.get("train_acc") == "remeasured":
                 train_acc = evaluate(model, train_loader)[1]
@@ -285,6 +293,11 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc="val"), "validation accuracy as training accuracy"),
     ({}, dict(last_loss_as_val=True), "last training loss as validation loss"),
     ({}, dict(step_first="old gradients"), "step() before backward()"),  # was torch's RuntimeError
+    # found by the second audit: each got expected/got only, or (the list) "must be a number"
+    (dict(acc_over_batches=True), {}, "right answers divided by the number of batches"),
+    ({}, dict(train_acc="over_batches"), "right answers divided by the number of batches"),
+    ({}, dict(running_loss=True), "running mean of the losses"),
+    ({}, dict(lr="list"), "rate logged as a list"),
 ]
 
 

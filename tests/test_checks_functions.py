@@ -207,6 +207,7 @@ PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each writt
     "log for log1p": make(save_x(lambda x: x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs()))), sigmoid_of_saved),
     "backward in float32": make(save_x(stable), float32_inside_backward),
     "grad_output reduced to one number": make(save_x(stable), averaged_grad_output),
+    "x + log1p(exp(-x)) overflows": make(save_x(lambda x: x + torch.log1p(torch.exp(-x))), sigmoid_of_saved),
 }
 
 
@@ -600,3 +601,23 @@ def test_a_backward_that_changes_a_saved_tensor_is_named(check, student):
     err = failure(check, student)
     assert err.mistake == "saved tensor changed in place"
     assert "RuntimeError" not in str(err)
+
+
+def test_a_forward_with_the_absolute_value_in_front_hears_about_it():
+    """04.2: |x| + log1p(exp(-|x|)) was told that its correction takes exp(-x), which it does not."""
+    with_abs = make(save_x(lambda x: x.abs() + torch.log1p(torch.exp(-x.abs()))), sigmoid_of_saved)
+    err = failure(lab.check_softplus_function, with_abs)
+    assert err.mistake == "exp(-x) for exp(-|x|)"
+    assert "the first term is |x|" in err.hint
+
+
+def _saved_tuple_backward(ctx, g):
+    x = ctx.saved_tensors  # the tuple, not the tensor inside it
+    return g * torch.sigmoid(x)
+
+
+def test_saved_tensors_used_as_a_tensor_is_named():
+    """04.2: `x = ctx.saved_tensors` got torch's TypeError about a tuple, with no cause."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), _saved_tuple_backward))
+    assert err.mistake == "ctx.saved_tensors not unpacked"
+    assert "x, = ctx.saved_tensors" not in str(err)

@@ -187,6 +187,13 @@ def _in_float32(self, x):
 
 
 # Mistake name -> a MyLinear that makes it.
+def _scaled_after_wrapping(self, i, o):
+    """05.1: the scale applied after nn.Parameter, a plain tensor; it was told to use nn.Parameter, which it did."""
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i)) / math.sqrt(i)
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
 LINEAR_MISTAKES = {
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
     "missing bias": linear_variant(init=_no_bias),
@@ -214,6 +221,7 @@ LINEAR_MISTAKES = {
         init=_cached_transpose, forward=lambda self, x: x @ self.weight_t + self.bias
     ),
     "computed in float32": linear_variant(forward=_in_float32),
+    "operation after nn.Parameter": linear_variant(init=_scaled_after_wrapping),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -255,6 +263,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.BUFFER_NOT_PARAMETER,
             nb05_nn_module.EQUAL_START,
             nb05_nn_module.STALE_COPY,
+            nb05_nn_module.OPERATION_AFTER_PARAMETER,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -434,7 +443,7 @@ def test_list_prediction_notes_each_typical_wrong_answer(wrong, note, capsys):
     assert out.startswith(f"  About {wrong}:") and note in out
 
 
-@pytest.mark.parametrize("bad", [None, "many", "101110", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
+@pytest.mark.parametrize("bad", [None, "many", "-4", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
 def test_list_prediction_bad_input(bad, capsys):
     with pytest.raises(lab.CheckError):
         lab.check_layer_list_prediction(bad)
@@ -608,6 +617,14 @@ def _from_x(self, x):
     return h
 
 
+def _x_added_back(self, x):
+    """05.3: `h = x + block(h)`, the stack's input added in every block, got expected/got only."""
+    h = x
+    for b in self.blocks:
+        h = x + b.fc2(torch.relu(b.fc1(h)))
+    return h
+
+
 def _last_only(self, x):
     h = x
     for b in self.blocks:
@@ -766,6 +783,7 @@ STACK_MISTAKES = {
     "ReLU on the branch output": stack_variant(forward=_relu_on_branch),
     "one residual around the whole stack": stack_variant(forward=_outer),
     "blocks read x": stack_variant(forward=_from_x),
+    "blocks add x back": stack_variant(forward=_x_added_back),
     "residual averaged": stack_variant(forward=_averaged),
     "residual scaled": stack_variant(forward=_half_branch),
     "one block without its residual": stack_variant(forward=_last_without_skip),
@@ -1002,3 +1020,31 @@ def test_an_in_place_sum_on_a_copy_is_named():
         lab.check_residual_stack(stack_variant(forward=_copy_then_add_in_place))
     assert err.value.mistake == "in-place sum in forward"
     assert "RuntimeError" not in str(err.value)
+
+
+@pytest.mark.parametrize("answer", ["101110", "101,110", " 101_110 "])
+def test_list_prediction_accepts_the_number_written_as_text(answer, capsys):
+    """05.2: the right count in quotes was refused: "a count of numbers is a whole number; got '101110'"."""
+    lab.check_layer_list_prediction(answer)
+    assert capsys.readouterr().out.startswith(f"PASS  scalars the optimizer sees: {SEEN} is right")
+
+
+def _one_pair_in_a_loop(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.fc1 = nn.Linear(D, H)
+    self.fc2 = nn.Linear(H, D)
+    self.depth = depth
+
+
+def _pair_applied_depth_times(self, x):
+    for _ in range(self.depth):
+        x = x + self.fc2(torch.relu(self.fc1(x)))
+    return x
+
+
+def test_one_pair_of_layers_applied_in_a_loop_is_not_called_a_repeated_block_object():
+    """05.3: two layers applied depth times were told "one block object is used at every position"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(init=_one_pair_in_a_loop, forward=_pair_applied_depth_times))
+    assert err.value.mistake == "one block repeated"
+    assert "one pair of layers applied depth times in a loop" in err.value.hint

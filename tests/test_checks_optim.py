@@ -452,3 +452,19 @@ def test_param_groups_made_by_hand_without_super_init_are_named():
     with pytest.raises(lab.CheckError, match="never ran torch.optim.Optimizer's __init__") as info:
         lab.check_sgd_momentum(variant(__init__=_hand_made_groups))
     assert info.value.mistake == "no super().__init__()"
+
+
+def _return_at_none(self):
+    for group in self.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                return
+            self.update(p, group)
+
+
+def test_a_return_at_a_none_gradient_hears_about_return():
+    """06.3: `return` at the parameter without a gradient was told it "leaves the loop over its group"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(step=torch.no_grad()(_return_at_none)))
+    assert err.value.mistake == "loop left at a None gradient"
+    assert "or step() itself (return)" in err.value.hint

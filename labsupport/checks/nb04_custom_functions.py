@@ -112,12 +112,32 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
     return out
 
 
+SAVED_NOT_UNPACKED = Mistake(
+    "ctx.saved_tensors not unpacked",
+    None,
+    why="ctx.saved_tensors is always a tuple, even when forward saved a single tensor: backward computed with the "
+    "tuple itself instead of the tensor inside it",
+    look="the line of backward that reads ctx.saved_tensors: what it binds the tuple to",
+)
+
+
+def _tuple_used_as_tensor(err: CheckError) -> bool:
+    """Did backward fail because it computed with a tuple (ctx.saved_tensors kept whole) where a tensor belongs?"""
+    cause = err.__cause__
+    return isinstance(cause, (TypeError, AttributeError)) and "tuple" in str(cause)
+
+
 def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
     """The student's backward, called directly on the ctx of ``out`` (what autograd would hand it)."""
     __tracebackhide__ = True
     given = grad_output.clone()
-    with torch.no_grad():
-        grads = run_student(out.grad_fn.apply, given, what=f"{cls.__name__}.backward")
+    try:
+        with torch.no_grad():
+            grads = run_student(out.grad_fn.apply, given, what=f"{cls.__name__}.backward")
+    except CheckError as err:
+        if err.usage or not _tuple_used_as_tensor(err):
+            raise
+        raise mistake_error(err.message, SAVED_NOT_UNPACKED) from None
     if not torch.equal(given, grad_output):
         raise CheckError(
             f"{cls.__name__}.backward changed grad_output in place",
@@ -395,8 +415,9 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
         Mistake(
             "exp(-x) for exp(-|x|)",
             (x.clamp(min=0) + torch.log1p(torch.exp(-x)), None),
-            "the correction term takes exp(-x), which is right for x > 0 only: for x < 0 it adds -x too much (and "
-            "overflows for very negative x); the stable form's correction depends on |x|",
+            "for x < 0 the output is too large by exactly |x|, and right for x > 0: either the correction term "
+            "takes exp(-x), which is right for x > 0 only (and overflows for very negative x), or the first term is "
+            "|x| where the stable form has max(x, 0); in the stable form only the correction depends on |x|",
         ),
         Mistake(
             "log for log1p",
@@ -407,6 +428,13 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "forward overflows",
             functools.partial(_inf_where_exp_overflows, x),
             "log(1 + exp(x)) overflows where exp(x) is inf: the stable form never exponentiates a large number",
+        ),
+        Mistake(
+            "x + log1p(exp(-x)) overflows",
+            functools.partial(_inf_where_exp_overflows, -x),
+            "the output is inf exactly where exp(-x) overflows (x very negative): x + log1p(exp(-x)) equals "
+            "softplus on paper, but for x < 0 it exponentiates a large number; the stable form takes max(x, 0) and "
+            "exp(-|x|), which is never above 1",
         ),
         Mistake(
             "forward in float32",

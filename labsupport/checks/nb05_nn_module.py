@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -156,6 +157,14 @@ UNREGISTERED = Mistake(
     None,
     why="it is stored as a plain tensor; a module registers a tensor only when it is an nn.Parameter",
     look="__init__: self.<name> = nn.Parameter(...)",
+)
+OPERATION_AFTER_PARAMETER = Mistake(
+    "operation after nn.Parameter",
+    None,
+    why="nn.Parameter(...) was followed by an operation (a division by a scale, .double(), .to(...), .cuda()): "
+    "the result of an operation on a parameter is a plain tensor computed from it, not a parameter, so the "
+    "module registers nothing; the wrapping has to come last, around the finished tensor",
+    look="__init__: the line that creates the weight, and what is applied after nn.Parameter(...)",
 )
 BUFFER_NOT_PARAMETER = Mistake(
     "registered as a buffer",
@@ -317,7 +326,10 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     for name in ("weight", "bias"):
         if name not in params and name in buffers:
             raise mistake_error(f"{call}.parameters() does not yield {name}", BUFFER_NOT_PARAMETER, **facts)
-        if name not in params and isinstance(vars(layer).get(name), torch.Tensor):
+        kept = vars(layer).get(name)
+        if name not in params and isinstance(kept, torch.Tensor) and kept.grad_fn is not None:
+            raise mistake_error(f"{call}.parameters() does not yield {name}", OPERATION_AFTER_PARAMETER, **facts)
+        if name not in params and isinstance(kept, torch.Tensor):
             raise mistake_error(f"{call}.parameters() does not yield {name}", UNREGISTERED, **facts)
     if set(params) - {"weight", "bias"}:
         if set(params) & {"W", "w", "b", "B", "weights", "biases"} or len(params) == 2:
@@ -466,11 +478,27 @@ def check_my_linear(MyLinear: Any) -> None:
 # ------------------------------------------------------------------ 05.2 the prediction
 
 
+THOUSANDS = re.compile(r"\d{1,3}([,_ ]\d{3})+")
+
+
+def _count_in_text(answer: Any) -> Any:
+    """A whole number written as text ("101110", "101,110", "101_110") as that number; anything else unchanged."""
+    if not isinstance(answer, str):
+        return answer
+    text = answer.strip()
+    if THOUSANDS.fullmatch(text):
+        text = re.sub(r"[,_ ]", "", text)
+    if text.isascii() and text.isdigit():
+        return int(text)
+    return answer
+
+
 @exercise("05.2", "what the optimizer sees")
 def check_layer_list_prediction(prediction: Any) -> None:
     """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True
     answer = read_prediction("scalars the optimizer sees", prediction, form="a whole number, such as 1234")
+    answer = _count_in_text(answer)
     whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
     if isinstance(answer, bool) or not whole or answer < 0:
         raise CheckError(
@@ -625,6 +653,13 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
         ),
         Mistake(
             "blocks read x", wrong(lambda b, h: h + b.branch(x)), why="every block reads the stack's input x, not h"
+        ),
+        Mistake(
+            "blocks add x back",
+            wrong(lambda b, h: x + b.branch(h)),
+            why="every block adds the stack's input x to its branch instead of its own input h: the skip connection "
+            "of each block carries what that block was given",
+            look="forward: the two terms of each block's sum, and which variable each one reads",
         ),
         Mistake(
             "residual averaged",
@@ -802,8 +837,10 @@ WRONG_HIDDEN = Mistake(
 SHARED_BLOCK = Mistake(
     "one block repeated",
     None,
-    why="one block object is used at every position, so all positions share its weights",
-    look="__init__: create a new block for each position ([Block(...)] * depth repeats one object)",
+    why="the same fc1 and fc2 serve every position (one block object repeated, or one pair of layers applied "
+    "depth times in a loop), so all positions share their weights",
+    look="__init__: create a new block, with its own two layers, for each position ([Block(...)] * depth repeats "
+    "one object)",
 )
 SHARED_LAYER = Mistake(
     "one layer shared by all blocks",

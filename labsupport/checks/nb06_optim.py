@@ -413,8 +413,8 @@ def _rest_of_group_frozen(trajectory: list) -> bool:
 LOOP_LEFT = Mistake(
     "loop left at a None gradient",
     _rest_of_group_frozen,
-    why="at a parameter without a gradient, step() leaves the loop over its group instead of skipping that one "
-    "parameter, so the parameters after it in the group are never updated",
+    why="at a parameter without a gradient, step() leaves the loop over its group (break), or step() itself "
+    "(return), instead of skipping that one parameter, so the parameters after it are never updated",
     look="step(): for a parameter whose .grad is None, go on with the next parameter (continue), not out of the loop",
 )
 

@@ -266,6 +266,13 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
         ),
         Mistake("one batch only", Near(m.batch_accs[-1]), "that is the last batch's accuracy alone"),
         Mistake(
+            "right answers divided by the number of batches",
+            Near(m.correct / len(m.batch_accs)),
+            "the count of right answers was divided by the number of batches (len(loader)): the accuracy is per "
+            "image, right answers over the images counted",
+            look="what the count of right answers is divided by",
+        ),
+        Mistake(
             "divided by batches times batch size",
             Near(m.correct / m.slots) if m.slots else None,
             "the right answers were divided by the number of batches times the batch size, but the last batch is "
@@ -698,7 +705,7 @@ def _check_history(history: Any, ref: Run, n: int) -> None:
             got=describe(losses[attached[0]]),
         )
     losses = _numbers(losses, "history['loss']", n, "one loss.item() per step")
-    _judge("history['loss']", losses, ref.losses, [])
+    _judge("history['loss']", losses, ref.losses, _step_loss_mistakes(ref))
     val_losses = _numbers(history["val_loss"], "history['val_loss']", EPOCHS, "one value per epoch")
     val_accs = _numbers(history["val_acc"], "history['val_acc']", EPOCHS, "one value per epoch")
     _judge("history['val_loss']", val_losses, [m.loss for m in ref.val], _val_mistakes(ref, "loss"))
@@ -867,12 +874,77 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
             Near(ref.train_correct),
             "that is a count of right answers: divide by the number of images seen in the epoch",
         ),
+        Mistake(
+            "right answers divided by the number of batches",
+            Near([correct / (len(ref.losses) // EPOCHS) for correct in ref.train_correct]),
+            "the epoch's right answers were divided by its number of batches (len(train_loader)): the accuracy is "
+            "per image, right answers over the images seen in the epoch",
+            look="what the epoch's count of right answers is divided by",
+        ),
     ]
+
+
+def _running_means(losses: list[float], per_epoch: int) -> list[float]:
+    """The mean of the losses so far (of the epoch's, with ``per_epoch`` steps an epoch) at each step: what a
+    progress bar shows."""
+    means = []
+    for i in range(len(losses)):
+        start = i - i % per_epoch
+        means.append(sum(losses[start : i + 1]) / (i + 1 - start))
+    return means
+
+
+@dataclasses.dataclass(frozen=True)
+class NearAny:
+    """Several known wrong values of one mistake: matched if any of them is :class:`Near`."""
+
+    values: tuple
+
+    def __call__(self, got: Any) -> bool:
+        return any(Near(value)(got) for value in self.values)
+
+
+def _step_loss_mistakes(ref: Run) -> list[Mistake]:
+    """Known wrong values of the per-step training loss (history['loss'] and 'loss/train')."""
+    per_epoch = len(ref.losses) // EPOCHS
+    return [
+        Mistake(
+            "running mean of the losses",
+            NearAny((_running_means(ref.losses, per_epoch), _running_means(ref.losses, len(ref.losses)))),
+            "each step's value is the mean of the losses so far (a running mean over the epoch or the whole run, "
+            "as a progress bar shows): "
+            "the per-step loss is that step's own loss.item()",
+            look="what is appended and logged as each step's loss",
+        )
+    ]
+
+
+LR_AS_LIST = Mistake(
+    "rate logged as a list",
+    None,
+    "scheduler.get_last_lr() returns a list, one rate per parameter group, and add_scalar takes one number: "
+    "log the rate of the (only) group, the list's first element",
+    look="the value given to writer.add_scalar('lr', ...)",
+)
+
+
+def _lr_not_a_list(logged: dict[str, list[tuple[Any, Any]]]) -> None:
+    """A list (or tuple) of one number logged under 'lr' is scheduler.get_last_lr() itself."""
+    __tracebackhide__ = True
+    for value, _ in logged.get("lr", []):
+        if isinstance(value, (list, tuple)) and len(value) == 1:
+            raise mistake_error(
+                "a value logged under 'lr' is a list, not a number",
+                LR_AS_LIST,
+                expected="one number per step",
+                got=describe(value),
+            )
 
 
 def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> None:
     """The values logged under each tag, against the reference run's."""
     __tracebackhide__ = True
+    _lr_not_a_list(logged)
     lr_mistakes = [
         Mistake(
             "lr logged after scheduler.step()",
@@ -891,7 +963,7 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
     ]
     train_acc_mistakes = _train_acc_mistakes(ref)
     checks = [
-        ("loss/train", ref.losses, []),
+        ("loss/train", ref.losses, _step_loss_mistakes(ref)),
         ("lr", ref.lrs, lr_mistakes),
         ("accuracy/train", ref.train_accs, train_acc_mistakes),
         ("accuracy/val", [m.acc for m in ref.val], _val_mistakes(ref, "acc")),
