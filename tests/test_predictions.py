@@ -135,7 +135,7 @@ class LyingFloat(float):
 @pytest.mark.parametrize(
     "got, fragment",
     [
-        ("6", "must be a number"),
+        ("six", "must be a number"),
         (True, "must be a number"),
         (float("nan"), "must be a number"),
         (torch.ones(2), "must be a number"),  # read as the tuple (1.0, 1.0): not the one number asked for
@@ -173,3 +173,9 @@ def test_a_number_written_as_text_counts_where_the_choices_are_numbers(capsys):
     assert "one of the choices" in refused(judge, "ten", 1024, choices=(64, 1024, 4096))
     judge("error", "error", choices=("error", "1"))  # words stay words
     assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_a_number_written_as_text_counts_for_a_number_asked_without_choices(capsys):
+    judge("6.1", 6.0)
+    assert capsys.readouterr().out.startswith("PASS  q: 6.0 is right (recorded answer: 6.1)")
+    assert "must be a number" in refused(judge, "six", 6.0)

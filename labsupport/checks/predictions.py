@@ -153,6 +153,8 @@ def check_prediction(
     __tracebackhide__ = True
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        if isinstance(got, str):
+            got = _number_in_text(got, (actual,))  # "0.89" for a number asked without choices
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
             raise CheckError(f"{name}: the answer must be a number (finite)", got=repr(got), usage=True)
     ex_id = current_exercise() or name
