@@ -132,6 +132,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "Trying to backward through the graph a second time": "its own forward pass",
         "view size is not compatible with input tensor's size and stride": "reshape",
         "one of the variables needed for gradient computation has been modified by an inplace operation": "+=",
+        "sigmoid(): argument 'input' (position 1) must be Tensor, not tuple": "ctx.saved_tensors",
     }
     for text, word in cases.items():
         assert word in core.explain_error(RuntimeError(text)), text

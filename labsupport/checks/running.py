@@ -155,6 +155,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "backward() without an argument needs a scalar: reduce the loss, or pass gradient=",
     ),
     (r"view size is not compatible|is not contiguous", "view() needs a contiguous tensor: use reshape()"),
+    (
+        r"must be Tensor, not tuple|'tuple' object has no attribute",
+        "a tuple where a tensor belongs: ctx.saved_tensors, and a function that returns several values, give a "
+        "tuple; take the tensor out of it first",
+    ),
     (r"index .* is out of bounds|out of range", "an index is out of range: check an off-by-one or the axis you index"),
 ]
 
