@@ -1048,3 +1048,26 @@ def test_one_pair_of_layers_applied_in_a_loop_is_not_called_a_repeated_block_obj
         lab.check_residual_stack(stack_variant(init=_one_pair_in_a_loop, forward=_pair_applied_depth_times))
     assert err.value.mistake == "one block repeated"
     assert "one pair of layers applied depth times in a loop" in err.value.hint
+
+
+class MixedLayoutBlock(nn.Module):
+    """fc2 kept as a raw (H, D) weight used as h @ w: a layout the prompt does not ask for."""
+
+    def __init__(self, D, H):
+        super().__init__()
+        self.fc1 = nn.Linear(D, H)
+        self.w2 = nn.Parameter(torch.randn(H, D) / H**0.5)
+        self.b2 = nn.Parameter(torch.zeros(D))
+
+    def forward(self, h):
+        return h + torch.relu(self.fc1(h)) @ self.w2 + self.b2
+
+
+def test_as_many_parameters_in_another_layout_are_said_to_be_as_many():
+    def init(self, D, H, depth):
+        nn.Module.__init__(self)
+        self.blocks = nn.ModuleList(MixedLayoutBlock(D, H) for _ in range(depth))
+
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(init=init))
+    assert "as many as expected" in err.value.got and "as nn.Linear stores them" in err.value.expected

@@ -1023,11 +1023,15 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     registered = {id(p) for p in params}
     hidden = [leaf for leaf in _graph_leaves(out) if id(leaf) not in registered]
     shapes = [tuple(p.shape) for p in params]
+    count = sum(p.numel() for p in params)
+    want = depth * (2 * D * H + H + D)
     facts = {
-        "expected": f"{depth * (2 * D * H + H + D)} parameters: {depth} blocks of fc1 (weight {(H, D)}, "
-        f"bias {(H,)}) and fc2 (weight {(D, H)}, bias {(D,)})",
-        "got": f"{sum(p.numel() for p in params)} parameters in tensors of shapes {shapes}",
+        "expected": f"{want} parameters: {depth} blocks of fc1 (weight {(H, D)}, bias {(H,)}) and fc2 "
+        f"(weight {(D, H)}, bias {(D,)}), as nn.Linear stores them",
+        "got": f"{count} parameters in tensors of shapes {shapes}",
     }
+    if count == want:
+        facts["got"] = f"{count} parameters, as many as expected, but in tensors of shapes {shapes}"
     if hidden:
         message = f"{call}(x) uses {len(hidden)} weight tensors that {call}.parameters() does not yield"
         raise mistake_error(message, NOT_REGISTERED, **facts)
