@@ -248,3 +248,20 @@ def test_an_item_that_fullgraph_lets_through_is_still_a_graph_break():
     with pytest.raises(lab.CheckError) as info:
         lab.check_fullgraph_fix(via_item)
     assert info.value.mistake == "python numbers", str(info.value)
+
+
+def test_a_cond_branch_that_returns_its_input_is_named(capsys):
+    """09.4 (audit 2): torch.cond(y.mean() < 0, lambda y: -y, lambda y: y, (y,)) got torch's page-long aliasing
+    error, the same at every try; now the first try says which branch, the second why, lab.hint where."""
+
+    def cond_keeps_y(x):
+        y = x / x.abs().max()
+        y = torch.cond(y.mean() < 0, lambda v: -v, lambda v: v, (y,))
+        return y * (y > 0).float().mean()
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(cond_keeps_y)
+    assert info.value.mistake == "cond branch returns its input", str(info.value)
+    assert "aliases its input" in info.value.message and "\n" not in info.value.message
+    lab.hint("09.4")
+    assert ".clone()" in capsys.readouterr().out

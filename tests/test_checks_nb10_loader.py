@@ -222,3 +222,18 @@ def test_a_loader_without_the_batch_size_is_named():
     assert info.value.mistake == "batch size not passed on"
     assert info.value.message == "a batch of the loader holds 1 item, where batch_size is 8"
     assert "sampler=" not in f"{info.value.hint} {info.value.look}"
+
+
+def shuffle_kept(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, shuffle=True)
+
+
+def test_the_colleagues_shuffle_kept_beside_the_sampler_is_named():
+    """10.6 (audit 2): DataLoader's "sampler option is mutually exclusive with shuffle" came with no cause."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(shuffle_kept)
+    assert info.value.mistake == "shuffle kept with the sampler"
+    text = f"{info.value.hint} {info.value.look}"
+    assert "set_epoch" not in text and "sampler=sampler" not in text

@@ -180,6 +180,9 @@ CORRECT_TRANSFERS = {
     "nll_loss of log_softmax": (make_prepare(), _nll_of_log_softmax),
     "a new model object": (_prepare_a_copy, make_step()),
     "lr as a tensor": (make_prepare(lr=torch.tensor(0.01)), make_step()),  # audit: float32 0.01 was "not 0.01"
+    # audit 2: refused as "backbone not frozen", though the backbone never changes
+    "only the head in the optimizer": (make_prepare(freeze=False), make_step()),
+    "no_grad backbone, all in the optimizer": (make_prepare(freeze=False, optimizer="all"), _features_then_head),
 }
 
 
@@ -211,6 +214,18 @@ def _nll_of_probabilities(scores, labels):
     return nn.functional.nll_loss(scores.softmax(dim=1), labels)
 
 
+def _prepare_around_the_old_head(model, num_classes):
+    model.requires_grad_(False)
+    model.fc = nn.Sequential(model.fc, nn.Linear(model.fc.out_features, num_classes))
+    return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
+
+
+def _prepare_from_out_features(model, num_classes):
+    model.requires_grad_(False)
+    model.fc = nn.Linear(model.fc.out_features, num_classes)
+    return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
+
+
 def _prepare_weight_only(model, num_classes):
     model.requires_grad_(False)
     model.fc = nn.Linear(model.fc.in_features, num_classes)
@@ -221,7 +236,7 @@ TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
     (make_prepare(width=512), make_step(), "head width fixed"),  # ResNet-18's width: passed
-    (make_prepare(freeze=False), make_step(), "backbone not frozen"),
+    (make_prepare(freeze=False, optimizer="all"), make_step(), "backbone not frozen"),
     (make_prepare(freeze_head=True), make_step(), "head frozen"),
     (make_prepare(optimizer="old"), make_step(), "optimizer over the old head"),
     (make_prepare(optimizer="backbone"), make_step(), "head not in the optimizer"),
@@ -245,6 +260,9 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _step_with_loss(_log_softmax_over_batch), "softmax over the batch"),
     (make_prepare(), _step_with_loss(_nll_of_probabilities), "nll_loss on probabilities"),
     (_prepare_weight_only, make_step(), "part of the head in the optimizer"),
+    # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
+    (_prepare_around_the_old_head, make_step(), "old head kept"),
+    (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),
 ]
 
 

@@ -349,6 +349,32 @@ def scaler_stepped_twice(model, optimizer, scaler, inputs, targets, dtype):
     return loss.detach()
 
 
+def autocast_on_cuda(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 2: autocast for "cuda" on CPU inputs ran in float32 and was told only "no autocast"."""
+    with torch.autocast(device_type="cuda", dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    return _scaled_update(optimizer, scaler, loss)
+
+
+def autocast_follows_the_scaler(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 2: autocast enabled only with the scaler: bf16 without a scaler ran in float32 ("no autocast")."""
+    with torch.autocast(inputs.device.type, dtype=dtype, enabled=scaler.is_enabled()):
+        loss = F.cross_entropy(model(inputs), targets)
+    return _scaled_update(optimizer, scaler, loss)
+
+
+def unscaled_after_the_step(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 2: unscale_ after scaler.step: was "raised RuntimeError", no cause named."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.unscale_(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 def model_to_dtype(model, optimizer, scaler, inputs, targets, dtype):
     """10.2 audit: the model converted to dtype was named "loss in the autocast dtype"."""
     model.to(dtype)
@@ -371,7 +397,10 @@ def _returning(value):
 
 AMP_MISTAKES = {
     "dtype ignored": [bf16_always, fp16_always],
-    "no autocast": [no_autocast, autocast_for_cuda],
+    "no autocast": [no_autocast],
+    "autocast on another device type": [autocast_for_cuda, autocast_on_cuda],
+    "autocast off with the scaler": [autocast_follows_the_scaler],
+    "unscaled after the step": [unscaled_after_the_step],
     "stepped on scaled gradients": [optimizer_step_no_update],
     "inf step taken": [unscaled_by_hand_no_skip],
     "gradients not zeroed": [no_zero_grad],
@@ -397,10 +426,12 @@ def test_every_listed_amp_mistake_has_a_test():
     listed = {m.name for m in nb10.amp_mistakes(torch.bfloat16, nb10.amp_batches(), 0)}
     listed |= {m.name for m in nb10.SCALER_ERRORS}
     listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
+    listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     assert listed <= set(AMP_MISTAKES)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.cpu.amp.autocast:FutureWarning")  # what two of the students call
+@pytest.mark.filterwarnings("ignore:CUDA is not available")  # autocast for "cuda" on a machine without one
 @pytest.mark.parametrize(
     "mistake, student", [(name, s) for name, students in AMP_MISTAKES.items() for s in students], ids=_label
 )

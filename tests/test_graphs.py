@@ -416,6 +416,22 @@ class ShapesDifferGate(Gate):
         return torch.cond(h.sum() > 0, lambda h: h.relu().sum(dim=1), lambda h: -h, (h,))
 
 
+class ResultsNotFunctionsGate(Gate):
+    """torch.cond given the two branches' results (audit 2: torch's "Expect both branches to be callable")."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, h.relu(), -h, (h,))
+
+
+class NoOperandsGate(Gate):
+    """torch.cond without operands for branches that take one (audit 2: a page of UncapturedHigherOrderOpError)."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h)
+
+
 class NoLinear(nn.Module):
     def forward(self, x):
         return x
@@ -465,6 +481,8 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (TensorOperandsGate, "operands not a tuple"),
         (TupleBranchGate, "branch returns a tuple"),
         (ShapesDifferGate, "branches differ"),
+        (ResultsNotFunctionsGate, "branches not functions"),
+        (NoOperandsGate, "operands missing"),
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

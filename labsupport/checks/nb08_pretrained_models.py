@@ -180,21 +180,9 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
             look="model.fc = nn.Linear(model.fc.in_features, num_classes)",
         )
         return mistake_error("the model still has its old head", mistake, expected="a new model.fc", got="the old one")
-    head_ids = {id(p) for p in head.parameters()}
-    backbone = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in head_ids]
-    if backbone:
-        mistake = Mistake(
-            "backbone not frozen",
-            None,
-            "the backbone's parameters still require grad: freeze them (requires_grad_(False)) before you add the head",
-            look="model.requires_grad_(False)",
-        )
-        return mistake_error(
-            f"{len(backbone)} backbone parameters still require grad",
-            mistake,
-            expected="only the head's parameters require grad",
-            got=", ".join(backbone[:3]) + (", ..." if len(backbone) > 3 else ""),
-        )
+    if any(module is old_head for module in head.modules()):
+        got = "a model.fc that holds the old model.fc"
+        return mistake_error("the new head holds the old one", OLD_HEAD_KEPT, expected="a new model.fc", got=got)
     if not all(p.requires_grad for p in head.parameters()):
         mistake = Mistake(
             "head frozen",
@@ -204,6 +192,31 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
         return mistake_error("the new head does not require grad", mistake, expected="requires_grad=True", got="False")
     return _optimizer_error(optimizer, head, old_head)
 
+
+OLD_HEAD_KEPT = Mistake(
+    "old head kept",
+    None,
+    "the new head is built around the pretrained 1000-class layer: it reads ImageNet's 1000 class scores, not the "
+    "backbone's features; the new head replaces the old one and takes the features the old one took",
+    look="what model.fc is made of: nothing of the old model.fc stays in it",
+)
+
+BACKBONE_NOT_FROZEN = Mistake(
+    "backbone not frozen",
+    None,
+    "the backbone's parameters got gradients and the optimizer updated them: they still require grad, and the "
+    "optimizer holds them; freeze them (requires_grad_(False)) before you add the head, or keep them out of what "
+    "the optimizer is given",
+    look="model.requires_grad_(False)",
+)
+
+OLD_HEAD_OUTPUTS = Mistake(
+    "head reads the old head's outputs",
+    None,
+    "the new head takes as many inputs as the old head had outputs (out_features, the 1000 ImageNet classes): "
+    "what reaches the head is the backbone's features, as many as the old head took in",
+    look="the first size given to the new nn.Linear",
+)
 
 PART_OF_THE_HEAD = Mistake(
     "part of the head in the optimizer",
@@ -250,6 +263,8 @@ class Mirror:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         self.model = copy.deepcopy(model)
+        self.model.requires_grad_(False)
+        self.model.fc.requires_grad_(True)
         index = {id(p): i for i, p in enumerate(model.parameters())}
         params = list(self.model.parameters())
         groups = []
@@ -345,6 +360,14 @@ def _frozen_error(model: nn.Module, step: int) -> CheckError | None:
             mistake,
             expected="every backbone buffer as it was",
             got=f"{len(statistics)} buffers changed, e.g. {statistics[0]}",
+        )
+    parameters = dict(model.named_parameters())
+    if any(k in parameters for k in moved):
+        return mistake_error(
+            f"after step {step} the backbone's weights changed",
+            BACKBONE_NOT_FROZEN,
+            expected="every backbone parameter as it was",
+            got=f"{len(moved)} changed, e.g. {moved[0]}",
         )
     return CheckError(
         f"after step {step} the backbone changed",
@@ -574,6 +597,35 @@ def _head_mode(model: nn.Module) -> _Modes:
     return modes
 
 
+def _probe_new_head(model: nn.Module, n: int, old_head: nn.Module) -> None:
+    """The model's output must have one score per class; a head that takes the old head's outputs is named."""
+    __tracebackhide__ = True
+    try:
+        _probe(model, n)
+    except CheckError as err:
+        first = next((m for m in model.fc.modules() if isinstance(m, nn.Linear)), None)
+        takes_outputs = first is not None and first.in_features == getattr(old_head, "out_features", None)
+        if "mat1 and mat2" not in err.message or not takes_outputs:
+            raise
+        raise mistake_error(
+            f"the model with your new head fails: {err.message}",
+            OLD_HEAD_OUTPUTS,
+            expected=f"a head that takes {old_head.in_features} features",
+            got=f"nn.Linear({first.in_features}, {first.out_features})",
+        ) from None
+
+
+def _still_computed(model: nn.Module) -> str:
+    """A note for a PASS whose backbone still requires grad: it stayed as it was, but its gradients cost work."""
+    head_ids = {id(p) for p in model.fc.parameters()}
+    if not any(p.requires_grad for p in model.parameters() if id(p) not in head_ids):
+        return ""
+    return (
+        " (the backbone still requires grad: it stayed as it was, but each step computes its gradients for nothing, "
+        "which requires_grad_(False) saves)"
+    )
+
+
 def _check_other_width(prepare: Any) -> None:
     """prepare_for_transfer on a ResNet whose head takes 2048 features must give one score per class too."""
     __tracebackhide__ = True
@@ -600,7 +652,7 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
         error = _structure_error(model, optimizer, old_head)
         if error is not None:
             raise error
-        _probe(model, n)
+        _probe_new_head(model, n, old_head)
         mirror = _mirror(model, optimizer)
         device = next(model.fc.parameters()).device
         modes = _head_mode(model)
@@ -618,5 +670,5 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
     _check_other_width(prepare_for_transfer)
     passed(
         "transfer: backbone and batch-norm statistics frozen, a new trainable head, "
-        "and each step moves the head as SGD says"
+        "and each step moves the head as SGD says" + _still_computed(model)
     )

@@ -473,6 +473,26 @@ COND_USAGE = [
         ),
     ),
     (
+        "expect both branches to be callable",
+        Mistake(
+            "branches not functions",
+            None,
+            "torch.cond was given the two branches' results, tensors computed before it ran, where it takes two "
+            "functions: it calls only the one the predicate picks, with the operands as its arguments",
+            look="the second and third arguments of torch.cond",
+        ),
+    ),
+    (
+        "missing required positional argument",
+        Mistake(
+            "operands missing",
+            None,
+            "the branch functions take an argument, but torch.cond had no operands to give them: its last argument "
+            "is the tuple of tensors it passes to whichever branch runs",
+            look="the arguments of torch.cond, and those of the branch functions",
+        ),
+    ),
+    (
         "when merging two branches' output in torch.cond",
         Mistake(
             "branches differ",
@@ -504,6 +524,8 @@ def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
                 first = err.message.splitlines()[0]
                 if first.count("(") > first.count(")"):  # a tensor printed over several lines: cut before it
                     first = first.split(", but got")[0]
+                if first.endswith(":"):  # torch's reason comes on a later line: add the line that names it
+                    first += " " + next(line.strip() for line in err.message.splitlines() if phrase in line.lower())
                 raise mistake_error(first[:300], mistake) from None
         raise
 
@@ -936,14 +958,38 @@ def _check_summarise_values(answers: list, inputs: list, how: str) -> None:
         raise CheckError(message, **facts)
 
 
+BRANCH_RETURNS_ITS_INPUT = Mistake(
+    "cond branch returns its input",
+    None,
+    "a branch of torch.cond returns its operand itself, unchanged (the branch that leaves the vector as it is): "
+    "torch.cond refuses a branch whose output is one of its inputs (it calls that aliasing), even where the "
+    "values are right; each branch must return a tensor of its own",
+    look="the branch that returns its argument as it came: return a copy of it (.clone())",
+)
+
+
+def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
+    """summarise_graph on every input, run eagerly; torch.cond's refusal of a branch that returns its input is named."""
+    __tracebackhide__ = True
+    eager = []
+    for x, _ in inputs:
+        try:
+            got = run_student(summarise_graph, x.clone(), what="summarise_graph(x)", inplace_hint="make new tensors")
+        except CheckError as err:
+            if "aliasing" not in err.message.lower():
+                raise
+            kind = type(err.__cause__).__name__ if err.__cause__ is not None else "an error"
+            message = f"summarise_graph(x) raised {kind}: torch.cond refused a branch whose output aliases its input"
+            raise mistake_error(message, BRANCH_RETURNS_ITS_INPUT) from None
+        eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
+    return eager
+
+
 @exercise("09.4", "one graph, no breaks")
 def check_fullgraph_fix(summarise_graph: Any) -> None:
     """``summarise_graph`` equals ``summarise`` on seven vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
     inputs = summarise_inputs()
-    eager = []
-    for x, _ in inputs:
-        got = run_student(summarise_graph, x.clone(), what="summarise_graph(x)", inplace_hint="make new tensors")
-        eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
+    eager = _eager_summaries(summarise_graph, inputs)
     _check_summarise_values(eager, inputs, "eagerly,")
     compiled = _compiled_answers(summarise_graph, inputs)
     _check_summarise_values(compiled, inputs, "compiled,")

@@ -235,6 +235,13 @@ SCALER_ERRORS = [
         look="every call of the scaler's step, and the order of the scaler's calls",
     ),
     dataclasses.replace(WEIGHTS_CAST, matches="Attempting to unscale FP16 gradients"),
+    Mistake(
+        "unscaled after the step",
+        "unscale_() is being called after step()",
+        "the gradients were to be unscaled after the scaler's step: by then the step has unscaled them itself and "
+        "updated the weights; unscale_() is for looking at the true gradients (to clip them, say) before the step",
+        look="where the gradients are unscaled, next to the scaler's step",
+    ),
 ]
 
 
@@ -445,7 +452,46 @@ def _judge_amp_step(run: AmpRun, ref: AmpRun, scaler: CountingScaler, dtype: tor
         raise CheckError(message)
 
 
+AUTOCAST_ELSEWHERE = Mistake(
+    "autocast on another device type",
+    None,
+    "the step ran in float32: autocast was given a device type that is not the inputs' (written in, or chosen by "
+    "whether a GPU exists), and it changes only the operations of that device type, so on the inputs' device "
+    "nothing ran in `dtype`",
+    look="the device type autocast is given, and where that value comes from",
+)
+
+AUTOCAST_OFF_WITH_SCALER = Mistake(
+    "autocast off with the scaler",
+    None,
+    "with the scaler disabled (bf16 needs no loss scaling) the forward pass ran in float32: autocast and the "
+    "scaler are separate switches, and only the loss scaling is off here; the forward pass still runs in `dtype`",
+    look="what decides whether autocast is enabled",
+)
+
+
+def _renamed(err: CheckError, amp_step: Callable, scaler_on: bool) -> CheckError:
+    """A float32 step ("no autocast") whose cause shows elsewhere: autocast on another device type, or autocast
+    switched off with the scaler (the same step passed with the scaler on)."""
+    if err.mistake != "no autocast":
+        return err
+    source = _autocast_device_source(amp_step)
+    if source is not None:
+        return mistake_error(err.message, AUTOCAST_ELSEWHERE, expected="the inputs' device type", got=source)
+    if not scaler_on:
+        return mistake_error(err.message, AUTOCAST_OFF_WITH_SCALER, got=err.got)
+    return err
+
+
 def _run_amp_case(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> None:
+    __tracebackhide__ = True
+    try:
+        _run_amp_steps(amp_step, dtype, scaler_on)
+    except CheckError as err:
+        raise _renamed(err, amp_step, scaler_on) from None
+
+
+def _run_amp_steps(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> None:
     batches = amp_batches(with_inf=scaler_on)
     ref = amp_reference(AmpRecipe(dtype, scaler_on=scaler_on), batches)
     model = _cnn(3)
@@ -1075,9 +1121,30 @@ def _dataset_indices(values: torch.Tensor, n: int) -> list[int]:
     return indices
 
 
+SHUFFLE_WITH_SAMPLER = Mistake(
+    "shuffle kept with the sampler",
+    None,
+    "the DataLoader was given a sampler and told to shuffle too, which it refuses: the sampler already decides "
+    "the order (it shuffles, the same way on every rank, before it cuts the rank's part), so the loader's own "
+    "shuffling has to go",
+    look="the DataLoader's arguments: which of them decide the order of the items",
+)
+
+
+def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> Any:
+    """The student's loader for one rank and epoch; DataLoader's refusal of shuffle=True with a sampler is named."""
+    __tracebackhide__ = True
+    try:
+        return run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
+    except CheckError as err:
+        if "mutually exclusive with shuffle" not in str(err.__cause__ or err.message):
+            raise
+        raise mistake_error(err.message, SHUFFLE_WITH_SAMPLER) from None
+
+
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
     """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
-    loader = run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
+    loader = _build_loader(rank_loader, n, ws, batch, rank, epoch)
     if isinstance(loader, torch.utils.data.Sampler):
         raise CheckError(
             f"rank_loader_fixed returned a {type(loader).__name__}, not a loader",
