@@ -342,3 +342,14 @@ def test_none_for_a_number_hears_about_a_missing_return():
     with pytest.raises(core.CheckError) as info:
         core.as_number(None, "your peak_flops(...)")
     assert "must be a number" in str(info.value) and "without a return statement" in info.value.hint
+
+
+def test_a_long_exception_text_is_cut_to_its_first_lines():
+    def long_error(x):
+        raise RuntimeError("first line:\n" + "\n".join(f"detail {k}" for k in range(40)))
+
+    with pytest.raises(core.CheckError) as info:
+        core.run_student(long_error, 1, what="your f(x)")
+    text = str(info.value)
+    assert "first line:" in text and "detail 4" in text and "detail 5" not in text
+    assert "35 more lines: lab.show_traceback() shows them all" in text

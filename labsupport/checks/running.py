@@ -173,6 +173,14 @@ def explain_error(exc: BaseException) -> str | None:
     return None
 
 
+def _exception_text(exc: BaseException, limit: int = 6) -> str:
+    """The exception's text, its first ``limit`` lines: some of torch's messages (Dynamo's) run to dozens."""
+    lines = [line.rstrip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) <= limit:
+        return "\n".join(lines)
+    return "\n".join(lines[:limit]) + f"\n  ({len(lines) - limit} more lines: lab.show_traceback() shows them all)"
+
+
 def _student_line(exc: BaseException) -> str | None:
     """The last line of the student's own code (a notebook cell) that ``exc`` passed through."""
     lines = []
@@ -253,7 +261,7 @@ def run_student(
         raise
     except Exception as exc:
         where = _student_line(exc)
-        message = f"{what} raised {type(exc).__name__}: {str(exc).strip()}"
+        message = f"{what} raised {type(exc).__name__}: {_exception_text(exc)}"
         if where:
             message += f"\n  in your line:  {where}"
         raise CheckError(message, hint=explain_error(exc), mistake=f"raised {type(exc).__name__}") from exc
