@@ -130,7 +130,7 @@ def make_train(evaluate=None, **mistakes):
         history = {"loss": [], "val_loss": [], "val_acc": []}
         step = 0
         for epoch in range(epochs):
-            if not mistakes.get("no_train_mode") or epoch == 0:
+            if not mistakes.get("never_train_mode") and (not mistakes.get("no_train_mode") or epoch == 0):
                 model.train()
             correct, seen, batch_accs, epoch_losses = 0, 0, [], []
             for images, labels in train_loader:
@@ -318,6 +318,15 @@ def test_a_step_before_backward_hears_about_the_order():
         lab.check_training_loop(make_evaluate(), make_train(step_first="no gradients"))
     assert err.value.mistake == "no gradient at step"
     assert "after optimizer.step()" in err.value.hint
+
+
+def test_a_train_that_never_switches_to_training_mode_is_named():
+    """07.1: a train without model.train(), relying on a fresh model's mode and on evaluate's model.train(),
+    passed: the check handed train a model in training mode. It now hands it over in eval mode."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(make_evaluate(), make_train(never_train_mode=True))
+    assert err.value.mistake == "model.train() missing"
+    assert "eval mode" in err.value.hint
 
 
 def test_the_learning_rate_is_judged_by_value_not_only_by_step():

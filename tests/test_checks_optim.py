@@ -132,6 +132,15 @@ def _float32(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _by_shape(self, p, group):
+    state = self.state[tuple(p.shape)]  # the two biases of the check share a shape, and so a velocity
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 def _shared(self, p, group):
     if not hasattr(self, "v"):
         self.v = p.grad.clone()
@@ -204,6 +213,7 @@ CLASS_MISTAKES = {
     "first step skipped": variant(update=_zeros_then_leave),
     "velocity in float32": variant(update=_float32),
     "one velocity for all parameters": variant(update=_shared),
+    "state keyed by shape": variant(update=_by_shape),  # passed before the biases shared a shape
     "None gradient not skipped": variant(step=torch.no_grad()(_no_skip)),
     "update recorded by autograd": variant(step=_no_no_grad),
     "no super().__init__()": variant(__init__=_no_super),

@@ -111,7 +111,8 @@ def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
 LR = 0.1
 MOMENTUM = 0.8
 MAX_STEPS = 100
-_SHAPES = [(4, 5), (2,), (4,), (3, 4), (3,)]  # (2,) takes no part in the loss: its .grad stays None
+# (2,) takes no part in the loss: its .grad stays None; the two biases share a shape, (3,), one in each group
+_SHAPES = [(3, 5), (2,), (3,), (3, 3), (3,)]
 _GROUP1 = {"lr": 0.05, "momentum": 0.5}  # the second group's own settings
 
 
@@ -491,6 +492,13 @@ STATE_BY_ID = Mistake(
     "hands the saved state to the new run's parameters, which have other ids, so a resumed run loses the velocity",
     look="step(): state = self.state[p]",
 )
+STATE_BY_SHAPE = Mistake(
+    "state keyed by shape",
+    None,
+    why="self.state is keyed by the parameter's shape (or its size), so parameters of one shape share a single "
+    "velocity: the check's two biases have the same shape, and each one's step carries the other's gradients",
+    look="step(): state = self.state[p], one entry per parameter",
+)
 LOW_PRECISION = Mistake(
     "velocity in float32",
     None,
@@ -695,9 +703,24 @@ def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = 
                 mistake = first_mistake(mine, mistakes)
                 if mistake is None and optimizer is not None and _low_precision(optimizer):
                     mistake = LOW_PRECISION
+                if mistake is None and optimizer is not None and _keyed_by_shape(optimizer):
+                    mistake = STATE_BY_SHAPE
                 if mistake is None:
                     raise
                 raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+def _keyed_by_shape(optimizer: Any) -> bool:
+    """Is the optimizer's state keyed by shapes or sizes (a torch.Size, a tuple of ints, an int)?"""
+    states = getattr(optimizer, "state", None)
+    if not isinstance(states, dict):
+        return False
+    for key in states:
+        if isinstance(key, int) and not isinstance(key, bool) and key < 1000:
+            return True
+        if isinstance(key, tuple) and all(isinstance(k, int) for k in key):
+            return True
+    return False
 
 
 def _keyed_by_stand_ins(optimizer: Any) -> bool:

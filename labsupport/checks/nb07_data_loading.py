@@ -530,8 +530,8 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
             Mistake(
                 "model.train() missing",
                 None,
-                "model.train() is missing at the start of each epoch: evaluate "
-                "(or something else) left the model in eval mode",
+                "model.train() is missing at the start of each epoch: the model came to train in eval mode (the "
+                "check hands it over so, as after a checkpoint was evaluated), or evaluate left it there",
                 look="model.train()  # first line of the epoch loop",
             ),
             expected="training mode while training",
@@ -984,6 +984,7 @@ def check_training_loop(evaluate, train) -> None:
     n = EPOCHS * len(loader)
     model = _loop_model()
     start = copy.deepcopy(model)
+    model.eval()  # handed over in eval mode (as after a checkpoint was evaluated): train must switch it
     student = _student_train(train, model, loader, val)
     counting = _counting_error(student, n)
     if counting is not None:
