@@ -732,3 +732,64 @@ def test_an_exact_prediction_is_judged_exactly(capsys):
     """03.3: [2, 40, 620] counted as right within the 5% meant for measured timings."""
     lab.check_vjp_prediction([2, 40, 620])
     assert capsys.readouterr().out.startswith("NOT RIGHT")
+
+
+def _accumulated_with(step_end):
+    """The notebook's train_accumulated with the end of each step (log, update, reset) replaced by ``step_end``."""
+
+    def train(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+        losses = []
+        for t in range(steps):
+            total = 0.0
+            for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+                part = (x_part.mm(w1).clamp(min=0).mm(w2) - y_part).pow(2).sum()
+                part.backward()
+                total = step_end.add(total, part)
+            step_end.finish(t, total, log, w1, w2, learning_rate)
+            losses.append(total)
+        return losses
+
+    return train
+
+
+class _LogAlways:
+    """Calls log whether it was given or not; adds the chunks' losses as numbers."""
+
+    @staticmethod
+    def add(total, part):
+        return total + part.item()
+
+    @staticmethod
+    def finish(t, total, log, w1, w2, learning_rate):
+        log(t, total)
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+
+
+class _TensorTotal(_LogAlways):
+    """Adds the chunks' losses as tensors, graphs and all; calls log only when given."""
+
+    @staticmethod
+    def add(total, part):
+        return total + part
+
+    @staticmethod
+    def finish(t, total, log, w1, w2, learning_rate):
+        if log is not None:
+            log(t, total)
+        _LogAlways.finish(t, total, lambda *args: None, w1, w2, learning_rate)
+
+
+def test_log_called_when_not_given_is_named():
+    """03.6: log(t, loss) called without `if log is not None` passed: the check always passed a log."""
+    err = failure(lab.check_accumulated_training, _accumulated_with(_LogAlways))
+    assert err.mistake == "log called when not given"
+
+
+def test_losses_that_keep_their_graphs_are_named():
+    """03.6: `total += part` without .item() returned tensors holding every step's graph, and passed."""
+    err = failure(lab.check_accumulated_training, _accumulated_with(_TensorTotal))
+    assert err.mistake == "losses kept with their graphs"

@@ -78,7 +78,7 @@ CORRECT = {
     "correct_class_scores": [
         lambda s, i: s[torch.arange(len(i)), i],
         lambda s, i: s.gather(1, i[:, None]).squeeze(1),
-        lambda s, i: s.gather(1, i.unsqueeze(1)).squeeze(),
+        lambda s, i: s.gather(1, i.unsqueeze(1))[:, 0],
         _class_scores_with_one_hot,
         lambda s, i: s[F.one_hot(i, s.shape[1]).bool()],
     ],
@@ -537,3 +537,53 @@ def test_a_loop_over_an_axis_other_than_the_samples_is_refused(name):
 def test_a_broadcast_through_matmul_is_not_a_loop(capsys):
     lab.check_pairwise_sq_dists(lambda a, b: (a * a).sum(1, keepdim=True) + (b * b).sum(1) - 2 * a @ b.T)
     assert capsys.readouterr().out.startswith("PASS  pairwise_sq_dists")
+
+
+def test_a_squeeze_without_an_axis_fails_on_one_sample():
+    """01.3: gather(...).squeeze() returns a 0-d tensor for a batch of one, and passed (every case had N > 1)."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(lambda s, i: s.gather(1, i.unsqueeze(1)).squeeze())
+    err = info.value
+    assert err.mistake == "every size-1 axis squeezed"
+    assert "(1,)" in str(err)
+
+
+def _pairwise_unsqueezing_in_place(a, b):
+    a.unsqueeze_(1)
+    b.unsqueeze_(0)
+    return ((a - b) ** 2).sum(-1)
+
+
+def test_pairwise_that_unsqueezes_its_inputs_in_place_is_refused():
+    """01.1: a.unsqueeze_(1) reshaped the caller's points and still returned the right distances: it passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_pairwise_sq_dists(_pairwise_unsqueezing_in_place)
+    err = info.value
+    assert err.mistake == "changed a in place"
+    assert "unsqueeze_" in err.hint
+
+
+def _class_scores_unsqueezing_labels(scores, labels):
+    labels.unsqueeze_(1)
+    return scores.gather(1, labels)[:, 0]
+
+
+def test_class_scores_that_unsqueeze_the_labels_in_place_are_refused():
+    """01.3: labels.unsqueeze_(1) left the caller's labels (N, 1) and passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(_class_scores_unsqueezing_labels)
+    err = info.value
+    assert err.mistake == "changed labels in place"
+
+
+def _per_sample_unsqueezing_x(x, w):
+    x.unsqueeze_(1)
+    return (x @ w)[:, 0]
+
+
+def test_per_sample_matmul_that_unsqueezes_x_in_place_is_refused():
+    """01.6: x.unsqueeze_(1) left the caller's x (B, 1, D) and passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_per_sample_matmul(_per_sample_unsqueezing_x)
+    err = info.value
+    assert err.mistake == "changed x in place"

@@ -708,3 +708,23 @@ def test_a_checker_that_vmaps_f_passes(capsys):
 
     lab.check_numeric_grad(vmapped)
     assert capsys.readouterr().out.startswith("PASS  numeric_grad")
+
+
+def test_forward_mode_autograd_is_refused():
+    """02.4 (and every by-hand exercise): torch.func.jacfwd, forward-mode autograd, slipped past the refusal of
+    backward() and autograd.grad, and passed as a numeric gradient."""
+    with pytest.raises(lab.CheckError, match="forward mode") as info:
+        lab.check_numeric_grad(lambda f, w: torch.func.jacfwd(f)(w))
+    assert info.value.mistake == "used autograd"
+
+
+def test_an_eps_argument_overwritten_by_the_default_is_named():
+    """02.4: `eps = 1e-6` at the top ignored the eps the caller passed, and passed (the check never gave one)."""
+
+    def overwriting(f, w, eps=None):
+        eps = 1e-6
+        return numeric_grad(f, w, eps)
+
+    with pytest.raises(lab.CheckError, match="not by the eps it was given") as info:
+        lab.check_numeric_grad(overwriting)
+    assert info.value.mistake == "eps argument ignored"

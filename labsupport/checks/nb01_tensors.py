@@ -56,6 +56,14 @@ def _tied_rows(seed: int, shape: tuple[int, int], dtype: torch.dtype) -> torch.T
     return x.to(dtype)
 
 
+#: The in-place hint of the exercises that add axes: the caller's tensors must come back as they went in.
+NEW_AXIS_IN_PLACE = (
+    "{name} came back changed: an in-place method (unsqueeze_, squeeze_, sub_, a write through an index) "
+    "changed the caller's tensor, so its shape or values are no longer what the caller passed in; the "
+    "methods without the trailing underscore (unsqueeze, or indexing with None) return a new view instead"
+)
+
+
 # --------------------------------------------------------------------------- 01.1 pairwise squared distances
 
 
@@ -314,6 +322,7 @@ def check_pairwise_sq_dists(pairwise_sq_dists: Any) -> None:
         mistakes=_pairwise_mistakes,
         rtol=RTOL,
         atol=ATOL,
+        inplace_hint=NEW_AXIS_IN_PLACE,
     )
     _pairwise_design(pairwise_sq_dists)
     passed(f"pairwise_sq_dists: matches the reference on {len(cases)} cases (shapes and values)")
@@ -513,6 +522,31 @@ LOOPS_OVER_CLASSES = Mistake(
 )
 
 
+def _squeezed_to_0d(result: Any) -> bool:
+    return isinstance(result, torch.Tensor) and result.dim() == 0
+
+
+ONE_SAMPLE_SQUEEZED = Mistake(
+    "every size-1 axis squeezed",
+    _squeezed_to_0d,
+    why="with one sample the result is a 0-d tensor: squeeze() without an axis removed the sample axis too, "
+    "because N is 1 here; one number per sample is asked, (N,), whatever N is",
+    look="name the axis to remove: squeeze(1), or index it with [:, 0]",
+)
+
+
+def _class_scores_one_sample(correct_class_scores: Callable, options: dict) -> None:
+    """One more case, a batch of one sample: the result is (1,), not a 0-d tensor."""
+    __tracebackhide__ = True
+    (scores,) = _randn(34, (1, 4))
+    case = [(scores, torch.tensor([2]))]
+
+    def mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
+        return [ONE_SAMPLE_SQUEEZED, NOT_FINITE]  # the others index rows by label, which one row cannot hold
+
+    run_cases(correct_class_scores, case, _class_scores_reference, **{**options, "mistakes": mistakes})
+
+
 def _class_scores_design(correct_class_scores: Callable) -> None:
     """The prompt's rule: no loop. Indexing runs the same operations for 20 samples as for 40, and for 5
     classes as for 15."""
@@ -536,6 +570,7 @@ def check_correct_class_scores(correct_class_scores: Any) -> None:
         mistakes=_class_scores_mistakes,
         rtol=RTOL,
         atol=ATOL,
+        inplace_hint=NEW_AXIS_IN_PLACE,
     )
     run_cases(correct_class_scores, every_class, _class_scores_reference, **options)
     try:
@@ -544,6 +579,7 @@ def check_correct_class_scores(correct_class_scores: Any) -> None:
         if err.usage or err.mistake == "too slow":
             raise
         raise _classes_from_labels(err) from None
+    _class_scores_one_sample(correct_class_scores, options)
     _class_scores_design(correct_class_scores)
     total = len(every_class) + len(last_missing)
     passed(f"correct_class_scores: matches the reference on {total} cases, some without the last class")
@@ -919,6 +955,7 @@ def check_per_sample_matmul(per_sample_matmul: Any) -> None:
         mistakes=_per_sample_mistakes,
         rtol=RTOL,
         atol=ATOL,
+        inplace_hint=NEW_AXIS_IN_PLACE,
     )
     _per_sample_design(per_sample_matmul)
     passed(f"per_sample_matmul: matches the reference on {len(cases)} cases (shapes and values)")

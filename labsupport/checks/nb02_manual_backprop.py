@@ -82,12 +82,21 @@ class _UsedAutograd(BaseException):
 _AUTOGRAD_CALLS: list[str] = []
 
 
+#: What autograd's calls are named: reverse mode (.backward(), torch.autograd.grad, and what is built on them:
+#: torch.func.grad, vjp, jacrev, torch.autograd.functional), and forward mode, whose dual numbers are made by
+#: torch._make_dual (torch.func.jvp and jacfwd, torch.autograd.forward_ad).
+AUTOGRAD_NAMES = ("backward", "grad", "_make_dual")
+
+
 class _NoAutograd(TorchFunctionMode):
-    """Refuses .backward(), torch.autograd.grad and anything built on them (torch.func.grad, jacobian)."""
+    """Refuses .backward(), torch.autograd.grad and anything built on them (torch.func.grad, jacobian), and
+    forward-mode autograd (torch.func.jvp, jacfwd, torch.autograd.forward_ad.make_dual)."""
 
     def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        if getattr(func, "__name__", "") in ("backward", "grad"):
+        if getattr(func, "__name__", "") in AUTOGRAD_NAMES:
             call = f"{getattr(func, '__module__', 'torch')}.{func.__name__}"
+            if func.__name__ == "_make_dual":
+                call = f"forward mode: torch.func.jvp, jacfwd or forward_ad, which make dual numbers with {call}"
             _AUTOGRAD_CALLS.append(call)
             raise _UsedAutograd(call)
         return func(*args, **(kwargs or {}))
@@ -1035,7 +1044,41 @@ def check_numeric_grad(numeric_grad: Any) -> None:
             )
         except CheckError as err:
             raise _named_default(err, numeric_grad) from None
+        _judge_eps_followed(numeric_grad, what)
     passed(f"numeric_grad: matches autograd on {len(cases)} cases (max rel. error < {TOL:g})")
+
+
+#: The eps the check passes once, by name, to see that numeric_grad uses the eps it is given.
+GIVEN_EPS = 1e-5
+
+EPS_IGNORED = Mistake(
+    "eps argument ignored",
+    None,
+    why="the default was set by overwriting eps, whatever the caller passed: numeric_grad(f, w, eps=...) must "
+    "nudge by the eps it is given, and use the default only when none is given",
+    look="the line that sets eps: give it a value only when it is None (or write the value as the default)",
+)
+
+
+def _judge_eps_followed(numeric_grad: Callable, what: str) -> None:
+    """Call ``numeric_grad(f, w, eps=GIVEN_EPS)`` once: f must be evaluated GIVEN_EPS away from w. Skipped where
+    the function has no parameter named eps, or where its calls of f cannot be read (a vmapped f)."""
+    __tracebackhide__ = True
+    with contextlib.suppress(TypeError, ValueError):
+        if "eps" not in inspect.signature(numeric_grad).parameters:
+            return
+    (w,) = _randn(18, (3,))
+    f = _Recorder(w)
+    run_student(_by_hand(numeric_grad), f, w.clone(), eps=GIVEN_EPS, what=f"{what[:-1]}, eps={GIVEN_EPS:g})")
+    used = f.summary()["eps"]
+    if used is None or math.isclose(used, GIVEN_EPS, rel_tol=1e-3):
+        return
+    raise mistake_error(
+        f"{what[:-1]}, eps={GIVEN_EPS:g}) nudged w by {used:.3g}, not by the eps it was given",
+        EPS_IGNORED,
+        expected=f"f evaluated at w +- {GIVEN_EPS:g} e_i",
+        got=f"f evaluated at w +- {used:.3g} e_i",
+    )
 
 
 def _named_default(err: CheckError, numeric_grad: Callable) -> CheckError:

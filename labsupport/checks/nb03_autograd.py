@@ -590,8 +590,9 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
     versions = (w1._version, w2._version)
     args = [x, y, w1, w2, LR, STEPS]
     kwargs = {}
-    if calls is not None:
+    if p.chunks > 1:
         args.append(p.chunks)
+    if calls is not None:
         kwargs["log"] = _log_recorder(calls, w1)
     result = None
     error = None
@@ -605,6 +606,8 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
         if not torch.equal(got, start):
             raise CheckError(f"{what} changed the data {name} in place", mistake="data changed in place")
     cause = error.__cause__ if error else None
+    if calls is None and p.chunks > 1:
+        _judge_log_left_out(error, what)
     seen = _Observed(p, (w1, w2), versions, tuple(arrivals), w1_values, cause)
     if error is not None:
         mistake = first_mistake(seen, _LOOP_MISTAKES)
@@ -612,6 +615,27 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
             raise error
         raise mistake_error(error.message, mistake, got=seen.facts()) from None
     return result, seen
+
+
+LOG_CALLED_WITHOUT_CHECK = Mistake(
+    "log called when not given",
+    None,
+    why="log is optional: called without it, the loop still called log(t, loss), and log is None then. The "
+    "prompt says to call it only if it is given",
+    look="the line that calls log: only when log is not None",
+)
+
+
+def _judge_log_left_out(error: CheckError | None, what: str) -> None:
+    """A loop run without log (its default, None) must not call it."""
+    __tracebackhide__ = True
+    if error is None or "'NoneType' object is not callable" not in str(error.__cause__):
+        return
+    raise mistake_error(
+        f"{what} called without log raised TypeError: {error.__cause__}",
+        LOG_CALLED_WITHOUT_CHECK,
+        expected="a loop that runs with log left at its default, None",
+    )
 
 
 def _judge_weights(seen: _Observed, right: _Run) -> None:
@@ -715,9 +739,39 @@ def _numbers(value: Any, what: str) -> list[float]:
     return numbers
 
 
+LOSSES_KEEP_GRAPHS = Mistake(
+    "losses kept with their graphs",
+    None,
+    why="the losses returned are tensors that still require grad: each keeps its step's whole graph (every "
+    "chunk's activations) alive for as long as the list lives, which is the memory the chunks were meant to "
+    "save. The losses are plain numbers, one float per step",
+    look="how each chunk's loss is added to the step's total: a number, taken with .item()",
+)
+
+
+def _requires_grad(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.requires_grad
+
+
+def _judge_losses_detached(result: Any, what: str) -> None:
+    """The losses must be numbers (or tensors without a graph), not tensors that hold the steps' graphs."""
+    __tracebackhide__ = True
+    items = list(result) if isinstance(result, (list, tuple)) else [result]
+    kept = [i for i, item in enumerate(items) if _requires_grad(item)]
+    if not kept:
+        return
+    raise mistake_error(
+        f"{what} returned {len(kept)} loss(es) that require grad",
+        LOSSES_KEEP_GRAPHS,
+        expected="one float per step",
+        got=describe(items[kept[0]]),
+    )
+
+
 def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
     """One loss per step: the whole batch's loss before the step's update."""
     __tracebackhide__ = True
+    _judge_losses_detached(result, what)
     losses = _numbers(result, f"the losses {what} returned")
     if len(losses) == STEPS * p.chunks and p.chunks > 1:
         raise CheckError(
@@ -868,7 +922,7 @@ def _judge_chunks_followed(train: Any, what: str) -> None:
     """Run the loop again with chunks=OTHER_CHUNKS: one backward() per piece, as many pieces as chunks says."""
     __tracebackhide__ = True
     p = _problem(302, OTHER_CHUNKS)
-    _, seen = _run_loop(train, p, what, [])
+    _, seen = _run_loop(train, p, what, None)  # and without log, which is optional
     count = seen.arrivals[0]
     if count == STEPS * OTHER_CHUNKS:
         return
