@@ -793,3 +793,19 @@ def test_losses_that_keep_their_graphs_are_named():
     """03.6: `total += part` without .item() returned tensors holding every step's graph, and passed."""
     err = failure(lab.check_accumulated_training, _accumulated_with(_TensorTotal))
     assert err.mistake == "losses kept with their graphs"
+
+
+def test_a_learning_rate_written_into_the_loop_is_named():
+    """03.5 and 03.6 passed a loop that steps by 1e-3 whatever learning_rate it is given (the check's own rate)."""
+    solved = notebook_functions("nb03-c122")["train_fixed"]
+    accumulated = notebook_functions("nb03-c125")["train_accumulated"]
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fixed_training(lambda x, y, w1, w2, learning_rate, steps: solved(x, y, w1, w2, 1e-3, steps))
+    assert info.value.mistake == "learning rate fixed" and "learning_rate=0.001" in info.value.got
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_accumulated_training(
+            lambda x, y, w1, w2, learning_rate, steps, chunks, log=None: accumulated(
+                x, y, w1, w2, 1e-3, steps, chunks, log
+            )
+        )
+    assert info.value.mistake == "learning rate fixed"

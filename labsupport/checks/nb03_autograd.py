@@ -286,16 +286,17 @@ class _Problem:
     w1: torch.Tensor
     w2: torch.Tensor
     chunks: int
+    lr: float = LR
 
 
-def _problem(seed: int, chunks: int) -> _Problem:
+def _problem(seed: int, chunks: int, lr: float = LR) -> _Problem:
     g = torch.Generator().manual_seed(seed)
     # 18 rows: chunk(4) makes pieces of 5, 5, 5 and 3, while split(x, 4) makes five pieces of 4, 4, 4, 4 and 2
     x = 0.5 * torch.randn(18, 12, generator=g, dtype=torch.float64)
     y = torch.randn(18, 4, generator=g, dtype=torch.float64)
     w1 = 0.5 * torch.randn(12, 9, generator=g, dtype=torch.float64)
     w2 = 0.5 * torch.randn(9, 4, generator=g, dtype=torch.float64)
-    return _Problem(x, y, w1, w2, chunks)
+    return _Problem(x, y, w1, w2, chunks, lr)
 
 
 @dataclasses.dataclass
@@ -352,13 +353,13 @@ def _descend(p: _Problem, behaviour: str = "right") -> _Run:
             grad = _chunk_gradient(grad, x_part, y_part, w, behaviour, p.chunks)
             partial.append(grad[0])
             if behaviour == "update per chunk":
-                w = tuple(v - LR * g for v, g in zip(w, grad))
+                w = tuple(v - p.lr * g for v, g in zip(w, grad))
                 grad = zeros
         run.chunk_losses.append(chunk_losses)
         run.partial.append(partial)
         sign = -1.0 if behaviour == "ascent" else 1.0
         if behaviour != "update per chunk":
-            w = tuple(v - sign * LR * g for v, g in zip(w, grad))
+            w = tuple(v - sign * p.lr * g for v, g in zip(w, grad))
     run.final = w
     return run
 
@@ -588,7 +589,7 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
     for i, w in enumerate((w1, w2)):
         w.register_post_accumulate_grad_hook(functools.partial(_count_arrival, arrivals, w1_values, i))
     versions = (w1._version, w2._version)
-    args = [x, y, w1, w2, LR, STEPS]
+    args = [x, y, w1, w2, p.lr, STEPS]
     kwargs = {}
     if p.chunks > 1:
         args.append(p.chunks)
@@ -902,6 +903,30 @@ def _judge_log(calls: list[_LogCall], right: _Run, p: _Problem) -> None:
     )
 
 
+#: A second learning rate, unlike LR: a loop must step by the rate it is given.
+OTHER_LR = 3e-3
+
+
+def _judge_rate_followed(train: Any, what: str, chunks: int) -> None:
+    """Run the loop again with learning_rate=OTHER_LR: the caller's weights must end where that rate leads."""
+    __tracebackhide__ = True
+    p = _problem(303, chunks, OTHER_LR)
+    _, seen = _run_loop(train, p, what, None)
+    if all(_close(w, r) for w, r in zip(seen.weights, _descend(p).final)):
+        return
+    first_rate = _descend(_problem(303, chunks, LR)).final
+    fixed = all(_close(w, r) for w, r in zip(seen.weights, first_rate))
+    raise CheckError(
+        f"with learning_rate={OTHER_LR:g}, the caller's w1 and w2 do not end where {STEPS} steps at that rate lead",
+        expected=f"the weights after {STEPS} steps of learning_rate={OTHER_LR:g}",
+        got=f"the weights after {STEPS} steps of learning_rate={LR:g}" if fixed else "other weights",
+        hint=f"the loop passed with learning_rate={LR:g} but does not follow another value: the step size is "
+        "written into the loop instead of taken from its learning_rate argument",
+        look="the update lines, and the number each multiplies the gradient by",
+        mistake="learning rate fixed",
+    )
+
+
 @exercise("03.5", "the loop that did not train")
 def check_fixed_training(train: Any) -> None:
     """Check the repaired loop ``train(x, y, w1, w2, learning_rate, steps) -> losses``."""
@@ -911,6 +936,7 @@ def check_fixed_training(train: Any) -> None:
     right = _descend(p)
     _judge_weights(seen, right)
     _judge_losses(result, right, p, f"your {what}")
+    _judge_rate_followed(train, f"your {what}", 1)
     passed(f"{what}: the caller's w1 and w2 learn; weights and losses match a correct run over {STEPS} steps")
 
 
@@ -950,6 +976,7 @@ def check_accumulated_training(train: Any) -> None:
     _judge_chunks(seen)
     _judge_log(calls, right, p)
     _judge_chunks_followed(train, f"your {what}")
+    _judge_rate_followed(train, f"your {what}", CHUNKS)
     passed(
         f"{what}: {CHUNKS} chunks add up to the full batch's gradient; weights and losses match a correct run "
         f"over {STEPS} steps"
