@@ -232,6 +232,22 @@ def _prepare_weight_only(model, num_classes):
     return model, torch.optim.SGD([model.fc.weight], lr=0.01)
 
 
+def _prepare_in_eval_mode(model, num_classes):
+    """The reference prepare that also puts the model in eval mode, once."""
+    model, optimizer = make_prepare()(model, num_classes)
+    model.eval()
+    return model, optimizer
+
+
+def _step_in_the_mode_it_finds(model, optimizer, images, labels):
+    """The reference step without a mode of its own: it relies on the mode prepare_for_transfer set."""
+    loss = nn.functional.cross_entropy(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
@@ -263,6 +279,8 @@ TRANSFER_MISTAKES = [
     # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
     (_prepare_around_the_old_head, make_step(), "old head kept"),
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),
+    # audit 3: passed, since nothing switched the model back to training mode between the steps
+    (_prepare_in_eval_mode, _step_in_the_mode_it_finds, "eval mode set only in prepare_for_transfer"),
 ]
 
 
@@ -272,6 +290,22 @@ def test_each_transfer_mistake_is_named(prepare, step, name):
         lab.check_transfer(prepare, step)
     assert err.value.mistake == name, str(err.value)
     assert err.value.hint and name not in err.value.message
+
+
+def _step_divided_by_four(model, optimizer, images, labels):
+    """The reference step with the mean written as a sum over the batch size the check used to give (4)."""
+    model.eval()
+    loss = nn.functional.cross_entropy(model(images), labels, reduction="sum") / 4
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def test_a_loss_averaged_over_a_fixed_batch_size_is_refused():
+    """Audit 3: every batch held 4 images, so a sum divided by 4 passed for the mean."""
+    with pytest.raises(lab.CheckError, match="after step 2"):
+        lab.check_transfer(make_prepare(), _step_divided_by_four)
 
 
 def test_every_mistake_the_check_names_has_a_test():

@@ -511,6 +511,30 @@ def test_the_batches_separate_the_sign_of_h_from_the_sign_of_x():
     assert signs == [(True, True), (True, False), (False, True), (False, False)]
 
 
+class MostRowsGate(Gate):
+    """A cond on whether most rows' sums are positive: the sign of the batch's sum only where the rows agree."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond((h.sum(dim=1) > 0).sum() * 2 > len(h), lambda h: h.relu(), lambda h: -h, (h,))
+
+
+class MiddleRowGate(Gate):
+    """A cond on the sum of one row, the middle one."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h[1].sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+@pytest.mark.parametrize("student", [MostRowsGate, MiddleRowGate])
+def test_a_predicate_on_most_rows_or_one_row_is_a_wrong_predicate(student):
+    """Audit 3: both passed, since the middle row and most of the rows had the batch's sign in every batch."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(student)
+    assert info.value.mistake == "wrong predicate"
+
+
 def test_a_per_row_branch_is_refused_without_a_guessed_cause():
     with pytest.raises(lab.CheckError, match="differs from Gate's function") as info:
         lab.check_cond_gate(PerRowGate)

@@ -337,8 +337,25 @@ def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> 
     return Snapshot([p.detach().clone() for p in head], grads, copy.deepcopy(optimizer.state_dict()), seed)
 
 
-def _frozen_error(model: nn.Module, step: int) -> CheckError | None:
-    """After a step, every backbone parameter and buffer must hold what the pretrained model held."""
+EVAL_ONLY_IN_PREPARE = Mistake(
+    "eval mode set only in prepare_for_transfer",
+    None,
+    "prepare_for_transfer put batch norm in eval mode, but a mode does not stay set: a training loop switches the "
+    "model back with model.train() after each evaluation (notebook 05; lab.fit does it every epoch), and at the next "
+    "step batch norm updates its running statistics again; the check did the same before each step, so it is "
+    "transfer_step that must put the backbone in eval mode, every time",
+    look="model.eval()  # in transfer_step, before the forward pass",
+)
+
+
+def _batch_norm_in_eval(model: nn.Module) -> bool:
+    """Did prepare_for_transfer leave some batch norm in eval mode (where transfer_step would have to keep it)?"""
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training for m in model.modules())
+
+
+def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) -> CheckError | None:
+    """After a step, every backbone parameter and buffer must hold what the pretrained model held; the model came
+    to the step in training mode (``eval_in_prepare``: prepare_for_transfer had put batch norm in eval mode)."""
     original = _resnet18().state_dict()
     now = model.state_dict()
     moved = [
@@ -347,6 +364,14 @@ def _frozen_error(model: nn.Module, step: int) -> CheckError | None:
     if not moved:
         return None
     statistics = [k for k in moved if "running_" in k or "num_batches" in k]
+    if statistics and len(statistics) == len(moved) and eval_in_prepare:
+        return mistake_error(
+            f"after step {step} the backbone's batch-norm statistics changed: the model came to transfer_step in "
+            "training mode, as a training loop's model.train() leaves it",
+            EVAL_ONLY_IN_PREPARE,
+            expected="every backbone buffer as it was, whatever mode the model comes in",
+            got=f"{len(statistics)} buffers changed, e.g. {statistics[0]}",
+        )
     if statistics and len(statistics) == len(moved):
         mistake = Mistake(
             "batch norm in training mode",
@@ -649,6 +674,7 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
     expect_function(transfer_step, "transfer_step")
     for n in CLASSES:
         model, optimizer, old_head = _prepared(prepare_for_transfer, n)
+        eval_in_prepare = _batch_norm_in_eval(model)
         error = _structure_error(model, optimizer, old_head)
         if error is not None:
             raise error
@@ -658,11 +684,13 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
         modes = _head_mode(model)
         g = torch.Generator().manual_seed(n)
         for step in range(1, STEPS + 1):
-            batch = (torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, n, (4,), generator=g))
+            size = 3 + step  # batches of 4, 5 and 6 images: nothing may depend on the batch size
+            batch = (torch.randn(size, 3, 32, 32, generator=g), torch.randint(0, n, (size,), generator=g))
             state = _snapshot(model, optimizer, seed=100 * n + step)
+            model.train()  # as a training loop leaves it, back from an evaluation (notebook 05)
             loss = _run_step(transfer_step, model, optimizer, batch, modes, state.seed)
             state.head_training = modes[-1] if modes else True
-            error = _frozen_error(model, step)
+            error = _frozen_error(model, step, eval_in_prepare)
             if error is not None:
                 raise error
             on_device = tuple(t.to(device) for t in batch)

@@ -378,22 +378,36 @@ def check_fullgraph_prediction(prediction: Any) -> None:
 # ----------------------------------------------------------------------------- 09.3 a Gate that exports
 
 
+# How far each row of a gate batch moves from the common row (whose h.sum() is +-5), in steps of 10 towards the
+# batch's sign: the rows' sums are 25, -5, -5 / 15, 5, -5 / 5, 5, -25 / 15, 5, -5 times the sign of h.sum(). So
+# every row, alone, has the wrong sign in some batch, and most of the rows have it in batches 1 and 3, not 2 and 4.
+GATE_ROW_MOVES = {
+    (1.0, 1.0): (2.0, -1.0, -1.0),
+    (1.0, -1.0): (1.0, 0.0, -1.0),
+    (-1.0, 1.0): (-1.0, -1.0, 2.0),
+    (-1.0, -1.0): (1.0, 0.0, -1.0),
+}
+
+
 def gate_batches(linear: torch.nn.Linear) -> list[tuple[torch.Tensor, str]]:
-    """Four batches of 3 rows, one per pair of signs of (h.sum(), x.sum()), with h = linear(x); the rows
-    of a batch disagree in sign, so only the whole batch's sum decides. Each comes with its description."""
+    """Four batches of 3 rows, one per pair of signs of (h.sum(), x.sum()), with h = linear(x). The rows of a batch
+    disagree in sign, and which of them agree with the whole batch changes from batch to batch: only the whole
+    batch's sum decides, not one row's, nor a majority of the rows (GATE_ROW_MOVES). Each comes with its
+    description."""
     w = linear.weight.detach().double()
     b = linear.bias.detach().double() if linear.bias is not None else torch.zeros(w.shape[0], dtype=torch.float64)
     d = w.sum(0)  # h.sum() of one row is x @ d + b.sum()
     ones = torch.ones_like(d)
     system = torch.stack([torch.stack([d @ d, d @ ones]), torch.stack([d @ ones, ones @ ones])])
-    spread = 10.0 * d / (d @ d).clamp(min=1e-12)  # moves a row's h.sum() by 10: the rows' signs differ
+    spread = 10.0 * d / (d @ d).clamp(min=1e-12)  # moves a row's h.sum() by 10; a batch's moves add up to 0
     batches = []
     for h_sign in (1.0, -1.0):
         for x_sign in (1.0, -1.0):
+            moves = GATE_ROW_MOVES[(h_sign, x_sign)]
             target = torch.tensor([5.0 * h_sign - float(b.sum()), 5.0 * x_sign], dtype=torch.float64)
             a, c = torch.linalg.solve(system, target)
             row = a * d + c * ones  # row @ d + b.sum() = +-5, row.sum() = +-5
-            x = torch.stack([row + spread, row, row - spread]).float()
+            x = torch.stack([row + h_sign * move * spread for move in moves]).float()
             words = f"h.sum() {'>' if h_sign > 0 else '<'} 0, x.sum() {'>' if x_sign > 0 else '<'} 0"
             batches.append((x, words))
     return batches
