@@ -170,7 +170,29 @@ def _prepare_a_copy(model, num_classes):
     return make_prepare()(model, num_classes)
 
 
+def _frozen_batch_norms(module):
+    """Each BatchNorm2d of ``module`` swapped for torchvision's FrozenBatchNorm2d, its statistics copied."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    for name, child in module.named_children():
+        if not isinstance(child, nn.BatchNorm2d):
+            _frozen_batch_norms(child)
+            continue
+        frozen = FrozenBatchNorm2d(child.num_features, eps=child.eps)
+        for key in ("weight", "bias", "running_mean", "running_var"):
+            getattr(frozen, key).copy_(getattr(child, key).detach())
+        setattr(module, name, frozen)
+
+
+def _prepare_with_frozen_batch_norm(model, num_classes):
+    """A correct prepare that freezes batch norm for good, as torchvision's detection models do."""
+    _frozen_batch_norms(model)
+    return make_prepare()(model, num_classes)
+
+
 CORRECT_TRANSFERS = {
+    # audit 3: FrozenBatchNorm2d keeps no num_batches_tracked, which read as "statistics changed"
+    "FrozenBatchNorm2d": (_prepare_with_frozen_batch_norm, make_step(eval_mode=False)),
     # issue 23: a frozen backbone left in the optimizer (harmless: no gradient, no step) was refused
     "frozen backbone in the optimizer": (make_prepare(optimizer="all"), make_step()),
     "... with momentum": (make_prepare(optimizer="all", momentum=0.9), make_step()),

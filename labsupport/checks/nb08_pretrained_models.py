@@ -358,8 +358,12 @@ def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) ->
     to the step in training mode (``eval_in_prepare``: prepare_for_transfer had put batch norm in eval mode)."""
     original = _resnet18().state_dict()
     now = model.state_dict()
+    # A batch norm swapped for one that never updates (torchvision's FrozenBatchNorm2d) keeps no counter of batches.
+    uncounted = {k for k in original if k.endswith("num_batches_tracked") and k not in now}
     moved = [
-        k for k, v in original.items() if not k.startswith("fc.") and (k not in now or not torch.equal(v, now[k].cpu()))
+        k
+        for k, v in original.items()
+        if not k.startswith("fc.") and k not in uncounted and (k not in now or not torch.equal(v, now[k].cpu()))
     ]
     if not moved:
         return None
