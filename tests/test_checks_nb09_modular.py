@@ -10,7 +10,8 @@ from labsupport.checks import nb09_static_and_dynamic_graphs as nb09
 from labsupport.checks import running
 
 
-def grouped(modules, points, programs):
+def by_program(modules, points, programs):
+    """Each program run once on all its rows: (the outputs, program after program; the row each came from)."""
     rows_of = {}
     for i, program in enumerate(programs):
         rows_of.setdefault(program, []).append(i)
@@ -21,7 +22,12 @@ def grouped(modules, points, programs):
             h = modules[name](h)
         outputs.append(h)
         order += rows
-    return torch.cat(outputs)[torch.argsort(torch.tensor(order))]
+    return torch.cat(outputs), torch.tensor(order)
+
+
+def grouped(modules, points, programs):
+    out, order = by_program(modules, points, programs)
+    return out[torch.argsort(order)]
 
 
 def index_put(modules, points, programs):
@@ -112,31 +118,13 @@ def reversed_programs(modules, points, programs):
 
 
 def group_order(modules, points, programs):
-    rows_of = {}
-    for i, program in enumerate(programs):
-        rows_of.setdefault(program, []).append(i)
-    outputs = []
-    for program, rows in rows_of.items():
-        h = points[rows]
-        for name in program:
-            h = modules[name](h)
-        outputs.append(h)
-    return torch.cat(outputs)
+    return by_program(modules, points, programs)[0]
 
 
 def put_back_the_wrong_way(modules, points, programs):
     """09.5 audit: indexed by the grouping order itself, not by its inverse: was told "in the order of the groups"."""
-    rows_of = {}
-    for i, program in enumerate(programs):
-        rows_of.setdefault(program, []).append(i)
-    outputs, order = [], []
-    for program, rows in rows_of.items():
-        h = points[rows]
-        for name in program:
-            h = modules[name](h)
-        outputs.append(h)
-        order += rows
-    return torch.cat(outputs)[torch.tensor(order)]
+    out, order = by_program(modules, points, programs)
+    return out[order]
 
 
 def each_step_on_the_points(modules, points, programs):
