@@ -168,6 +168,8 @@ def test_numbers_count_within_the_tolerance(capsys):
 def test_a_number_written_as_text_counts_where_the_choices_are_numbers(capsys):
     judge("1024", 1024, choices=(64, 1024, 4096))
     assert capsys.readouterr().out.startswith("PASS  q: 1024 is right (recorded answer: 1024)")
+    judge("1,024", 1024, choices=(64, 1024, 4096))  # grouped by thousands
+    assert capsys.readouterr().out.startswith("PASS  q: 1024 is right (recorded answer: 1024)")
     judge(" 64 ", 1024, choices=(64, 1024, 4096))
     assert capsys.readouterr().out.startswith("NOT RIGHT")
     assert "one of the choices" in refused(judge, "ten", 1024, choices=(64, 1024, 4096))

@@ -7,7 +7,6 @@ import contextlib
 import dataclasses
 import inspect
 import itertools
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +28,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .predictions import number_in_text
 from .running import TorchCalls
 
 __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_stack"]
@@ -478,27 +478,12 @@ def check_my_linear(MyLinear: Any) -> None:
 # ------------------------------------------------------------------ 05.2 the prediction
 
 
-THOUSANDS = re.compile(r"\d{1,3}([,_ ]\d{3})+")
-
-
-def _count_in_text(answer: Any) -> Any:
-    """A whole number written as text ("101110", "101,110", "101_110") as that number; anything else unchanged."""
-    if not isinstance(answer, str):
-        return answer
-    text = answer.strip()
-    if THOUSANDS.fullmatch(text):
-        text = re.sub(r"[,_ ]", "", text)
-    if text.isascii() and text.isdigit():
-        return int(text)
-    return answer
-
-
 @exercise("05.2", "what the optimizer sees")
 def check_layer_list_prediction(prediction: Any) -> None:
     """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True
     answer = read_prediction("scalars the optimizer sees", prediction, form="a whole number, such as 1234")
-    answer = _count_in_text(answer)
+    answer = number_in_text(answer)
     whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
     if isinstance(answer, bool) or not whole or answer < 0:
         raise CheckError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -56,7 +57,8 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     if isinstance(got, tuple):
         got = tuple(scalar_of(item) for item in got)
     if isinstance(got, str):
-        return _number_in_text(got.strip().lower(), choices)
+        text = got.strip().lower()
+        return number_in_text(text) if _numbers_among(choices) else text
     if isinstance(got, tuple):
         return tuple(item.strip().lower() if isinstance(item, str) else item for item in got)
     word_choices = [c for c in choices or () if isinstance(c, str)]
@@ -67,18 +69,29 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     return got
 
 
-def _number_in_text(text: str, choices: Sequence[Any] | None) -> Any:
-    """``"1024"`` as the number 1024 where the choices are numbers (a word stays a word)."""
-    numbers = [c for c in choices or () if isinstance(c, (int, float)) and not isinstance(c, bool)]
-    if not numbers:
-        return text
+#: Digits grouped by thousands, as people write large counts: 101,110 or 101_110 or 101 110.
+_THOUSANDS = re.compile(r"[+-]?\d{1,3}([,_ ]\d{3})+(\.\d+)?")
+
+
+def number_in_text(answer: Any) -> Any:
+    """A number written as text (``"1024"``, ``"101,110"``, ``"0.89"``) as that number: an int where the text
+    is a whole number, else a float. Anything else comes back as it was; so do "nan" and "inf", which are words."""
+    if not isinstance(answer, str):
+        return answer
+    text = answer.strip()
+    if _THOUSANDS.fullmatch(text):
+        text = re.sub(r"[,_ ]", "", text)
     try:
         value = float(text)
     except ValueError:
-        return text
-    if value.is_integer() and all(isinstance(c, int) for c in numbers):
-        return int(value)
-    return value
+        return answer
+    if not math.isfinite(value):
+        return answer
+    return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
+
+
+def _numbers_among(choices: Sequence[Any] | None) -> bool:
+    return any(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices or ())
 
 
 def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *, form: str | None = None) -> Any:
@@ -154,7 +167,7 @@ def check_prediction(
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
         if isinstance(got, str):
-            got = _number_in_text(got, (actual,))  # "0.89" for a number asked without choices
+            got = number_in_text(got)  # "0.89" for a number asked without choices
         if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
             raise CheckError(f"{name}: the answer must be a number (finite)", got=repr(got), usage=True)
     ex_id = current_exercise() or name
