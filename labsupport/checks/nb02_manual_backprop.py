@@ -37,6 +37,7 @@ from .core import (
     run_student,
 )
 from .references import lecture_loss
+from .values import under_a_transform
 
 __all__ = [
     "check_linear_layer",
@@ -754,12 +755,6 @@ LARGEST_EPS = 2.5e-4
 MAX_RECORDED = 10_000
 
 
-def _batched(v: torch.Tensor) -> bool:
-    """Is ``v`` a tensor inside torch.vmap (one call for many points), whose values cannot be read out?"""
-    is_batched = getattr(getattr(torch._C, "_functorch", None), "is_batchedtensor", None)
-    return is_batched is not None and bool(is_batched(v))
-
-
 class _Recorder:
     """The check's f, which notes where the student's numeric_grad evaluated it: dtype, and how far from w."""
 
@@ -769,7 +764,7 @@ class _Recorder:
         self.calls: list[tuple[torch.dtype, int, int, float]] = []
 
     def __call__(self, v: Any) -> Any:
-        if isinstance(v, torch.Tensor) and len(self.calls) < MAX_RECORDED and not _batched(v):
+        if isinstance(v, torch.Tensor) and len(self.calls) < MAX_RECORDED and not under_a_transform(v):
             self._note(v)
         return _smooth(v)
 

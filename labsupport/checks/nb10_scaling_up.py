@@ -31,6 +31,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .values import under_a_transform
 
 __all__ = [
     "check_to_prediction",
@@ -791,12 +792,6 @@ def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y:
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
 
 
-def _under_a_transform(t: torch.Tensor) -> bool:
-    """Is ``t`` a torch.func wrapper (vmap's batched tensor, grad's tracking tensor)?"""
-    is_wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    return bool(is_wrapped(t)) if is_wrapped is not None else False
-
-
 def _recording_forward(calls: list[torch.Tensor | None]) -> Callable:
     """A forward method that appends to ``calls`` a copy of the inputs of each call, then runs the class's own
     forward. Set on the model itself, it sees ``model(x)`` and ``model.forward(x)`` alike (``Module.__call__``
@@ -804,7 +799,7 @@ def _recording_forward(calls: list[torch.Tensor | None]) -> Callable:
 
     def forward(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         inputs = args[0] if args else next(iter(kwargs.values()), None)
-        if isinstance(inputs, torch.Tensor) and _under_a_transform(inputs):
+        if isinstance(inputs, torch.Tensor) and under_a_transform(inputs):
             calls.append(None)  # torch.func.vmap shows one example's shape: the rows cannot be counted
         elif isinstance(inputs, torch.Tensor) and inputs.dim():
             calls.append(inputs.detach().clone())

@@ -79,6 +79,13 @@ def plain(value: Any) -> Any:
     return value
 
 
+def under_a_transform(t: torch.Tensor) -> bool:
+    """Is ``t`` a torch.func wrapper (vmap's batched tensor, one call for many points; grad's tracking tensor),
+    whose values a check cannot read out or copy?"""
+    is_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return is_wrapped is not None and bool(is_wrapped(t))
+
+
 def plain_tensor(value: torch.Tensor) -> torch.Tensor:
     """A tensor subclass as a plain ``torch.Tensor`` (its overrides cannot answer for it)."""
     if type(value) in (torch.Tensor, torch.nn.Parameter):
