@@ -191,6 +191,11 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
 
         logdir, port = tmp_path / "runs", free_port()
         logdir.mkdir()
+        # TensorBoard lists every server's info file in <tempdir>/.tensorboard-info and fails when another test's
+        # server removes its file between the listing and the reading: this kernel and its server get their own.
+        private = tmp_path / "tmp"
+        private.mkdir()
+        run(f"import os, tempfile\nos.environ['TMPDIR'] = tempfile.tempdir = {str(private)!r}")
         shown = run(f"%load_ext tensorboard\n%tensorboard --logdir {logdir} --host 127.0.0.1 --port {port}")
         assert "Could not find" not in shown and "ERROR:" not in shown, shown
         assert str(port) in shown, f"no TensorBoard frame for port {port}: {shown}"
