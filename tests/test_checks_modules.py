@@ -74,6 +74,22 @@ CORRECT_LINEARS = {
 }
 
 
+@pytest.mark.parametrize("design", ["addmm", "einsum"])
+def test_a_layer_for_matrices_only_passes_with_a_note_on_leading_dimensions(design, capsys):
+    """05.1: the exercise's cases are (N, D_in); nn.Linear takes (*, D_in), which the PASS line's note says."""
+    lab.check_my_linear(CORRECT_LINEARS[design])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("PASS  MyLinear") and len(out) == 2
+    assert out[1].startswith("      note: nn.Linear also takes input with more leading dimensions")
+    assert "(2, 3, 5) -> (2, 3, 3); your layer gives an error there" in out[1]
+
+
+def test_a_layer_that_flattens_leading_dimensions_hears_the_shape_it_gave(capsys):
+    flat = linear_variant(forward=lambda self, x: x.reshape(-1, x.shape[-1]) @ self.weight.t() + self.bias)
+    lab.check_my_linear(flat)
+    assert "your layer gives shape (6, 3) there" in capsys.readouterr().out
+
+
 def test_a_weight_that_starts_with_nan_is_refused():
     with pytest.raises(lab.CheckError, match="starts with NaN or inf"):
         lab.check_my_linear(linear_variant(init=_nan_start))
@@ -82,7 +98,9 @@ def test_a_weight_that_starts_with_nan_is_refused():
 @pytest.mark.parametrize("design", list(CORRECT_LINEARS))
 def test_my_linear_accepts_every_allowed_design(design, capsys):
     lab.check_my_linear(CORRECT_LINEARS[design])
-    assert capsys.readouterr().out.startswith("PASS  MyLinear")
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  MyLinear")
+    assert ("note:" in out) == (design in ("addmm", "einsum"))
 
 
 def _plain_tensor(self, i, o):

@@ -1,5 +1,5 @@
-"""Exercise 10.5 (the data of a DDP script): rank_loader_fixed is judged by the indices each rank of
-2 and 3 processes receives in two epochs, on a dataset of indices, without starting processes."""
+"""Exercise 10.6 (the data of a DDP script): rank_loader_fixed is judged by the indices each rank of
+2 and 3 processes receives in four epochs, on a dataset of indices, without starting processes."""
 
 import pytest
 import torch
@@ -74,6 +74,13 @@ def part_fixed_order_new(dataset, rank, world_size, epoch, batch_size=32):
     return DataLoader(part, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(epoch))
 
 
+def epoch_cycles(dataset, rank, world_size, epoch, batch_size=32):
+    """A new order in epoch 1, then epoch 0's again: the epoch number the sampler gets repeats."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch % 2)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
 MISTAKES = {
     "every rank sees all data": colleague,
     "same shard on every rank": rank_zero,
@@ -81,6 +88,7 @@ MISTAKES = {
     "shards overlap": seed_per_rank,
     "last batch dropped": drop_last,
     "same order every epoch": no_set_epoch,
+    "order comes back": epoch_cycles,
     "same part every epoch": part_fixed_order_new,
 }
 
@@ -121,6 +129,20 @@ def test_a_rank_whose_part_never_changes_fails_though_its_order_does():
         info.value.message
         == "with 50 items on 2 ranks, epoch 1 gives every rank the same items as epoch 0, in another order"
     )
+
+
+def test_an_order_that_comes_back_in_epoch_2_or_3_fails():
+    """10.6: set_epoch(epoch % 2) passed when only epochs 0 and 1 were read."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(epoch_cycles)
+    message = "with 50 items on 2 ranks, epoch 2 gives every rank the same items in the same order as epoch 0"
+    assert info.value.message == message
+
+    def every_third(dataset, rank, world_size, epoch, batch_size=32):
+        return fixed(dataset, rank, world_size, epoch % 3, batch_size)
+
+    with pytest.raises(lab.CheckError, match="epoch 3 gives every rank the same items in the same order as epoch 0"):
+        lab.check_rank_loader(every_third)
 
 
 def test_no_hint_quotes_the_fix():

@@ -460,6 +460,31 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     compare("the gradient of x", x.grad, upstream @ weight, rtol=1e-10, atol=1e-12, where=where)
 
 
+def _leading_dimensions_note(cls: type) -> str | None:
+    """None if the layer gives nn.Linear's output for input of shape (2, 3, D_in), as nn.Linear takes (*, D_in); else
+    a note for the PASS line: the exercise's cases are (N, D_in), so a layer for matrices only still passes."""
+    __tracebackhide__ = True
+    i, o = 5, 3
+    call = f"MyLinear({i}, {o})"
+    layer = _build(cls, "MyLinear", i, o)
+    g = torch.Generator().manual_seed(7)
+    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    _load_linear_state(layer, call, {"weight": weight, "bias": bias})
+    x = torch.randn(2, 3, i, generator=g, dtype=torch.float64)
+    try:
+        out = run_student(layer, x, what=f"{call}(x)")
+        compare(f"{call}(x)", out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12)
+    except CheckError as err:
+        got = err.got or "an error"
+        return (
+            f"nn.Linear also takes input with more leading dimensions, shape (*, D_in), such as (2, 3, {i}) -> "
+            f"(2, 3, {o}); your layer gives {got} there. `@` broadcasts over leading dimensions; mm, addmm and a "
+            "2-D einsum do not."
+        )
+    return None
+
+
 @exercise("05.1", "a layer from raw parameters")
 def check_my_linear(MyLinear: Any) -> None:
     """``MyLinear(D_in, D_out)`` loads ``nn.Linear``'s state_dict, then gives its outputs and gradients."""
@@ -472,7 +497,10 @@ def check_my_linear(MyLinear: Any) -> None:
         torch.manual_seed(5)
         for number, (i, o) in enumerate(sizes, start=1):
             _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
+        note = _leading_dimensions_note(MyLinear)
     passed("MyLinear: registers weight and bias, loads nn.Linear's state_dict, same outputs and gradients")
+    if note is not None:
+        print(f"      note: {note}")
 
 
 # ------------------------------------------------------------------ 05.2 the prediction

@@ -1212,7 +1212,7 @@ def _check_batch_sizes(sizes: list[int], batch: int) -> None:
 
 @dataclasses.dataclass
 class LoaderRun:
-    """Which indices each rank got in epochs 0 and 1."""
+    """Which indices each rank got in epochs 0 to 3."""
 
     n: int
     ws: int
@@ -1220,9 +1220,22 @@ class LoaderRun:
     epochs: list[list[list[int]]]  # epochs[epoch][rank] -> the indices in the order the rank saw them
 
 
+#: The epochs the check reads: four, so that an order that comes back every other (or every third) epoch shows.
+EPOCHS = 4
+
+
 def loader_run(rank_loader: Callable, n: int, ws: int, batch: int) -> LoaderRun:
-    epochs = [[_epoch_indices(rank_loader, n, ws, batch, r, e) for r in range(ws)] for e in (0, 1)]
+    epochs = [[_epoch_indices(rank_loader, n, ws, batch, r, e) for r in range(ws)] for e in range(EPOCHS)]
     return LoaderRun(n, ws, batch, epochs)
+
+
+def _repeated_epoch(run: LoaderRun) -> tuple[int, int] | None:
+    """(an earlier epoch, a later one) that give every rank the same items in the same order, or None."""
+    for later in range(1, len(run.epochs)):
+        for earlier in range(later):
+            if run.epochs[earlier] == run.epochs[later]:
+                return earlier, later
+    return None
 
 
 def _everything_on_every_rank(run: LoaderRun) -> bool:
@@ -1251,6 +1264,10 @@ def _last_batch_dropped(run: LoaderRun) -> bool:
     share = -(-run.n // run.ws)
     whole_batches = share - share % run.batch
     return share % run.batch != 0 and all(len(seen) == whole_batches for seen in run.epochs[0])
+
+
+def _order_comes_back(run: LoaderRun) -> bool:
+    return run.epochs[0] != run.epochs[1] and _repeated_epoch(run) is not None
 
 
 def _same_part_each_epoch(run: LoaderRun) -> bool:
@@ -1302,6 +1319,13 @@ LOADER_MISTAKES = [
         symptom="epoch 1 is epoch 0 again, item for item",
     ),
     Mistake(
+        "order comes back",
+        _order_comes_back,
+        "the order changes from one epoch to the next but then comes back: the sampler is told an epoch number "
+        "that repeats, so a later epoch shuffles exactly as an earlier one did",
+        look="the number the sampler is told each epoch",
+    ),
+    Mistake(
         "same part every epoch",
         _same_part_each_epoch,
         "each rank gets the same items every epoch, only in a new order: the rank's part is cut once and shuffled "
@@ -1325,9 +1349,11 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
         return f"{where}, {missing} of the {run.n} items reach no rank in epoch 0", "every item on some rank"
     if all(seen == sorted(seen) for seen in first):
         return f"{where}, every rank gets its items in index order", "a shuffled order"
-    if run.epochs[0] == run.epochs[1]:
+    repeated = _repeated_epoch(run)
+    if repeated is not None:
+        earlier, later = repeated
         return (
-            f"{where}, epoch 1 gives every rank the same items in the same order as epoch 0",
+            f"{where}, epoch {later} gives every rank the same items in the same order as epoch {earlier}",
             "a new order each epoch",
         )
     if all(sorted(a) == sorted(b) for a, b in zip(run.epochs[0], run.epochs[1])):
@@ -1340,7 +1366,7 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
 
 @exercise("10.6", "the data of a DDP script")
 def check_rank_loader(rank_loader_fixed: Any) -> None:
-    """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 and 1:
+    """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 to 3:
     disjoint equal parts that cover the data, shuffled, reshuffled each epoch (read from a dataset of indices)."""
     for n, ws, batch in LOADER_CASES:
         run = loader_run(rank_loader_fixed, n, ws, batch)
