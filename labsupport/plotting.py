@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["plot_losses"]
 
@@ -25,15 +26,15 @@ def plot_losses(
     """
     import matplotlib.pyplot as plt
 
+    if curves is None:
+        raise TypeError("plot_losses needs a list of losses, or a dict of them (label -> list), got None")
     items = list(curves.items()) if isinstance(curves, Mapping) else [("loss", curves)]
     if not items:
         raise ValueError("plot_losses needs at least one curve")
+    curves = [(label, _numbers(label, values)) for label, values in items]
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3.5))
-    for label, values in items:
-        ys = [float(v) for v in values]
-        if not ys:
-            raise ValueError(f"curve {label!r} is empty")
+    for label, ys in curves:
         ax.plot(range(len(ys)), ys, label=str(label))
     if log_y:
         ax.set_yscale("log")
@@ -42,3 +43,22 @@ def plot_losses(
         ax.legend()
     ax.grid(True, alpha=0.3)
     return ax
+
+
+def _numbers(label: Any, values: Any) -> list[float]:
+    """One curve's values as floats (NaN and inf kept: a diverging run is worth seeing), or one sentence saying
+    what the curve should be."""
+    what = f"curve {label!r}" if label != "loss" else "the losses"
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{what} must be a list of numbers, got {type(values).__name__}")
+    if getattr(values, "ndim", 1) != 1:
+        raise ValueError(f"{what} must be one-dimensional (one loss per step), got shape {tuple(values.shape)}")
+    ys = []
+    for step, value in enumerate(values):
+        try:
+            ys.append(float(value))
+        except (TypeError, ValueError):
+            raise TypeError(f"{what}: item {step} is {value!r:.60}, not a number") from None
+    if not ys:
+        raise ValueError(f"{what} is empty")
+    return ys

@@ -97,6 +97,8 @@ _TAGGED = (  # the methods whose first argument is a tag
 def _runs_root(root: str | os.PathLike | None = None) -> Path:
     """``root``, else $LAB_RUNS_DIR, else ``../runs`` from a notebook folder of the repository
     (notebooks/ and student/ share one runs/), else ``runs`` here."""
+    if root is not None and not isinstance(root, (str, os.PathLike)):
+        raise TypeError(f"root must be a folder (a str or a Path), got {type(root).__name__}")
     if root is not None or os.environ.get("LAB_RUNS_DIR"):
         return Path(root if root is not None else os.environ["LAB_RUNS_DIR"])
     here = Path.cwd()
@@ -414,7 +416,13 @@ def tb_hint(where) -> None:
         >>> tb_hint("../runs/02_manual_backprop/manual-sgd")  # doctest: +SKIP
         logged to runs/02_manual_backprop/manual-sgd; view with `make tensorboard`
     """
-    shown = str(log_dir := Path(getattr(where, "log_dir", where)))
+    where = getattr(where, "log_dir", where)
+    if not isinstance(where, (str, os.PathLike)):
+        raise TypeError(
+            f"tb_hint needs a SummaryWriter (lab.tb_writer's) or its run folder, got {type(where).__name__}"
+        )
+    log_dir = Path(where)
+    shown = str(log_dir)
     if not os.environ.get("LAB_RUNS_DIR"):
         with contextlib.suppress(ValueError):
             shown = f"{RUNS_DIR}/{log_dir.resolve().relative_to(_runs_root(None).resolve()).as_posix()}"

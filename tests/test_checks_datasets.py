@@ -17,7 +17,10 @@ from labsupport.checks import core, running
 
 DEVICE = lab.pick_device()
 # the "scheduler before step" mistake makes torch warn about the order; that is the point
-pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`"),
+    pytest.mark.filterwarnings("ignore:To get the last learning rate computed by the scheduler"),  # get_lr()
+]
 
 
 # ---------------------------------------------------------------- 07.1: a student's evaluate and train
@@ -118,6 +121,8 @@ def _lr(optimizer, scheduler, mistakes):
         return optimizer.param_groups[0]["lr"]
     if mistakes.get("lr") == "list":
         return scheduler.get_last_lr()
+    if mistakes.get("lr") == "get_lr":
+        return scheduler.get_lr()[0]
     return scheduler.get_last_lr()[0]
 
 
@@ -129,7 +134,7 @@ def make_train(evaluate=None, **mistakes):
     def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
         history = {"loss": [], "val_loss": [], "val_acc": []}
         step = 0
-        for epoch in range(epochs):
+        for epoch in range(epochs + mistakes.get("extra_epochs", 0)):
             if not mistakes.get("never_train_mode") and (not mistakes.get("no_train_mode") or epoch == 0):
                 model.train()
             correct, seen, batch_accs, epoch_losses = 0, 0, [], []
@@ -298,6 +303,11 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc="over_batches"), "right answers divided by the number of batches"),
     ({}, dict(running_loss=True), "running mean of the losses"),
     ({}, dict(lr="list"), "rate logged as a list"),
+    # found by the fourth audit: extra or missing epochs were told about a second forward pass (or got a count
+    # only); scheduler.get_lr() got expected/got only
+    ({}, dict(extra_epochs=1), "epochs argument ignored"),
+    ({}, dict(extra_epochs=-1), "epochs argument ignored"),
+    ({}, dict(lr="get_lr"), "get_lr() for get_last_lr()"),
 ]
 
 

@@ -570,6 +570,26 @@ WRITTEN_MISTAKES = {  # found by the audit: each got expected/got only, or a wro
 }
 
 
+def _stable_sigmoid_without_the_sign(ctx, g):
+    """04.2, found by the fourth audit: a hand-written stable sigmoid whose x < 0 branch lost the sign."""
+    (x,) = ctx.saved_tensors
+    return g * torch.where(x >= 0, 1 / (1 + torch.exp(-x)), 1 / (1 + torch.exp(x)))
+
+
+def _stable_sigmoid_of_minus_abs(ctx, g):
+    """04.2: the stable sigmoid's formula for x < 0, exp(-|x|) / (1 + exp(-|x|)), used for every x."""
+    (x,) = ctx.saved_tensors
+    e = torch.exp(-x.abs())
+    return g * e / (1 + e)
+
+
+WRITTEN_MISTAKES["sigmoid of |x|"] = (
+    lab.check_softplus_function,
+    make(save_x(stable), _stable_sigmoid_without_the_sign),
+)
+WRITTEN_MISTAKES["sigmoid of -|x|"] = (lab.check_softplus_function, make(save_x(stable), _stable_sigmoid_of_minus_abs))
+
+
 @pytest.mark.parametrize("name", list(WRITTEN_MISTAKES))
 def test_mistakes_written_as_a_student_would_are_named(name):
     check, student = WRITTEN_MISTAKES[name]

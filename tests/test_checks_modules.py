@@ -240,6 +240,7 @@ LINEAR_MISTAKES = {
     ),
     "computed in float32": linear_variant(forward=_in_float32),
     "operation after nn.Parameter": linear_variant(init=_scaled_after_wrapping),
+    "output squeezed": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).squeeze()),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -248,6 +249,10 @@ MORE_LINEAR_MISTAKES = [
     ("no super().__init__()", linear_variant(init=_no_super_tensor)),
     ("weights start equal", linear_variant(init=_same_rows)),
     ("one bias for every output", linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias.sum())),
+    (  # 05.1, fourth audit: an in-place change of x was told torch's advice about weight updates
+        "changed x in place",
+        linear_variant(forward=lambda self, x: x.mul_(1.0) @ self.weight.t() + self.bias),
+    ),
     (  # 05.1: a sigmoid (or softmax) inside got expected/got only: only a ReLU was listed
         "activation inside the layer",
         linear_variant(forward=lambda self, x: torch.sigmoid(x @ self.weight.t() + self.bias)),
@@ -282,6 +287,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.EQUAL_START,
             nb05_nn_module.STALE_COPY,
             nb05_nn_module.OPERATION_AFTER_PARAMETER,
+            nb05_nn_module.OUTPUT_SQUEEZED,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)

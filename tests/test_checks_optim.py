@@ -290,6 +290,22 @@ def _momentum_written_in(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _step_along_velocity_and_gradient(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * (state["v"] + p.grad))
+
+
+def _momentum_times_sum(self, p, group):
+    state = self.state[p]
+    v = state.get("v", torch.zeros_like(p))
+    state["v"] = group["momentum"] * (v + p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 # More ways students write a listed mistake: description -> (mistake name, a student's SGDMomentum).
 WRITTEN_AS = {
     "group = self.param_groups[0] for every group": (
@@ -308,6 +324,9 @@ WRITTEN_AS = {
     "v += grad": ("momentum factor missing", variant(update=_velocity_without_momentum)),
     "v = v + momentum * grad, from zeros": ("momentum on the gradient", variant(update=_momentum_times_gradient)),
     "v.mul_(0.9) in step()": ("setting written into step()", variant(update=_momentum_written_in)),
+    # found by the fourth audit: both got expected/got only
+    "p -= lr * (v + grad)": ("velocity plus gradient", variant(update=_step_along_velocity_and_gradient)),
+    "v = momentum * (v + grad)": ("momentum on the gradient", variant(update=_momentum_times_sum)),
 }
 
 

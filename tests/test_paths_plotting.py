@@ -1,6 +1,7 @@
 """Where runs/ lives (labsupport.tb) and labsupport.plotting (loss curves)."""
 
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -40,6 +41,41 @@ def test_plot_losses_draws_each_curve():
     for empty in ({}, {"a": []}):
         with pytest.raises(ValueError, match="at least one curve|empty"):
             lab.plot_losses(empty)
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    "curves, message",
+    [
+        (None, "plot_losses needs a list of losses, or a dict of them (label -> list), got None"),
+        ("0.5", "the losses must be a list of numbers, got str"),
+        (0.5, "the losses must be a list of numbers, got float"),
+        (torch.ones(2, 3), "the losses must be one-dimensional (one loss per step), got shape (2, 3)"),
+        ({"sgd": None}, "curve 'sgd' must be a list of numbers, got NoneType"),
+        ([1.0, "nan?", 2.0], "the losses: item 1 is 'nan?', not a number"),
+        ([[1.0, 2.0]], "the losses: item 0 is [1.0, 2.0], not a number"),
+    ],
+)
+def test_plot_losses_refuses_what_is_not_a_curve_in_one_sentence(curves, message):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    with pytest.raises((TypeError, ValueError), match=f"^{re.escape(message)}$"):
+        lab.plot_losses(curves)
+    assert plt.get_fignums() == before  # no empty figure left for the notebook to show
+
+
+def test_a_diverging_curve_is_still_drawn():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ax = lab.plot_losses([1.0, float("inf"), float("nan")], log_y=False)
+    assert len(ax.get_lines()[0].get_ydata()) == 3
     plt.close("all")
 
 

@@ -214,6 +214,20 @@ def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys)
     assert clean == "logged to runs/02_manual_backprop/manual-sgd; view with `make tensorboard`\n"
 
 
+@pytest.mark.parametrize("where", [None, 3, ["runs"], torch.ones(1)])
+def test_tb_hint_refuses_what_is_neither_a_writer_nor_a_folder(where, capsys):
+    with pytest.raises(TypeError, match="^tb_hint needs a SummaryWriter \\(lab.tb_writer's\\) or its run folder, got "):
+        lab.tb_hint(where)
+    assert capsys.readouterr().out == ""
+
+
+def test_tb_writer_refuses_a_root_that_is_not_a_folder(tmp_path):
+    with pytest.raises(TypeError, match="^root must be a folder \\(a str or a Path\\), got int$"):
+        with lab.tb_writer("06_optim", "sgd", 5):
+            pass
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_read_helpers_reject_a_missing_folder(tmp_path):
     for read in (read_scalars, read_histograms, read_tags, read_hparams):
         with pytest.raises(FileNotFoundError, match="no run folder"):

@@ -480,6 +480,7 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             (None, g * torch.sigmoid(-x)),
             "the derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), not sigmoid(-x)",
         ),
+        *_softplus_sign_mistakes(x, g),
         Mistake(
             "sign flipped",
             (None, -g * torch.sigmoid(x)),
@@ -528,6 +529,33 @@ def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "averaged first, but the chain rule multiplies element by element, each element of grad_output with "
             "the derivative at the same position",
             look="backward: what multiplies the derivative, and whether it still has x's shape",
+        ),
+    ]
+
+
+def _softplus_sign_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """A stable sigmoid written by hand in backward that loses the sign of x: it takes |x| (or -|x|) where
+    the derivative wants x itself, so it is right for one sign of x only."""
+    return [
+        Mistake(
+            "sigmoid of |x|",
+            (None, g * torch.sigmoid(x.abs())),
+            "the gradient is right where x > 0 and wrong where x < 0: the derivative was evaluated at |x|, but "
+            "the derivative of softplus is the sigmoid of x itself, sign included; the |x| of the stable forward "
+            "does not carry over to its derivative (and a stable sigmoid written by hand needs one formula for "
+            "each sign of x)",
+            look="backward: what the derivative is evaluated at, for a negative x",
+            symptom="right where x > 0, wrong where x < 0",
+        ),
+        Mistake(
+            "sigmoid of -|x|",
+            (None, g * torch.sigmoid(-x.abs())),
+            "the gradient is right where x < 0 and wrong where x > 0: the derivative was evaluated at -|x| (as in "
+            "exp(-|x|) / (1 + exp(-|x|)), the stable sigmoid's formula for negative x), but the derivative of "
+            "softplus is the sigmoid of x itself, sign included, and for x > 0 the stable sigmoid needs its other "
+            "formula",
+            look="backward: what the derivative is evaluated at, for a positive x",
+            symptom="right where x < 0, wrong where x > 0",
         ),
     ]
 

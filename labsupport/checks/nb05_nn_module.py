@@ -426,6 +426,24 @@ def _stale_copies_named(layer: nn.Module, call: str) -> Iterator[None]:
         raise mistake_error(message, STALE_COPY) from None
 
 
+LINEAR_INPLACE = "forward must leave its input {name} as it is: compute the output with out-of-place operations"
+
+
+def _run_layer(layer: nn.Module, x: torch.Tensor, call: str) -> Any:
+    """``layer(x)``; a forward that writes into x (which requires grad here, so torch refuses) is told so."""
+    __tracebackhide__ = True
+    try:
+        return run_student(layer, x, what=f"{call}(x)", inplace_hint=LINEAR_INPLACE)
+    except CheckError as err:
+        if "leaf Variable that requires grad is being used in an in-place" not in err.message:
+            raise
+        raise CheckError(
+            f"{call}(x) changed its input x in place",
+            hint=LINEAR_INPLACE.format(name="x"),
+            mistake="changed x in place",
+        ) from None
+
+
 def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
     __tracebackhide__ = True
@@ -439,7 +457,7 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     x = torch.randn(6, i, generator=g, dtype=torch.float64).requires_grad_()
     with _stale_copies_named(layer, call):
         with TorchCalls() as calls:
-            out = run_student(layer, x, what=f"{call}(x)", inplace_hint="forward must leave its input {name} as it is")
+            out = _run_layer(layer, x, call)
         if F.linear in calls.seen:  # what nn.Linear runs
             raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
         plain_x = x.detach()
@@ -458,6 +476,39 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     if x.grad is None:
         raise CheckError(f"x gets no gradient through {call}(x): forward cuts its input from the graph")
     compare("the gradient of x", x.grad, upstream @ weight, rtol=1e-10, atol=1e-12, where=where)
+
+
+OUTPUT_SQUEEZED = Mistake(
+    "output squeezed",
+    None,
+    why="forward squeezes its output, which removes every dimension of size 1: a batch of one sample loses its "
+    "batch dimension (or, with D_out = 1, its feature dimension), so the next layer or the loss gets a tensor of "
+    "another shape than nn.Linear gives",
+    look="forward: what it does to the shape after the product",
+)
+
+
+def _check_one_row(cls: type) -> None:
+    """A batch of one sample, shape (1, D_in), gives shape (1, D_out), as nn.Linear does."""
+    __tracebackhide__ = True
+    i, o = 4, 3
+    call = f"MyLinear({i}, {o})"
+    layer = _build(cls, "MyLinear", i, o)
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    _load_linear_state(layer, call, {"weight": weight, "bias": bias})
+    x = torch.randn(1, i, generator=g, dtype=torch.float64)
+    what = f"{call}(x) for a batch of one sample, x of shape (1, {i})"
+    out = run_student(layer, x, what=what)
+    if isinstance(out, torch.Tensor) and out.numel() == o and out.dim() < 2:
+        raise mistake_error(
+            f"{what} has shape {tuple(out.shape)}",
+            OUTPUT_SQUEEZED,
+            expected=f"shape (1, {o}), as nn.Linear gives",
+            got=f"shape {tuple(out.shape)}",
+        )
+    compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12)
 
 
 def _leading_dimensions_note(cls: type) -> str | None:
@@ -497,6 +548,7 @@ def check_my_linear(MyLinear: Any) -> None:
         torch.manual_seed(5)
         for number, (i, o) in enumerate(sizes, start=1):
             _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
+        _check_one_row(MyLinear)
         note = _leading_dimensions_note(MyLinear)
     passed("MyLinear: registers weight and bias, loads nn.Linear's state_dict, same outputs and gradients")
     if note is not None:

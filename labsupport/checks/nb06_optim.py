@@ -156,6 +156,16 @@ def _nesterov(p, g, v, lr, mu):
     return p - lr * (g + mu * v), v
 
 
+def _velocity_plus_gradient(p, g, v, lr, mu):
+    v = _velocity(g, v, mu)
+    return p - lr * (v + g), v
+
+
+def _old_velocity_plus_gradient(p, g, v, lr, mu):
+    old = torch.zeros_like(g) if v is None else v
+    return p - lr * (old + g), mu * old + g
+
+
 def _first_step_twice(p, g, v, lr, mu):
     v = g + mu * g if v is None else mu * v + g
     return p - lr * v, v
@@ -198,6 +208,11 @@ def _momentum_on_gradient(p, g, v, lr, mu):
 
 def _momentum_on_gradient_from_zero(p, g, v, lr, mu):
     v = mu * g if v is None else v + mu * g
+    return p - lr * v, v
+
+
+def _momentum_on_both(p, g, v, lr, mu):
+    v = mu * g if v is None else mu * (v + g)
     return p - lr * v, v
 
 
@@ -317,6 +332,14 @@ RULE_MISTAKES = [
         look="step(): p -= lr * v",
     ),
     Mistake(
+        "velocity plus gradient",
+        WrongRule((_velocity_plus_gradient, _old_velocity_plus_gradient)),
+        why="the step moves along the velocity plus the gradient: the velocity already holds the current gradient "
+        "(added at full weight, the old velocity faded by the momentum), so the step moves along the velocity "
+        "alone; adding the gradient again counts it twice, or lets the old velocity in without its momentum factor",
+        look="step(): p -= lr * v, with v already updated by this step's gradient",
+    ),
+    Mistake(
         "lr applied twice",
         WrongRule((_lr_twice,)),
         why="the learning rate scales the gradient inside the velocity and then the velocity again in the step",
@@ -353,9 +376,9 @@ RULE_MISTAKES = [
     ),
     Mistake(
         "momentum on the gradient",
-        WrongRule((_momentum_on_gradient, _momentum_on_gradient_from_zero)),
-        why="the momentum multiplies the new gradient instead of the old velocity: it is the old velocity that "
-        "fades by the factor momentum at each step, and the new gradient joins it whole",
+        WrongRule((_momentum_on_gradient, _momentum_on_gradient_from_zero, _momentum_on_both)),
+        why="the momentum multiplies the new gradient (instead of the old velocity, or as well as it): it is the "
+        "old velocity alone that fades by the factor momentum at each step, and the new gradient joins it whole",
         look="step(): the line that updates v, and which term the momentum multiplies",
     ),
     Mistake(

@@ -418,6 +418,7 @@ class Run:
     losses: list[float] = dataclasses.field(default_factory=list)  # one per step
     lrs: list[float] = dataclasses.field(default_factory=list)  # the rate each step used
     lrs_after: list[float] = dataclasses.field(default_factory=list)  # the rate after scheduler.step()
+    get_lrs: list[float] = dataclasses.field(default_factory=list)  # scheduler.get_lr() where the rate is read
     train_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, over its images
     train_batch_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, mean of batch accuracies
     train_last_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, its last batch's accuracy
@@ -451,6 +452,7 @@ def _reference_train(
                 optimizer.zero_grad()
             loss.backward()
             run.lrs.append(scheduler.get_last_lr()[0])
+            run.get_lrs.append(_get_lr(scheduler))
             if scheduler_first:
                 scheduler.step()
             optimizer.step()
@@ -470,6 +472,15 @@ def _reference_train(
         run.remeasured.append(_measure(model, loader))
     run.weights = _flat_weights(model)
     return run
+
+
+def _get_lr(scheduler: Any) -> float:
+    """What a student who logs ``scheduler.get_lr()[0]`` logs (torch warns about that call outside step())."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return scheduler.get_lr()[0]
 
 
 @dataclasses.dataclass
@@ -521,6 +532,15 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     return StudentRun(history, writer.logged, steps.count, scheduler.last_epoch, spy.seen, _flat_weights(model))
 
 
+WRONG_EPOCHS = Mistake(
+    "epochs argument ignored",
+    None,
+    "train runs another number of epochs than it was given: the epoch loop takes its count from the epochs "
+    "argument, not from a number written into train, a notebook variable, or a range that is off by one",
+    look="train: the range of the epoch loop",
+)
+
+
 def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
     """Forward passes with gradients in eval mode, or more training-mode passes than batches."""
     in_eval = sum(1 for training, grad in student.seen if grad and not training)
@@ -538,6 +558,16 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
             got=f"{in_eval} passes in eval mode",
         )
     in_training = sum(1 for training, _ in student.seen if training)
+    per_epoch = n // EPOCHS
+    if 0 < in_training != n and student.steps == in_training and in_training % per_epoch == 0:
+        epochs = in_training // per_epoch
+        ran = f"{epochs} epoch" if epochs == 1 else f"{epochs} epochs"
+        return mistake_error(
+            f"train ran {ran} of {per_epoch} batches where it was given epochs={EPOCHS}",
+            WRONG_EPOCHS,
+            expected=f"{n} training steps ({EPOCHS} epochs)",
+            got=f"{in_training} ({ran})",
+        )
     if in_training > n:
         return mistake_error(
             f"train ran the model {in_training} times in training mode in {EPOCHS} epochs of {n // EPOCHS} batches",
@@ -959,6 +989,15 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
             "the logged rate never changes: it is "
             "the initial rate, not the one the scheduler set (scheduler.get_last_lr()[0], or "
             "optimizer.param_groups[0]['lr'])",
+        ),
+        Mistake(
+            "get_lr() for get_last_lr()",
+            Near(ref.get_lrs),
+            "scheduler.get_lr() is not the rate in use: it is the formula the scheduler applies inside its own "
+            "step() (where this schedule decays, it already gives the decayed rate), and torch warns when it is "
+            "called elsewhere; the rate this step used is scheduler.get_last_lr()[0] (or "
+            "optimizer.param_groups[0]['lr'])",
+            look="the value given to writer.add_scalar('lr', ...)",
         ),
     ]
     train_acc_mistakes = _train_acc_mistakes(ref)
