@@ -87,6 +87,9 @@ TITAN_WRONG = {
     "one SM": TENSOR / T["sms"],
     "one FMA per tensor core": TENSOR / T["fp16_fma_per_tensor_core_per_cycle"],
     "per cycle": TENSOR / (T["boost_clock_ghz"] * 1e9),
+    # round 4 of the audit: Hopper's tensor cores (4 per SM, 512 FMAs each), and the CUDA cores' peak added
+    "a later GPU's tensor cores": T["sms"] * 4 * 512 * 2 * CLOCK,
+    "CUDA cores added": TENSOR + FP32,
     "unit": TENSOR / 1e12,
 }
 
@@ -114,6 +117,22 @@ def test_any_power_of_ten_is_a_unit_slip(scale):
     with pytest.raises(lab.CheckError) as info:
         lab.check_titan_tensor_peak(TENSOR * scale)
     assert info.value.mistake == "unit"
+
+
+@pytest.mark.parametrize("answer", [130, 130.5, 1.3e5])
+def test_a_rounded_figure_in_another_unit_is_a_unit_slip(answer):
+    """Round 4 of the audit: 130 (TFLOP/s, rounded) got a bare expected/got; only the exact 130.49856 was named."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(answer)
+    assert info.value.mistake == "unit"
+
+
+def test_ampere_counts_are_named_with_their_source():
+    """Round 4 of the audit: Ampere's 4 tensor cores at 256 FMAs give twice the peak; the hint named only 4 FLOP
+    per FMA and 16 tensor cores."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(T["sms"] * 4 * 256 * 2 * CLOCK)
+    assert info.value.mistake == "twice" and "Ampere" in info.value.hint
 
 
 CPU_WRONG = {
@@ -295,16 +314,27 @@ def test_a_wrong_then_right_prediction_keeps_the_first_answer_and_never_passes(c
     assert "your new answer 1024 does not replace it" in second
 
 
-@pytest.mark.parametrize("bad", [None, "1024", 512, [16, 1024], float("nan"), torch.ones(2), "sixteen"], ids=repr)
+@pytest.mark.parametrize("bad", [None, "1o24", 512, [16, 1024], float("nan"), torch.ones(2), "sixteen"], ids=repr)
 def test_bad_predictions_are_refused_before_timing(bad, monkeypatch, capsys):
+    # Round 4 of the audit: an AssertionError raised here became the check's own usage error, so the test passed
+    # whether or not the answer was refused before timing ("1024", which the engine reads as 1024, was listed).
+    timed = []
+
     def no_timing(device):
-        raise AssertionError("timed although the answer is unusable")
+        timed.append(device)
+        return {16: 1.0, 1024: 2.0}
 
     monkeypatch.setattr(nb00, "matmul_rates", no_timing)
     with pytest.raises(lab.CheckError) as info:
         lab.check_matmul_size_prediction(bad)
-    assert info.value.usage
+    assert info.value.usage and not timed
     assert "PASS" not in capsys.readouterr().out
+
+
+def test_a_number_written_as_text_is_read_as_that_number(monkeypatch, capsys):
+    monkeypatch.setattr(nb00, "matmul_rates", lambda device: {16: 1.0, 1024: 2.0})
+    lab.check_matmul_size_prediction("1024")
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 @pytest.mark.parametrize(

@@ -174,6 +174,9 @@ PREDICATE_MISTAKES = [
         "squared lengths of the whole tensors",
         lambda a, b: (a**2).sum() + (b**2).sum() - 2 * a @ b.T,
     ),
+    # round 4 of the audit: each got a generic expected/got before (the value mistakes' own tests are generated)
+    ("pairwise_sq_dists", "squares subtracted", lambda a, b: (a[:, None] ** 2 - b[None] ** 2).sum(-1)),
+    ("pairwise_sq_dists", "cross term left out", lambda a, b: (a**2).sum(1, keepdim=True) + (b**2).sum(1)),
 ]
 
 

@@ -728,3 +728,69 @@ def test_an_eps_argument_overwritten_by_the_default_is_named():
     with pytest.raises(lab.CheckError, match="not by the eps it was given") as info:
         lab.check_numeric_grad(overwriting)
     assert info.value.mistake == "eps argument ignored"
+
+
+# --------------------------------------------------------------------------- round 4 of the audit
+
+
+def _relu_backward_with_if(dout, h):
+    if h > 0:
+        return dout
+    return torch.zeros_like(dout)
+
+
+@pytest.mark.parametrize(
+    "forward, backward",
+    [
+        (lambda h: (max(h, 0), h), lecture_relu_backward),  # the prompt's max(h, 0), written with Python's max
+        (relu_forward, _relu_backward_with_if),
+    ],
+)
+def test_pythons_max_on_a_tensor_is_named(forward, backward):
+    """02.2: Python's max(h, 0), or an `if` on h, got "raised RuntimeError: Boolean value of Tensor ..." alone."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(forward, backward)
+    assert info.value.mistake == nb02.PYTHON_MAX.name
+    assert "entry by entry" in info.value.look
+
+
+def _first_layer_dx_kept(x, y, w1, w2):
+    h, c1 = linear_forward(x, w1)
+    h_relu, c2 = relu_forward(h)
+    y_pred, c3 = linear_forward(h_relu, w2)
+    dh_relu, g2 = linear_backward(2 * (y_pred - y), c3)
+    g1, _ = linear_backward(lecture_relu_backward(dh_relu, h), c1)  # dx where dw belongs
+    return ((y_pred - y) ** 2).sum(), g1, g2
+
+
+def _grad_w2_from_x(x, y, w1, w2):
+    loss, g1, _ = loss_and_grads(x, y, w1, w2)
+    y_pred = torch.relu(x @ w1) @ w2
+    return loss, g1, x.t() @ (2 * (y_pred - y))
+
+
+@pytest.mark.parametrize(
+    "student, name", [(_first_layer_dx_kept, "dx for grad_w1"), (_grad_w2_from_x, "x instead of h_relu")]
+)
+def test_two_layer_round_four_mistakes_are_named(student, name):
+    """02.3: grad_w1 taken from the first of linear_backward's (dx, dw), and grad_w2 built from x, got "wrong shape"
+    alone."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(student)
+    assert info.value.mistake == name
+
+
+def test_a_wider_central_stencil_follows_the_eps_it_is_given(capsys):
+    """02.4: a five-point central difference nudges by eps and 2 eps; the median nudge, 2 eps, was blamed as
+    "eps argument ignored"."""
+
+    def five_point(f, w, eps=1e-3):
+        grad = torch.zeros_like(w)
+        for i in range(w.numel()):
+            e = torch.zeros_like(w)
+            e.view(-1)[i] = eps
+            grad.view(-1)[i] = (-f(w + 2 * e) + 8 * f(w + e) - 8 * f(w - e) + f(w - 2 * e)) / (12 * eps)
+        return grad
+
+    lab.check_numeric_grad(five_point)
+    assert capsys.readouterr().out.startswith("PASS  numeric_grad")

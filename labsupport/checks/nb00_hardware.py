@@ -43,14 +43,14 @@ def _times(ref: float, factor: float) -> Callable[[float], bool]:
     return test
 
 
-def _power_of_ten_off(ref: float) -> Callable[[float], bool]:
-    """A test on an answer: is it the reference times 10**k for some k != 0 (a unit slip)?"""
+def _power_of_ten_off(ref: float, rel_tol: float = REL_TOL) -> Callable[[float], bool]:
+    """A test on an answer: is it the reference times 10**k for some k != 0 (a unit slip), to ``rel_tol``?"""
 
     def test(got: float) -> bool:
         if got <= 0 or ref <= 0:
             return False
-        exponent = math.log10(got / ref)
-        return round(exponent) != 0 and abs(exponent - round(exponent)) < 1e-6
+        power = round(math.log10(got / ref))
+        return power != 0 and math.isclose(got / ref, 10.0**power, rel_tol=rel_tol)
 
     return test
 
@@ -80,7 +80,8 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "twice",
             _times(ref, 2.0),
             "exactly twice: a multiply-add counts as 2 FLOP (one multiply, one add), not 4, and the Titan RTX has 8 "
-            "tensor cores per SM, not 16",
+            "tensor cores per SM, not 16, each doing 64 FMAs per cycle (Ampere's 4 per SM do 256 each: take the "
+            "counts from t)",
         ),
         Mistake(
             "CUDA cores' peak",
@@ -101,6 +102,14 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             look="which per-SM count multiplies fp16_fma_per_tensor_core_per_cycle",
         ),
         Mistake("one SM", _times(ref, 1 / t["sms"]), "that is one SM: the chip has 72 of them"),
+        *_titan_rate_mistakes(t),
+    ]
+
+
+def _titan_rate_mistakes(t: dict) -> list[Mistake]:
+    """Wrong peaks of 00.1 at the level of rates: FMAs per cycle, cycles per second, other chips, units."""
+    ref, fp32 = titan_peaks(t)
+    return [
         Mistake(
             "one FMA per tensor core",
             _times(ref, 1 / t["fp16_fma_per_tensor_core_per_cycle"]),
@@ -111,7 +120,24 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             _times(ref, 1 / (t["boost_clock_ghz"] * 1e9)),
             "that is FLOP per cycle: multiply by the cycles per second (1 GHz is 1e9 cycles per second)",
         ),
-        Mistake("unit", _power_of_ten_off(ref), "a power of ten off: give FLOP/s, not GFLOP/s or TFLOP/s"),
+        Mistake(
+            "a later GPU's tensor cores",
+            _times(ref, 4.0),
+            "four times the peak: that is what Hopper's tensor cores give (4 per SM at 512 FMAs each); the Titan "
+            "RTX's are Turing's, tensor_cores_per_sm of them per SM, each doing fp16_fma_per_tensor_core_per_cycle",
+            look="take every count from t, not from the paragraph on later generations",
+        ),
+        Mistake(
+            "CUDA cores added",
+            _times(ref, 1 + fp32 / ref),
+            "that adds the CUDA cores' fp32 peak to the tensor cores': the fp16 matrix products run on the tensor "
+            "cores, so the peak asked for is theirs alone",
+        ),
+        Mistake(
+            "unit",
+            _power_of_ten_off(ref, rel_tol=0.01),
+            "a power of ten off: give FLOP/s, not GFLOP/s or TFLOP/s (and compute it from t's numbers, unrounded)",
+        ),
     ]
 
 

@@ -200,6 +200,15 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             why="the expansion uses the lengths |a| and |b|; it needs their squares, |a|^2 = a.a",
             look="the two terms beside the a @ b.T term",
         ),
+        *_pairwise_square_mistakes(a, b),
+    ]
+
+
+def _pairwise_square_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """Mistakes of what is squared: nothing, the wrong pairs, absolute values, each point before the subtraction,
+    or the expansion without its cross term."""
+    norms = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :]
+    return [
         Mistake(
             "differences not squared",
             (a[:, None, :] - b[None, :, :]).sum(-1),
@@ -219,6 +228,19 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             (a[:, None, :] - b[None, :, :]).abs().sum(-1),
             why="those are sums of absolute differences (the L1 distance): the exercise squares each difference",
             look="what is done to each difference before the sum",
+        ),
+        Mistake(
+            "squares subtracted",
+            (a * a).sum(1)[:, None] - (b * b).sum(1)[None, :],
+            why="the coordinates were squared before the subtraction, a**2 - b**2: the exercise squares the "
+            "difference, (a - b)**2, which is not the same",
+            look="what is subtracted from what, and when the square comes",
+        ),
+        Mistake(
+            "cross term left out",
+            norms,
+            why="|a|^2 + |b|^2 alone: (a - b)^2 expands to a^2 - 2ab + b^2, and the cross term -2 a.b is missing",
+            look="the terms of the expansion: one is built from a @ b.T",
         ),
     ]
 
