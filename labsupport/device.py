@@ -16,6 +16,8 @@ import warnings
 
 import torch
 
+from .timing import as_device
+
 __all__ = ["pick_device", "pick_amp_dtype", "print_environment"]
 
 #: The oldest versions every notebook and test passes on (pyproject.toml says the same).
@@ -71,7 +73,7 @@ def pick_amp_dtype(device: torch.device | str) -> torch.dtype:
         >>> pick_amp_dtype("cpu")
         torch.bfloat16
     """
-    device = torch.device(device)
+    device = as_device(device)
     if device.type != "cuda":
         return torch.bfloat16
     return torch.bfloat16 if torch.cuda.get_device_capability(device) >= (8, 0) else torch.float16

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from .checks.running import stopped_after
-from .timing import TOO_SLOW, timing_limit
+from .timing import TOO_SLOW, as_device, timing_limit
 
 __all__ = ["TITAN_RTX", "cpu_info", "gpu_info", "time_per_call", "measure_matmul", "matmul_sweep", "format_rate"]
 
@@ -166,7 +166,9 @@ def time_per_call(fn: Callable[[], object], device: torch.device | str = "cpu", 
         >>> time_per_call(lambda: torch.ones(100).sum(), "cpu", min_run_time=0.01) > 0
         True
     """
-    cuda = torch.device(device).type == "cuda"
+    if not callable(fn):
+        raise TypeError(f"time_per_call needs a function of no arguments (a lambda: ...), got {type(fn).__name__}")
+    cuda = as_device(device).type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def block(k: int) -> float:
@@ -190,8 +192,12 @@ def measure_matmul(
     n: int, precision: str = "fp32", device: torch.device | str = "cpu", *, min_run_time: float = 0.1
 ) -> Measurement:
     """Time ``a @ b`` for random (n, n) matrices drawn on the CPU with seed 0."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a whole number >= 1 (the matrices' size), got {n!r:.40}")
+    if not isinstance(precision, str) or precision not in _PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, _PRECISIONS))}, got {precision!r:.40}")
     dtype, setting = _PRECISIONS[precision]
-    device, g = torch.device(device), torch.Generator().manual_seed(0)
+    device, g = as_device(device), torch.Generator().manual_seed(0)
     a, b = (torch.randn(n, n, generator=g).to(device, dtype) for _ in range(2))
     old = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision(setting or old)
@@ -228,6 +234,12 @@ def format_rate(value: float | None, unit: str = "FLOP/s") -> str:
     >>> format_rate(2.5e9, "B/s"), format_rate(None)
     ('2.5 GB/s', 'unknown')
     """
+    if value is None:
+        return "unknown"
+    try:
+        value = float(value)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"format_rate needs a number (or None), got {type(value).__name__}") from None
     scales = ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"), (1.0, ""))
-    scale, prefix = next((s, p) for s, p in scales if value is None or abs(value) >= s or s == 1.0)
-    return "unknown" if value is None else f"{value / scale:.3g} {prefix}{unit}"
+    scale, prefix = next((s, p) for s, p in scales if abs(value) >= s or s == 1.0)
+    return f"{value / scale:.3g} {prefix}{unit}"

@@ -14,20 +14,29 @@ from .checks.running import stopped_after
 __all__ = ["Timer", "sync", "time_fn"]
 
 
+def as_device(device: Any) -> torch.device:
+    """``device`` (a name such as ``"cuda:0"``, or a ``torch.device``) as a torch.device, or one sentence on what
+    it should be.
+
+    Example:
+        >>> as_device("cpu")
+        device(type='cpu')
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a device name such as 'cpu' or 'cuda', got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"{device!r} is not a device name (try 'cpu', 'cuda' or 'mps')") from None
+
+
 def sync(device: torch.device | str | None = None) -> None:
     """Wait for queued GPU work (a no-op on CPU), so a timer measures the work, not its launch.
 
     Example:
         >>> sync("cpu")
     """
-    dev = None
-    if device is not None:
-        if not isinstance(device, (str, torch.device)):
-            raise TypeError(f"device must be a device name such as 'cpu' or 'cuda', got {type(device).__name__}")
-        try:
-            dev = torch.device(device)
-        except RuntimeError:
-            raise ValueError(f"{device!r} is not a device name (try 'cpu', 'cuda' or 'mps')") from None
+    dev = None if device is None else as_device(device)
     if torch.cuda.is_available() and (dev is None or dev.type == "cuda"):
         torch.cuda.synchronize(dev)
 

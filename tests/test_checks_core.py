@@ -99,6 +99,15 @@ def test_run_student_explains_every_way_a_call_goes_wrong(monkeypatch):
 
     assert "not written yet (Exercise 1: the forward pass)" in message(core.run_student, stub, 1)
 
+    def leaves(x):
+        import sys
+
+        sys.exit(3)
+
+    err = message(core.run_student, leaves, 1, what="forward")
+    assert err.startswith("forward called exit() (SystemExit), which ends a program, not a function")
+    assert "`return`" in err
+
     def shapes(x):
         return x.mm(x)
 

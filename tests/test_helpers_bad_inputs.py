@@ -269,3 +269,30 @@ def test_matmul_prediction_answers_a_bad_device_in_one_sentence(name, capsys):
         lab.check_matmul_size_prediction(1024, BAD_ANSWERS[name])
     assert info.value.usage
     assert "PASS" not in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- notebook 00's measuring helpers
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: lab.time_per_call(None), TypeError, "time_per_call needs a function of no arguments"),
+        (lambda: lab.time_per_call(lambda: 1, device=0), TypeError, "device must be a device name"),
+        (lambda: lab.measure_matmul(None), ValueError, "n must be a whole number >= 1 (the matrices' size), got None"),
+        (lambda: lab.measure_matmul(0), ValueError, "n must be a whole number >= 1"),
+        (lambda: lab.measure_matmul(8, "fp8"), ValueError, "precision must be one of 'fp32', 'tf32', 'bf16', 'fp16'"),
+        (lambda: lab.measure_matmul(8, device="gpu"), ValueError, "'gpu' is not a device name"),
+        (lambda: lab.pick_amp_dtype(None), TypeError, "device must be a device name such as 'cpu' or 'cuda'"),
+        (lambda: lab.format_rate("fast"), TypeError, "format_rate needs a number (or None), got str"),
+        (lambda: lab.format_rate(torch.ones(2)), TypeError, "format_rate needs a number (or None), got Tensor"),
+    ],
+)
+def test_measuring_helpers_refuse_bad_arguments_in_one_sentence(call, error, message):
+    with pytest.raises(error) as info:
+        call()
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
+
+
+def test_format_rate_takes_a_zero_dimensional_tensor():
+    assert lab.format_rate(torch.tensor(2.5e9), "B/s") == "2.5 GB/s"

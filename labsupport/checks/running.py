@@ -223,6 +223,34 @@ def _argument_names(fn: Callable, count: int) -> list[str]:
     return names
 
 
+def _student_failure(exc: BaseException, what: str, limit: float) -> CheckError:
+    """The CheckError for what went wrong inside a student's function: too slow, not written yet, exit() called,
+    or an exception (its line, and the advice for PyTorch's error)."""
+    if isinstance(exc, TimedOut):
+        return CheckError(
+            f"{what} did not return within {limit:g} s, so the check stopped it",
+            hint="a loop that never ends (a while whose condition never changes?), or far more work than the "
+            "exercise needs",
+            mistake="too slow",
+        )
+    if isinstance(exc, NotImplementedError):
+        return CheckError(
+            f"{what} is not written yet ({exc}): fill in the exercise cell above, run it, then run this check again",
+            usage=True,
+        )
+    if isinstance(exc, SystemExit):
+        return CheckError(
+            f"{what} called exit() (SystemExit), which ends a program, not a function",
+            hint="a function hands back its result with `return`; exit(), quit() and sys.exit() stop the cell",
+            usage=True,
+        )
+    where = _student_line(exc)
+    message = f"{what} raised {type(exc).__name__}: {_exception_text(exc)}"
+    if where:
+        message += f"\n  in your line:  {where}"
+    return CheckError(message, hint=explain_error(exc), mistake=f"raised {type(exc).__name__}")
+
+
 def run_student(
     fn: Any,
     *args: Any,
@@ -245,26 +273,12 @@ def run_student(
     try:
         with time_limit(limit):
             result = fn(*args, **kwargs)
-    except TimedOut:
-        raise CheckError(
-            f"{what} did not return within {limit:g} s, so the check stopped it",
-            hint="a loop that never ends (a while whose condition never changes?), or far more work than the "
-            "exercise needs",
-            mistake="too slow",
-        ) from None
-    except NotImplementedError as exc:
-        raise CheckError(
-            f"{what} is not written yet ({exc}): fill in the exercise cell above, run it, then run this check again",
-            usage=True,
-        ) from None
     except CheckError:
         raise
+    except (TimedOut, NotImplementedError, SystemExit) as exc:
+        raise _student_failure(exc, what, limit) from None
     except Exception as exc:
-        where = _student_line(exc)
-        message = f"{what} raised {type(exc).__name__}: {_exception_text(exc)}"
-        if where:
-            message += f"\n  in your line:  {where}"
-        raise CheckError(message, hint=explain_error(exc), mistake=f"raised {type(exc).__name__}") from exc
+        raise _student_failure(exc, what, limit) from exc
     names = _argument_names(fn, len(args))
     for name, a, b in zip(names, args, before):
         if b is not None and not torch.equal(a.detach(), b):
