@@ -158,6 +158,18 @@ def variant(**how):
     return student
 
 
+def share_of_six(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    return y * (y > 0).float().sum() / 6  # the length of most of the check's vectors, written in
+
+
+def ones_of_six(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    return y * ((y > 0).float() @ torch.ones(6)) / len(y)
+
+
 VALUES = {
     "no abs": variant(scale="max"),
     "flip swapped": variant(flip="mean >= 0"),
@@ -167,6 +179,7 @@ VALUES = {
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
     "zero counted": variant(share=">= 0 after"),
     "share before the flip": variant(share="> 0 before"),
+    "length written in": share_of_six,  # audit 4: expected/got only
 }
 
 
@@ -180,6 +193,14 @@ def test_each_value_mistake_is_named(name):
         lab.check_fullgraph_fix(VALUES[name])
     assert info.value.mistake == name
     assert info.value.message.startswith("eagerly, summarise_graph differs from summarise on a vector with")
+
+
+def test_a_length_written_into_a_tensor_is_named_where_it_fails():
+    """Audit 4: torch.ones(6) where len(x) belongs raised on the vector of 9, with a generic broadcasting hint."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(ones_of_six)
+    assert info.value.mistake == "length written in"
+    assert "vector of 9 numbers" in info.value.got
 
 
 def test_an_unknown_value_mistake_says_what_without_a_cause():

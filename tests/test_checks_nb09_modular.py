@@ -223,6 +223,23 @@ def test_changing_points_in_place_is_named():
     assert info.value.mistake == "changed points in place"
 
 
+def every_module_on_every_row(modules, points, programs):
+    """Step by step, every module on all 12 rows, each row's own module's output kept: 12 calls on 144 rows."""
+    h = points
+    for k in range(max(len(p) for p in programs)):
+        outputs = {name: module(h) for name, module in modules.items()}
+        rows = [outputs[p[k]][i] if k < len(p) else h[i] for i, p in enumerate(programs)]
+        h = torch.stack(rows)
+    return h
+
+
+def test_every_module_on_every_row_is_not_one_call_per_row():
+    """Audit 4: its 12 calls (over the limit of 10) were named "one call per row", though each call took 12 rows."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(every_module_on_every_row)
+    assert info.value.mistake == "every row through every program"
+
+
 def test_too_many_calls_says_how_many_before_why():
     for rung in (1, 2):
         with pytest.raises(lab.CheckError) as info:

@@ -81,9 +81,16 @@ def epoch_cycles(dataset, rank, world_size, epoch, batch_size=32):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
+def strided_without_padding(dataset, rank, world_size, epoch, batch_size=32):
+    """A shuffle of its own, the same on every rank, cut into every world_size-th item: 17, 17, 16 of 50 on 3 ranks."""
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(epoch)).tolist()
+    return DataLoader(Subset(dataset, order[rank::world_size]), batch_size=batch_size)
+
+
 MISTAKES = {
     "every rank sees all data": colleague,
     "same shard on every rank": rank_zero,
+    "unequal parts": strided_without_padding,  # audit 4: the sizes, without a cause
     "not shuffled": unshuffled,
     "shards overlap": seed_per_rank,
     "last batch dropped": drop_last,
@@ -109,7 +116,9 @@ def test_each_mistake_is_named(name):
     with pytest.raises(lab.CheckError) as info:
         lab.check_rank_loader(MISTAKES[name])
     assert info.value.mistake == name
-    assert info.value.message.startswith("with 50 items on 2 ranks")
+    assert info.value.message.startswith(
+        "with 50 items on 3 ranks" if name == "unequal parts" else "with 50 items on 2 ranks"
+    )
 
 
 def test_the_first_failure_says_what_each_rank_got_and_the_second_names_why():

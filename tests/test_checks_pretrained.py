@@ -236,6 +236,18 @@ def _nll_of_probabilities(scores, labels):
     return nn.functional.nll_loss(scores.softmax(dim=1), labels)
 
 
+def _mse_to_one_hot(scores, labels):
+    return nn.functional.mse_loss(scores, nn.functional.one_hot(labels, scores.shape[1]).float())
+
+
+def _mse_of_probabilities(scores, labels):
+    return nn.functional.mse_loss(scores.softmax(dim=1), nn.functional.one_hot(labels, scores.shape[1]).float())
+
+
+def _mse_to_indices(scores, labels):
+    return nn.functional.mse_loss(scores, labels.float())
+
+
 def _prepare_around_the_old_head(model, num_classes):
     model.requires_grad_(False)
     model.fc = nn.Sequential(model.fc, nn.Linear(model.fc.out_features, num_classes))
@@ -298,6 +310,10 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _step_with_loss(_log_softmax_over_batch), "softmax over the batch"),
     (make_prepare(), _step_with_loss(_nll_of_probabilities), "nll_loss on probabilities"),
     (_prepare_weight_only, make_step(), "part of the head in the optimizer"),
+    # audit 4: a generic "weight does not match" (the first two), a broadcasting error (the third)
+    (make_prepare(), _step_with_loss(_mse_to_one_hot), "regression loss, not cross-entropy"),
+    (make_prepare(), _step_with_loss(_mse_of_probabilities), "regression loss, not cross-entropy"),
+    (make_prepare(), _step_with_loss(_mse_to_indices), "regression loss, not cross-entropy"),
     # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
     (_prepare_around_the_old_head, make_step(), "old head kept"),
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),

@@ -708,6 +708,7 @@ DP_MISTAKES = {
     "weights changed": [steps_the_weights],
     "batch never split": [whole_batch_each_rank, whole_batch_by_forward, whole_batch_and_a_vmap_call],
     "divided by the batch size": [_dp(divide=lambda w: 12)],
+    "divided by the shard size": [_dp(divide=lambda w: 12 // w)],  # audit 4: no cause named
     "split by chunk size": [split_by_size, split_by_size_over_ranks, split_by_size_divided_by_ranks],
     "shards interleaved": [interleaved_shards],
     "world size written in": [two_ranks_always, two_ranks_averaged, divided_by_two],

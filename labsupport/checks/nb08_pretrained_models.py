@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import functools
 import math
+import warnings
 from typing import Any
 
 import torch
@@ -458,7 +459,9 @@ def _loss_form_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[M
     """Known wrong losses of a step, by the head they move to: a softmax over the wrong axis, nll on probabilities."""
     over_batch, _ = mirror.step(state, *batch, loss_of=_log_softmax_over_batch)
     on_probabilities, _ = mirror.step(state, *batch, loss_of=_nll_of_probabilities)
+    squared = [mirror.step(state, *batch, loss_of=loss_of)[0] for loss_of in SQUARED_ERRORS]
     return [
+        *[dataclasses.replace(REGRESSION_LOSS, matches=_close_to(params)) for params in squared],
         Mistake(
             "softmax over the batch",
             _close_to(over_batch),
@@ -474,6 +477,36 @@ def _loss_form_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[M
             look="what transfer_step gives nll_loss",
         ),
     ]
+
+
+REGRESSION_LOSS = Mistake(
+    "regression loss, not cross-entropy",
+    None,
+    "the step minimised a regression loss (a squared error, mse_loss, or l1_loss) between the scores and the labels "
+    "(as one-hot vectors, or as numbers): a classifier's scores are logits, and the loss that makes them "
+    "log-probabilities of the right class is the cross-entropy, which takes the scores and the class indices",
+    look="the loss function transfer_step calls",
+)
+
+
+def _one_hot(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.one_hot(labels, scores.shape[1]).to(scores.dtype)
+
+
+def _mse_to_one_hot(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(scores, _one_hot(scores, labels))
+
+
+def _summed_mse_to_one_hot(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(scores, _one_hot(scores, labels), reduction="sum")
+
+
+def _mse_of_probabilities(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.mse_loss(scores.softmax(dim=1), _one_hot(scores, labels))
+
+
+# Squared errors a student writes for a classifier: on the scores, summed or averaged, or on probabilities.
+SQUARED_ERRORS = (_mse_to_one_hot, _summed_mse_to_one_hot, _mse_of_probabilities)
 
 
 def _log_softmax_over_batch(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -604,15 +637,22 @@ HEAD_UNDER_NO_GRAD = Mistake(
 )
 
 
+#: What mse_loss (and l1_loss) warn when the target's shape is not the scores': class indices against scores.
+TARGET_SIZE_WARNING = "that is different to the input size"
+
+
 def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple, modes: _Modes, seed: int) -> Any:
     """The student's step on a copy of the batch (the reference keeps it as it was), under ``seed``."""
     __tracebackhide__ = True
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
         torch.manual_seed(seed)
         given = tuple(t.clone() for t in batch)
         try:
             return run_student(transfer_step, model, optimizer, *given, what="transfer_step")
         except CheckError as err:
+            if any(TARGET_SIZE_WARNING in str(warning.message) for warning in warned):
+                raise mistake_error(err.message, REGRESSION_LOSS) from None  # mse_loss(scores, labels): no broadcast
             no_grad = bool(modes.recording) and not modes.recording[-1]
             if not no_grad or "does not require grad" not in err.message:
                 raise

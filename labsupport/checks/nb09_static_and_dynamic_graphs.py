@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import io
 import logging
@@ -791,6 +792,31 @@ def _zero_mean_changed(answers: list) -> bool:
     return _variant(flip="mean <= 0")(answers) or _variant(flip="sign")(answers)
 
 
+def _length_written_in(answers: list) -> bool:
+    """Right but for the share's divisor, one number for every vector, not each vector's own length."""
+    counts = [summarise_variant(x, share="count") for x, _ in summarise_inputs()]
+    pairs = [(got.double(), count.double()) for got, count in zip(answers, counts)]
+    scaled = [(got, count) for got, count in pairs if float((got * count).sum()) > 0]
+    if not scaled:
+        return False
+    got, count = scaled[0]
+    divisor = float((count * count).sum() / (got * count).sum())
+    length = round(divisor)
+    if length < 1 or abs(divisor - length) > 1e-3:
+        return False
+    same = all(torch.allclose(got, count / length, atol=1e-6) for got, count in pairs)
+    return same and any(len(x) != length for x, _ in summarise_inputs())
+
+
+LENGTH_WRITTEN_IN = Mistake(
+    "length written in",
+    None,
+    "the vector's length is written into the function as a number (the length of the vectors you tried): "
+    "summarise_graph is called on vectors of any length, so every size it uses must be read from x itself",
+    look="every number in summarise_graph that stands for a length or a size",
+)
+
+
 SUMMARISE_MISTAKES = [
     Mistake(
         "no abs",
@@ -842,6 +868,7 @@ SUMMARISE_MISTAKES = [
         "the share is counted on the vector before the flip: summarise counts after it",
         look="which tensor the share is computed from",
     ),
+    dataclasses.replace(LENGTH_WRITTEN_IN, matches=_length_written_in),
 ]
 
 # Why Dynamo broke the graph, told by the student's line and Dynamo's reason.
@@ -990,6 +1017,10 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
         try:
             got = run_student(summarise_graph, x.clone(), what="summarise_graph(x)", inplace_hint="make new tensors")
         except CheckError as err:
+            if _names_an_earlier_length(err, x, eager):
+                raise mistake_error(
+                    err.message, LENGTH_WRITTEN_IN, got=f"an error on the vector of {len(x)} numbers"
+                ) from None
             if "aliasing" not in err.message.lower():
                 raise
             kind = type(err.__cause__).__name__ if err.__cause__ is not None else "an error"
@@ -997,6 +1028,14 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
             raise mistake_error(message, BRANCH_RETURNS_ITS_INPUT) from None
         eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
     return eager
+
+
+def _names_an_earlier_length(err: CheckError, x: torch.Tensor, earlier: list[torch.Tensor]) -> bool:
+    """Did the function fail on a vector of a new length, naming in its error the length of those it ran on?"""
+    lengths = {len(t) for t in earlier} - {len(x)}
+    if err.usage or err.mistake == "too slow" or not lengths:
+        return False
+    return any(re.search(rf"(?<![\d.]){length}(?![\d.])", err.message) for length in lengths)
 
 
 @exercise("09.4", "one graph, no breaks")
@@ -1248,12 +1287,15 @@ def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) 
         )
     distinct = set(programs)
     limit = sum(len(program) for program in distinct)
+    needed = sum(len(program) for program in programs)  # each row through each step of its own program, once
+    if work.rows > needed and work.rows > work.applications:  # more than a row a call: rows that are not its own
+        message = f"the modules were given {work.rows} rows in all, for programs that need {needed}"
+        raise mistake_error(message, ROWS_EVERYWHERE, expected=f"at most {needed} rows through the modules")
     if work.applications > limit:
         message = (
             f"the modules ran {work.applications} times for {len(points)} rows with {len(distinct)} distinct programs"
         )
         raise mistake_error(message, ONE_CALL_PER_ROW, expected=f"at most {limit} module calls")
-    needed = sum(len(program) for program in programs)  # each row through each step of its own program, once
     if work.rows > needed:
         message = f"the modules were given {work.rows} rows in all, for programs that need {needed}"
         raise mistake_error(message, ROWS_EVERYWHERE, expected=f"at most {needed} rows through the modules")

@@ -674,6 +674,14 @@ BATCH_SIZE_DIVISOR = Mistake(
     look="the division in the return line",
 )
 
+SHARD_SIZE_DIVISOR = Mistake(
+    "divided by the shard size",
+    None,
+    "the sum of the shards' gradients was divided by the number of examples in a shard: each shard's loss is "
+    "already a mean over its examples, so what is left to average is the ranks' gradients, one per rank",
+    look="the division in the return line",
+)
+
 SPLIT_SIZE = Mistake(
     "split by chunk size",
     None,
@@ -754,6 +762,7 @@ def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
         ),
         Mistake("a shard dropped", _mean(shards[:-1], ws), "a shard was dropped: range(world_size) covers every rank"),
         dataclasses.replace(BATCH_SIZE_DIVISOR, matches=_mean(shards, len(x))),
+        dataclasses.replace(SHARD_SIZE_DIVISOR, matches=_mean(shards, k)),
         SPLIT_SIZE,
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws[:ws], ws)),
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws, ws)),
@@ -1254,6 +1263,13 @@ def _same_order_each_epoch(run: LoaderRun) -> bool:
     return run.epochs[0] == run.epochs[1]
 
 
+def _unequal_parts(run: LoaderRun) -> bool:
+    """Every item on exactly one rank, but the ranks' parts of different sizes (a split without padding)."""
+    seen = sorted(i for shard in run.epochs[0] for i in shard)
+    sizes = {len(shard) for shard in run.epochs[0]}
+    return seen == list(range(run.n)) and len(sizes) > 1
+
+
 def _overlapping_shards(run: LoaderRun) -> bool:
     share = -(-run.n // run.ws)
     seen = [i for shard in run.epochs[0] for i in shard]
@@ -1289,6 +1305,15 @@ LOADER_MISTAKES = [
         _same_shard_everywhere,
         "every rank gets the same part of the data: the sampler does not know which rank it serves",
         look="the sampler's arguments",
+    ),
+    Mistake(
+        "unequal parts",
+        _unequal_parts,
+        "each item reaches one rank, but the ranks' parts differ in size, so the ranks take different numbers of "
+        "steps: in DDP every step waits for every rank's gradients, and a rank that runs out of batches first "
+        "leaves the others waiting for good; the parts must hold the same number of items, padded with a few "
+        "repeated ones where the dataset does not divide evenly",
+        look="how the dataset is cut into the ranks' parts",
     ),
     Mistake(
         "not shuffled",
