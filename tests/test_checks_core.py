@@ -142,6 +142,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "view size is not compatible with input tensor's size and stride": "reshape",
         "one of the variables needed for gradient computation has been modified by an inplace operation": "+=",
         "sigmoid(): argument 'input' (position 1) must be Tensor, not tuple": "ctx.saved_tensors",
+        "Input type (torch.FloatTensor) and weight type (torch.DoubleTensor) should be the same": "dtype or device",
     }
     for text, word in cases.items():
         assert word in core.explain_error(RuntimeError(text)), text

@@ -128,6 +128,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "tensors on different devices: create new ones with device=x.device, or move them with .to()",
     ),
     (
+        r"Input type \(.*\) and weight type \(.*\) should be the same",
+        "the input and the layer's weights differ in dtype or device (the names in the message say which): "
+        "convert one to the other's, with .to(...), rather than changing the model's type",
+    ),
+    (
         r"to have the same dtype|expected scalar type|dtype",
         "tensors of different dtypes: create new ones with dtype=x.dtype (or use torch.*_like)",
     ),
