@@ -209,6 +209,16 @@ def test_script_vs_trace_names_each_mixed_up_version(halvers, which, mistake):
     assert info.value.mistake == mistake
 
 
+def test_a_halve_until_small_without_a_loop_hears_that_there_is_nothing_to_trace_wrongly():
+    """09.1 audit: a closed form got "trace halve_until_small itself", which it had done."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(exact, _script(exact), _trace(exact))
+    assert info.value.mistake == "no loop to trace"
+    assert (
+        info.value.message == "traced_halve is right on every fresh input, and so is a trace of your halve_until_small"
+    )
+
+
 @pytest.mark.parametrize("bad", [None, [1, 2], 3], ids=repr)
 def test_script_vs_trace_answers_what_is_no_function(halvers, bad):
     scripted, traced = halvers

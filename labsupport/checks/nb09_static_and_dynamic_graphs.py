@@ -296,12 +296,38 @@ def _check_scripted(scripted: Any, inputs: list[torch.Tensor], wants: list[torch
     raise CheckError(message, hint="script the halve_until_small that passed above", mistake="scripted another")
 
 
-def _check_traced(traced: Any, inputs: list[torch.Tensor], wants: list[torch.Tensor]) -> int:
+def _trace_is_exact(eager: Callable, inputs: list[torch.Tensor], wants: list[torch.Tensor]) -> bool:
+    """Whether the check's own trace of the student's eager function (on an input that needs two halvings) is right
+    on every input: then that function has no data-dependent loop for a trace to get wrong."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            traced = run_student(torch.jit.trace, eager, torch.tensor([3.0, -1.0]), what="tracing halve_until_small")
+            outputs = [run_student(traced, x.clone(), what="its trace") for x in inputs]
+        except CheckError:
+            return False
+    return all(isinstance(out, torch.Tensor) and torch.equal(out, want) for out, want in zip(outputs, wants))
+
+
+NO_LOOP = (
+    "halve_until_small gets the result without a data-dependent loop (tensor operations that work out the number "
+    "of halvings), so any trace of it is right on every input and there is nothing for tracing to get wrong; the "
+    "exercise is about the loop it describes, which halves while the largest |x| is above 1"
+)
+
+
+def _check_traced(traced: Any, eager: Callable, inputs: list[torch.Tensor], wants: list[torch.Tensor]) -> int:
     outputs = _outputs(traced, "traced_halve", inputs)
     wrong = sum(not torch.equal(out, want) for out, want in zip(outputs, wants))
     if wrong == 0 and _graph_has_loop(traced):
         why = "traced_halve still holds the loop (prim::Loop in its graph): it was scripted, not traced"
         raise CheckError("traced_halve is right on every fresh input", hint=why, mistake="scripted, not traced")
+    if wrong == 0 and _trace_is_exact(eager, inputs, wants):
+        raise CheckError(
+            "traced_halve is right on every fresh input, and so is a trace of your halve_until_small",
+            hint=NO_LOOP,
+            mistake="no loop to trace",
+        )
     if wrong == 0:
         raise CheckError(
             "traced_halve is right on every fresh input, which a trace of a data-dependent loop cannot be",
@@ -326,7 +352,7 @@ def check_script_vs_trace(halve_until_small: Callable, scripted_halve: Any, trac
     inputs = fresh_inputs()
     wants = [halve_while(x, _largest_abs_above_one) for x in inputs]
     _check_scripted(scripted, inputs, wants)
-    wrong = _check_traced(traced, inputs, wants)
+    wrong = _check_traced(traced, halve_until_small, inputs, wants)
     passed(
         f"script vs trace: the scripted loop matches the reference on {len(inputs)} fresh inputs (0 to 6 halvings); "
         f"the trace replays a fixed number of halvings and is wrong on {wrong} of {len(inputs)}"
