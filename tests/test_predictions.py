@@ -117,8 +117,24 @@ def judge(got, actual, **kwargs):
         (("Faster", "Not faster"), ("faster", "not faster"), {}),
         (float("nan"), "nan", {"choices": ("nan", "0", "inf")}),
         (torch.tensor(float("inf")), "inf", {"choices": ("nan", "inf")}),
+        ("Error.", "error", {"choices": CHOICES}),
+        ("'error'", "error", {"choices": CHOICES}),
+        (" error! ", "error", {"choices": CHOICES}),
+        ("0.89.", 0.89, {}),
     ],
-    ids=["0-d tensor", "numpy scalar", "torch.Size", "list", "case in a tuple", "float nan", "tensor inf"],
+    ids=[
+        "0-d tensor",
+        "numpy scalar",
+        "torch.Size",
+        "list",
+        "case in a tuple",
+        "float nan",
+        "tensor inf",
+        "a full stop after the word",
+        "quotes inside the string",
+        "spaces and an exclamation mark",
+        "a number ending a sentence",
+    ],
 )
 def test_every_form_of_a_right_answer_passes(got, actual, kwargs, capsys):
     judge(got, actual, **kwargs)
@@ -181,3 +197,12 @@ def test_a_number_written_as_text_counts_for_a_number_asked_without_choices(caps
     judge("6.1", 6.0)
     assert capsys.readouterr().out.startswith("PASS  q: 6.0 is right (recorded answer: 6.1)")
     assert "must be a number" in refused(judge, "six", 6.0)
+
+
+def test_a_sentence_that_names_one_choice_is_refused_with_how_to_write_it():
+    core.COMMITTED.clear()
+    text = refused(check_guess, "it raises an error")
+    assert "the answer must be one of the choices" in text
+    assert "your text mentions 'error'; if that is your answer, write just that" in text
+    assert core.COMMITTED == {}  # a refused answer is not committed: the student may write it again
+    assert "mentions" not in refused(check_guess, "doubled or the same")  # two choices: no suggestion

@@ -57,16 +57,25 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     if isinstance(got, tuple):
         got = tuple(scalar_of(item) for item in got)
     if isinstance(got, str):
-        text = got.strip().lower()
+        text = _bare_word(got)
         return number_in_text(text) if _numbers_among(choices) else text
     if isinstance(got, tuple):
-        return tuple(item.strip().lower() if isinstance(item, str) else item for item in got)
+        return tuple(_bare_word(item) if isinstance(item, str) else item for item in got)
     word_choices = [c for c in choices or () if isinstance(c, str)]
     if isinstance(got, float) and not math.isfinite(got) and word_choices:
         word = "nan" if math.isnan(got) else ("inf" if got > 0 else "-inf")
         if word in word_choices:
             return word
     return got
+
+
+#: What may surround a one-word answer without changing it: quotes and spaces before it; quotes, spaces and a
+#: full stop, comma, colon, semicolon or exclamation mark after it ("'slice'", "Slice.").
+_AROUND_A_WORD = re.compile(r"^[\s'\"`]+|[\s'\"`.,;:!]+$")
+
+
+def _bare_word(text: str) -> str:
+    return _AROUND_A_WORD.sub("", text).lower()
 
 
 #: Digits grouped by thousands, as people write large counts: 101,110 or 101_110 or 101 110.
@@ -113,9 +122,25 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
     if choices is not None:
         if got not in _normalised_choices(choices):
             raise CheckError(
-                f"{name}: the answer must be one of the choices", expected=expected, got=repr(got), usage=True
+                f"{name}: the answer must be one of the choices",
+                expected=expected,
+                got=repr(got),
+                hint=_choice_mentioned(got, choices),
+                usage=True,
             )
     return got
+
+
+def _choice_mentioned(got: Any, choices: Sequence[Any]) -> str | None:
+    """For an answer that is a sentence holding exactly one of the word choices ("the slice"): how to write it."""
+    if not isinstance(got, str):
+        return None
+    words = [c for c in choices if isinstance(c, str) and re.search(rf"\b{re.escape(c.lower())}\b", got)]
+    if len(words) != 1:
+        return None
+    return (
+        f"write the choice alone, as a word: your text mentions {words[0]!r}; if that is your answer, write just that"
+    )
 
 
 def _normalised_choices(choices: Sequence[Any]) -> list[Any]:
