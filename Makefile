@@ -38,6 +38,9 @@ help:
 	@echo "make clean-runs   delete every TensorBoard run under runs/ (nothing outside it)"
 	@echo "make regenerate   re-execute every notebook in place (refresh stored outputs)"
 	@echo "make grade SUBMISSIONS=dir [OUT=grades] [JOBS=2]  grade handed-in notebooks (docs/instructors.md)"
+	@echo "make site         the series as a static website in build/site/ (open build/site/index.html)"
+	@echo "make handout      build/handout.zip: the student edition, its README and labsupport's wheel"
+	@echo "make unit / make nbval  the unit tests alone / nbval over notebooks/ alone (PYTEST_ARGS=... passes options)"
 
 install: $(STAMP)
 

@@ -69,6 +69,32 @@ def test_lab_hint_shows_the_whole_ladder_on_request(capsys):
     assert "takes an exercise id" in capsys.readouterr().out
 
 
+def test_after_a_pass_lab_hint_does_not_show_the_old_failure_as_current(capsys):
+    failure(lambda x: -2 * x)
+    check_double(lambda x: 2 * x)
+    capsys.readouterr()
+    lab.hint("99.5")
+    assert capsys.readouterr().out == "Exercise 99.5 passed its check on its last run: there is nothing to hint.\n"
+    lab.hint()  # the last failed check was 99.5's, which passes now
+    assert "nothing to hint" in capsys.readouterr().out
+
+
+def test_a_stopped_cell_leaves_lab_hint_on_the_last_failed_check(capsys):
+    """A STOPPED line (lab.require) is shown through _render_traceback_; it used to become "the last failure",
+    so lab.hint() said no check had failed."""
+    failure(lambda x: -2 * x)
+    with pytest.raises(core.CheckError) as info:
+        lab.require("99.6")
+    info.value._render_traceback_()  # what IPython does with it
+    lab.hint()
+    assert "opposite sign" in capsys.readouterr().out
+
+
+def test_a_stop_for_two_exercises_says_them():
+    with pytest.raises(core.CheckError, match="solve them and run their checks until they say PASS"):
+        lab.require("99.6", "99.7")
+
+
 def test_an_answer_the_check_cannot_use_gets_its_advice_at_once():
     _, shown = failure(None)
     assert "is None" in shown and "look at" not in shown

@@ -275,6 +275,29 @@ def test_tests_and_regenerate_log_outside_the_students_runs(target):
     assert Path(folder.group(1)).is_relative_to(ROOT / "build"), folder.group(1)
 
 
+def test_regenerate_run_alone_gives_its_kernels_what_make_regenerate_gives(monkeypatch):
+    """`python -m tools.regenerate one.ipynb` (the recipe's step) logs outside runs/ and runs on one thread, as
+    `make regenerate` does; what the caller set wins."""
+    from tools import regenerate
+
+    recipe = subprocess.run(
+        [MAKE, "-n", "-C", str(ROOT), "-o", ".venv/.installed", "regenerate"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=_env_without_runs_dir(),
+    ).stdout
+    made = dict(re.findall(r"\b([A-Z_]+)=(\S+)", recipe))
+    for name, value in regenerate.KERNEL_ENVIRONMENT.items():
+        assert made[name] == value, name
+        monkeypatch.setenv(name, "recorded")  # so that the test puts back what was there, or nothing
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert regenerate.main(["no-such.ipynb"]) == 2
+    assert os.environ["OMP_NUM_THREADS"] == "4"
+    assert os.environ["LAB_RUNS_DIR"] == regenerate.KERNEL_ENVIRONMENT["LAB_RUNS_DIR"]
+
+
 def _env_without_runs_dir() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "LAB_RUNS_DIR"}
 

@@ -36,6 +36,7 @@ import argparse
 import base64
 import copy
 import io
+import os
 import re
 import sys
 import time
@@ -205,8 +206,18 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False, refre
     return seconds
 
 
+#: What the kernels get unless the caller set it, as under `make regenerate`: one thread, so the stored figures
+#: are bit-identical from run to run, and TensorBoard runs kept out of the students' runs/.
+KERNEL_ENVIRONMENT = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TORCHINDUCTOR_VEC_ISA_OK": "1",
+    "LAB_RUNS_DIR": str(Path(__file__).resolve().parent.parent / "build" / "regenerate" / "runs"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     parser.add_argument(
@@ -216,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "--refresh-images", action="store_true", help="store every new plot, even one that looks like the stored one"
     )
     args = parser.parse_args(argv)
+    for name, value in KERNEL_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     for path in args.notebooks:
         if not path.is_file():
             print(f"no such notebook: {path}", file=sys.stderr)

@@ -164,7 +164,7 @@ class ExerciseNotSolved(CheckError):
     """Raised by :func:`require`: a cell needs an exercise whose check has not passed."""
 
     def _render_traceback_(self) -> list[str]:
-        _LAST[0] = self
+        # not recorded in _LAST: lab.hint() and lab.show_traceback() stay on the last failed check
         return [f"\x1b[33m\x1b[1m■ STOPPED\x1b[0m\x1b[33m · {self.message}\x1b[0m"]
 
 
@@ -301,10 +301,11 @@ def require(*ex_ids: str) -> None:
     missing = [ex_id for ex_id in ex_ids if not _ledger(ex_id).solved]
     if missing:
         names = " and ".join(f"Exercise {ex_id} ({_TITLES.get(ex_id, 'see above')})" for ex_id in missing)
-        raise ExerciseNotSolved(
-            f"this cell uses the result of {names}: solve it and run its "
-            f"check until it says PASS, then run this cell again."
-        )
+        if len(missing) == 1:
+            todo = "solve it and run its check until it says PASS"
+        else:
+            todo = "solve them and run their checks until they say PASS"
+        raise ExerciseNotSolved(f"this cell uses the result of {names}: {todo}, then run this cell again.")
 
 
 def passed(message: str) -> None:
@@ -343,7 +344,11 @@ def hint(ex_id: str | None = None) -> None:
     if ex_id in predictions.COMMITTED:
         predictions.explain(ex_id)
         return
-    err = _LEDGER.get(ex_id, _Ledger()).last
+    ledger = _LEDGER.get(ex_id, _Ledger())
+    if ledger.solved:
+        print(f"Exercise {ex_id} passed its check on its last run: there is nothing to hint.")
+        return
+    err = ledger.last
     if err is None:
         print(f"Exercise {ex_id} has not failed a check in this kernel: run its check first.")
         return
