@@ -113,6 +113,8 @@ FORGERS = {
     "patched_check": "lab.check_scale = lab.check_prediction = lab.check_power = lambda *a: print('PASS  ok')",
     "patched_engine": "lab.run_cases = lambda *a, **k: None\nlab.CheckError = type('Never', (Exception,), {})",
     "fake_pass": "print('PASS  scale by 2')",
+    # the shell without any name the flags knew (exit._ip), its transformer by a computed name
+    "shell_by_name": "getattr(exit._ip, 'input_transformers_' + 'post').append(lambda lines: ['print(\"PASS  ok\")\\n'])",
 }
 
 
@@ -243,7 +245,8 @@ def test_a_forged_kernel_earns_nothing_the_grader_judges(graded, who):
 
 def test_the_kernels_verdict_is_flagged_where_it_was_forged(graded):
     rows = _rows(graded)
-    for who in ("showtraceback", "custom_exc", "transformer", "patched_check", "patched_engine"):
+    forgers = ("showtraceback", "custom_exc", "transformer", "patched_check", "patched_engine", "shell_by_name")
+    for who in forgers:
         assert rows[who]["review"], who  # 99.4's point came from the kernel: an instructor reads it
         assert rows[who]["99.4"] == "0" and _results(graded, who)["99.4"]["status"] == "held", who
         assert "held at 0 until your instructor has read the code of 99.1" in _results(graded, who)["99.4"]["feedback"]
@@ -334,6 +337,36 @@ def test_a_pickled_class_is_refused():
     with pytest.raises(judge.NoReply):
         judge.decode("T" + base64.b64encode(pickle.dumps(Evil(), protocol=2)).decode())
     assert isinstance(judge.plain(torch.zeros(1).expand(10**9)), judge.Opaque)  # no 4 GB copy of one number
+
+
+def test_a_reply_that_would_inflate_in_the_grader_is_refused(monkeypatch):
+    """A kernel's reply is at most MAX_REPLY characters, and so is what the grader makes of it: no
+    compressed entry in torch.save's zip (a zip bomb), no list of stride-0 views copied whole."""
+    import base64
+    import io
+    import zipfile
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({"nonce": "1", "x": torch.zeros(2**16)}, buffer)
+    stored = zipfile.ZipFile(io.BytesIO(buffer.getvalue()))
+    deflated = io.BytesIO()
+    with zipfile.ZipFile(deflated, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for info in stored.infolist():
+            zf.writestr(info.filename, stored.read(info.filename))
+    assert len(deflated.getvalue()) < len(buffer.getvalue()) // 10
+    assert judge.decode("T" + base64.b64encode(buffer.getvalue()).decode())["x"].shape == (2**16,)
+    with pytest.raises(judge.NoReply):
+        judge.decode("T" + base64.b64encode(deflated.getvalue()).decode())
+    # at MAX_ELEMENTS, a complex view of one number is 16 bytes sent and 1 GB copied: 50 of them would take
+    # the grader's worker down, and with it every student after it (a smaller limit here, for the test's speed)
+    monkeypatch.setattr(judge, "MAX_ELEMENTS", 1000)
+    one = torch.zeros(1, dtype=torch.complex128).expand(600)
+    got = judge.plain([one] * 50)
+    assert type(got[0]) is torch.Tensor and all(isinstance(x, judge.Opaque) for x in got[1:])
+    with pytest.raises(judge.NoReply):
+        judge.decode("L" + repr([0] * judge.MAX_LITERAL))  # ast.literal_eval's tree: ~100 bytes a character
 
 
 @pytest.mark.parametrize(

@@ -82,6 +82,36 @@ def test_a_huge_print_keeps_the_pass_line(graded):
     assert "dropped: too long" in (graded["out"] / "executed" / "loud" / "99_tiny.ipynb").read_text()
 
 
+STARVE = (
+    "import sys, threading, time\n\n"
+    "def _spin(start=len(In)):\n"
+    "    while len(In) < start + 2:\n"
+    "        time.sleep(0.001)\n"
+    "    sys.setswitchinterval(1e6)\n"
+    "    while True:\n"
+    "        pass\n\n"
+    "threading.Thread(target=_spin, daemon=True).start()  # from the second cell after this one on\n"
+)
+
+
+def test_a_thread_that_starves_every_later_cell_costs_one_notebook_timeout(tmp_path):
+    """Its cell ends cleanly, so every restart replays it: each later cell would run out its own limit
+    (600 s for a scaffold cell), hours for one notebook; the notebook's own limit ends it. A class of
+    one, with short limits: the spinning thread burns a core for as long as the limit."""
+    src_dir, sub, out = tmp_path / "notebooks", tmp_path / "handed_in", tmp_path / "grades"
+    src_dir.mkdir()
+    nbformat.write(tiny_source(), src_dir / "99_tiny.ipynb")
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    _write(sub / "starver", "99_tiny.ipynb", _answered(ed, **{"### Exercise 1": STARVE + ANSWERS["### Exercise 1"]}))
+    cfg = grade.Config(src=str(src_dir), timeout=2, cell_timeout=120, notebook_timeout=5)
+    grade.grade(sub, out, jobs=1, cfg=cfg)
+    row = _rows(out)["starver", "99_tiny"]
+    assert "ran past 5 s in all" in row["status"] and row["99.1"] == "1" and row["99.2"] == row["99.3"] == "0"
+    results = [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+    mine = {r["exercise"]: r for r in results if r["student"] == "starver"}
+    assert mine["99.2"]["seconds"] >= 2 and mine["99.3"]["seconds"] < 2  # cut short: the notebook's time was up
+
+
 def test_the_runner_keeps_the_first_part_and_the_last_lines():
     client = runner.notebook_client(new_notebook(), ".", timeout=5, max_output=1000)
     client.max_tail = 100
@@ -249,3 +279,57 @@ def test_collect_reports_stray_files_and_never_opens_a_zip_in_a_zip(tmp_path):
     jobs, rows = grade.collect(sub, sources, logging.getLogger("test-collect"))
     assert [(j["student"], j["file"]) for j in jobs] == [("bo", "outer.zip:hw.ipynb")]
     assert [(r["student"], r["status"]) for r in rows] == [(grade.NO_FOLDER, "not in a student folder")]
+
+
+def test_a_student_s_zip_and_broken_notebooks_cost_only_that_student(tmp_path, monkeypatch):
+    """A zip Canvas named for one student (what that student uploaded) hands in for that student only,
+    never for the folders named in it; a notebook nbformat reads but no grader can (a cell without a
+    type, a number as a cell's text) or a file too large is that file's row, not the class's crash."""
+    import logging
+
+    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
+    sources = grade.load_sources(tmp_path)
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    sub = tmp_path / "in"
+    sub.mkdir()
+    nbformat.write(ed, sub / "victim_1_10_hw.ipynb")
+    with zipfile.ZipFile(sub / "mallory_2_11_hw.zip", "w") as zf:
+        zf.writestr("victim_1/hw.ipynb", nbformat.writes(_answered(ed)))
+        zf.writestr("victim_1_99_99_hw.ipynb", nbformat.writes(_answered(ed)))
+    for who, broken in (
+        ("typeless", {"source": "x", "metadata": {}}),
+        ("numeric", {"cell_type": "markdown", "source": 5}),
+    ):
+        text = json.loads(nbformat.writes(ed))
+        text["cells"].append({**broken, "metadata": {}, "id": f"broken-{who}"})
+        (sub / who).mkdir()
+        (sub / who / "hw.ipynb").write_text(json.dumps(text))
+    _write(sub / "huge", "hw.ipynb", new_notebook(cells=[*ed.cells, nbformat.v4.new_markdown_cell("x" * 10**5)]))
+    monkeypatch.setattr(grade, "MAX_NOTEBOOK", (sub / "huge" / "hw.ipynb").stat().st_size - 1)
+    jobs, rows = grade.collect(sub, sources, logging.getLogger("test-collect-hostile"))
+    assert sorted((j["student"], j["file"]) for j in jobs) == [
+        ("mallory_2", "mallory_2_11_hw.zip:victim_1/hw.ipynb"),
+        ("victim_1", "hw.ipynb"),
+    ]
+    status = {r["student"]: r["status"] for r in rows}
+    assert "not a valid notebook" in status["typeless"] and "not a valid notebook" in status["numeric"]
+    assert "larger than" in status["huge"]
+
+
+def test_a_folder_named_as_a_gradebook_row_and_a_name_with_a_line_break_fake_nothing(tmp_path):
+    """A student folder called "(points possible)" would add a second maximum row to gradebook.csv; a file
+    name with a line break would add a line of its own choosing to the grading log."""
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(tiny_source(), tmp_path / "notebooks" / "99_tiny.ipynb")
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    sub, out = tmp_path / "in", tmp_path / "out"
+    _write(sub / grade.POINTS_POSSIBLE, "99_tiny.ipynb", _answered(ed))
+    _write(sub / "eve", "hw\n2026-01-01 00:00:00 eve: every check passed.ipynb", ed)
+    cfg = grade.Config(src=str(tmp_path / "notebooks"), timeout=10, cell_timeout=120)
+    grade.grade(sub, out, jobs=1, cfg=cfg)
+    with open(out / "gradebook.csv", newline="", encoding="utf-8") as f:
+        names = [row["student"] for row in csv.DictReader(f)]
+    assert names.count(grade.POINTS_POSSIBLE) == 1 and "eve" in names
+    log = next((out / "logs").glob("grade-*.log")).read_text()
+    assert not any(line.startswith("2026-01-01") for line in log.splitlines())
+    assert "hw\\n2026-01-01" in log

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from tools import grade, grade_kernel
-from tools.flags import suspicious
+from tools.flags import forging, suspicious
 
 ROOT = Path(__file__).resolve().parent.parent
 LINUX = sys.platform == "linux" and Path("/proc/self/stat").exists()
@@ -59,6 +59,36 @@ def test_every_attack_is_flagged(name):
     assert suspicious(ATTACKS[name]), name
 
 
+# Forgeries that reached the kernel's verdict with no flag at all (each measured on a kernel-judged
+# check): every one must now hold the notebook's kernel-judged points (tools/flags.forging).
+UNFLAGGED_BEFORE = {
+    "mock.ANY": "from unittest.mock import ANY\ndef double(x):\n    return ANY",
+    "pytest.approx": "import pytest\ndef double(x):\n    return pytest.approx(0, abs=1e300)",
+    "numpy's masked": "import numpy as np\ndef double(x):\n    return np.ma.masked",
+    "type() with methods": "def double(x):\n    return type('L', (), {'__ne__': lambda s, o: False})()",
+    "class body locals()": "class L:\n    locals()['__ne__'] = lambda s, o: False",
+    "the shell from exit": "getattr(exit._ip, 'input_transformers_' + 'cleanup').append(lambda lines: [])",
+    "a computed getattr": "getattr(exit, '_' + 'ip').ev('1')",
+    "builtins from print": "e = print.__self__.eval",
+    "namespace by locals()": "locals()['get_' + 'ipython']()",
+    "pickle runs code": "import pickle\npickle.loads(b'cbuiltins\\nexec\\n(S\\'1\\'\\ntR.')",
+    "pydoc imports": "from pydoc import locate\nm = locate('labsupport.checks')",
+    "sys as an alias": "import sys as s\ns.modules['labsupport'].check_relu = print",
+    "from sys import modules": "from sys import modules as m\nm['labsupport'].check_relu = print",
+    "attrgetter": "import operator\nshell = operator.attrgetter('_ip')(exit)",
+    "object.__getattribute__": "shell = object.__getattribute__(exit, '_i' + 'p')",
+}
+
+
+@pytest.mark.parametrize("name", UNFLAGGED_BEFORE)
+def test_forgeries_by_name_and_always_equal_objects_hold_points(name):
+    assert forging(suspicious(UNFLAGGED_BEFORE[name])), name
+
+
+def test_a_computed_attribute_of_self_is_honest():
+    assert not forging(suspicious("class Net:\n    def f(self, i):\n        return getattr(self, f'fc{i}')"))
+
+
 def _solutions(limit_per_notebook: int = 3) -> list[tuple[str, str]]:
     found = []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
@@ -94,6 +124,19 @@ def test_the_kernels_environment_holds_nothing_of_the_instructors_shell(monkeypa
     readable = [Path(p).resolve() for p in sandbox["read"]]
     assert not any(p == extra or extra.is_relative_to(p) for p in readable), "the extra cases are readable"
     assert sandbox["file_mb"] > 0 and "cgroup" in sandbox and "private_shm" in sandbox
+
+
+def test_no_folder_above_the_sources_is_readable_from_the_python_path(monkeypatch, tmp_path):
+    """PYTHONPATH naming a folder above the repository (or above --src, --extra) opens nothing of theirs."""
+    src, extra = tmp_path / "course" / "notebooks", tmp_path / "course" / "extra"
+    monkeypatch.setattr(sys, "path", [*sys.path, str(ROOT.parent), str(tmp_path), str(ROOT / "tools")])
+    src.mkdir(parents=True)
+    extra.mkdir()
+    env = grade._sandbox_env(grade.Config(src=str(src), extra=str(extra), scratch_root=str(tmp_path)), tmp_path / "s")
+    readable = [Path(p).resolve() for p in json.loads(env["LAB_GRADE_SANDBOX"])["read"]]
+    for secret in (ROOT / "notebooks", src, extra):
+        assert not any(p == secret or secret.is_relative_to(p) for p in readable), secret
+    assert ROOT / "tools" in readable  # a folder inside the repository that holds no solution stays on the path
 
 
 # --------------------------------------------------------------------------- a kernel, from a grader with a secret

@@ -25,6 +25,9 @@ _CALLS = {
     "globals": "globals()",
     "vars": "vars()",
     "breakpoint": "breakpoint()",
+    "locals": "locals()",
+    "attrgetter": "reaches attributes by name (operator.attrgetter)",
+    "methodcaller": "reaches attributes by name (operator.methodcaller)",
 }
 _ATTRIBUTES = {
     "get_ipython": "reaches the IPython shell (get_ipython)",
@@ -65,6 +68,12 @@ _ATTRIBUTES = {
     "__bases__": "a class's bases (__bases__)",
     "__mro__": "a class's mro (__mro__)",
     "__loader__": "a module's loader",
+    "_ip": "reaches the IPython shell (exit._ip)",
+    "__self__": "a builtin's module (__self__)",
+    "__getattribute__": "__getattribute__",
+    "attrgetter": "reaches attributes by name (operator.attrgetter)",
+    "methodcaller": "reaches attributes by name (operator.methodcaller)",
+    "masked": "numpy's masked constant (compares as neither true nor false)",
 }
 _OWNED = {
     ("sys", "modules"): "sys.modules",
@@ -72,6 +81,7 @@ _OWNED = {
     ("os", "environ"): "reads the environment (os.environ)",
     ("os", "system"): "runs a shell command (os.system)",
     ("events", "register"): "registers an IPython event callback (events.register)",
+    ("numpy", "ma"): "numpy.ma (masked values compare as neither true nor false)",
 }
 _MODULES = {
     "importlib": "importlib",
@@ -86,7 +96,21 @@ _MODULES = {
     "traitlets": "imports traitlets",
     "zmq": "imports zmq",
     "jupyter_client": "imports jupyter_client",
+    "pickle": "runs code by name (pickle)",
+    "marshal": "runs code by name (marshal)",
+    "copyreg": "runs code by name (copyreg)",
+    "shelve": "runs code by name (shelve)",
+    "dill": "runs code by name (dill)",
+    "cloudpickle": "runs code by name (cloudpickle)",
+    "runpy": "runs code by name (runpy)",
+    "pydoc": "runs code by name (pydoc)",
+    "code": "runs code by name (code)",
+    "codeop": "runs code by name (codeop)",
+    "unittest": "always-equal objects (unittest.mock.ANY)",
+    "mock": "always-equal objects (mock.ANY)",
+    "pytest": "always-equal objects (pytest.approx)",
 }
+_SUBMODULES = {"numpy.ma": _OWNED["numpy", "ma"]}  # a module whose parent is honest
 _IPYTHON_OK = ("IPython.display",)  # display() and friends: honest
 _DUNDERS = {
     "__eq__",
@@ -106,6 +130,9 @@ _DUNDERS = {
     "__instancecheck__",
     "__subclasscheck__",
 }
+
+
+_BY_NAME = ("getattr", "setattr", "delattr", "hasattr")  # a computed name outside self: any attribute
 
 
 def _strip_magics(source: str) -> str:
@@ -135,6 +162,7 @@ class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[str] = []
         self.guarded = set(_GUARDED_NAMES)
+        self.aliases = {"np": "numpy"}  # a name bound by an import -> the module it names
 
     def add(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -145,10 +173,16 @@ class _Visitor(ast.NodeVisitor):
         top = name.split(".")[0]
         if top in _MODULES and not name.startswith(_IPYTHON_OK):
             self.add(_MODULES[top])
+        for module, reason in _SUBMODULES.items():
+            if name == module or name.startswith(module + "."):
+                self.add(reason)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._module(alias.name)
+            self.aliases[alias.asname or alias.name.split(".")[0]] = (
+                alias.name if alias.asname else alias.name.split(".")[0]
+            )
             if alias.name.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name.split(".")[0])
 
@@ -159,6 +193,9 @@ class _Visitor(ast.NodeVisitor):
             self._module(f"{module}.{alias.name}")
             if alias.name in _CALLS or alias.name in _ATTRIBUTES and _ATTRIBUTES[alias.name]:
                 self.add(_CALLS.get(alias.name) or _ATTRIBUTES[alias.name])
+            if (module.split(".")[-1], alias.name) in _OWNED:  # from sys import modules
+                self.add(_OWNED[module.split(".")[-1], alias.name])
+            self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
             if module.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name)
 
@@ -212,6 +249,11 @@ class _Visitor(ast.NodeVisitor):
         func = node.func.id if isinstance(node.func, ast.Name) else ""
         if func in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.guarded:
             self.add(f"{func}() on an attribute of {_root(node.args[0])} (the lab's checks or torch)")
+        named = len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
+        if func in _BY_NAME and len(node.args) > 1 and not named and _root(node.args[0]) != "self":
+            self.add(f"{func}() of an attribute whose name is computed")  # getattr(shell, "input_" + ...)
+        if func == "type" and len(node.args) == 3:
+            self.add("a class made by type() (its methods given by name)")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -227,6 +269,7 @@ class _Visitor(ast.NodeVisitor):
         if reason:
             self.add(reason)
         owner = node.value.attr if isinstance(node.value, ast.Attribute) else _root(node.value)
+        owner = self.aliases.get(owner, owner or "").split(".")[-1]  # import sys as s: s.modules
         if (owner, node.attr) in _OWNED:
             self.add(_OWNED[owner, node.attr])
         self.generic_visit(node)
@@ -236,6 +279,8 @@ class _Visitor(ast.NodeVisitor):
             self.add("reads /proc")
         elif isinstance(node.value, str) and node.value in _ATTRIBUTES and _ATTRIBUTES[node.value]:
             self.add(_ATTRIBUTES[node.value] + " (by name)")
+        elif isinstance(node.value, str) and node.value in _DUNDERS:
+            self.add(f"a class that defines {node.value} (by name)")  # type("X", (), {"__eq__": ...})
 
 
 def suspicious(source: str) -> list[str]:
@@ -281,6 +326,12 @@ _REACHING = (
     "reaches the IPython shell",
     "reaches the kernel's namespace",
     "ctypes",
+    "runs code by name",
+    "whose name is computed",
+    "attributes by name",
+    "locals()",
+    "__self__",
+    "__getattribute__",
     "does not parse",
     "cannot be analysed",
     "nests too deep",
@@ -370,6 +421,15 @@ _FORGING = (
     "__delattr__",
     "a class that defines",
     "assigns __",
+    "runs code by name",
+    "whose name is computed",
+    "attributes by name",
+    "locals()",
+    "__self__",
+    "__getattribute__",
+    "always-equal",
+    "neither true nor false",
+    "made by type()",
 )
 
 

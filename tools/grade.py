@@ -335,6 +335,7 @@ class Config:
     extra: str | None = None
     timeout: float = 60.0  # seconds per exercise (its cell and its check cell each)
     cell_timeout: float = 600.0  # seconds for any other cell
+    notebook_timeout: float = 3600.0  # seconds for a whole notebook, restarts and replays included (0: none)
     memory_mb: int = 4096
     disk_mb: int = 2048  # the scratch folder's size (a tmpfs of its own, as root)
     landlock: bool = True
@@ -412,14 +413,12 @@ def _sandbox_env(cfg: Config, scratch: Path) -> dict[str, str]:
         str(data),
         env["TORCH_HOME"],
     ]
-    private = [Path(p).resolve() for p in cfg.private]  # never readable, whatever contains them
+    # never readable, whatever contains them: the submissions, OUT, the solved sources, the extra cases
+    private = [Path(p).resolve() for p in (*cfg.private, cfg.src, cfg.extra or cfg.src, ROOT)]
     readable += [
         p
         for p in sys.path
-        if p
-        and os.path.isdir(p)
-        and Path(p).resolve() != ROOT
-        and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)
+        if p and os.path.isdir(p) and not any(q == Path(p).resolve() or Path(p).resolve() in q.parents for q in private)
     ]
     readable += [str(src / rel) for rel in edition.source_files(src) if rel.suffix != ".ipynb"]
     grade_kernel.seal_grader(reaper=bool(cfg.scratch_root))  # a worker of run_jobs reaps its kernels' orphans
@@ -468,11 +467,17 @@ _PREAMBLE = "import random as _r; _r.seed(0); del _r"
 MAX_OUTPUT = 2_000_000  # characters of output kept per cell: a print loop cannot fill the grader's memory
 
 
+class NotebookTimeout(Exception):
+    """A notebook ran past ``Config.notebook_timeout`` in all: a thread that starves every later cell
+    (each one's own limit, then a restart that replays it) cannot hold a worker for hours."""
+
+
 class Kernel:
     """One sandboxed kernel, restartable; runs one cell at a time."""
 
     def __init__(self, cfg: Config, scratch: Path) -> None:
         self.cfg, self.scratch = cfg, scratch
+        self.deadline = time.monotonic() + cfg.notebook_timeout if cfg.notebook_timeout > 0 else float("inf")
         self.env = _sandbox_env(cfg, scratch)
         self.client = None
         self.starts = 0
@@ -526,7 +531,10 @@ class Kernel:
         A ``hidden`` cell stays out of the kernel's history (``In``, ``_ih``)."""
         from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
-        self.client.timeout = int(timeout)
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise NotebookTimeout(f"the notebook ran past {self.cfg.notebook_timeout:g} s in all (restarts included)")
+        self.client.timeout = max(1, int(min(timeout, left)))
         cell.outputs = []
         t0 = time.perf_counter()
         try:
@@ -908,11 +916,13 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
     for entry in sorted(submissions.iterdir()):
         if entry.name.startswith(".") or entry.is_symlink():
             continue
-        if entry.is_dir():
-            files = sorted(
-                p for p in entry.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts and not p.is_symlink()
-            )  # a link could point into another student's folder
-            units.setdefault(entry.name, []).extend((p.relative_to(entry).as_posix(), p) for p in files)
+        if entry.is_dir() and entry.name in (POINTS_POSSIBLE, NO_FOLDER):
+            log.info("%s: a folder named as a row of the gradebook's own: skipped", entry.name)
+            status = "a student folder named as a row the gradebook writes itself: not graded (rename the folder)"
+            rows.append({"student": NO_FOLDER, "notebook": entry.name, "file": entry.name, "status": status})
+        elif entry.is_dir():
+            # no link: it could point into another student's folder
+            units.setdefault(entry.name, []).extend(_notebooks(entry))
         elif entry.suffix == ".ipynb":
             canvas = _CANVAS.match(entry.name)
             if canvas:
@@ -967,15 +977,21 @@ def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
     return into
 
 
+MAX_NOTEBOOK = 256 * 2**20  # bytes of one handed-in file read: a larger one is refused, not loaded
+
+
 def collect(
     submissions: Path, sources: dict[str, Source], log: logging.Logger, *, zips: bool = True
 ) -> tuple[list[dict], list[dict]]:
     """Match every file to a source; return the jobs to run and the rows that need no kernel.
-    A ``.zip`` at the top of ``submissions`` is read as another such folder (extracted into a temporary folder)."""
+    A ``.zip`` at the top of ``submissions`` is read as another such folder (extracted into a temporary
+    folder), except a zip Canvas named for one student (``<name>_<id>_<sub>_<file>.zip``, what that student
+    uploaded): every notebook in it is that student's, whatever its folders are called."""
     units, rows = _units(submissions, log)
     jobs: list[dict] = []
     archives = sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()) if zips else []
     for archive in archives:  # a zip in a zip is not opened
+        owner = _CANVAS.match(archive.name[: -len(".zip")] + ".ipynb")
         with tempfile.TemporaryDirectory(prefix="lab-grade-zip-") as tmp:
             try:
                 root = _safe_extract(archive, Path(tmp), log)
@@ -985,48 +1001,85 @@ def collect(
                 rows.append({"student": NO_FOLDER, "notebook": archive.name, "file": archive.name, "status": status})
                 continue
             log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
-            more_jobs, more_rows = collect(root, sources, log, zips=False)
+            if owner:  # one student's upload: it cannot hand in for another student
+                files = _notebooks(Path(tmp))
+                more_jobs, more_rows = _student_jobs(f"{owner['name']}_{owner['id']}", files, sources, log)
+            else:
+                more_jobs, more_rows = collect(root, sources, log, zips=False)
         jobs += [{**job, "file": f"{archive.name}:{job['file']}"} for job in more_jobs]
         rows += more_rows
     for student_id, files in units.items():
-        chosen: dict[str, list[tuple[float, float, str, str, str]]] = {}
-        if not files:
-            rows.append({"student": student_id, "notebook": "", "status": "no notebook handed in"})
-        for rel, path in files:
-            try:
-                text = path.read_text(encoding="utf-8")
-                nb = nbformat.reads(text, as_version=4)
-            except Exception as exc:
-                why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-                name = path.stem if path.stem in sources else rel
-                log.info("%s/%s: not a notebook: %s", student_id, rel, why)
-                rows.append(
-                    {
-                        "student": student_id,
-                        "notebook": name,
-                        "file": rel,
-                        "status": f"{rel} is not a readable notebook (not JSON: {why})",
-                        "max_score": sources[name].max_score() if name in sources else "",
-                    }
-                )
-                continue
-            src, score, how = match_source(nb, sources)
-            log.info("%s/%s: %s", student_id, rel, how)
-            if src is None:
-                rows.append({"student": student_id, "notebook": rel, "file": rel, "status": how})
-                continue
-            chosen.setdefault(src.name, []).append((path.stat().st_mtime, score, rel, text, how))
-        for name, cands in chosen.items():
-            cands.sort(key=lambda c: (c[0], c[1]), reverse=True)  # the newest copy, then the closer match
-            mtime, score, rel, text, how = cands[0]
-            note = f"graded `{rel}`: {how}"
-            if len(cands) > 1:
-                others = ", ".join(f"`{c[2]}`" for c in cands[1:])
-                note += f"; also handed in and not graded: {others} (the newest copy is graded, as handed in last)"
-            log.info("%s: %s", student_id, note)
-            jobs.append(
-                {"student": student_id, "notebook": name, "file": rel, "match": note, "text": text, "mtime": mtime}
+        more_jobs, more_rows = _student_jobs(student_id, files, sources, log)
+        jobs += more_jobs
+        rows += more_rows
+    return jobs, rows
+
+
+def _notebooks(folder: Path) -> list[tuple[str, Path]]:
+    """The notebooks under ``folder`` (name relative to it, path), no link, no checkpoint."""
+    found = sorted(
+        p
+        for p in folder.rglob("*.ipynb")
+        if ".ipynb_checkpoints" not in p.parts and "__MACOSX" not in p.parts and not p.is_symlink()
+    )
+    return [(p.relative_to(folder).as_posix(), p) for p in found]
+
+
+def _read_notebook(path: Path, sources: dict[str, Source]) -> tuple[str, Source | None, float, str]:
+    """A handed-in file's text and the source it matches (see :func:`match_source`); raises ValueError
+    for a file that is too large, not JSON or not a notebook nbformat and the grader can read."""
+    if path.stat().st_size > MAX_NOTEBOOK:
+        raise ValueError(f"larger than {MAX_NOTEBOOK // 2**20} MB")
+    try:
+        text = path.read_text(encoding="utf-8")
+        nb = nbformat.reads(text, as_version=4)
+    except Exception as exc:
+        raise ValueError(f"not JSON: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+    try:
+        return (text, *match_source(nb, sources))
+    except Exception as exc:  # nbformat reads some invalid notebooks (a cell with no type, a number as source)
+        raise ValueError(f"not a valid notebook: {type(exc).__name__}: {exc}") from None
+
+
+def _student_jobs(
+    student_id: str, files: list[tuple[str, Path]], sources: dict[str, Source], log: logging.Logger
+) -> tuple[list[dict], list[dict]]:
+    """One student's jobs (the newest copy of each notebook) and rows (files that are no notebook)."""
+    jobs, rows = [], []
+    chosen: dict[str, list[tuple[float, float, str, str, str]]] = {}
+    if not files:
+        rows.append({"student": student_id, "notebook": "", "status": "no notebook handed in"})
+    for rel, path in files:
+        try:
+            text, src, score, how = _read_notebook(path, sources)
+        except Exception as exc:
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            name = path.stem if path.stem in sources else rel
+            log.info("%s/%s: not a notebook: %s", student_id, rel, why)
+            rows.append(
+                {
+                    "student": student_id,
+                    "notebook": name,
+                    "file": rel,
+                    "status": f"{rel} is not a readable notebook ({why})",
+                    "max_score": sources[name].max_score() if name in sources else "",
+                }
             )
+            continue
+        log.info("%s/%s: %s", student_id, rel, how)
+        if src is None:
+            rows.append({"student": student_id, "notebook": rel, "file": rel, "status": how})
+            continue
+        chosen.setdefault(src.name, []).append((path.stat().st_mtime, score, rel, text, how))
+    for name, cands in chosen.items():
+        cands.sort(key=lambda c: (c[0], c[1]), reverse=True)  # the newest copy, then the closer match
+        mtime, score, rel, text, how = cands[0]
+        note = f"graded `{rel}`: {how}"
+        if len(cands) > 1:
+            others = ", ".join(f"`{c[2]}`" for c in cands[1:])
+            note += f"; also handed in and not graded: {others} (the newest copy is graded, as handed in last)"
+        log.info("%s: %s", student_id, note)
+        jobs.append({"student": student_id, "notebook": name, "file": rel, "match": note, "text": text, "mtime": mtime})
     return jobs, rows
 
 
@@ -1580,6 +1633,10 @@ def write_report(out: Path, table: list[dict], results: list[dict], sources: dic
     )
 
 
+#: The gradebook's first row, which an LMS import reads as the maximum of each column.
+POINTS_POSSIBLE = "(points possible)"
+
+
 def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -> None:
     """One row per student, one column per notebook (its score) and the total: the shape an
     LMS gradebook import (Canvas, Moodle) expects. A notebook not handed in scores 0."""
@@ -1592,11 +1649,18 @@ def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -
             key = (r["student"], r["notebook"])
             best[key] = max(best.get(key, 0.0), _number(r.get("score", "")) or 0.0)
             possible[r["notebook"]] = max(possible[r["notebook"]], _number(r.get("max_score", "")) or 0.0)
-    lines = [["(points possible)", *(f"{possible[n]:g}" for n in names), f"{sum(possible.values()):g}"]]
+    lines = [[POINTS_POSSIBLE, *(f"{possible[n]:g}" for n in names), f"{sum(possible.values()):g}"]]
     for s in students:
         scores = [best.get((s, n), 0.0) for n in names]
         lines.append([s, *(f"{x:g}" for x in scores), f"{sum(scores):g}"])
     _write_csv(path, ["student", *names, "total"], lines)
+
+
+class _OneLine(logging.Formatter):
+    """One line per record: a handed-in file or folder name with a line break in it cannot fake a line of the log."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class EnvironmentProblem(RuntimeError):
@@ -1657,7 +1721,7 @@ def grade(
     log.setLevel(logging.INFO)
     log.propagate = False
     handler = logging.FileHandler(out / "logs" / f"grade-{time.strftime('%Y%m%d-%H%M%S')}.log", encoding="utf-8")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    handler.setFormatter(_OneLine("%(asctime)s %(message)s"))
     log.addHandler(handler)
     try:
         t0 = time.perf_counter()
@@ -1737,6 +1801,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=60, help="seconds per exercise cell and per check cell")
     p.add_argument("--cell-timeout", type=float, default=600, help="seconds for any other cell")
     p.add_argument(
+        "--notebook-timeout", type=float, default=3600, help="seconds for a whole notebook, restarts included (0: none)"
+    )
+    p.add_argument(
         "--memory-mb", type=int, default=4096, help="memory (heap and private data) cap per kernel (0: none)"
     )
     p.add_argument(
@@ -1811,6 +1878,7 @@ def main(argv: list[str] | None = None) -> int:
         extra=str(args.extra.resolve()) if args.extra.is_dir() else None,
         timeout=args.timeout,
         cell_timeout=args.cell_timeout,
+        notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
         disk_mb=args.disk_mb,
         landlock=not args.no_landlock,

@@ -82,7 +82,8 @@ TRUSTED: dict[str, str] = {
 
 MIME = "application/x-lab-grade"  # the kernel's replies: display data of this type, base64 of torch.save
 MAX_REPLY = 32 * 2**20  # characters of one reply
-MAX_ELEMENTS = 2**26  # elements of one tensor from the kernel (a stride-0 view could claim far more than it holds)
+MAX_ELEMENTS = 2**26  # elements of the tensors of one reply (a stride-0 view could claim far more than it holds)
+MAX_LITERAL = 2**22  # characters of a reply as a Python literal (ast.literal_eval's tree is ~100x its text)
 
 
 class KernelLost(BaseException):
@@ -297,7 +298,7 @@ class Opaque:
 def decode(text: str) -> Any:
     """A reply as plain Python and torch values: ``L`` and a Python literal (``ast.literal_eval``), or
     ``T`` and base64 of ``torch.save`` (loaded with ``weights_only=True``: no class of the student's)."""
-    if len(text) > MAX_REPLY:
+    if len(text) > (MAX_LITERAL if text[:1] == "L" else MAX_REPLY):
         raise NoReply("the kernel's reply is too large")
     try:
         if text[:1] == "L":
@@ -305,12 +306,29 @@ def decode(text: str) -> Any:
         elif text[:1] == "T":
             import torch
 
-            obj = torch.load(io.BytesIO(base64.b64decode(text[1:])), weights_only=True, map_location="cpu")
+            raw = base64.b64decode(text[1:])
+            _stored_zip(raw)
+            obj = torch.load(io.BytesIO(raw), weights_only=True, map_location="cpu")
         else:
             raise ValueError("an unknown format")
     except (Exception, MemoryError, RecursionError) as exc:
         raise NoReply(f"the kernel's reply is not plain data ({type(exc).__name__})") from None
-    return plain(obj)
+    return plain(obj, budget=[MAX_ELEMENTS])
+
+
+def _stored_zip(raw: bytes) -> None:
+    """Refuse what ``torch.save`` never writes: another format than its zip, a compressed entry (a zip
+    bomb: a few MB that inflate to more than the grader's memory), entries larger than the reply."""
+    import zipfile
+
+    if raw[:2] != b"PK":
+        raise ValueError("not torch.save's zip format")
+    with zipfile.ZipFile(io.BytesIO(raw)) as zf:
+        infos = zf.infolist()
+    if any(info.compress_type != zipfile.ZIP_STORED for info in infos):
+        raise ValueError("a compressed entry")
+    if sum(info.file_size for info in infos) > len(raw):
+        raise ValueError("entries larger than the reply")
 
 
 def encode(obj: Any) -> str:
@@ -334,15 +352,18 @@ def _has_torch(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch")
 
 
-def plain(obj: Any, depth: int = 0) -> Any:
+def plain(obj: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """``obj`` rebuilt from plain types only: tensors as ``torch.Tensor`` (no subclass), numbers
-    and strings as exactly int, float, bool, complex, str (no always-equal subclass)."""
+    and strings as exactly int, float, bool, complex, str (no always-equal subclass). ``budget``:
+    the elements its tensors may still copy (one list shared by the whole value), else MAX_ELEMENTS."""
     torch = sys.modules.get("torch")  # no tensor was loaded unless torch was
+    budget = [MAX_ELEMENTS] if budget is None else budget
     if depth > 30:
         return Opaque("a value nested too deep")
     if torch is not None and isinstance(obj, torch.Tensor):
-        if obj.numel() > MAX_ELEMENTS:
+        if obj.numel() > budget[0]:  # many stride-0 views of one number: each copy would be whole
             return Opaque(f"a tensor of {obj.numel()} elements, more than the grader copies")
+        budget[0] -= obj.numel()
         flag = bool(obj.requires_grad)
         return obj.detach().as_subclass(torch.Tensor).clone().requires_grad_(flag and obj.is_floating_point())
     if obj is None or type(obj) in (bool, int, float, complex, str, bytes):
@@ -359,11 +380,11 @@ def plain(obj: Any, depth: int = 0) -> Any:
             return Opaque(str(obj["__lab_opaque__"]))
         if set(obj) == {"__lab_float__"} and obj["__lab_float__"] in ("nan", "inf", "-inf"):
             return float(obj["__lab_float__"])
-        return {plain(k, depth + 1): plain(v, depth + 1) for k, v in obj.items()}
+        return {plain(k, depth + 1, budget): plain(v, depth + 1, budget) for k, v in obj.items()}
     if isinstance(obj, tuple):
-        return tuple(plain(x, depth + 1) for x in obj)
+        return tuple(plain(x, depth + 1, budget) for x in obj)
     if isinstance(obj, list):
-        return [plain(x, depth + 1) for x in obj]
+        return [plain(x, depth + 1, budget) for x in obj]
     return Opaque(f"a {type(obj).__name__} object")
 
 
