@@ -9,6 +9,7 @@ broken environment is refused by the canary.
 import csv
 import json
 import os
+import signal
 import time
 import zipfile
 from pathlib import Path
@@ -333,3 +334,36 @@ def test_a_folder_named_as_a_gradebook_row_and_a_name_with_a_line_break_fake_not
     log = next((out / "logs").glob("grade-*.log")).read_text()
     assert not any(line.startswith("2026-01-01") for line in log.splitlines())
     assert "hw\\n2026-01-01" in log
+
+
+_GRADE_JOB = grade.grade_job
+
+
+def _grade_job_or_die(job, cfg):
+    """grade_job, except that the student "killer" kills the worker, as ``os.kill(os.getppid(), 9)`` in its
+    kernel would (module level: the pool's workers find it by name)."""
+    if job["student"] == "killer":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return _GRADE_JOB(job, cfg)
+
+
+def test_a_worker_that_dies_costs_only_the_job_that_killed_it(tmp_path, monkeypatch):
+    """A kernel that kills its grader worker (possible where Landlock cannot scope signals, before Linux 6.12) or
+    the out-of-memory killer breaks the worker pool, and every job not finished yet fails with it: those are
+    graded again, each in a process of its own, and only the killer's row says the worker died."""
+    import multiprocessing
+
+    if multiprocessing.get_start_method() != "fork":
+        pytest.skip("the stand-in for the killing kernel reaches the workers by fork")
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(tiny_source(), tmp_path / "notebooks" / "99_tiny.ipynb")
+    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    sub, out = tmp_path / "in", tmp_path / "out"
+    for who in ("ana", "bo", "killer"):
+        _write(sub / who, "99_tiny.ipynb", _answered(ed))
+    monkeypatch.setattr(grade, "grade_job", _grade_job_or_die)
+    grade.grade(sub, out, jobs=2, cfg=grade.Config(src=str(tmp_path / "notebooks"), timeout=10, cell_timeout=120))
+    rows = _rows(out)
+    assert rows["ana", "99_tiny"]["status"] == rows["bo", "99_tiny"]["status"] == "ok"
+    assert rows["ana", "99_tiny"]["score"] == rows["bo", "99_tiny"]["score"] == "3"
+    assert "grader worker died" in rows["killer", "99_tiny"]["status"]

@@ -1084,7 +1084,8 @@ def _student_jobs(
 
 
 def run_jobs(jobs: list[dict], cfg: Config, workers: int, log: logging.Logger) -> list[dict]:
-    """Grade every job over ``workers`` processes; a job whose worker dies is reported, not lost."""
+    """Grade every job over ``workers`` processes; a job whose worker dies is reported, not lost, and costs no
+    other student their row (:func:`_graded_in_rounds`)."""
     with tempfile.TemporaryDirectory(prefix="lab-grade-") as tmp:
         _kernel_spec(Path(tmp))
         zygote = _start_zygote(cfg, Path(tmp))
@@ -1094,16 +1095,59 @@ def run_jobs(jobs: list[dict], cfg: Config, workers: int, log: logging.Logger) -
             "forked from one process that imported torch once (tools/forkkernel.py)" if zygote else "a new Python each",
         )
         try:
-            with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
-                return _run_pool(pool, jobs, cfg, log)
+            return _graded_in_rounds(jobs, cfg, workers, tmp, log)
         finally:
             if zygote is not None:
                 zygote.terminate()
                 zygote.wait()
 
 
-def _run_pool(pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: logging.Logger) -> list[dict]:
-    done = []
+def _graded_in_rounds(jobs: list[dict], cfg: Config, workers: int, tmp: str, log: logging.Logger) -> list[dict]:
+    """A worker that dies (killed by its kernel's student, or by the system's out-of-memory killer) breaks its
+    pool, and every job not finished yet fails with it. Those jobs are graded again, each in a pool of its own
+    (``workers`` at a time), so that only a job that kills its own worker ends as "grader worker died"."""
+    done, died = _run_round(jobs, cfg, workers, tmp, log)
+    if not died:
+        return sorted(done, key=lambda o: (o["student"], o["notebook"]))
+    log.info("a grader worker died: %d job(s) graded again, each in a process of its own", len(died))
+    grade_kernel.end_leftovers(tmp)  # the processes, cgroups and mounts of the jobs it took down
+
+    def alone(job: dict) -> list[dict]:
+        graded, lost = _run_round([job], cfg, 1, tmp, log)
+        return graded + [_worker_died(job, why) for job, why in lost]
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as threads:
+        for rows in threads.map(alone, [job for job, _ in died]):
+            done += rows
+    grade_kernel.end_leftovers(tmp)
+    return sorted(done, key=lambda o: (o["student"], o["notebook"]))
+
+
+def _run_round(
+    jobs: list[dict], cfg: Config, workers: int, tmp: str, log: logging.Logger
+) -> tuple[list[dict], list[tuple[dict, BaseException]]]:
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
+        return _run_pool(pool, jobs, cfg, log)
+
+
+def _worker_died(job: dict, exc: BaseException) -> dict:
+    return {
+        **job,
+        "text": None,
+        "results": [],
+        "written": [],
+        "executed": "",
+        "seconds": 0.0,
+        "kernel_starts": 0,
+        "error": f"grader worker died: {type(exc).__name__}: {exc}",
+    }
+
+
+def _run_pool(
+    pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: logging.Logger
+) -> tuple[list[dict], list[tuple[dict, BaseException]]]:
+    """The jobs graded, and those whose worker died (with why), to grade again."""
+    done, died = [], []
     # the longest notebooks first, so that the workers finish together
     sources = _sources(cfg)
     jobs = sorted(jobs, key=lambda j: -sum(c.cell_type == "code" for c in sources[j["notebook"]].student.cells))
@@ -1113,16 +1157,8 @@ def _run_pool(pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: 
         try:
             out = fut.result()
         except Exception as exc:  # the worker process itself died
-            out = {
-                **job,
-                "text": None,
-                "results": [],
-                "written": [],
-                "executed": "",
-                "seconds": 0.0,
-                "kernel_starts": 0,
-                "error": f"grader worker died: {type(exc).__name__}: {exc}",
-            }
+            died.append((job, exc))
+            continue
         log.info(
             "%s/%s: %s in %.1f s%s",
             job["student"],
@@ -1132,7 +1168,7 @@ def _run_pool(pool: cf.ProcessPoolExecutor, jobs: list[dict], cfg: Config, log: 
             f" ({out['error']})" if out["error"] else "",
         )
         done.append(out)
-    return sorted(done, key=lambda o: (o["student"], o["notebook"]))
+    return done, died
 
 
 # --------------------------------------------------------------------------- writing the results

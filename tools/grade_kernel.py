@@ -238,13 +238,10 @@ def _can_unshare(flag: int) -> bool:
 _UNSHARE: list[bool] = []
 
 
-def prepare(scratch: str) -> dict:
-    """The grader's side of a kernel's sandbox, before it starts: its cgroup (where one can be made)
-    and whether it gets a private /dev/shm; else /dev/shm's entries now, to delete its own after it."""
-    if not _UNSHARE:
-        _UNSHARE.extend([_can_unshare(_CLONE_NEWNS), _can_unshare(_CLONE_NEWNET)])
+def _cgroup_of(scratch: str) -> str:
+    """Where the cgroup of the kernel of ``scratch`` is made ("" where none can be)."""
     name = "lab-grade-" + "-".join(Path(scratch).parts[-2:]).replace("/", "")
-    cgroup = next(
+    return next(
         (
             os.path.join(base, name)
             for base in _CGROUP_BASES
@@ -252,6 +249,25 @@ def prepare(scratch: str) -> dict:
         ),
         "",
     )
+
+
+def end_leftovers(root: str) -> None:
+    """After a grader worker died in the middle of a job (its kernel killed it, or the out-of-memory killer did):
+    end what that job's kernel left under ``root``, the run's folder of scratch folders: its processes and its
+    cgroup (:func:`end`), and its scratch folder's tmpfs, which would keep the folder from being deleted."""
+    for folder in sorted(Path(root).glob("s-*")):
+        scratch = str(folder)
+        end(0, {"cgroup": _cgroup_of(scratch)}, scratch)
+        if os.path.ismount(scratch):
+            unmount_scratch(scratch)
+
+
+def prepare(scratch: str) -> dict:
+    """The grader's side of a kernel's sandbox, before it starts: its cgroup (where one can be made)
+    and whether it gets a private /dev/shm; else /dev/shm's entries now, to delete its own after it."""
+    if not _UNSHARE:
+        _UNSHARE.extend([_can_unshare(_CLONE_NEWNS), _can_unshare(_CLONE_NEWNET)])
+    cgroup = _cgroup_of(scratch)
     if not _UNSHARE[0] and os.path.isdir(_SHM):
         _SHM_BEFORE[scratch] = set(os.listdir(_SHM))
     return {"cgroup": cgroup, "private_shm": _UNSHARE[0], "netns": _UNSHARE[1]}
