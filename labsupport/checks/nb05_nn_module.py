@@ -488,17 +488,25 @@ OUTPUT_SQUEEZED = Mistake(
 )
 
 
+def _loaded_layer(cls: type, i: int, o: int, shape: tuple[int, ...]) -> tuple[nn.Module, str, torch.Tensor, Callable]:
+    """``MyLinear(i, o)`` with seeded float64 weights loaded, its name, an input of ``shape`` + (i,), and nn.Linear's
+    function with those weights (the reference)."""
+    __tracebackhide__ = True
+    call = f"MyLinear({i}, {o})"
+    layer = _build(cls, "MyLinear", i, o)
+    g = torch.Generator().manual_seed(10 * len(shape) + i)
+    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    _load_linear_state(layer, call, {"weight": weight, "bias": bias})
+    x = torch.randn(*shape, i, generator=g, dtype=torch.float64)
+    return layer, call, x, lambda t: t @ weight.t() + bias
+
+
 def _check_one_row(cls: type) -> None:
     """A batch of one sample, shape (1, D_in), gives shape (1, D_out), as nn.Linear does."""
     __tracebackhide__ = True
     i, o = 4, 3
-    call = f"MyLinear({i}, {o})"
-    layer = _build(cls, "MyLinear", i, o)
-    g = torch.Generator().manual_seed(3)
-    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
-    bias = torch.randn(o, generator=g, dtype=torch.float64)
-    _load_linear_state(layer, call, {"weight": weight, "bias": bias})
-    x = torch.randn(1, i, generator=g, dtype=torch.float64)
+    layer, call, x, reference = _loaded_layer(cls, i, o, (1,))
     what = f"{call}(x) for a batch of one sample, x of shape (1, {i})"
     out = run_student(layer, x, what=what)
     if isinstance(out, torch.Tensor) and out.numel() == o and out.dim() < 2:
@@ -508,7 +516,7 @@ def _check_one_row(cls: type) -> None:
             expected=f"shape (1, {o}), as nn.Linear gives",
             got=f"shape {tuple(out.shape)}",
         )
-    compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12)
+    compare(what, out, reference(x), rtol=1e-10, atol=1e-12)
 
 
 def _leading_dimensions_note(cls: type) -> str | None:
@@ -516,16 +524,10 @@ def _leading_dimensions_note(cls: type) -> str | None:
     a note for the PASS line: the exercise's cases are (N, D_in), so a layer for matrices only still passes."""
     __tracebackhide__ = True
     i, o = 5, 3
-    call = f"MyLinear({i}, {o})"
-    layer = _build(cls, "MyLinear", i, o)
-    g = torch.Generator().manual_seed(7)
-    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
-    bias = torch.randn(o, generator=g, dtype=torch.float64)
-    _load_linear_state(layer, call, {"weight": weight, "bias": bias})
-    x = torch.randn(2, 3, i, generator=g, dtype=torch.float64)
+    layer, call, x, reference = _loaded_layer(cls, i, o, (2, 3))
     try:
         out = run_student(layer, x, what=f"{call}(x)")
-        compare(f"{call}(x)", out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12)
+        compare(f"{call}(x)", out, reference(x), rtol=1e-10, atol=1e-12)
     except CheckError as err:
         got = err.got or "an error"
         return (
