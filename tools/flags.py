@@ -303,6 +303,17 @@ def suspicious(source: str) -> list[str]:
     return visitor.reasons
 
 
+# Reasons of :func:`suspicious` for reaching an object by a name computed at run time, or through a bound
+# method's owner: both lists below hold them.
+_BY_NAME = (
+    "runs code by name",
+    "whose name is computed",
+    "attributes by name",
+    "locals()",
+    "__self__",
+    "__getattribute__",
+)
+
 # Reasons of :func:`suspicious` that reach code or objects outside the cell (the checks' references
 # among them): on an exercise the grader judges itself, they cost the point (see tools/judge.py).
 _REACHING = (
@@ -326,12 +337,7 @@ _REACHING = (
     "reaches the IPython shell",
     "reaches the kernel's namespace",
     "ctypes",
-    "runs code by name",
-    "whose name is computed",
-    "attributes by name",
-    "locals()",
-    "__self__",
-    "__getattribute__",
+    *_BY_NAME,
     "does not parse",
     "cannot be analysed",
     "nests too deep",
@@ -421,12 +427,7 @@ _FORGING = (
     "__delattr__",
     "a class that defines",
     "assigns __",
-    "runs code by name",
-    "whose name is computed",
-    "attributes by name",
-    "locals()",
-    "__self__",
-    "__getattribute__",
+    *_BY_NAME,
     "always-equal",
     "neither true nor false",
     "made by type()",
