@@ -2,6 +2,7 @@
 transfer data and pre-training) and the notebook 08 check. No network: the
 weights file is a state dict made here and put in a temporary hub cache."""
 
+import copy
 import pathlib
 import urllib.error
 
@@ -27,9 +28,13 @@ def hub(tmp_path, monkeypatch):
     return checkpoints
 
 
-def _local_resnet18(seed=0):
-    torch.manual_seed(seed)
-    return resnet18(weights=None)
+@pytest.fixture(scope="module")
+def local_resnet18():
+    """A ResNet-18 with random weights, built once for the module (its construction is the costly part): a test
+    reads it or takes a copy, never changes it."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return resnet18(weights=None)
 
 
 def _place(checkpoints, obj, name=FILE):
@@ -73,8 +78,8 @@ def test_download_false_never_touches_the_network(hub, monkeypatch, capsys):
     assert "downloads are off" in capsys.readouterr().out
 
 
-def test_cached_state_dict_is_loaded(hub, capsys):
-    reference = _local_resnet18()
+def test_cached_state_dict_is_loaded(hub, capsys, local_resnet18):
+    reference = local_resnet18
     _place(hub, reference.state_dict())
     model = lab.load_pretrained("resnet18", W)
     assert capsys.readouterr().out == ""
@@ -84,11 +89,11 @@ def test_cached_state_dict_is_loaded(hub, capsys):
     assert all(torch.equal(got[k], want[k]) for k in want)
 
 
-def test_hub_set_dir_is_honoured(tmp_path, monkeypatch, capsys):
+def test_hub_set_dir_is_honoured(tmp_path, monkeypatch, capsys, local_resnet18):
     monkeypatch.setattr(torch.hub, "_hub_dir", None)
     torch.hub.set_dir(str(tmp_path / "elsewhere"))  # undone by monkeypatch
     assert lab.weights_file("resnet18", "DEFAULT") == tmp_path / "elsewhere" / "checkpoints" / FILE
-    reference = _local_resnet18(seed=3)
+    reference = local_resnet18
     _place(tmp_path / "elsewhere" / "checkpoints", reference.state_dict())
     model = lab.load_pretrained("resnet18", "DEFAULT", download=False)
     assert torch.equal(model.fc.weight, reference.fc.weight)
@@ -162,8 +167,8 @@ def test_grace_hopper_ships_with_matplotlib():
     assert image.mode == "RGB" and image.size == (512, 600)
 
 
-def test_imagenet_topk_orders_and_names_the_classes():
-    model = _local_resnet18(seed=1).eval()
+def test_imagenet_topk_orders_and_names_the_classes(local_resnet18):
+    model = copy.deepcopy(local_resnet18).eval()  # imagenet_topk may not change the shared one's mode
     top = lab.imagenet_topk(model, W, k=5)
     # independent reference: preprocess by hand with the same transform, then sort all classes
     batch = W.transforms()(lab.grace_hopper()).unsqueeze(0)

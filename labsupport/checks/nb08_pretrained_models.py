@@ -38,11 +38,23 @@ STEPS = 3  # 08.2: training steps per case
 CLASSES = (3, 7)  # 08.2: the cases
 
 
+@functools.lru_cache(maxsize=1)
+def _vgg16_counts() -> tuple[int, int, int]:
+    """VGG16's parameters: in its Linear layers, in the first of them, and in all (counted once, on the meta device)."""
+    from torchvision.models import vgg16
+
+    with torch.device("meta"):
+        model = vgg16(weights=None)
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    linear = sum(p.numel() for m in layers for p in m.parameters())
+    first = sum(p.numel() for p in layers[0].parameters())
+    total = sum(p.numel() for p in model.parameters())
+    return linear, first, total
+
+
 @exercise("08.1", "where VGG16's parameters are (predict, then count)")
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
-    from torchvision.models import vgg16
-
     name = "the share of VGG16's parameters in its Linear layers"
     share = as_number(read_prediction(name, prediction, form="a number between 0 and 1, such as 0.5"), name)
     if not 0 <= share <= 1:
@@ -52,12 +64,7 @@ def check_vgg_share_prediction(prediction) -> None:
             hint="a share of 45% is written 0.45",
             usage=True,
         )
-    with torch.device("meta"):
-        model = vgg16(weights=None)
-    layers = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    linear = sum(p.numel() for m in layers for p in m.parameters())
-    first = sum(p.numel() for p in layers[0].parameters())
-    total = sum(p.numel() for p in model.parameters())
+    linear, first, total = _vgg16_counts()
     actual = round(linear / total, 2)
     check_prediction(
         name,
@@ -93,8 +100,10 @@ def _resnet18() -> nn.Module:
         return resnet18(weights=None)
 
 
+@functools.lru_cache(maxsize=1)
 def _wider_resnet() -> nn.Module:
-    """A torchvision ResNet whose head takes 2048 features, as ResNet-50's does (one bottleneck block per stage)."""
+    """A torchvision ResNet whose head takes 2048 features, as ResNet-50's does (one bottleneck block per stage);
+    built once, like _resnet18: each use takes a copy."""
     from torchvision.models.resnet import Bottleneck, ResNet
 
     with torch.random.fork_rng(devices=[]):
@@ -408,47 +417,47 @@ def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) ->
 
 
 def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tuple) -> list[Mistake]:
-    """Known wrong updates of the head in this step (computed only when the update is wrong)."""
+    """Known wrong updates of the head in this step (computed only when the update is wrong, each wrong step taken
+    only when the mistakes before it did not match)."""
     head = list(model.fc.parameters())
     unchanged = all(torch.equal(p.detach(), b) for p, b in zip(head, state.head))
     if unchanged:
         return [_not_applied(head)]
-    unzeroed, _ = mirror.step(state, *batch, zero_grad=False)
-    summed, _ = mirror.step(state, *batch, scale=float(len(batch[1])))
-    twice, _ = mirror.step(state, *batch, steps=2)
-    squashed, _ = mirror.step(state, *batch, softmax_first=True)
-    raw_nll, _ = mirror.step(state, *batch, nll_on_scores=True)
+
+    def moved_as(**how: Any) -> Any:
+        return _moved_as(mirror, state, batch, **how)
+
     return [
         *_loss_form_mistakes(mirror, state, batch),
         Mistake(
             "optimizer stepped twice",
-            _close_to(twice),
+            moved_as(steps=2),
             "the head took two steps with one gradient: optimizer.step() runs twice in a training step",
             look="every optimizer.step() in transfer_step",
         ),
         Mistake(
             "softmax before the loss",
-            _close_to(squashed),
+            moved_as(softmax_first=True),
             "a softmax was applied before cross_entropy, which takes the raw scores (logits) and applies "
             "log-softmax itself: the probabilities went through a softmax twice, and the gradients shrink",
             look="what transfer_step gives cross_entropy",
         ),
         Mistake(
             "nll_loss on raw scores",
-            _close_to(raw_nll),
+            moved_as(nll_on_scores=True),
             "nll_loss expects log-probabilities and only picks the label's entry: given the raw scores (logits), "
             "it pushes the right class's score up without bound and ignores every other class",
             look="the loss function transfer_step calls, and what it gives it",
         ),
         Mistake(
             "zero_grad missing",
-            _close_to(unzeroed),
+            moved_as(zero_grad=False),
             "optimizer.zero_grad() is missing: this step added its gradients to those of the steps before",
             look="optimizer.zero_grad()  # before loss.backward()",
         ),
         Mistake(
             "loss summed over the batch",
-            _close_to(summed),
+            moved_as(scale=float(len(batch[1]))),
             "the loss is summed over the batch, not averaged: "
             "cross-entropy's default (the mean) keeps the step size independent of the batch size",
         ),
@@ -457,21 +466,21 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
 
 def _loss_form_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[Mistake]:
     """Known wrong losses of a step, by the head they move to: a softmax over the wrong axis, nll on probabilities."""
-    over_batch, _ = mirror.step(state, *batch, loss_of=_log_softmax_over_batch)
-    on_probabilities, _ = mirror.step(state, *batch, loss_of=_nll_of_probabilities)
-    squared = [mirror.step(state, *batch, loss_of=loss_of)[0] for loss_of in SQUARED_ERRORS]
     return [
-        *[dataclasses.replace(REGRESSION_LOSS, matches=_close_to(params)) for params in squared],
+        *[
+            dataclasses.replace(REGRESSION_LOSS, matches=_moved_as(mirror, state, batch, loss_of=loss_of))
+            for loss_of in SQUARED_ERRORS
+        ],
         Mistake(
             "softmax over the batch",
-            _close_to(over_batch),
+            _moved_as(mirror, state, batch, loss_of=_log_softmax_over_batch),
             "the log-softmax ran over dim 0, the batch: each class's scores were normalised across the images, "
             "where each image's scores must be normalised across the classes (dim 1 of the (batch, classes) scores)",
             look="the dim of the softmax in transfer_step",
         ),
         Mistake(
             "nll_loss on probabilities",
-            _close_to(on_probabilities),
+            _moved_as(mirror, state, batch, loss_of=_nll_of_probabilities),
             "nll_loss was given probabilities (a softmax), where it expects log-probabilities: it only picks the "
             "label's entry and negates it, so the loss is minus a probability, not the cross-entropy",
             look="what transfer_step gives nll_loss",
@@ -544,6 +553,17 @@ def _close_to(params: list[torch.Tensor]) -> Any:
 
     def close(got: Any) -> bool:
         return all(torch.allclose(g.cpu(), p.cpu(), rtol=1e-4, atol=1e-6) for g, p in zip(got, params))
+
+    return close
+
+
+def _moved_as(mirror: Mirror, state: Snapshot, batch: tuple, **how: Any) -> Any:
+    """A predicate: is the student's head where the mirror's step with ``how`` (a known wrong step) puts it? That
+    step is taken when the predicate is asked, not before: once a mistake matches, the ones after it cost nothing."""
+
+    def close(got: Any) -> bool:
+        params, _ = mirror.step(state, *batch, **how)
+        return _close_to(params)(got)
 
     return close
 
@@ -699,7 +719,7 @@ def _check_other_width(prepare: Any) -> None:
     """prepare_for_transfer on a ResNet whose head takes 2048 features must give one score per class too."""
     __tracebackhide__ = True
     n = 4
-    model, _, _ = _prepared(prepare, n, _wider_resnet())
+    model, _, _ = _prepared(prepare, n, copy.deepcopy(_wider_resnet()))
     try:
         _probe(model, n)
     except CheckError as err:

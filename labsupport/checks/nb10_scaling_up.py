@@ -281,10 +281,11 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
 
 
 def _weights_like(recipe: AmpRecipe, batches: list, step: int) -> Callable[[dict], bool]:
-    """A test on the weights: are they those after step ``step`` of ``recipe``?"""
+    """A test on the weights: are they those after step ``step`` of ``recipe``? (The batches after that step
+    cannot change them: the reference runs up to it only.)"""
 
     def test(state: dict) -> bool:
-        return _near(state, amp_reference(recipe, batches).states[step])
+        return _near(state, amp_reference(recipe, batches[: step + 1]).states[step])
 
     return test
 
@@ -293,7 +294,7 @@ def _weights_unmoved(dtype: torch.dtype, batches: list, step: int) -> Callable[[
     """A test on the weights: are they those before step ``step`` (of the right recipe)?"""
 
     def test(state: dict) -> bool:
-        before = amp_reference(AmpRecipe(dtype), batches).states[step - 1] if step else _state(_cnn(3))
+        before = amp_reference(AmpRecipe(dtype), batches[:step]).states[step - 1] if step else _state(_cnn(3))
         return _near(state, before, rtol=0, atol=1e-9)
 
     return test
