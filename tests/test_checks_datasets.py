@@ -488,10 +488,11 @@ def test_the_prediction_is_measured(capsys, monkeypatch):
 # ---------------------------------------------------------------- 07.3: the capstone
 
 
-def make_capstone(epochs=15, eval_mode=True, estimate="val", val_size=200, returns=None, lr=1e-2, noise=0.0,
+def make_capstone(epochs=8, eval_mode=True, estimate="val", val_size=200, returns=None, lr=1e-2, noise=0.0,
                   leak=False):  # fmt: skip
     """A quick capstone (an MLP); ``estimate`` says where its accuracy is measured, ``returns`` how it is returned,
-    ``noise`` augments the training batches, ``leak`` trains on the validation part too."""
+    ``noise`` augments the training batches, ``leak`` trains on the validation part too. Its 8 epochs reach
+    about 97% on the clean held-out digits: above the target, and under the real distortion far below it."""
 
     def train_capstone(images, labels):
         torch.manual_seed(0)
@@ -571,7 +572,7 @@ def test_correct_capstone_variants_pass(returns, clean_held_out, capsys):
 
 def test_an_honest_small_split_that_scores_100_percent_passes(clean_held_out, capsys):
     # issue 23: a 30-image split scoring 100% while held-out is 97-98% was accused of measuring on training images
-    result = lab.check_capstone(make_capstone(epochs=25, val_size=30))
+    result = lab.check_capstone(make_capstone(epochs=15, val_size=30))
     assert result["estimate"] == 1.0 and result["accuracy"] < 0.99
     assert "PASS" in capsys.readouterr().out
 
@@ -601,20 +602,20 @@ def _accuracy(model, images, labels):
 
 def _train_accuracy_printed_too(images, labels):
     val, fit = torch.arange(200), torch.arange(200, len(labels))
-    model = _mlp_fit(images, labels, fit, 25)
+    model = _mlp_fit(images, labels, fit, 15)
     print("train accuracy", _accuracy(model, images[fit], labels[fit]))  # measured, printed, not returned
     return model, _accuracy(model, images[val], labels[val])
 
 
 def _retrained_on_everything(images, labels):
     val, fit = torch.arange(200), torch.arange(200, len(labels))
-    estimate = _accuracy(_mlp_fit(images, labels, fit, 25), images[val], labels[val])
-    return _mlp_fit(images, labels, torch.arange(len(labels)), 25), estimate
+    estimate = _accuracy(_mlp_fit(images, labels, fit, 15), images[val], labels[val])
+    return _mlp_fit(images, labels, torch.arange(len(labels)), 15), estimate
 
 
 def _batches_measured_before_their_step(images, labels):
     val, fit = torch.arange(30), torch.arange(30, len(labels))
-    model = _mlp_fit(images, labels, fit, 25, accuracy_first=True)
+    model = _mlp_fit(images, labels, fit, 15, accuracy_first=True)
     return model, _accuracy(model, images[val], labels[val])
 
 

@@ -432,7 +432,25 @@ def test_slow_steps_are_stopped_as_a_whole(monkeypatch):
 # ------------------------------------------------------------------ 06.1 check_sweep_prediction
 
 
-def test_sweep_prediction_right(capsys):
+@pytest.fixture(scope="module")
+def sweep_result():
+    """Notebook 06's sweep at the check's default 50 steps, run once for the module: it is seeded, so every
+    call gives the same losses."""
+    return nb06_optim._sweep(50)
+
+
+@pytest.fixture
+def swept(sweep_result, monkeypatch):
+    """check_sweep_prediction without re-running the sweep: it gets the sweep's result measured above."""
+
+    def sweep(steps):
+        assert steps == 50
+        return dict(sweep_result)
+
+    monkeypatch.setattr(nb06_optim, "_sweep", sweep)
+
+
+def test_sweep_prediction_right(swept, capsys):
     lab.check_sweep_prediction("SGD")
     out = capsys.readouterr().out
     assert out.startswith("PASS  the sweep's winner: 'sgd' is right (recorded answer: 'sgd')")
@@ -441,7 +459,7 @@ def test_sweep_prediction_right(capsys):
     assert "sgd 1, momentum 0.1, adam 0.01" in capsys.readouterr().out
 
 
-def test_sweep_prediction_records_the_first_answer_and_asks_why(capsys):
+def test_sweep_prediction_records_the_first_answer_and_asks_why(swept, capsys):
     lab.check_sweep_prediction("adam")
     first = capsys.readouterr().out
     assert first.startswith("NOT RIGHT") and "recorded answer: 'adam'" in first

@@ -42,8 +42,20 @@ def test_time_loader_stops_a_loader_without_end():
         lab.time_loader(itertools.repeat(torch.zeros(1)), limit=0.3)
 
 
+class NeverWakes(Dataset):
+    """A read that never returns, asleep: the forked worker holds no core while time_loader waits for it, nor
+    during the DataLoader's shutdown, which gives a worker 5 s before it terminates it."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        while True:
+            time.sleep(1)
+
+
 def test_time_loader_stops_a_worker_that_never_returns():
-    loader = DataLoader(NeverReads(), num_workers=1, multiprocessing_context="fork")
+    loader = DataLoader(NeverWakes(), num_workers=1, multiprocessing_context="fork")
     with pytest.raises(TimeoutError, match="stopped"):
         lab.time_loader(loader, limit=1.0)
 
