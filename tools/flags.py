@@ -305,7 +305,7 @@ def suspicious(source: str) -> list[str]:
 
 # Reasons of :func:`suspicious` for reaching an object by a name computed at run time, or through a bound
 # method's owner: both lists below hold them.
-_BY_NAME = (
+_BY_NAME_REASONS = (
     "runs code by name",
     "whose name is computed",
     "attributes by name",
@@ -337,7 +337,7 @@ _REACHING = (
     "reaches the IPython shell",
     "reaches the kernel's namespace",
     "ctypes",
-    *_BY_NAME,
+    *_BY_NAME_REASONS,
     "does not parse",
     "cannot be analysed",
     "nests too deep",
@@ -427,7 +427,7 @@ _FORGING = (
     "__delattr__",
     "a class that defines",
     "assigns __",
-    *_BY_NAME,
+    *_BY_NAME_REASONS,
     "always-equal",
     "neither true nor false",
     "made by type()",
