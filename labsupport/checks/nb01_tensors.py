@@ -693,6 +693,13 @@ def _keep_threshold_mistakes(x: torch.Tensor) -> list[Mistake]:
             why="the entries were compared with 0 (a ReLU), not with their row's mean",
             look="what the mask compares x with",
         ),
+        Mistake(
+            "row median",
+            _keep(x, x.median(dim=1, keepdim=True).values),
+            why="each row's threshold was its median, the middle entry: the mean is the row's sum divided by its "
+            "length, and the two differ wherever a row is lopsided",
+            look="the reduction that makes each row's threshold",
+        ),
     ]
     by_rows = _keep(x, x.sum(dim=1, keepdim=True) / x.shape[0])
     # on a square x the number of rows is the row's length; where it keeps what the whole tensor's mean keeps,
