@@ -175,6 +175,7 @@ ROOFLINE_WRONG = {
     "intensity inverted": nb00._intensity_inverted,
     # round 2 of the audit: one FLOP's compute time plus its memory time got a generic expected/got
     "compute and memory times added": lambda i, p, b: 1 / (1 / p + 1 / (i * b)),
+    "roofs added": lambda i, p, b: p + i * b,  # round 4 of the audit: got a generic expected/got
     "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
 }
 

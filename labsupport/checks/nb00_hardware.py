@@ -422,6 +422,10 @@ def _times_added(i: float, p: float, b: float) -> float:
     return 1 / (1 / p + 1 / (i * b))
 
 
+def _roofs_added(i: float, p: float, b: float) -> float:
+    return p + i * b
+
+
 def _one_roof_each(answers: Sequence[float]) -> bool:
     """Is every answer one of the two roofs (the wrong one somewhere): a switch at the wrong intensity?"""
     return all(
@@ -451,6 +455,13 @@ ROOFLINE_MISTAKES = [
         _follows(_times_added),
         "the time to compute and the time to move the bytes were added, as if the two ran one after the other: "
         "they overlap, so the slower of the two alone sets the rate, and the answer is one roof or the other",
+        look="roofline: how the two limits are combined",
+    ),
+    Mistake(
+        "roofs added",
+        _follows(_roofs_added),
+        "the two roofs were added: each is a limit on the same rate, the FLOP/s one kernel reaches, so they do not "
+        "stack; the kernel reaches at most the lower of them",
         look="roofline: how the two limits are combined",
     ),
     Mistake(
