@@ -40,6 +40,13 @@ def _rows(out: Path) -> dict:
         return {(r["student"], r["notebook"]): r for r in csv.DictReader(f)}
 
 
+def _tiny_source_in(folder: Path):
+    """The tiny source notebook saved in ``folder`` (made if missing); its student edition."""
+    folder.mkdir(parents=True, exist_ok=True)
+    nbformat.write(tiny_source(), folder / "99_tiny.ipynb")
+    return student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+
+
 def _age(path: Path, seconds: float) -> None:
     stamp = time.time() - seconds
     os.utime(path, (stamp, stamp))
@@ -49,9 +56,7 @@ def _age(path: Path, seconds: float) -> None:
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rows")
     src_dir = tmp / "notebooks"
-    src_dir.mkdir()
-    nbformat.write(tiny_source(), src_dir / "99_tiny.ipynb")
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    ed = _tiny_source_in(src_dir)
     sub, out = tmp / "handed_in", tmp / "grades"
     name = "99_tiny.ipynb"
     _write(sub / "ana", name, _answered(ed))
@@ -100,9 +105,7 @@ def test_a_thread_that_starves_every_later_cell_costs_one_notebook_timeout(tmp_p
     (600 s for a scaffold cell), hours for one notebook; the notebook's own limit ends it. A class of
     one, with short limits: the spinning thread burns a core for as long as the limit."""
     src_dir, sub, out = tmp_path / "notebooks", tmp_path / "handed_in", tmp_path / "grades"
-    src_dir.mkdir()
-    nbformat.write(tiny_source(), src_dir / "99_tiny.ipynb")
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    ed = _tiny_source_in(src_dir)
     _write(sub / "starver", "99_tiny.ipynb", _answered(ed, **{"### Exercise 1": STARVE + ANSWERS["### Exercise 1"]}))
     cfg = grade.Config(src=str(src_dir), timeout=2, cell_timeout=120, notebook_timeout=5)
     grade.grade(sub, out, jobs=1, cfg=cfg)
@@ -265,9 +268,8 @@ def test_shards_graded_apart_and_merged_make_the_same_gradebook(graded, tmp_path
 def test_collect_reports_stray_files_and_never_opens_a_zip_in_a_zip(tmp_path):
     import logging
 
-    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
+    ed = _tiny_source_in(tmp_path)
     sources = grade.load_sources(tmp_path)
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
     sub = tmp_path / "in"
     sub.mkdir()
     nbformat.write(ed, sub / "stray.ipynb")
@@ -288,9 +290,8 @@ def test_a_student_s_zip_and_broken_notebooks_cost_only_that_student(tmp_path, m
     type, a number as a cell's text) or a file too large is that file's row, not the class's crash."""
     import logging
 
-    nbformat.write(tiny_source(), tmp_path / "99_tiny.ipynb")
+    ed = _tiny_source_in(tmp_path)
     sources = grade.load_sources(tmp_path)
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
     sub = tmp_path / "in"
     sub.mkdir()
     nbformat.write(ed, sub / "victim_1_10_hw.ipynb")
@@ -320,9 +321,7 @@ def test_a_student_s_zip_and_broken_notebooks_cost_only_that_student(tmp_path, m
 def test_a_folder_named_as_a_gradebook_row_and_a_name_with_a_line_break_fake_nothing(tmp_path):
     """A student folder called "(points possible)" would add a second maximum row to gradebook.csv; a file
     name with a line break would add a line of its own choosing to the grading log."""
-    (tmp_path / "notebooks").mkdir()
-    nbformat.write(tiny_source(), tmp_path / "notebooks" / "99_tiny.ipynb")
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    ed = _tiny_source_in(tmp_path / "notebooks")
     sub, out = tmp_path / "in", tmp_path / "out"
     _write(sub / grade.POINTS_POSSIBLE, "99_tiny.ipynb", _answered(ed))
     _write(sub / "eve", "hw\n2026-01-01 00:00:00 eve: every check passed.ipynb", ed)
@@ -355,9 +354,7 @@ def test_a_worker_that_dies_costs_only_the_job_that_killed_it(tmp_path, monkeypa
 
     if multiprocessing.get_start_method() != "fork":
         pytest.skip("the stand-in for the killing kernel reaches the workers by fork")
-    (tmp_path / "notebooks").mkdir()
-    nbformat.write(tiny_source(), tmp_path / "notebooks" / "99_tiny.ipynb")
-    ed = student.make_edition(tiny_source(), "99_tiny.ipynb").notebook
+    ed = _tiny_source_in(tmp_path / "notebooks")
     sub, out = tmp_path / "in", tmp_path / "out"
     for who in ("ana", "bo", "killer"):
         _write(sub / who, "99_tiny.ipynb", _answered(ed))
