@@ -190,7 +190,8 @@ def graded(tmp_path_factory):
     students["first_right"] = _recorded(_answer(ed, WRONG), "error")  # wrong now, right at first: 1
     partly = "def triple(x):\n    return 3 * x if x != 0 else 1"  # 3 of the 4 cases
     students["partly"] = _answer(ed, {**RIGHT, "### Exercise 2": partly})
-    hang = "calls = []\ndef double(x):\n    calls.append(x)\n    while len(calls) > 4:\n        pass\n    return 2 * x"
+    # hangs from its fifth call on (the grader's own run); it sleeps rather than spin: the limit costs no CPU
+    hang = "import time\ncalls = []\ndef double(x):\n    calls.append(x)\n    while len(calls) > 4:\n        time.sleep(0.05)\n    return 2 * x"
     students["hangs_for_grader"] = _answer(ed, {**RIGHT, "### Exercise 1": hang})
     for who, nb in students.items():
         (sub / who).mkdir(parents=True)
