@@ -77,6 +77,27 @@ UNFLAGGED_BEFORE = {
     "from sys import modules": "from sys import modules as m\nm['labsupport'].check_relu = print",
     "attrgetter": "import operator\nshell = operator.attrgetter('_ip')(exit)",
     "object.__getattribute__": "shell = object.__getattribute__(exit, '_i' + 'p')",
+    "timeit runs a string": "import timeit\ntimeit.timeit('lab.check_relu = print', globals={'lab': lab}, number=1)",
+    "a module written first": "open('helper.py', 'w').write('import labsupport')\nimport helper",
+    "a trace function": "import sys\nsys.settrace(lambda frame, event, arg: None)",
+    "a trace function by threading": "import threading\nthreading.settrace(print)",
+    "a frame's line jumped": "def tracer(frame, event, arg):\n    frame.f_lineno += 1\n    return tracer",
+    "math patched": "import math\nmath.isclose = lambda *a, **k: True",
+    "numpy patched": "import numpy as np\nnp.allclose = lambda *a, **k: True",
+    "operator patched": "from operator import eq\nimport operator as op\nop.eq = lambda a, b: True",
+    "stdout replaced": "import sys\nsys.stdout = open('out.txt', 'w')",
+    "an object's class replaced": "class Weird:\n    pass\nanswer = Weird()\nanswer.__class__ = float",
+}
+
+# Honest code a solution may hold: none of it holds points (the solved notebooks' own are tested below).
+HONEST = {
+    "plain imports": "import math, time, itertools\nfrom collections import defaultdict\nimport numpy as np",
+    "the data tools": "from torch.utils.data import DataLoader, TensorDataset\nfrom tqdm.auto import tqdm",
+    "a plot's settings": "import matplotlib.pyplot as plt\nplt.rcParams['figure.figsize'] = (5, 3)",
+    "seeding numpy": "import numpy as np\nnp.random.seed(0)\nx = np.arange(3)",
+    "a flushed stdout": "import sys\nsys.stdout.flush()\nprint(sys.getsizeof([]))",
+    "an environment variable for DDP": "import os\nos.environ['MASTER_PORT'] = '29500'",
+    "a class of one's own": "x = torch.ones(2)\nprint(x.__class__.__name__)",
 }
 
 
@@ -85,11 +106,16 @@ def test_forgeries_by_name_and_always_equal_objects_hold_points(name):
     assert forging(suspicious(UNFLAGGED_BEFORE[name])), name
 
 
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_code_holds_no_points(name):
+    assert forging(suspicious(HONEST[name])) == [], name
+
+
 def test_a_computed_attribute_of_self_is_honest():
     assert not forging(suspicious("class Net:\n    def f(self, i):\n        return getattr(self, f'fc{i}')"))
 
 
-def _solutions(limit_per_notebook: int = 3) -> list[tuple[str, str]]:
+def _solutions(limit_per_notebook: int = 100) -> list[tuple[str, str]]:
     found = []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
@@ -100,7 +126,7 @@ def _solutions(limit_per_notebook: int = 3) -> list[tuple[str, str]]:
 
 def test_honest_solutions_are_not_flagged():
     solutions = _solutions()
-    assert len(solutions) >= 12
+    assert len(solutions) >= 43
     assert {name: suspicious(code) for name, code in solutions if suspicious(code)} == {}
 
 

@@ -56,6 +56,9 @@ _ATTRIBUTES = {
     "f_globals": "frame access (f_globals)",
     "f_locals": "frame access (f_locals)",
     "f_builtins": "frame access (f_builtins)",
+    "f_lineno": "frame access (f_lineno)",
+    "f_trace": "frame access (f_trace)",
+    "f_code": "frame access (f_code)",
     "gi_frame": "frame access (a generator's frame)",
     "__dict__": "a module's or class's __dict__",
     "__setattr__": "__setattr__",
@@ -82,6 +85,14 @@ _OWNED = {
     ("os", "system"): "runs a shell command (os.system)",
     ("events", "register"): "registers an IPython event callback (events.register)",
     ("numpy", "ma"): "numpy.ma (masked values compare as neither true nor false)",
+    ("sys", "settrace"): "a trace function (sys.settrace), which can change how the checks run",
+    ("sys", "setprofile"): "a trace function (sys.setprofile), which can change how the checks run",
+    ("sys", "addaudithook"): "an audit hook (sys.addaudithook), which sees everything the checks do",
+    ("sys", "_current_frames"): "frame access (sys._current_frames)",
+    ("os", "popen"): "runs a shell command (os.popen)",
+    ("os", "fork"): "starts a process (os.fork)",
+    ("os", "kill"): "signals a process (os.kill)",
+    ("os", "killpg"): "signals a process (os.killpg)",
 }
 _MODULES = {
     "importlib": "importlib",
@@ -105,12 +116,68 @@ _MODULES = {
     "runpy": "runs code by name (runpy)",
     "pydoc": "runs code by name (pydoc)",
     "code": "runs code by name (code)",
+    "timeit": "runs code by name (timeit: its statements are strings)",
     "codeop": "runs code by name (codeop)",
     "unittest": "always-equal objects (unittest.mock.ANY)",
     "mock": "always-equal objects (mock.ANY)",
     "pytest": "always-equal objects (pytest.approx)",
 }
 _SUBMODULES = {"numpy.ma": _OWNED["numpy", "ma"]}  # a module whose parent is honest
+# The modules a solution may import without review: what the notebooks themselves use, and plain
+# computation. Any other import is held for review (tools/flags.forging): a module can carry code
+# that this analysis never sees (one the solution wrote into its folder first, a trace function
+# installed by threading, a callback run at exit). labsupport is judged by uses_lab_code.
+_ALLOWED_IMPORTS = frozenset(
+    {
+        "__future__",
+        "abc",
+        "bisect",
+        "cmath",
+        "collections",
+        "contextlib",
+        "copy",
+        "csv",
+        "dataclasses",
+        "datetime",
+        "decimal",
+        "enum",
+        "fractions",
+        "functools",
+        "heapq",
+        "io",
+        "itertools",
+        "json",
+        "labsupport",
+        "logging",
+        "math",
+        "matplotlib",
+        "numbers",
+        "numpy",
+        "operator",
+        "os",
+        "pathlib",
+        "PIL",
+        "platform",
+        "pprint",
+        "random",
+        "re",
+        "shutil",
+        "statistics",
+        "string",
+        "struct",
+        "sys",
+        "tempfile",
+        "textwrap",
+        "time",
+        "torch",
+        "torchvision",
+        "tqdm",
+        "typing",
+        "typing_extensions",
+        "warnings",
+    }
+)
+_UNPATCHED_MODULES = ("matplotlib",)  # setting its attributes (rcParams) changes no check
 _IPYTHON_OK = ("IPython.display",)  # display() and friends: honest
 _DUNDERS = {
     "__eq__",
@@ -129,6 +196,7 @@ _DUNDERS = {
     "__torch_dispatch__",
     "__instancecheck__",
     "__subclasscheck__",
+    "__class__",
 }
 
 
@@ -158,11 +226,19 @@ def _plain_root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _environ_item(target: ast.AST) -> bool:
+    """``os.environ[...]`` (flagged as the environment, for review only): a variable set for the code."""
+    return (
+        isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) and target.value.attr == "environ"
+    )
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[str] = []
         self.guarded = set(_GUARDED_NAMES)
         self.aliases = {"np": "numpy"}  # a name bound by an import -> the module it names
+        self.imported: set[str] = set()  # names bound by imports of other modules (os, sys, math...)
 
     def add(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -173,6 +249,8 @@ class _Visitor(ast.NodeVisitor):
         top = name.split(".")[0]
         if top in _MODULES and not name.startswith(_IPYTHON_OK):
             self.add(_MODULES[top])
+        elif top not in _MODULES and top not in _ALLOWED_IMPORTS:
+            self.add(f"imports {top or 'a relative module'}, a module no exercise needs (its code is not analysed)")
         for module, reason in _SUBMODULES.items():
             if name == module or name.startswith(module + "."):
                 self.add(reason)
@@ -185,6 +263,8 @@ class _Visitor(ast.NodeVisitor):
             )
             if alias.name.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name.split(".")[0])
+            elif alias.name.split(".")[0] not in _UNPATCHED_MODULES:
+                self.imported.add(alias.asname or alias.name.split(".")[0])
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         module = node.module or ""
@@ -198,6 +278,8 @@ class _Visitor(ast.NodeVisitor):
             self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
             if module.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name)
+            elif module.split(".")[0] not in _UNPATCHED_MODULES:
+                self.imported.add(alias.asname or alias.name)
 
     # assignments to the lab's or torch's attributes (and to aliases of them)
     def _target(self, target: ast.AST, verb: str) -> None:
@@ -210,6 +292,8 @@ class _Visitor(ast.NodeVisitor):
             root = _root(target)
             if root in self.guarded:
                 self.add(f"{verb} an attribute of {root} (the lab's checks or torch)")
+            elif root in self.imported and not _environ_item(target):
+                self.add(f"{verb} an attribute of the module {root}, which the checks use too")
             if isinstance(target, ast.Attribute) and target.attr in _DUNDERS:
                 self.add(f"{verb} {target.attr}")
 
@@ -318,6 +402,8 @@ _BY_NAME_REASONS = (
 # among them): on an exercise the grader judges itself, they cost the point (see tools/judge.py).
 _REACHING = (
     "sys.modules",
+    "a module no exercise needs",
+    "a trace function",
     "importlib",
     "__import__",
     "exec()",
@@ -397,6 +483,9 @@ def lab_names_used(sources: list[str]) -> set[str]:
 # they hold the notebook's kernel-judged points at 0 until an instructor has read the code.
 _FORGING = (
     "IPython",
+    "a module no exercise needs",
+    "a trace function",
+    "audit hook",
     "get_ipython",
     "set_custom_exc",
     "traceback display",
