@@ -115,6 +115,32 @@ def test_an_outer_derivative_other_than_2d_is_named(outer, name):
     assert failure(lab.check_predicted_gradients, predict).mistake == name
 
 
+@pytest.mark.parametrize(
+    "grad_a, grad_b, name",
+    [
+        (lambda a, b, d: 2 * d * (b + a.exp()), lambda a, b, d: 2 * d * a + a.exp(), "exp(a) added to grad_b"),
+        (
+            lambda a, b, d: 2 * d * (b + a.exp()),
+            lambda a, b, d: 2 * d * (a + b),
+            "product rule with both factors varying",
+        ),
+        (
+            lambda a, b, d: 2 * d * (b + a * torch.exp(a - 1)),
+            lambda a, b, d: 2 * d * a,
+            "power rule on exp",
+        ),
+    ],
+)
+def test_inner_derivative_slips_are_named(grad_a, grad_b, name):
+    """Round 5 of the audit: each got a generic expected/got (the generated tests above use the check's own values)."""
+
+    def predict(a, b):
+        d = a * b + a.exp()
+        return grad_a(a, b, d), grad_b(a, b, d)
+
+    assert failure(lab.check_predicted_gradients, predict).mistake == name
+
+
 def test_two_path_with_autograd_is_named():
     def with_autograd(a, b):
         a = a.clone().requires_grad_()
@@ -249,6 +275,8 @@ PREDICTION_NOTES = [
     ("03.3", [1, 10, 100]),
     ("03.3", [1, 20, 300]),
     ("03.3", [1, 40, 900]),
+    ("03.3", [1, 4, 9]),  # round 5 of the audit: y itself, and 2 * v, had no note
+    ("03.3", [2, 20, 200]),
     ("03.4", 3),
     ("03.4", 9),
     ("03.4", 0),
@@ -793,6 +821,31 @@ def test_losses_that_keep_their_graphs_are_named():
     """03.6: `total += part` without .item() returned tensors holding every step's graph, and passed."""
     err = failure(lab.check_accumulated_training, _accumulated_with(_TensorTotal))
     assert err.mistake == "losses kept with their graphs"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["03.5", "03.6"])
+def test_weights_returned_with_the_losses_are_named(chunked):
+    """Round 5 of the audit: (losses, w1, w2) was told its losses keep their graphs, about tensors shaped like w1."""
+
+    def with_weights(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+        return make_loop()(x, y, w1, w2, learning_rate, steps, chunks, log), w1, w2
+
+    check = lab.check_accumulated_training if chunked else lab.check_fixed_training
+    loop = with_weights if chunked else bind_steps(with_weights)
+    err = failure(check, loop)
+    assert err.mistake == "weights returned with the losses"
+    assert "graph" not in err.hint
+
+
+def test_a_learning_rate_divided_by_the_chunks_is_named_with_the_step_size():
+    """Round 5 of the audit: learning_rate / chunks was named, but its sentence pointed only at the chunks' losses."""
+
+    def smaller_steps(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+        return make_loop()(x, y, w1, w2, learning_rate / chunks, steps, chunks, log)
+
+    err = failure(lab.check_accumulated_training, smaller_steps)
+    assert err.mistake == "chunk gradients scaled"
+    assert "learning rate" in err.hint
 
 
 def test_a_learning_rate_written_into_the_loop_is_named():

@@ -82,6 +82,8 @@ TITAN_WRONG = {
     "half": TENSOR / 2,
     "twice": TENSOR * 2,
     "CUDA cores' peak": FP32,
+    # round 5 of the audit: the CUDA cores' fp16 rate, twice their fp32 peak, got a generic expected/got
+    "fp16 on the CUDA cores": 2 * FP32,
     "base clock": TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"],
     "CUDA cores as tensor cores": CUDA_CORES_DOING_TENSOR_FMAS,
     "one SM": TENSOR / T["sms"],
@@ -137,6 +139,8 @@ def test_ampere_counts_are_named_with_their_source():
 
 CPU_WRONG = {
     "half": nb00._half,
+    # round 5 of the audit: fp64's 64-bit lanes and an FMA counted as 1 FLOP together got a generic expected/got
+    "quarter": lambda c, g, b, u: c * g * 1e9 * u * (b // 64),
     "twice": nb00._twice,
     "bits as lanes": nb00._bits_as_lanes,
     "SIMD lanes left out": nb00._no_lanes,
@@ -161,6 +165,19 @@ def test_each_cpu_mistake_is_named(name):
     assert info.value.mistake == name
 
 
+def test_fp64_lanes_alone_are_named_in_the_half_sentence():
+    """Round 5 of the audit: lanes of 64 bits (fp64's width) halve the peak; the sentence names that width."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cpu_peak_flops(lambda c, g, b, u: c * g * 1e9 * u * (b // 64) * 2)
+    assert info.value.mistake == "half" and "fp64" in info.value.hint
+
+
+def test_bandwidth_times_four_bytes_is_named_too():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(lambda i, p, b: min(p, i * b * 4))
+    assert info.value.mistake == "bytes converted to numbers"
+
+
 def test_cores_ignored_is_named_on_the_first_machine_that_shows_it():
     with pytest.raises(lab.CheckError, match=r"cores=2, .* is wrong") as info:
         lab.check_cpu_peak_flops(nb00._one_core)
@@ -173,6 +190,8 @@ ROOFLINE_WRONG = {
     "no memory roof": nb00._peak_only,
     "intensity left out": nb00._bandwidth_as_flops,
     "intensity inverted": nb00._intensity_inverted,
+    # round 5 of the audit: the bandwidth turned into fp32 numbers per second got a generic expected/got
+    "bytes converted to numbers": lambda i, p, b: min(p, i * (b / 4)),
     # round 2 of the audit: one FLOP's compute time plus its memory time got a generic expected/got
     "compute and memory times added": lambda i, p, b: 1 / (1 / p + 1 / (i * b)),
     "roofs added": lambda i, p, b: p + i * b,  # round 4 of the audit: got a generic expected/got

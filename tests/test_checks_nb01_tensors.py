@@ -177,6 +177,10 @@ PREDICATE_MISTAKES = [
     # round 4 of the audit: each got a generic expected/got before (the value mistakes' own tests are generated)
     ("pairwise_sq_dists", "squares subtracted", lambda a, b: (a[:, None] ** 2 - b[None] ** 2).sum(-1)),
     ("pairwise_sq_dists", "cross term left out", lambda a, b: (a**2).sum(1, keepdim=True) + (b**2).sum(1)),
+    # round 5 of the audit: a generic expected/got, and a one-hot product read as "an extra leading dimension"
+    ("pairwise_sq_dists", "lengths subtracted", lambda a, b: (a.norm(dim=1)[:, None] - b.norm(dim=1)) ** 2),
+    ("correct_class_scores", "one-hot product not summed", lambda s, i: s * F.one_hot(i, s.shape[1])),
+    ("per_sample_matmul", "samples summed", lambda x, w: torch.einsum("bd,bdk->k", x, w)),
 ]
 
 
@@ -263,6 +267,25 @@ def test_cases_hold_ties_and_the_prompt_says_where_ties_go():
     nb = nbformat.read(ROOT / "notebooks" / "01_tensors.ipynb", as_version=4)
     prompt = next(c.source for c in nb.cells if c.source.startswith("### Exercise 4"))
     assert "at or above" in prompt
+
+
+def test_a_mid_range_threshold_fails():
+    """Round 5 of the audit: (max + min) / 2 of each row kept the same entries as the mean on every case, and passed."""
+
+    def mid_range(x):
+        middle = (x.max(1, keepdim=True).values + x.min(1, keepdim=True).values) / 2
+        return torch.where(x >= middle, x, torch.zeros_like(x))
+
+    with pytest.raises(lab.CheckError, match="does not match the reference"):
+        lab.check_keep_above_row_mean(mid_range)
+
+
+def test_a_right_answer_in_another_dtype_names_no_threshold():
+    """Round 5 of the audit: float32 values that were right got the "row median" sentence, because on whole numbers
+    with ties the median keeps the same entries as the mean; a mistake that equals the reference is never named."""
+    with pytest.raises(lab.CheckError, match="wrong dtype") as info:
+        lab.check_keep_above_row_mean(lambda x: torch.where(x >= x.mean(1, keepdim=True), x, 0.0).float())
+    assert info.value.mistake is None
 
 
 def test_changing_x_in_place_names_x():

@@ -90,6 +90,14 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "each SM has tensor_cores_per_sm tensor cores, each finishing fp16_fma_per_tensor_core_per_cycle FMAs",
         ),
         Mistake(
+            "fp16 on the CUDA cores",
+            _times(fp32, 2.0),
+            "that is twice the CUDA cores' fp32 peak, what the CUDA cores reach in fp16 (two fp16 numbers in each "
+            "32-bit lane): the matrix products asked for run on the tensor cores, a separate unit, "
+            "tensor_cores_per_sm of them per SM, each finishing fp16_fma_per_tensor_core_per_cycle FMAs",
+            look="which units, and how many of them, your product counts",
+        ),
+        Mistake(
             "base clock",
             _times(ref, t["base_clock_ghz"] / t["boost_clock_ghz"]),
             "that uses the base clock; peak figures use the boost clock",
@@ -193,6 +201,10 @@ def _half(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, u) / 2
 
 
+def _quarter(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) / 4
+
+
 def _twice(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, u) * 2
 
@@ -245,7 +257,15 @@ CPU_MISTAKES = [
     Mistake(
         "half",
         _on_every_machine(_half),
-        "half the peak on every machine: an FMA is 2 FLOP, and an fp32 lane is 32 bits (not 64)",
+        "half the peak on every machine: either the lanes were counted 64 bits wide, fp64's width (an fp32 "
+        "number is 32 bits), or an FMA was counted as 1 FLOP (it is 2)",
+    ),
+    Mistake(
+        "quarter",
+        _on_every_machine(_quarter),
+        "a quarter of the peak on every machine: two factors of 2 are missing, most likely the lanes counted 64 "
+        "bits wide, fp64's width (an fp32 number is 32 bits), and an FMA counted as 1 FLOP (it is 2)",
+        look="how many fp32 numbers fit in one register, and how many FLOP one FMA on each makes",
     ),
     Mistake(
         "twice",
@@ -417,6 +437,21 @@ def _intensity_inverted(i: float, p: float, b: float) -> float:
     return min(p, b / i)
 
 
+def _bandwidth_in_numbers(i: float, p: float, b: float) -> float:
+    """The bandwidth turned into fp32 numbers per second (bytes / 4) before the intensity, per byte, multiplies it."""
+    return min(p, i * b / 4)
+
+
+def _bandwidth_times_four(i: float, p: float, b: float) -> float:
+    """The bandwidth multiplied by 4 bytes per fp32 number: a conversion the units do not ask for."""
+    return min(p, i * b * 4)
+
+
+def _memory_roof_converted(answers: Sequence[float]) -> bool:
+    """Is the memory roof 4 times too low or too high on every case (bytes converted to fp32 numbers, or back)?"""
+    return _follows(_bandwidth_in_numbers)(answers) or _follows(_bandwidth_times_four)(answers)
+
+
 def _times_added(i: float, p: float, b: float) -> float:
     """One FLOP's compute time and its memory time added: 1 / (1 / peak + 1 / (intensity * bandwidth))."""
     return 1 / (1 / p + 1 / (i * b))
@@ -449,6 +484,13 @@ ROOFLINE_MISTAKES = [
         "intensity inverted",
         _follows(_intensity_inverted),
         "intensity is FLOP per byte: bytes/s times FLOP/byte gives FLOP/s",
+    ),
+    Mistake(
+        "bytes converted to numbers",
+        _memory_roof_converted,
+        "the memory roof is 4 times off: the bandwidth was converted between bytes and fp32 numbers (4 bytes each), "
+        "but the intensity already counts FLOP per byte, so bytes/s times FLOP/byte is FLOP/s with no conversion",
+        look="the memory roof's expression: check its units factor by factor",
     ),
     Mistake(
         "compute and memory times added",

@@ -200,6 +200,13 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             why="the expansion uses the lengths |a| and |b|; it needs their squares, |a|^2 = a.a",
             look="the two terms beside the a @ b.T term",
         ),
+        Mistake(
+            "lengths subtracted",
+            (a.norm(dim=1)[:, None] - b.norm(dim=1)[None, :]) ** 2,
+            why="that squares the difference of the two points' lengths, |a[i]| - |b[j]|: two points of the same "
+            "length can lie far apart, so the subtraction runs coordinate by coordinate, before anything is summed",
+            look="what is subtracted: whole rows of coordinates, or one number per point",
+        ),
         *_pairwise_square_mistakes(a, b),
     ]
 
@@ -438,6 +445,13 @@ def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> 
             why="the right entries with their sign flipped: the minus belongs to a loss, and the exercise asks for "
             "the scores as they are",
             look="the sign in front of the picked entries",
+        ),
+        Mistake(
+            "one-hot product not summed",
+            scores * torch.nn.functional.one_hot(labels, scores.shape[1]).to(scores.dtype),
+            why="each row still holds all C columns, zero everywhere except at its label: the mask picked the right "
+            "entry, but one number per sample is asked, so each row's C entries still have to be combined into one",
+            look="the (N, C) result: what reduces it over the class axis",
         ),
         Mistake(
             "labels shifted by one",
@@ -681,7 +695,20 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="keep the reduced axis: the mean must have shape (N, 1)",
         )
         mistakes.insert(1, mistake)
-    return [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
+    listed = [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
+    return _unlike_reference(listed, _keep_reference(x))
+
+
+def _unlike_reference(mistakes: list[Mistake], reference: torch.Tensor) -> list[Mistake]:
+    """The mistakes whose value differs from the reference in this case: on whole numbers with ties, several
+    wrong thresholds keep exactly the right entries, and such a one must not be named for an answer whose
+    values are right but whose dtype is not."""
+    kept = []
+    for mistake in mistakes:
+        same = isinstance(mistake.matches, torch.Tensor) and torch.equal(mistake.matches, reference)
+        if not same:
+            kept.append(mistake)
+    return kept
 
 
 def _keep_threshold_mistakes(x: torch.Tensor) -> list[Mistake]:
@@ -745,7 +772,7 @@ def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:
 def _keep_cases() -> list[tuple[torch.Tensor]]:
     return [
         (_tied_rows(41, (4, 4), torch.float64),),
-        _randn(43, (3, 6)),
+        _randn(146, (3, 6)),  # rows whose mean, median and mid-range keep different entries
         (_tied_rows(42, (5, 3), torch.float32),),
     ]
 
@@ -921,6 +948,13 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             _squeezed_everything(_per_sample_reference(x, w)),
             why="squeeze() without an axis removed K too, because K is 1 here: the result is (B, K) whatever K is",
             look="name the axis to remove: squeeze(1)",
+        ),
+        Mistake(
+            "samples summed",
+            _per_sample_reference(x, w).sum(0),
+            why="the products of all the samples were added into one row of K numbers: each sample keeps its own "
+            "row, so the batch index stays in the result (an einsum whose output leaves b out sums over it)",
+            look="the batch axis of the result",
         ),
         Mistake(
             "matrices summed",

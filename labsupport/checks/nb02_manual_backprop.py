@@ -926,6 +926,14 @@ def _precision_mistakes(f: _Recorder) -> list[Mistake]:
     return mistakes
 
 
+def _whole_rows_moved(f: _Recorder) -> bool:
+    """Did every call of f that moved w move exactly one row's worth of entries (w[i] on a 2-d w)?"""
+    if f.w.dim() < 2 or f.w.shape[-1] < 2:
+        return False
+    moved = [call[1] for call in f.calls if call[1] > 0]
+    return bool(moved) and all(count == f.w.shape[-1] for count in moved)
+
+
 def _entry_mistakes(f: _Recorder) -> list[Mistake]:
     """Which entries of w the calls of f moved: several at once, or not all of them."""
     seen = f.summary()
@@ -938,6 +946,16 @@ def _entry_mistakes(f: _Recorder) -> list[Mistake]:
             look="what f receives: w with entry i moved by eps",
         )
         mistakes.append(still)
+    if seen["several at once"] and _whole_rows_moved(f):
+        rows = Mistake(
+            "a whole row nudged at once",
+            _any_answer,
+            why=f"each evaluation of f moved a whole row of w, {f.w.shape[-1]} entries at once: on a 2-d tensor, "
+            "one index picks a row, not an entry, so the loop nudged len(w) whole rows where e_i nudges each of "
+            "the w.numel() entries on its own",
+            look="the index that writes eps into the nudge, and how many entries it reaches",
+        )
+        mistakes.append(rows)
     if seen["several at once"]:
         several = Mistake(
             "several entries nudged at once",

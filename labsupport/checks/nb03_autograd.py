@@ -90,12 +90,20 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             "grad_b counts the path through exp(a), which does not depend on b: b reaches d only through a * b",
         ),
         Mistake(
+            "exp(a) added to grad_b",
+            (None, 2 * d * a + e),
+            "grad_b has exp(a) added to it: exp(a) does not change when b does, so its derivative with respect to b "
+            "is 0, and b reaches d only through a * b",
+            look="every term of grad_b: does it come from a path that starts at b?",
+        ),
+        Mistake(
             "c for d", (2 * (a * b) * (b + e), None), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"
         ),
         Mistake("c for d", (None, 2 * (a * b) * a), "the outer derivative is 2 * d, with d = a * b + exp(a), not c"),
         Mistake("outer derivative missing", (b + e, None), "grad_a lacks dL/dd = 2 * d, the outer derivative"),
         Mistake("outer derivative missing", (None, a), "grad_b lacks dL/dd = 2 * d, the outer derivative"),
         *_outer_derivative_mistakes(a, b),
+        *_inner_derivative_mistakes(a, b),
         Mistake("half the gradient", (d * (b + e), None), "grad_a is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("half the gradient", (None, d * a), "grad_b is half the gradient: d(d**2)/dd = 2 * d"),
         Mistake("grad_b uses b", (None, 2 * d * b), "grad_b: the derivative of a * b with respect to b is a, not b"),
@@ -124,6 +132,27 @@ def _outer_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
         Mistake("outer derivative without d", (None, 2 * a), why_two, look=look),
         Mistake("d**2 for the outer derivative", (d**2 * (b + a.exp()), None), why_square, look=look),
         Mistake("d**2 for the outer derivative", (None, d**2 * a), why_square, look=look),
+    ]
+
+
+def _inner_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """The derivative of a * b taken as a + b (the product rule with both factors varying), and of exp(a) taken
+    by the power rule, as a * exp(a - 1)."""
+    d = a * b + a.exp()
+    product = (
+        "the derivative of a * b was taken as a + b, as if both factors changed together: by the product rule "
+        "d(a * b) = a db + b da, and when only b changes da is 0 (when only a changes, db is 0), so one term is left"
+    )
+    return [
+        Mistake("product rule with both factors varying", (2 * d * (a + b + a.exp()), None), product),
+        Mistake("product rule with both factors varying", (None, 2 * d * (a + b)), product),
+        Mistake(
+            "power rule on exp",
+            (2 * d * (b + a * (a - 1).exp()), None),
+            "grad_a's path through exp(a) used the power rule, as if exp(a) were a power of a: the exponent is the "
+            "variable here, and the derivative of exp(a) is exp(a) itself",
+            look="the factor of the path through exp(a)",
+        ),
     ]
 
 
@@ -242,6 +271,8 @@ def check_vjp_prediction(prediction: Any) -> None:
             (1, 10, 100): "That is v, without 2x.",
             (1, 20, 300): "That is v * x: the derivative of x ** 2 is 2x.",
             (1, 40, 900): "That is v * y, the outputs weighted by v, not their derivatives.",
+            (1, 4, 9): "That is y = x ** 2 itself: x.grad holds derivatives of the outputs, weighted by v.",
+            (2, 20, 200): "That is 2 * v: the derivative of x ** 2 is 2x, which changes from one element to the next.",
         },
         ask="which entries of the Jacobian J are not zero, and what does v^T J add up for each x_j?",
         rel=1e-9,  # exact arithmetic on small integers: 620 is not 600
@@ -532,9 +563,11 @@ _LOOP_MISTAKES = [
     Mistake(
         "chunk gradients scaled",
         functools.partial(_behaves_like, "scaled"),
-        why="each chunk's gradient was divided by the number of chunks: with the lecture's summed loss the "
-        "chunks' gradients add up to the full batch's gradient with no factor",
-        look="the loss each chunk calls backward() on",
+        why="each update moved the weights by the full batch's gradient divided by the number of chunks (a chunk's "
+        "loss divided by chunks before its backward(), or the learning rate divided by chunks): with the "
+        "lecture's summed loss the chunks' gradients add up to the full batch's gradient, and the step is "
+        "learning_rate times that, with no factor",
+        look="the loss each chunk calls backward() on, and the step size of the update",
     ),
     Mistake(
         "chunk losses are means",
@@ -743,11 +776,36 @@ def _numbers(value: Any, what: str) -> list[float]:
 LOSSES_KEEP_GRAPHS = Mistake(
     "losses kept with their graphs",
     None,
-    why="the losses returned are tensors that still require grad: each keeps its step's whole graph (every "
-    "chunk's activations) alive for as long as the list lives, which is the memory the chunks were meant to "
-    "save. The losses are plain numbers, one float per step",
-    look="how each chunk's loss is added to the step's total: a number, taken with .item()",
+    why="the losses returned are tensors that still require grad: each keeps the whole graph of its step's forward "
+    "pass (every activation saved for backward()) alive for as long as the list lives, so the memory grows with "
+    "every step, the very memory 03.6's chunks are meant to save. The losses are plain numbers, one float per step",
+    look="how each step's loss is recorded (and, with chunks, added up): a number, taken with .item()",
 )
+
+WEIGHTS_RETURNED = Mistake(
+    "weights returned with the losses",
+    None,
+    why="the function returned weight tensors along with the losses: the caller's w1 and w2 are the tensors the "
+    "loop trains, so the caller already holds them, and the function returns the losses alone, one float per step",
+    look="the return line",
+)
+
+
+def _judge_nothing_but_losses(result: Any, p: _Problem, what: str) -> None:
+    """The result must not carry the weights: (losses, w1, w2) is not a list of losses."""
+    __tracebackhide__ = True
+    if not isinstance(result, (list, tuple)):
+        return
+    shapes = (p.w1.shape, p.w2.shape)
+    weights = [item for item in result if isinstance(item, torch.Tensor) and item.shape in shapes]
+    if not weights:
+        return
+    raise mistake_error(
+        f"{what} returned {len(result)} things, {len(weights)} of them shaped like w1 or w2",
+        WEIGHTS_RETURNED,
+        expected="the list of losses, one float per step",
+        got=describe(result),
+    )
 
 
 def _requires_grad(value: Any) -> bool:
@@ -772,6 +830,7 @@ def _judge_losses_detached(result: Any, what: str) -> None:
 def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
     """One loss per step: the whole batch's loss before the step's update."""
     __tracebackhide__ = True
+    _judge_nothing_but_losses(result, p, what)
     _judge_losses_detached(result, what)
     losses = _numbers(result, f"the losses {what} returned")
     if len(losses) == STEPS * p.chunks and p.chunks > 1:
