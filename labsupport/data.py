@@ -95,8 +95,10 @@ def load_digits_tensors() -> tuple[torch.Tensor, torch.Tensor]:
 
 def digits_split(n: int, val_fraction: float = 0.2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A seeded split of range(n) into sorted train and validation indices. Example: ``digits_split(10)``."""
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise TypeError(f"n must be the number of items to split (a whole number >= 1), got {n!r:.40}")
+    if not isinstance(val_fraction, (int, float)) or not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be between 0 and 1, got {val_fraction!r:.40}")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     n_val = int(round(n * val_fraction))
     return perm[n_val:].sort().values, perm[:n_val].sort().values

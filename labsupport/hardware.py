@@ -221,6 +221,8 @@ def matmul_sweep(
         >>> [m.size for m in matmul_sweep([16, 32], min_run_time=0.01)]
         [16, 32]
     """
+    if not isinstance(sizes, (list, tuple, range)):
+        raise TypeError(f"sizes must be a list of matrix sizes such as [256, 512, 1024], got {type(sizes).__name__}")
     out: list[Measurement] = []
     for n in sorted(sizes):
         if out and out[-1].seconds * (n / out[-1].size) ** 3 > max_call_s:

@@ -95,8 +95,11 @@ def time_loader(
     Stopped with a TimeoutError after ``limit`` seconds (None: no limit)."""
     from .checks.running import stopped_after
 
-    if not hasattr(loader, "__iter__"):
-        raise TypeError(f"loader must be a DataLoader (or another iterable of batches), got {type(loader).__name__}")
+    if not hasattr(loader, "__iter__") or isinstance(loader, (torch.Tensor, str, bytes)):
+        raise TypeError(
+            f"loader must be a DataLoader (or another iterable of batches), got {type(loader).__name__}"
+            + (": wrap the tensors in a TensorDataset, then a DataLoader" if isinstance(loader, torch.Tensor) else "")
+        )
     _whole(epochs, "epochs", 1, 1000)
     if limit is None:
         return _time_epochs(loader, epochs, device, non_blocking)

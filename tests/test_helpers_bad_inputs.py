@@ -286,6 +286,14 @@ def test_matmul_prediction_answers_a_bad_device_in_one_sentence(name, capsys):
         (lambda: lab.pick_amp_dtype(None), TypeError, "device must be a device name such as 'cpu' or 'cuda'"),
         (lambda: lab.format_rate("fast"), TypeError, "format_rate needs a number (or None), got str"),
         (lambda: lab.format_rate(torch.ones(2)), TypeError, "format_rate needs a number (or None), got Tensor"),
+        (lambda: lab.matmul_sweep(None), TypeError, "sizes must be a list of matrix sizes such as [256, 512, 1024]"),
+        (lambda: lab.matmul_sweep(torch.tensor(64)), TypeError, "sizes must be a list of matrix sizes"),
+        (lambda: lab.matmul_sweep(512), TypeError, "sizes must be a list of matrix sizes"),
+        (lambda: lab.digits_split(None), TypeError, "n must be the number of items to split"),
+        (lambda: lab.digits_split(torch.tensor(10)), TypeError, "n must be the number of items to split"),
+        (lambda: lab.digits_split(10, val_fraction="0.2"), ValueError, "val_fraction must be between 0 and 1"),
+        (lambda: lab.time_loader(torch.tensor(3.0)), TypeError, "loader must be a DataLoader"),
+        (lambda: lab.time_loader("batches"), TypeError, "loader must be a DataLoader"),
     ],
 )
 def test_measuring_helpers_refuse_bad_arguments_in_one_sentence(call, error, message):
