@@ -41,7 +41,7 @@ def make_evaluate(**mistakes):
                 logits = model(images)
                 batch_means.append(F.cross_entropy(logits, labels).item())
                 loss_sum += _summed_loss(logits, labels, loader, mistakes)
-                right = (logits.argmax(1) == labels).sum().item()
+                right = (logits.argmax(1, keepdim=bool(mistakes.get("keepdim"))) == labels).sum().item()
                 batch_accs.append(right / len(labels))
                 correct += right
                 total += len(labels)
@@ -134,9 +134,13 @@ def make_train(evaluate=None, **mistakes):
     def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
         history = {"loss": [], "val_loss": [], "val_acc": []}
         step = 0
-        for epoch in range(epochs + mistakes.get("extra_epochs", 0)):
+        for epoch in range(mistakes.get("fixed_epochs", epochs) + mistakes.get("extra_epochs", 0)):
             if not mistakes.get("never_train_mode") and (not mistakes.get("no_train_mode") or epoch == 0):
                 model.train()
+            if mistakes.get("zero_grad_per_epoch"):
+                optimizer.zero_grad()
+            if mistakes.get("val_first"):
+                val_loss, val_acc = evaluate(model, val_loader)
             correct, seen, batch_accs, epoch_losses = 0, 0, [], []
             for images, labels in train_loader:
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
@@ -144,7 +148,7 @@ def make_train(evaluate=None, **mistakes):
                 loss = F.cross_entropy(logits, labels, reduction=mistakes.get("reduction", "mean"))
                 if mistakes.get("step_first") == "old gradients":
                     optimizer.step()
-                if not mistakes.get("no_zero_grad") and not mistakes.get("zero_grad_late"):
+                if not any(mistakes.get(flag) for flag in ("no_zero_grad", "zero_grad_late", "zero_grad_per_epoch")):
                     optimizer.zero_grad()
                 if mistakes.get("step_first") == "no gradients":
                     optimizer.step()
@@ -176,7 +180,8 @@ def make_train(evaluate=None, **mistakes):
                     history["loss"].append(
                         kept if mistakes.get("tensors") or mistakes.get("graph_kept") else loss.item()
                     )
-                _log(writer, "loss/train", shown, at, mistakes)
+                if not mistakes.get("loss_logged_per_epoch"):
+                    _log(writer, "loss/train", shown, at, mistakes)
                 if mistakes.get("second_forward"):
                     with torch.set_grad_enabled(mistakes["second_forward"] == "grad"):
                         logits = model(images)  # after optimizer.step(), still in training mode
@@ -184,11 +189,16 @@ def make_train(evaluate=None, **mistakes):
                 correct += right
                 seen += len(labels)
                 batch_accs.append(right / len(labels))
+                if mistakes.get("acc_logged_per_step"):
+                    _log(writer, "accuracy/train", correct / seen, at, mistakes)
+            if mistakes.get("loss_logged_per_epoch"):
+                _log(writer, "loss/train", loss.item(), step, mistakes)
             if sched == "epoch":
                 scheduler.step()
             if mistakes.get("loss_per_epoch"):
                 history["loss"].append(sum(epoch_losses) / len(epoch_losses))
-            val_loss, val_acc = evaluate(model, train_loader if mistakes.get("val_on_train") else val_loader)
+            if not mistakes.get("val_first"):
+                val_loss, val_acc = evaluate(model, train_loader if mistakes.get("val_on_train") else val_loader)
             history["val_loss"].append(torch.as_tensor(val_loss) if mistakes.get("tensors") else val_loss)
             history["val_acc"].append(correct / seen if mistakes.get("train_acc_as_val") else val_acc)
             train_acc = {
@@ -205,12 +215,15 @@ def make_train(evaluate=None, **mistakes):
             at = epoch + 1 if mistakes.get("epoch_steps") else step
             if mistakes.get("zero_based_epoch"):
                 at = step - 1
+            if mistakes.get("epoch_start_steps"):
+                at = epoch * len(train_loader)
             val_logged = (100 * val_acc if mistakes.get("val_percent") else val_acc, val_loss)
             if mistakes.get("val_swapped"):
                 val_logged = (val_loss, val_acc)
             if mistakes.get("last_loss_as_val"):
                 val_logged = (val_acc, loss.item())
-            _log(writer, "accuracy/train", train_acc, at, mistakes)
+            if not mistakes.get("acc_logged_per_step"):
+                _log(writer, "accuracy/train", train_acc, at, mistakes)
             _log(writer, "accuracy/val", val_logged[0], at, mistakes)
             _log(writer, "loss/val", val_logged[1], at, mistakes)
             if mistakes.get("extra_logs"):
@@ -308,6 +321,16 @@ LOOP_MISTAKES = [
     ({}, dict(extra_epochs=1), "epochs argument ignored"),
     ({}, dict(extra_epochs=-1), "epochs argument ignored"),
     ({}, dict(lr="get_lr"), "get_lr() for get_last_lr()"),
+    # found by the fifth audit: a train that wrote range(2) (the check's epochs, then) for range(epochs) passed; the
+    # others got expected/got only
+    ({}, dict(fixed_epochs=2), "epochs argument ignored"),
+    ({}, dict(fixed_epochs=10), "epochs argument ignored"),  # the notebook's own count
+    ({}, dict(val_first=True), "validation before the epoch's training"),
+    ({}, dict(loss_logged_per_epoch=True), "per-step tag logged per epoch"),
+    ({}, dict(acc_logged_per_step=True), "per-epoch tag logged per step"),
+    ({}, dict(epoch_start_steps=True), "step at the epoch's start"),
+    ({}, dict(zero_grad_per_epoch=True), "zero_grad once per epoch"),
+    (dict(keepdim=True), {}, "predictions of shape (B, 1) broadcast"),
 ]
 
 
@@ -422,7 +445,11 @@ def test_bad_answers_to_the_loop_check_are_one_sentence(bad, monkeypatch):
 
 @pytest.mark.parametrize(
     "history",
-    [{"loss": [float("nan")] * 6, "val_loss": [1, 1], "val_acc": [0, 0]}, {"loss": "abc"}, {"val_loss": []}],
+    [
+        {"loss": [float("nan")] * (3 * ds.EPOCHS), "val_loss": [1] * ds.EPOCHS, "val_acc": [0] * ds.EPOCHS},
+        {"loss": "abc"},
+        {"val_loss": []},
+    ],
     ids=["NaN", "str", "missing keys"],
 )
 def test_bad_histories_are_one_sentence(history):
@@ -489,16 +516,20 @@ def test_the_prediction_is_measured(capsys, monkeypatch):
 
 
 def make_capstone(epochs=8, eval_mode=True, estimate="val", val_size=200, returns=None, lr=1e-2, noise=0.0,
-                  leak=False):  # fmt: skip
+                  leak=False, flat=False):  # fmt: skip
     """A quick capstone (an MLP); ``estimate`` says where its accuracy is measured, ``returns`` how it is returned,
-    ``noise`` augments the training batches, ``leak`` trains on the validation part too. Its 8 epochs reach
-    about 97% on the clean held-out digits: above the target, and under the real distortion far below it."""
+    ``noise`` augments the training batches, ``leak`` trains on the validation part too, ``flat`` flattens the
+    images outside the model (which then takes (N, 64) only). Its 8 epochs reach about 97% on the clean held-out
+    digits: above the target, and under the real distortion far below it."""
 
     def train_capstone(images, labels):
         torch.manual_seed(0)
         order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(1))
         val, fit = order[:val_size], (order if leak else order[val_size:])
         model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 10))
+        if flat:
+            model = model[1:]
+            images = images.flatten(1)
         opt = torch.optim.Adam(model.parameters(), lr=lr)
         for _ in range(epochs):
             model.train()
@@ -651,6 +682,8 @@ CAPSTONE_MISTAKES = [
     (dict(eval_mode=False), "returned in training mode"),
     (dict(estimate="train"), "estimate on training images"),
     (dict(noise=0.1, leak=True), "estimate on augmented training images"),  # passed: rows never matched exactly
+    # fifth audit: a model for (N, 64) got torch's matrix-product error and "write each operand's shape"
+    (dict(epochs=1, flat=True), "model takes flattened images"),
 ]
 
 # Below the target, under the real distortion: the model has not learned the digits (one epoch at a

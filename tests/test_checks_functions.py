@@ -641,3 +641,26 @@ def test_saved_tensors_used_as_a_tensor_is_named():
     err = failure(lab.check_softplus_function, make(save_x(stable), _saved_tuple_backward))
     assert err.mistake == "ctx.saved_tensors not unpacked"
     assert "x, = ctx.saved_tensors" not in str(err)
+
+
+# found by the fifth audit: clamp(max=0) for max(x, 0) got expected/got only
+WRITTEN_MISTAKES_5 = {
+    "min(x, 0) for max(x, 0)": make(
+        save_x(lambda x: x.clamp(max=0) + torch.log1p(torch.exp(-x.abs()))), sigmoid_of_saved, "Softplus"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(WRITTEN_MISTAKES_5))
+def test_mistakes_found_by_the_fifth_audit_are_named(name):
+    err = failure(lab.check_softplus_function, WRITTEN_MISTAKES_5[name])
+    assert err.mistake == name
+    assert "clamp(min=0)" not in str(err)  # the repaired line is never quoted
+
+
+def test_exp_of_minus_the_output_hears_that_it_is_sigmoid_of_minus_x():
+    """04.2: exp(-y), the output form with its "1 -" dropped, was told only about sigmoid(-x), a formula it did not
+    write."""
+    err = failure(lab.check_softplus_function, make(save_y, lambda ctx, g: g * torch.exp(-ctx.saved_tensors[0])))
+    assert err.mistake == "sigmoid(-x)"
+    assert "exp(-y) with the output y" in err.hint and "1 minus the derivative" in err.hint

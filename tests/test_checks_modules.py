@@ -212,6 +212,24 @@ def _scaled_after_wrapping(self, i, o):
     self.bias = nn.Parameter(torch.zeros(o))
 
 
+def _one_number_bias(self, i, o):
+    """05.1, fifth audit: a bias of one number got only its shape, (1,), against (o,)."""
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.zeros(1))
+
+
+def _scalar_bias(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randn(o, i))
+    self.bias = nn.Parameter(torch.tensor(0.0))
+
+
+def _weight_transposed_in_place(self, x):
+    """05.1, fifth audit: t_() on the parameter was told that forward "changed its input x in place"."""
+    return x @ self.weight.t_() + self.bias
+
+
 LINEAR_MISTAKES = {
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
     "missing bias": linear_variant(init=_no_bias),
@@ -241,6 +259,8 @@ LINEAR_MISTAKES = {
     "computed in float32": linear_variant(forward=_in_float32),
     "operation after nn.Parameter": linear_variant(init=_scaled_after_wrapping),
     "output squeezed": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).squeeze()),
+    "bias of one number": linear_variant(init=_one_number_bias),
+    "parameter changed in place": linear_variant(forward=_weight_transposed_in_place),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -252,6 +272,11 @@ MORE_LINEAR_MISTAKES = [
     (  # 05.1, fourth audit: an in-place change of x was told torch's advice about weight updates
         "changed x in place",
         linear_variant(forward=lambda self, x: x.mul_(1.0) @ self.weight.t() + self.bias),
+    ),
+    ("bias of one number", linear_variant(init=_scalar_bias)),
+    (  # an in-place change of the bias, the other parameter
+        "parameter changed in place",
+        linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias.unsqueeze_(0)),
     ),
     (  # 05.1: a sigmoid (or softmax) inside got expected/got only: only a ReLU was listed
         "activation inside the layer",
@@ -288,6 +313,8 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.STALE_COPY,
             nb05_nn_module.OPERATION_AFTER_PARAMETER,
             nb05_nn_module.OUTPUT_SQUEEZED,
+            nb05_nn_module.BIAS_ONE_NUMBER,
+            nb05_nn_module.PARAMETER_INPLACE,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -795,6 +822,11 @@ def _relu_on_output(self, x):
     return torch.relu(ResidualStack.forward(self, x))
 
 
+def _input_added_at_the_end(self, x):
+    """05.3, fifth audit: the blocks add their inputs back, and x is added once more: expected/got only."""
+    return x + ResidualStack.forward(self, x)
+
+
 def _no_super_stack(self, D, H, depth):
     self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
 
@@ -813,6 +845,7 @@ STACK_MISTAKES = {
     "one block without its residual": stack_variant(forward=_last_without_skip),
     "ReLU on the block's input": stack_variant(forward=_relu_on_input),
     "ReLU on the stack's output": stack_variant(forward=_relu_on_output),
+    "input added again at the end": stack_variant(forward=_input_added_at_the_end),
     "only the last block counts": stack_variant(forward=_last_only),
     "returns the input": stack_variant(forward=_returns_x),
     "not a ReLU": stack_variant(forward=_tanh),

@@ -306,6 +306,23 @@ def _momentum_times_sum(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _velocity_rebound(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+        v = state["v"]
+    else:
+        v = state["v"]
+        v = group["momentum"] * v + p.grad  # a new tensor; state["v"] keeps the first step's
+    p.sub_(group["lr"] * v)
+
+
+def _velocity_rebound_from_zeros(self, p, group):
+    v = self.state[p].setdefault("v", torch.zeros_like(p))
+    v = group["momentum"] * v + p.grad
+    p.sub_(group["lr"] * v)
+
+
 # More ways students write a listed mistake: description -> (mistake name, a student's SGDMomentum).
 WRITTEN_AS = {
     "group = self.param_groups[0] for every group": (
@@ -327,6 +344,9 @@ WRITTEN_AS = {
     # found by the fourth audit: both got expected/got only
     "p -= lr * (v + grad)": ("velocity plus gradient", variant(update=_step_along_velocity_and_gradient)),
     "v = momentum * (v + grad)": ("momentum on the gradient", variant(update=_momentum_times_sum)),
+    # found by the fifth audit: the first got expected/got only; the second is "no velocity kept", which now says how
+    "v = momentum * v + grad, never stored back": ("velocity not stored back", variant(update=_velocity_rebound)),
+    "v from zeros, never stored back": ("no velocity kept", variant(update=_velocity_rebound_from_zeros)),
 }
 
 

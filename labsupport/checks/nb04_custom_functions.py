@@ -402,6 +402,14 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "the forward output lacks log1p(exp(-|x|))",
         ),
         Mistake(
+            "min(x, 0) for max(x, 0)",
+            (x.clamp(max=0) + torch.log1p(torch.exp(-x.abs())), None),
+            "the first term is min(x, 0), not max(x, 0), so the output is too small by |x| for every x: clamp's "
+            "max= sets the largest value allowed, an upper bound of 0 (which gives min(x, 0)), while max(x, 0) "
+            "keeps x where it is above 0, a lower bound of 0",
+            look="forward: the first term of the sum, and which bound clamp is given",
+        ),
+        Mistake(
             "forward adds x for max(x, 0)",
             (x + torch.log1p(torch.exp(-x.abs())), None),
             "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
@@ -478,7 +486,9 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "sigmoid(-x)",
             (None, g * torch.sigmoid(-x)),
-            "the derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), not sigmoid(-x)",
+            "the gradient is sigmoid(-x) = 1 / (1 + e^x), which is also exp(-y) with the output y: that is 1 minus "
+            "the derivative. The derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), close to 1 for large x "
+            "(where softplus follows x) and to 0 for very negative x",
         ),
         *_softplus_sign_mistakes(x, g),
         Mistake(

@@ -211,6 +211,13 @@ BIAS_SIZE = Mistake(
     why="the bias needs one number per output (D_out), not per input",
     look="__init__: the shape given to the bias's nn.Parameter",
 )
+BIAS_ONE_NUMBER = Mistake(
+    "bias of one number",
+    None,
+    why="the bias holds a single number, which every output would share; nn.Linear learns a bias for each output "
+    "unit, a vector of D_out numbers",
+    look="__init__: the shape given to the bias's nn.Parameter",
+)
 FROZEN = Mistake(
     "requires_grad=False",
     None,
@@ -349,6 +356,8 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
         raise mistake_error(f"{call}.bias has shape {bias_shape}", BIAS_2D, **facts)
     if bias_shape == (i,) and i != o:
         raise mistake_error(f"{call}.bias has shape {bias_shape}", BIAS_SIZE, **facts)
+    if bias_shape != (o,) and params["bias"].numel() == 1:
+        raise mistake_error(f"{call}.bias has shape {bias_shape}", BIAS_ONE_NUMBER, **facts)
     if bias_shape != (o,):
         raise CheckError(f"{call}.bias has shape {bias_shape}", **facts)
     frozen = [name for name, p in params.items() if not p.requires_grad]
@@ -427,16 +436,37 @@ def _stale_copies_named(layer: nn.Module, call: str) -> Iterator[None]:
 
 
 LINEAR_INPLACE = "forward must leave its input {name} as it is: compute the output with out-of-place operations"
+LEAF_INPLACE = "leaf Variable that requires grad is being used in an in-place"
+PARAMETER_INPLACE = Mistake(
+    "parameter changed in place",
+    None,
+    why="forward changes a parameter in place (a method whose name ends in _, such as t_() or unsqueeze_(), or "
+    "+= on a parameter): autograd refuses, since a parameter is a leaf whose gradient it must compute, and a "
+    "layer's forward only reads its weights; an operation that returns a new tensor leaves the parameter as it is",
+    look="forward: every method ending in _, and every +=, -= or *=, applied to self.weight or self.bias",
+)
+
+
+def _writes_into_parameters(layer: nn.Module, x: torch.Tensor, call: str) -> bool:
+    """Does forward still write into a leaf that requires grad when x does not require grad (so: a parameter)?"""
+    try:
+        run_student(layer, x.detach().clone(), what=f"{call}(x)")
+    except CheckError as err:
+        return LEAF_INPLACE in err.message
+    return False
 
 
 def _run_layer(layer: nn.Module, x: torch.Tensor, call: str) -> Any:
-    """``layer(x)``; a forward that writes into x (which requires grad here, so torch refuses) is told so."""
+    """``layer(x)``; a forward that writes into x (which requires grad here, so torch refuses) or into one of its
+    parameters is told which."""
     __tracebackhide__ = True
     try:
         return run_student(layer, x, what=f"{call}(x)", inplace_hint=LINEAR_INPLACE)
     except CheckError as err:
-        if "leaf Variable that requires grad is being used in an in-place" not in err.message:
+        if LEAF_INPLACE not in err.message:
             raise
+        if _writes_into_parameters(layer, x, call):
+            raise mistake_error(f"{call}(x) changed one of its parameters in place", PARAMETER_INPLACE) from None
         raise CheckError(
             f"{call}(x) changed its input x in place",
             hint=LINEAR_INPLACE.format(name="x"),
@@ -817,6 +847,13 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
             "one residual around the whole stack",
             _same_as(x + _chain(blocks, x)),
             why="the input is added once, around the whole stack, instead of once per block",
+        ),
+        Mistake(
+            "input added again at the end",
+            _same_as(x + _stack(blocks, x)),
+            why="each block adds its own input back already, and forward adds the stack's input x once more to the "
+            "last block's output: the stack's output is the last block's sum, with nothing added after it",
+            look="forward: what is done with the result after the loop over the blocks",
         ),
         Mistake(
             "ReLU on the stack's output",

@@ -196,6 +196,13 @@ def _stale_from_grad(p, g, v, lr, mu):
     return p - lr * old, mu * old + g
 
 
+def _velocity_not_stored(p, g, v, lr, mu):
+    """The new velocity is bound to a local name only: the state keeps the first step's velocity for good."""
+    if v is None:
+        return p - lr * g, g
+    return p - lr * (mu * v + g), v
+
+
 def _momentum_missing(p, g, v, lr, mu):
     v = g if v is None else v + g
     return p - lr * v, v
@@ -301,8 +308,19 @@ RULE_MISTAKES = [
     Mistake(
         "no velocity kept",
         WrongRule((_no_velocity,)),
-        why="each step uses only the current gradient: nothing is carried over from one step to the next",
+        why="each step uses only the current gradient: nothing is carried over from one step to the next (a "
+        "velocity computed into a local name, and never written back into self.state[p] nor updated in place, is "
+        "gone when step() returns)",
         look="step(): keep v in self.state[p] and update it at every step",
+    ),
+    Mistake(
+        "velocity not stored back",
+        WrongRule((_velocity_not_stored,)),
+        why="every step combines the gradient with the velocity the first step stored: the new velocity is bound "
+        "to a local name (an assignment makes a new tensor), but self.state[p] still holds the old one, so the "
+        "velocity never builds up past its first value; it has to be written back into the state, or updated in "
+        "place",
+        look="step(): after the velocity is updated, what self.state[p] holds",
     ),
     Mistake(
         "parameters never change",

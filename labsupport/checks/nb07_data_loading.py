@@ -47,7 +47,9 @@ __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 #: The capstone's target (accuracy on the held-out digits, distorted) and budget (CPU seconds on one thread).
 TARGET = 0.94
 BUDGET = 30.0
-EPOCHS = 2  # 07.1: epochs of the student's train
+# 07.1: epochs of the student's train; neither 2 nor the notebook's 10, so a train that writes its own epoch
+# count instead of using the epochs argument runs another number of epochs than it was given
+EPOCHS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +128,7 @@ class Measured:
     images: int = 0
     raw_nll_sum: float = 0.0  # F.nll_loss on the raw scores, summed: minus the labels' scores
     softmax_sum: float = 0.0  # cross_entropy of softmax(logits), summed
+    broadcast_correct: int = 0  # (argmax(keepdim=True) == labels).sum(): (B, 1) against (B,) compares B x B pairs
 
 
 @torch.no_grad()
@@ -135,12 +138,14 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
     model.eval()
     device = pick_device()
     loss_sum, correct, total, raw_nll_sum, softmax_sum = 0.0, 0, 0, 0.0, 0.0
+    broadcast_correct = 0
     batch_losses, batch_accs = [], []
     for images, labels in loader:
         logits = model(images.to(device))
         labels = labels.to(device)
         losses = F.cross_entropy(logits, labels, reduction="none")
         right = int((logits.argmax(dim=1) == labels).sum())
+        broadcast_correct += int((logits.argmax(dim=1, keepdim=True) == labels).sum())
         loss_sum += float(losses.sum())
         raw_nll_sum += float(F.nll_loss(logits, labels, reduction="sum"))
         softmax_sum += float(F.cross_entropy(F.softmax(logits, dim=1), labels, reduction="sum"))
@@ -161,6 +166,7 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
         images=total,
         raw_nll_sum=raw_nll_sum,
         softmax_sum=softmax_sum,
+        broadcast_correct=broadcast_correct,
     )
 
 
@@ -271,6 +277,15 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
             "the count of right answers was divided by the number of batches (len(loader)): the accuracy is per "
             "image, right answers over the images counted",
             look="what the count of right answers is divided by",
+        ),
+        Mistake(
+            "predictions of shape (B, 1) broadcast",
+            Near(m.broadcast_correct / m.images),
+            "the predictions keep a dimension of size 1 (argmax with keepdim=True, shape (B, 1)), and comparing "
+            "them with the labels, shape (B,), broadcasts to a (B, B) table that checks every prediction against "
+            "every label, so far more than one 'match' is counted per image; each prediction is compared with its "
+            "own label, two tensors of the same shape",
+            look="evaluate: the shapes of the two sides of the == that counts the right answers",
         ),
         Mistake(
             "divided by batches times batch size",
@@ -424,6 +439,7 @@ class Run:
     train_last_accs: list[float] = dataclasses.field(default_factory=list)  # per epoch, its last batch's accuracy
     train_correct: list[float] = dataclasses.field(default_factory=list)  # per epoch, a count
     val: list[Measured] = dataclasses.field(default_factory=list)  # per epoch
+    val_before: Measured | None = None  # on val_loader before the first epoch: the untrained model
     remeasured: list[Measured] = dataclasses.field(default_factory=list)  # per epoch, on the training loader
     weights: torch.Tensor | None = None
 
@@ -433,22 +449,25 @@ def _reference_train(
     loader: DataLoader,
     val: DataLoader,
     *,
-    zero_grad: bool = True,
+    zero_grad: str = "every batch",
     scheduler_first: bool = False,
     reduction: str = "mean",
 ) -> Run:
-    """The check's train (or a variant with a known mistake), written out as a student would."""
+    """The check's train (or a variant with a known mistake), written out as a student would. ``zero_grad``:
+    "every batch", "every epoch" (before the batch loop) or "never"."""
     optimizer, scheduler = _optimizer(model)
     device = pick_device()
-    run = Run()
+    run = Run(val_before=_measure(model, val))
     for _ in range(EPOCHS):
         model.train()
+        if zero_grad == "every epoch":
+            optimizer.zero_grad()
         correct, seen, batch_accs = 0, 0, []
         for images, labels in loader:
             images, labels = images.to(device), labels.to(device)
             logits = model(images)
             loss = F.cross_entropy(logits, labels, reduction=reduction)
-            if zero_grad:
+            if zero_grad == "every batch":
                 optimizer.zero_grad()
             loss.backward()
             run.lrs.append(scheduler.get_last_lr()[0])
@@ -640,7 +659,8 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
     """Runs of the check's loop with a known mistake: their weights identify it."""
     import warnings
 
-    unzeroed = _reference_train(copy.deepcopy(start), loader, val, zero_grad=False).weights
+    unzeroed = _reference_train(copy.deepcopy(start), loader, val, zero_grad="never").weights
+    per_epoch = _reference_train(copy.deepcopy(start), loader, val, zero_grad="every epoch").weights
     summed = _reference_train(copy.deepcopy(start), loader, val, reduction="sum").weights
     with warnings.catch_warnings():  # torch warns about exactly this order
         warnings.simplefilter("ignore")
@@ -651,6 +671,14 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
             Near(unzeroed, 1e-5),
             "optimizer.zero_grad() is missing: each backward adds its gradients to those of all earlier batches",
             look="optimizer.zero_grad()  # before loss.backward()",
+        ),
+        Mistake(
+            "zero_grad once per epoch",
+            Near(per_epoch, 1e-5),
+            "optimizer.zero_grad() runs once per epoch, before the batch loop: within an epoch each backward adds "
+            "its gradients to those of the epoch's earlier batches, so every step but the epoch's first follows a "
+            "sum of old gradients; the gradients are cleared for every batch",
+            look="train: where optimizer.zero_grad() sits, in the epoch loop or in the batch loop",
         ),
         Mistake(
             "no gradient at step",
@@ -756,6 +784,14 @@ def _val_mistakes(ref: Run, which: str) -> list[Mistake]:
             Near([getattr(m, other) for m in ref.val]),
             "the validation loss and accuracy are swapped: evaluate returns (loss, accuracy)",
         ),
+        Mistake(
+            "validation before the epoch's training",
+            Near([getattr(m, which) for m in [ref.val_before, *ref.val[:-1]]]),
+            "each epoch's validation figures are those of the model before that epoch trained (the first epoch's "
+            "are the untrained model's): evaluate ran before the batch loop, so the figures lag one epoch behind "
+            "and the last epoch's training is never measured; the prompt measures after every epoch's batches",
+            look="train: where evaluate is called, before or after the loop over the training batches",
+        ),
     ]
     if which == "loss":
         per_epoch = len(ref.losses) // EPOCHS
@@ -813,7 +849,6 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
     per_batch = n // EPOCHS
     step_bases = [list(range(1, n + 1)), list(range(n))]
     epoch_bases = [[per_batch * (e + 1) for e in range(EPOCHS)], [per_batch * (e + 1) - 1 for e in range(EPOCHS)]]
-    epoch_numbers = [list(range(1, EPOCHS + 1)), list(range(EPOCHS))]
     groups = (
         (("loss/train", "lr"), step_bases, n, "one per step"),
         (("accuracy/train", "accuracy/val", "loss/val"), epoch_bases, EPOCHS, "one per epoch"),
@@ -830,13 +865,11 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
                     hint="writer.add_scalar(tag, value, step) with the tags the prompt names",
                 )
             if len(entries) != count:
-                raise CheckError(
-                    f"{tag!r} was logged {len(entries)} times", expected=f"{count} ({what})", got=str(len(entries))
-                )
+                raise _count_error(tag, len(entries), count, what, n)
             steps = _steps_of(entries, tag)
             offsets[tag] = _offset(steps, bases)
             if offsets[tag] is None:
-                _wrong_steps(tag, steps, bases, epoch_numbers if count == EPOCHS else [])
+                _wrong_steps(tag, steps, bases, _epoch_step_mistakes(per_batch) if count == EPOCHS else [])
         if len(set(offsets.values())) > 1:
             raise CheckError(
                 f"the tags {', '.join(map(repr, tags))} are logged at different steps",
@@ -846,19 +879,67 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
             )
 
 
-def _wrong_steps(tag: str, steps: list[float], bases: Sequence[list[int]], epoch_numbers: Sequence[list[int]]) -> None:
+PER_STEP_TAG_PER_EPOCH = Mistake(
+    "per-step tag logged per epoch",
+    None,
+    "a tag meant for every step was logged once per epoch: its add_scalar sits after the batch loop (one indent "
+    "too few), so the curve gets one point per epoch; 'loss/train' and 'lr' describe each step, inside the batch loop",
+    look="train: the indentation of writer.add_scalar('loss/train', ...) and writer.add_scalar('lr', ...)",
+)
+PER_EPOCH_TAG_PER_STEP = Mistake(
+    "per-epoch tag logged per step",
+    None,
+    "a tag meant for each epoch was logged at every step: its add_scalar sits inside the batch loop (one indent "
+    "too many); 'accuracy/train', 'accuracy/val' and 'loss/val' sum up a whole epoch, after its batch loop",
+    look="train: the indentation of the per-epoch writer.add_scalar calls",
+)
+
+
+def _count_error(tag: str, logged: int, count: int, what: str, n: int) -> CheckError:
+    """A tag logged ``logged`` times where ``count`` were due (``n`` steps in all): once per epoch where every
+    step was meant, or the reverse."""
+    message = f"{tag!r} was logged {logged} times"
+    expected = f"{count} ({what})"
+    if count == n and logged == EPOCHS:
+        return mistake_error(message, PER_STEP_TAG_PER_EPOCH, expected=expected, got=str(logged))
+    if count == EPOCHS and logged == n:
+        return mistake_error(message, PER_EPOCH_TAG_PER_STEP, expected=expected, got=str(logged))
+    return CheckError(message, expected=expected, got=str(logged))
+
+
+EPOCH_AS_STEP = Mistake(
+    "epoch number as step",
+    None,
+    "the epoch number was logged as the step: log at the count of "
+    "optimizer steps so far, so per-epoch points line up with the per-step curves",
+)
+EPOCH_START_AS_STEP = Mistake(
+    "step at the epoch's start",
+    None,
+    "the per-epoch values were logged at the step count where the epoch began (the epoch number times the batches "
+    "per epoch), but they describe the model after the epoch's batches: the step is the count of optimizer steps "
+    "taken so far, after the epoch's last batch, where the per-step curves have got to",
+    look="train: the step given to the per-epoch writer.add_scalar calls",
+)
+
+
+def _epoch_step_mistakes(per_batch: int) -> list[tuple[list[list[int]], Mistake]]:
+    """Wrong step numberings of the per-epoch tags, each with its mistake."""
+    epoch_numbers = [list(range(1, EPOCHS + 1)), list(range(EPOCHS))]
+    epoch_starts = [[per_batch * e for e in range(EPOCHS)]]
+    return [(epoch_numbers, EPOCH_AS_STEP), (epoch_starts, EPOCH_START_AS_STEP)]
+
+
+def _wrong_steps(
+    tag: str, steps: list[float], bases: Sequence[list[int]], known: Sequence[tuple[list[list[int]], Mistake]]
+) -> None:
     __tracebackhide__ = True
     shown = [int(s) if float(s).is_integer() else s for s in steps]
     message = f"the steps logged under {tag!r} are not the optimizer steps so far"
     expected = f"{bases[0]} (or {bases[1]})"
-    if _offset(steps, epoch_numbers) is not None:
-        mistake = Mistake(
-            "epoch number as step",
-            None,
-            "the epoch number was logged as the step: log at the count of "
-            "optimizer steps so far, so per-epoch points line up with the per-step curves",
-        )
-        raise mistake_error(message, mistake, expected=expected, got=str(shown))
+    for numberings, mistake in known:
+        if _offset(steps, numberings) is not None:
+            raise mistake_error(message, mistake, expected=expected, got=str(shown))
     raise CheckError(
         message, expected=expected, got=str(shown), hint="count the optimizer steps in a variable and log at that count"
     )
@@ -1014,7 +1095,7 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
 
 @exercise("07.1", "evaluate and train")
 def check_training_loop(evaluate, train) -> None:
-    """evaluate on a batch-norm model with a short last batch; then train for 2 epochs against the
+    """evaluate on a batch-norm model with a short last batch; then train for EPOCHS epochs against the
     check's own loop: modes, steps, weights, history, and every value and step logged."""
     expect_function(evaluate, "evaluate")
     expect_function(train, "train")
@@ -1471,9 +1552,39 @@ def _held_out_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Ten
             usage=True,
             hint="build and train the model on the CPU",
         )
-    out = run_student(model, images.to(device), what="your model")
+    images = images.to(device)
+    try:
+        out = run_student(model, images, what="your model")
+    except CheckError as err:
+        if not (err.mistake or "").startswith("raised") or not _takes_flat_images(model, images):
+            raise
+        raise mistake_error(
+            f"{err.message.splitlines()[0]}, on images of shape {tuple(images.shape)}",
+            FLAT_INPUT,
+            expected="10 scores for each image of shape (1, 8, 8)",
+            got="scores only for images flattened to 64 numbers",
+        ) from None
     out = expect_tensor(out, "the model's output", shape=(len(labels), 10))
     return float((out.argmax(dim=1).cpu() == labels).double().mean())
+
+
+FLAT_INPUT = Mistake(
+    "model takes flattened images",
+    None,
+    "the model works on images flattened to 64 numbers, but the images it is given, by the check as by "
+    "train_capstone's caller, have the shape (N, 1, 8, 8): the flattening happened in your training code, outside "
+    "the model, so the returned model cannot take the images it is meant for; make the flattening part of the model",
+    look="the first layer of the returned model, and where your training code reshapes the images",
+)
+
+
+def _takes_flat_images(model: nn.Module, images: torch.Tensor) -> bool:
+    """Does the model give 10 scores per image once the images are flattened to (N, 64)?"""
+    try:
+        out = run_student(model, images.flatten(1), what="your model")
+    except CheckError:
+        return False
+    return isinstance(out, torch.Tensor) and tuple(out.shape) == (len(images), 10)
 
 
 def _tolerance(size: int | None, accuracy: float, held: int) -> float:
