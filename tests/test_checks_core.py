@@ -159,8 +159,10 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         ([1.0, 2.0], "list of length 2"),
         (np.ones(2), "torch.from_numpy"),
         (2.0, "drop .item()"),
-        (torch.zeros(2, 1), "wrong shape"),
+        (torch.zeros(2, 1), "extra trailing dimension"),  # keepdim=True
         (torch.zeros(1, 2), "extra leading dimension"),
+        (torch.zeros(2, 2), "one dimension too many"),  # square: the extra axis could be either one
+        (torch.zeros(3), "wrong shape"),
         (torch.zeros(2, dtype=torch.float64), "wrong dtype"),
         (torch.zeros(2, device="meta"), "meta device"),
         (torch.tensor([float("nan"), 1.0]), "1 NaN and 0 inf"),

@@ -160,12 +160,21 @@ def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
 
 def _shape_error(value: torch.Tensor, name: str, shape: tuple) -> CheckError:
     got = tuple(value.shape)
-    if got[1:] == shape or (len(got) == len(shape) + 1 and got[0] == 1):
+    leading = got[1:] == shape or (len(got) == len(shape) + 1 and got[0] == 1)
+    trailing = got[:-1] == shape and not (got[1:] == shape and got[0] == 1)
+    if leading and not trailing:
         return CheckError(
             f"{name} has an extra leading dimension",
             expected=f"shape {shape}",
             got=f"shape {got}",
             hint="a batch or stacking axis was kept: the result should not have it",
+        )
+    if trailing:  # (N, C) for (N,): a product not summed, an index not taken; with N == C either end fits
+        return CheckError(
+            f"{name} has one dimension too many" if leading else f"{name} has an extra trailing dimension",
+            expected=f"shape {shape}",
+            got=f"shape {got}",
+            hint="an axis that should be reduced (summed, indexed or squeezed) was kept",
         )
     message = f"{name} has the wrong shape"
     hint = None
