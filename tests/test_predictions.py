@@ -206,3 +206,11 @@ def test_a_sentence_that_names_one_choice_is_refused_with_how_to_write_it():
     assert "your text mentions 'error'; if that is your answer, write just that" in text
     assert core.COMMITTED == {}  # a refused answer is not committed: the student may write it again
     assert "mentions" not in refused(check_guess, "doubled or the same")  # two choices: no suggestion
+
+
+def test_a_near_spelling_of_one_choice_is_refused_with_the_choice_it_resembles():
+    core.COMMITTED.clear()
+    text = refused(check_guess, "errors")
+    assert "did you mean 'error'? Write the choice exactly as listed" in text
+    assert core.COMMITTED == {}  # refused, not committed: the outcome is still hidden
+    assert "did you mean" not in refused(check_guess, "grows")  # like no choice: no suggestion

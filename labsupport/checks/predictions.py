@@ -11,6 +11,7 @@ notebook and flags a recorded answer that differs from the answer cell.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -125,7 +126,7 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
                 f"{name}: the answer must be one of the choices",
                 expected=expected,
                 got=repr(got),
-                hint=_choice_mentioned(got, choices),
+                hint=_choice_mentioned(got, choices) or _close_spelling(got, choices),
                 usage=True,
             )
     return got
@@ -140,6 +141,19 @@ def _choice_mentioned(got: Any, choices: Sequence[Any]) -> str | None:
         return None
     return (
         f"write the choice alone, as a word: your text mentions {words[0]!r}; if that is your answer, write just that"
+    )
+
+
+def _close_spelling(got: Any, choices: Sequence[Any]) -> str | None:
+    """For a word spelled close to exactly one of the word choices ("diverge" for "diverges"): which one."""
+    words = [c.lower() for c in choices if isinstance(c, str)]
+    if not isinstance(got, str) or not got or not words:
+        return None
+    close = difflib.get_close_matches(got, words, n=2, cutoff=0.75)
+    if len(close) != 1:
+        return None
+    return (
+        f"{got!r} is not one of the choices as written; did you mean {close[0]!r}? Write the choice exactly as listed"
     )
 
 
