@@ -141,9 +141,24 @@ def test_the_first_break_shows_where_and_the_second_names_why():
         assert ("decided by Python, between two graphs" in shown) == (rung == 2)
 
 
+def test_a_mean_of_booleans_is_named():
+    """09.4 audit 5: (y > 0).mean() raised mean()'s dtype error, with running's hint about tensors of different
+    dtypes (a wrong cause)."""
+
+    def mean_of_the_comparison(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() < 0, -y, y)
+        return y * (y > 0).mean()
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(mean_of_the_comparison)
+    assert info.value.mistake == "mean of booleans"
+    assert "different dtypes" not in info.value.hint
+
+
 def test_no_hint_quotes_the_fix():
     fixes = ("torch.where", "torch.cond", ".float().mean()", "count_nonzero", "(y > 0)")
-    for mistake in nb09.GRAPH_BREAKS + nb09.SUMMARISE_MISTAKES:
+    for mistake in [*nb09.GRAPH_BREAKS, *nb09.SUMMARISE_MISTAKES, nb09.MEAN_OF_BOOLEANS]:
         text = f"{mistake.why} {mistake.look}"
         assert not any(fix in text for fix in fixes), mistake.name
 

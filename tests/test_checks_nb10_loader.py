@@ -100,6 +100,21 @@ MISTAKES = {
 }
 
 
+def test_parts_that_overlap_only_after_epoch_0_fail():
+    """10.6 audit 5: epoch 0 alone was checked for parts that cover the data, so an epoch number that grows with the
+    rank (the same on every rank in epoch 0 only) passed."""
+
+    def epoch_scaled_by_rank(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch * (rank + 1))
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(epoch_scaled_by_rank)
+    assert info.value.mistake == "shards overlap"
+    assert "reach no rank in epoch 1" in info.value.message
+
+
 def test_set_epoch_with_the_rank_is_named_by_the_overlap_it_makes():
     """10.6: set_epoch(rank) was reported as "items reach no rank", then blamed on a missing set_epoch."""
     with pytest.raises(lab.CheckError) as info:

@@ -37,7 +37,15 @@ def test_shares_beyond_two_hundredths_are_not_right(answer, capsys):
     assert capsys.readouterr().out.startswith("NOT RIGHT")
 
 
-@pytest.mark.parametrize("answer, note", [(0.11, "convolutions' share"), (0.74, "first Linear layer's share alone")])
+@pytest.mark.parametrize(
+    "answer, note",
+    [
+        (0.11, "convolutions' share"),
+        (0.74, "first Linear layer's share alone"),
+        (0.17, "share the Linear layers would hold if the first took 512"),  # audit 5: the 7 x 7 forgotten
+        (0.1875, "share of the layers, 3 of VGG16's 16"),  # audit 5: layers counted, not parameters
+    ],
+)
 def test_each_known_wrong_share_gets_its_note(answer, note, capsys):
     lab.check_vgg_share_prediction(answer)
     assert capsys.readouterr().out.startswith("NOT RIGHT")
@@ -191,6 +199,22 @@ def _prepare_with_frozen_batch_norm(model, num_classes):
     return make_prepare()(model, num_classes)
 
 
+def _prepare_frozen_by_name(model, num_classes):
+    """The backbone frozen by a name test that lets only the head's weight through."""
+    model.fc = nn.Linear(model.fc.in_features, num_classes)
+    for name, parameter in model.named_parameters():
+        parameter.requires_grad = name == "fc.weight"
+    return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
+
+
+def _prepare_with_a_frozen_group(model, num_classes):
+    """Correct: a frozen backbone kept in the optimizer, in a group of its own with a smaller learning rate."""
+    model.requires_grad_(False)
+    model.fc = nn.Linear(model.fc.in_features, num_classes)
+    groups = [{"params": model.layer4.parameters(), "lr": 0.001}, {"params": model.fc.parameters()}]
+    return model, torch.optim.SGD(groups, lr=0.01)
+
+
 CORRECT_TRANSFERS = {
     # audit 3: FrozenBatchNorm2d keeps no num_batches_tracked, which read as "statistics changed"
     "FrozenBatchNorm2d": (_prepare_with_frozen_batch_norm, make_step(eval_mode=False)),
@@ -206,6 +230,8 @@ CORRECT_TRANSFERS = {
     # audit 2: refused as "backbone not frozen", though the backbone never changes
     "only the head in the optimizer": (make_prepare(freeze=False), make_step()),
     "no_grad backbone, all in the optimizer": (make_prepare(freeze=False, optimizer="all"), _features_then_head),
+    # audit 5: refused as "optimizer settings": the lr of every group was read, not only of those holding the head
+    "a frozen group with its own lr": (_prepare_with_a_frozen_group, make_step()),
 }
 
 
@@ -249,6 +275,38 @@ def _mse_to_indices(scores, labels):
     return nn.functional.mse_loss(scores, labels.float())
 
 
+def _label_smoothing(scores, labels):
+    return nn.CrossEntropyLoss(label_smoothing=0.1)(scores, labels)
+
+
+def _bce_to_one_hot(scores, labels):
+    return nn.functional.binary_cross_entropy_with_logits(
+        scores, nn.functional.one_hot(labels, scores.shape[1]).float()
+    )
+
+
+def _bce_to_indices(scores, labels):
+    return nn.BCEWithLogitsLoss()(scores, labels.float())
+
+
+def _mean_divided_by_the_batch_size(scores, labels):
+    return nn.functional.cross_entropy(scores, labels) / len(labels)
+
+
+def _step_before_backward(model, optimizer, images, labels):
+    model.eval()
+    loss = nn.functional.cross_entropy(model(images), labels)
+    optimizer.zero_grad()
+    optimizer.step()
+    loss.backward()
+    return loss.item()
+
+
+def _returns_the_batch_total(model, optimizer, images, labels):
+    """The reference step returning what a tutorial's epoch loop adds up: the mean loss times the batch size."""
+    return make_step()(model, optimizer, images, labels) * len(labels)
+
+
 def _prepare_around_the_old_head(model, num_classes):
     model.requires_grad_(False)
     model.fc = nn.Sequential(model.fc, nn.Linear(model.fc.out_features, num_classes))
@@ -289,6 +347,7 @@ TRANSFER_MISTAKES = [
     (make_prepare(width=512), make_step(), "head width fixed"),  # ResNet-18's width: passed
     (make_prepare(freeze=False, optimizer="all"), make_step(), "backbone not frozen"),
     (make_prepare(freeze_head=True), make_step(), "head frozen"),
+    (_prepare_frozen_by_name, make_step(), "part of the head frozen"),  # audit 5: "the head was frozen too"
     (make_prepare(optimizer="old"), make_step(), "optimizer over the old head"),
     (make_prepare(optimizer="backbone"), make_step(), "head not in the optimizer"),
     (make_prepare(lr=0.1), make_step(), "optimizer settings"),
@@ -315,6 +374,15 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _step_with_loss(_mse_to_one_hot), "regression loss, not cross-entropy"),
     (make_prepare(), _step_with_loss(_mse_of_probabilities), "regression loss, not cross-entropy"),
     (make_prepare(), _step_with_loss(_mse_to_indices), "regression loss, not cross-entropy"),
+    # audit 5: a generic "weight does not match" (the first three and the fifth), "raised ValueError" (the fourth),
+    # "optimizer.step() is not called" (a wrong cause: it ran, before backward), a generic "loss does not match"
+    (make_prepare(), _step_with_loss(_label_smoothing), "label smoothing"),
+    (make_prepare(momentum=0.9), _step_with_loss(_label_smoothing), "label smoothing"),
+    (make_prepare(), _step_with_loss(_bce_to_one_hot), "binary cross-entropy"),
+    (make_prepare(), _step_with_loss(_bce_to_indices), "binary cross-entropy"),
+    (make_prepare(), _step_with_loss(_mean_divided_by_the_batch_size), "loss averaged twice"),
+    (make_prepare(), _step_before_backward, "step before backward"),
+    (make_prepare(), _returns_the_batch_total, "loss returned as the batch's total"),
     # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
     (_prepare_around_the_old_head, make_step(), "old head kept"),
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),

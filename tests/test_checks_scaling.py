@@ -387,6 +387,53 @@ def model_half(model, optimizer, scaler, inputs, targets, dtype):
     return amp_step(model, optimizer, scaler, inputs, targets, dtype)
 
 
+def scale_fixed_in_update(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 5: update() given the initial scale: a generic "the scale is 1024, expected 2048"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update(1024.0)
+    return loss.detach()
+
+
+def scale_kept_in_update(model, optimizer, scaler, inputs, targets, dtype):
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update(scaler.get_scale())
+    return loss.detach()
+
+
+def step_only_on_a_finite_loss(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 5: the scaler's step skipped by hand on the inf batch: named "update without scaler.step"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    if torch.isfinite(loss):
+        scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def summed_loss(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 5: a generic "the weights differ"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets, reduction="sum")
+    return _scaled_update(optimizer, scaler, loss)
+
+
+def softmax_before_the_loss(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 5: a generic "the weights differ"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs).softmax(dim=1), targets)
+    return _scaled_update(optimizer, scaler, loss)
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -419,6 +466,10 @@ AMP_MISTAKES = {
     "unscaled twice": [unscaled_twice],
     "scaler stepped twice": [scaler_stepped_twice],
     "model cast to dtype": [model_to_dtype, model_half],
+    "scale given to update": [scale_fixed_in_update, scale_kept_in_update],
+    "inf step skipped by hand": [step_only_on_a_finite_loss],
+    "loss summed over the batch": [summed_loss],
+    "softmax before the loss": [softmax_before_the_loss],
 }
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
@@ -432,6 +483,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {m.name for m in nb10.SCALER_ERRORS}
     listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
+    listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -692,6 +744,47 @@ def two_ranks_averaged(model, inputs, targets, world_size):
     return [sum(gs) / 2 for gs in zip(*shards)]
 
 
+def shards_one_short(model, inputs, targets, world_size):
+    """10.3 audit 5: each slice ended one early (an exclusive end taken for an inclusive one): no cause named."""
+    n = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        model.zero_grad()
+        rows = slice(r * n, (r + 1) * n - 1)
+        F.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+def zeroes_grads_in_place(model, inputs, targets, world_size):
+    """10.3 audit 5: p.grad.zero_() on a fresh model raised AttributeError, with no cause named."""
+    n = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        for p in model.parameters():
+            p.grad.zero_()
+        F.cross_entropy(model(inputs[r * n : (r + 1) * n]), targets[r * n : (r + 1) * n]).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+def accumulated_without_clearing(model, inputs, targets, world_size):
+    """10.3 audit 5: passed, since the check's model came with no gradients; a trained one has them in .grad."""
+    for xs, ys in zip(inputs.chunk(world_size), targets.chunk(world_size)):
+        (F.cross_entropy(model(xs), ys) / world_size).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def cleared_after_each_rank(model, inputs, targets, world_size):
+    """Gradients cleared after each rank's copy, so the first rank's still holds what .grad held before."""
+    kept = []
+    for xs, ys in zip(inputs.chunk(world_size), targets.chunk(world_size)):
+        F.cross_entropy(model(xs), ys).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+        model.zero_grad()
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 def divided_by_two(model, inputs, targets, world_size):
     return [g * world_size / 2 for g in data_parallel_grads(model, inputs, targets, world_size)]
 
@@ -712,6 +805,9 @@ DP_MISTAKES = {
     "split by chunk size": [split_by_size, split_by_size_over_ranks, split_by_size_divided_by_ranks],
     "shards interleaved": [interleaved_shards],
     "world size written in": [two_ranks_always, two_ranks_averaged, divided_by_two],
+    "shards one short": [shards_one_short],
+    "zeroed a grad that is None": [zeroes_grads_in_place],
+    "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
 }
 
 
@@ -720,7 +816,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     x, y = nb10._batch(12, 0, torch.float64)
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
-    listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name}
+    listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
     assert listed <= set(DP_MISTAKES)
 
 

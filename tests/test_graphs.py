@@ -99,6 +99,13 @@ def test_a_trace_with_another_example_is_accepted(capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+def _at_most_three_passes(x):
+    for _ in range(3):
+        if x.abs().max() > 1:
+            x = x / 2
+    return x
+
+
 def _stops_at_two(x):
     while x.abs().max() > 2:
         x = x / 2
@@ -109,6 +116,7 @@ EAGER_WRONG = {
     "no abs": nb09._variant_no_abs,
     ">= 1": nb09._variant_at_least_one,
     "if, not while": nb09._halve_once,
+    "fixed number of passes": _at_most_three_passes,  # audit 5: "wrong stop", the loop's own cause unnamed
     "elementwise": nb09._halve_elementwise,
     "sum, not max": nb09._variant_sum,
     "norm, not max": nb09._variant_norm,

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import functools
 import math
+import traceback
 import warnings
 from typing import Any
 
@@ -39,8 +40,9 @@ CLASSES = (3, 7)  # 08.2: the cases
 
 
 @functools.lru_cache(maxsize=1)
-def _vgg16_counts() -> tuple[int, int, int]:
-    """VGG16's parameters: in its Linear layers, in the first of them, and in all (counted once, on the meta device)."""
+def _vgg16_counts() -> tuple[int, int, int, int]:
+    """VGG16's parameters: in its Linear layers, in the first of them, in all (counted once, on the meta device), and
+    in its Linear layers as they would be if the first took one 512-channel vector, not 512 x 7 x 7 features."""
     from torchvision.models import vgg16
 
     with torch.device("meta"):
@@ -49,7 +51,9 @@ def _vgg16_counts() -> tuple[int, int, int]:
     linear = sum(p.numel() for m in layers for p in m.parameters())
     first = sum(p.numel() for p in layers[0].parameters())
     total = sum(p.numel() for p in model.parameters())
-    return linear, first, total
+    channels = model.features[-3].out_channels  # the last convolution's (a ReLU and a max-pool follow it)
+    unflattened = linear - first + (channels + 1) * layers[0].out_features
+    return linear, first, total, unflattened
 
 
 @exercise("08.1", "where VGG16's parameters are (predict, then count)")
@@ -64,7 +68,7 @@ def check_vgg_share_prediction(prediction) -> None:
             hint="a share of 45% is written 0.45",
             usage=True,
         )
-    linear, first, total = _vgg16_counts()
+    linear, first, total, unflattened = _vgg16_counts()
     actual = round(linear / total, 2)
     check_prediction(
         name,
@@ -81,6 +85,11 @@ def check_vgg_share_prediction(prediction) -> None:
             "but hold few parameters.",
             round(first / total, 2): "That is the first Linear layer's share alone: the two after it "
             "(4096 to 4096, and 4096 to the 1000 classes) hold 21 M more.",
+            round(unflattened / total, 2): "That is the share the Linear layers would hold if the first took 512 "
+            "numbers: it takes the last convolution's whole output, 512 channels at each of 7 x 7 positions, "
+            "flattened, and each of those features has its own weight to each of the 4096 outputs.",
+            round(3 / 16, 2): "That is the share of the layers, 3 of VGG16's 16 layers with weights: the question "
+            "counts parameters, and the layers hold very different numbers of them.",
         },
         ask="which single layer holds most of them, and what about its input makes it so large? Why does a "
         "convolution with many more multiplications need so few weights?",
@@ -193,7 +202,11 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
     if any(module is old_head for module in head.modules()):
         got = "a model.fc that holds the old model.fc"
         return mistake_error("the new head holds the old one", OLD_HEAD_KEPT, expected="a new model.fc", got=got)
-    if not all(p.requires_grad for p in head.parameters()):
+    frozen = [name for name, p in head.named_parameters() if not p.requires_grad]
+    if frozen and len(frozen) < len(list(head.parameters())):
+        got = f"{', '.join(frozen)} frozen"
+        return mistake_error("part of the new head does not require grad", PART_FROZEN, expected="all of it", got=got)
+    if frozen:
         mistake = Mistake(
             "head frozen",
             None,
@@ -202,6 +215,15 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
         return mistake_error("the new head does not require grad", mistake, expected="requires_grad=True", got="False")
     return _optimizer_error(optimizer, head, old_head)
 
+
+PART_FROZEN = Mistake(
+    "part of the head frozen",
+    None,
+    "only part of the new head requires grad (its weight and not its bias, say): the freezing reached into the "
+    "head, and what does not require grad gets no gradient and never learns; every parameter of the new head must "
+    "learn, and only the backbone's stay frozen",
+    look="which parameters the freezing reaches",
+)
 
 OLD_HEAD_KEPT = Mistake(
     "old head kept",
@@ -258,7 +280,9 @@ def _optimizer_error(optimizer: torch.optim.Optimizer, head: nn.Module, old_head
             mistake = Mistake("head not in the optimizer", None, why)
         got = "the old head's parameters" if old else f"{len(held)} parameters, none of the new head's"
         return mistake_error("the optimizer does not hold the new head's parameters", mistake, got=got)
-    lrs = {group["lr"] for group in optimizer.param_groups if any(id(p) in held for p in head.parameters())}
+    head_ids = {id(p) for p in head.parameters()}
+    # the learning rate of the groups that hold the head: a frozen backbone's group may have any other
+    lrs = {group["lr"] for group in optimizer.param_groups if head_ids & {id(p) for p in group["params"]}}
     plain_lrs = {float(lr) if not isinstance(lr, torch.Tensor) else float(lr.item()) for lr in lrs}
     wrong_lr = any(not math.isclose(lr, 0.01, rel_tol=1e-6) for lr in plain_lrs)  # a float32 0.01 is 0.0099999998
     if not isinstance(optimizer, torch.optim.SGD) or wrong_lr:
@@ -339,6 +363,7 @@ class Snapshot:
     optimizer: dict
     seed: int
     head_training: bool = True
+    stepped: bool = True  # did the student's step call the optimizer's step()?
 
 
 def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer, seed: int) -> Snapshot:
@@ -422,7 +447,7 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
     head = list(model.fc.parameters())
     unchanged = all(torch.equal(p.detach(), b) for p, b in zip(head, state.head))
     if unchanged:
-        return [_not_applied(head)]
+        return [_not_applied(head, state.stepped)]
 
     def moved_as(**how: Any) -> Any:
         return _moved_as(mirror, state, batch, **how)
@@ -461,16 +486,29 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
             "the loss is summed over the batch, not averaged: "
             "cross-entropy's default (the mean) keeps the step size independent of the batch size",
         ),
+        Mistake(
+            "loss averaged twice",
+            moved_as(scale=1 / len(batch[1])),
+            "the loss was divided by the batch size after cross-entropy had already averaged it over the batch (its "
+            "default reduction is the mean): the gradients, and so the step, came out batch-size times too small",
+            look="what transfer_step does to the loss between the loss function and backward()",
+        ),
     ]
 
 
 def _loss_form_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[Mistake]:
-    """Known wrong losses of a step, by the head they move to: a softmax over the wrong axis, nll on probabilities."""
+    """Known wrong losses of a step, by the head they move to: a regression or binary loss, label smoothing, a softmax
+    over the wrong axis, nll on probabilities."""
     return [
         *[
             dataclasses.replace(REGRESSION_LOSS, matches=_moved_as(mirror, state, batch, loss_of=loss_of))
             for loss_of in SQUARED_ERRORS
         ],
+        *[
+            dataclasses.replace(BINARY_LOSS, matches=_moved_as(mirror, state, batch, loss_of=loss_of))
+            for loss_of in BINARY_CROSS_ENTROPIES
+        ],
+        dataclasses.replace(LABEL_SMOOTHING, matches=_label_smoothed(mirror, state, batch)),
         Mistake(
             "softmax over the batch",
             _moved_as(mirror, state, batch, loss_of=_log_softmax_over_batch),
@@ -518,6 +556,66 @@ def _mse_of_probabilities(scores: torch.Tensor, labels: torch.Tensor) -> torch.T
 SQUARED_ERRORS = (_mse_to_one_hot, _summed_mse_to_one_hot, _mse_of_probabilities)
 
 
+BINARY_LOSS = Mistake(
+    "binary cross-entropy",
+    None,
+    "the step's loss is a binary cross-entropy (BCE, on logits or on sigmoids): it asks a yes-or-no question of "
+    "each class on its own, each score through its own sigmoid against a target shaped like the scores, so the "
+    "classes do not compete for the one label an image has; a single-label classifier's scores are the logits of "
+    "one softmax over the classes, and its loss is the cross-entropy, which takes the scores and the class indices",
+    look="the loss function transfer_step calls, and the targets it gives it",
+)
+
+
+def _bce_to_one_hot(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(scores, _one_hot(scores, labels))
+
+
+def _summed_bce_to_one_hot(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy_with_logits(scores, _one_hot(scores, labels), reduction="sum")
+
+
+def _bce_of_sigmoids(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return F.binary_cross_entropy(torch.sigmoid(scores), _one_hot(scores, labels))
+
+
+# Binary cross-entropies a student writes for a classifier: on the logits (averaged or summed), or on sigmoids.
+BINARY_CROSS_ENTROPIES = (_bce_to_one_hot, _summed_bce_to_one_hot, _bce_of_sigmoids)
+
+LABEL_SMOOTHING = Mistake(
+    "label smoothing",
+    None,
+    "the step's loss is a cross-entropy with label smoothing: part of each label's weight was spread over the "
+    "other classes, which changes the gradients (the head is pulled less hard towards the right class); it is a "
+    "regulariser you may choose in a training of your own, but this step trains on the labels as they are, with "
+    "the plain cross-entropy the check compares with",
+    look="the arguments of the loss transfer_step computes",
+)
+
+
+def _uniform_targets(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy against a uniform target over the classes: label smoothing's second term (smoothing 1)."""
+    return -F.log_softmax(scores, dim=1).mean()
+
+
+def _label_smoothed(mirror: Mirror, state: Snapshot, batch: tuple) -> Any:
+    """A predicate: is the student's head where a cross-entropy with some label smoothing (0 < s < 1) puts it? That
+    loss is (1 - s) cross-entropy + s uniform-target loss, and an SGD step (momentum and weight decay included) is
+    affine in the gradient, so the head lies on the line through the two steps, at s: s is read from the head."""
+
+    def close(got: Any) -> bool:
+        plain, _ = mirror.step(state, *batch)
+        uniform, _ = mirror.step(state, *batch, loss_of=_uniform_targets)
+        moved = torch.cat([(g.detach().cpu() - p.cpu()).flatten() for g, p in zip(got, plain)]).double()
+        line = torch.cat([(u.cpu() - p.cpu()).flatten() for u, p in zip(uniform, plain)]).double()
+        smoothing = float(moved @ line / (line @ line).clamp(min=1e-30))
+        if not 0 < smoothing < 1:
+            return False
+        return _close_to([p + smoothing * (u - p) for p, u in zip(plain, uniform)])(got)
+
+    return close
+
+
 def _log_softmax_over_batch(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.nll_loss(F.log_softmax(scores, dim=0), labels)
 
@@ -526,9 +624,25 @@ def _nll_of_probabilities(scores: torch.Tensor, labels: torch.Tensor) -> torch.T
     return F.nll_loss(F.softmax(scores, dim=1), labels)
 
 
-def _not_applied(head: list[torch.Tensor]) -> Mistake:
-    """Why a step left the head as it was: no optimizer.step(), or no gradient when it ran."""
+def _always(got: Any) -> bool:
+    return True
+
+
+STEP_BEFORE_BACKWARD = Mistake(
+    "step before backward",
+    _always,
+    "optimizer.step() ran, but before loss.backward() had computed this batch's gradients: it found none (or "
+    "those of the batch before) and left the head as it was, and the gradients it should have applied arrived "
+    "after it; a step applies the gradients that are there when it runs",
+    look="the order of the calls in transfer_step",
+)
+
+
+def _not_applied(head: list[torch.Tensor], stepped: bool) -> Mistake:
+    """Why a step left the head as it was: no optimizer.step() (or one before backward), or no gradient when it ran."""
     has_grad = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in head)
+    if has_grad and stepped:
+        return STEP_BEFORE_BACKWARD
     if has_grad:
         return Mistake(
             "optimizer.step() missing",
@@ -542,10 +656,6 @@ def _not_applied(head: list[torch.Tensor]) -> Mistake:
         "the step found no gradients: loss.backward() is missing, or zero_grad() runs between backward() and step()",
         look="zero_grad(), backward(), step()",
     )
-
-
-def _always(got: Any) -> bool:
-    return True
 
 
 def _close_to(params: list[torch.Tensor]) -> Any:
@@ -603,23 +713,31 @@ def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple,
     try:
         compare("transfer_step's loss", torch.tensor(float(value)), torch.tensor(want_loss), rtol=1e-4, where=where)
     except CheckError as err:
-        mistake = first_mistake(float(value), _loss_mistakes(mirror, state, batch))
+        mistake = first_mistake(float(value), _loss_mistakes(mirror, state, batch, want_loss))
         if mistake is None:
             raise
         raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
 
 
-def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple) -> list[Mistake]:
+def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple, want: float) -> list[Mistake]:
     """Known wrong losses returned by a step that moved the head right (computed only when the loss is wrong)."""
     _, after = mirror.step(state, *batch, loss_after_step=True)
     return [
+        Mistake(
+            "loss returned as the batch's total",
+            functools.partial(math.isclose, want * len(batch[1]), rel_tol=1e-4),
+            "the loss returned is the step's mean loss multiplied by the number of images: that total is what a "
+            "training loop adds up to average a whole epoch over its examples, but the step's own loss, the one "
+            "backward() went through, is the mean over the batch",
+            look="what transfer_step does to the loss it returns",
+        ),
         Mistake(
             "loss recomputed after the step",
             functools.partial(math.isclose, after, rel_tol=1e-4),
             "the loss returned was computed again after optimizer.step(), with the updated head: "
             "return the loss of this step's forward pass, the one backward() went through",
             look="where transfer_step computes the loss it returns",
-        )
+        ),
     ]
 
 
@@ -648,6 +766,16 @@ class _Modes(list):
         self.recording.append(torch.is_grad_enabled())
 
 
+class _StepCalls:
+    """An optimizer step pre-hook that counts the calls of the student's optimizer.step() (to name a mistake)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self.count += 1
+
+
 HEAD_UNDER_NO_GRAD = Mistake(
     "head under no_grad",
     None,
@@ -661,6 +789,15 @@ HEAD_UNDER_NO_GRAD = Mistake(
 TARGET_SIZE_WARNING = "that is different to the input size"
 
 
+def _raised_in_a_binary_loss(err: CheckError) -> bool:
+    """Did the student's step fail inside torch's binary cross-entropy (given class indices, or integer targets)?"""
+    cause = err.__cause__
+    if cause is None:
+        return False
+    frames = traceback.walk_tb(cause.__traceback__)
+    return any(frame.f_code.co_name.startswith("binary_cross_entropy") for frame, _ in frames)
+
+
 def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple, modes: _Modes, seed: int) -> Any:
     """The student's step on a copy of the batch (the reference keeps it as it was), under ``seed``."""
     __tracebackhide__ = True
@@ -671,6 +808,8 @@ def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple
         try:
             return run_student(transfer_step, model, optimizer, *given, what="transfer_step")
         except CheckError as err:
+            if _raised_in_a_binary_loss(err):
+                raise mistake_error(err.message, BINARY_LOSS) from None  # BCE on the class indices, or long targets
             if any(TARGET_SIZE_WARNING in str(warning.message) for warning in warned):
                 raise mistake_error(err.message, REGRESSION_LOSS) from None  # mse_loss(scores, labels): no broadcast
             no_grad = bool(modes.recording) and not modes.recording[-1]
@@ -746,14 +885,18 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
         mirror = _mirror(model, optimizer)
         device = next(model.fc.parameters()).device
         modes = _head_mode(model)
+        steps = _StepCalls()
+        optimizer.register_step_pre_hook(steps)
         g = torch.Generator().manual_seed(n)
         for step in range(1, STEPS + 1):
             size = 3 + step  # batches of 4, 5 and 6 images: nothing may depend on the batch size
             batch = (torch.randn(size, 3, 32, 32, generator=g), torch.randint(0, n, (size,), generator=g))
             state = _snapshot(model, optimizer, seed=100 * n + step)
             model.train()  # as a training loop leaves it, back from an evaluation (notebook 05)
+            steps.count = 0
             loss = _run_step(transfer_step, model, optimizer, batch, modes, state.seed)
             state.head_training = modes[-1] if modes else True
+            state.stepped = steps.count > 0
             error = _frozen_error(model, step, eval_in_prepare)
             if error is not None:
                 raise error

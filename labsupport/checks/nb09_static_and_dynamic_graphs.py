@@ -134,6 +134,22 @@ def _halvings(got: torch.Tensor, x: torch.Tensor) -> int | None:
     return None
 
 
+def _needed_halvings(x: torch.Tensor) -> int:
+    """How many halvings the reference makes on ``x``."""
+    return _halvings(halve_while(x, _largest_abs_above_one), x) or 0
+
+
+def _capped(answers: list) -> bool:
+    """Every answer is its input halved as often as it needs, but never more than some cap of 2 or more (a loop
+    over a fixed range that halves only while x is too large): the cap shows on an input that needs more."""
+    done = [_halvings(got, x) for got, x in zip(answers, fresh_inputs())]
+    needed = [_needed_halvings(x) for x in fresh_inputs()]
+    if None in done or done == needed:
+        return False
+    cap = max(done)
+    return cap >= 2 and done == [min(k, cap) for k in needed]
+
+
 def _whole_tensor_halved(answers: list) -> bool:
     """Every answer is its input, whole, halved some number of times (the wrong number somewhere)."""
     return all(_halvings(got, x) is not None for got, x in zip(answers, fresh_inputs()))
@@ -160,6 +176,14 @@ EAGER_MISTAKES = [
         "if, not while",
         _on_every_input(_halve_once),
         "it halved at most once: an `if` tests once, a loop tests again after every halving",
+    ),
+    Mistake(
+        "fixed number of passes",
+        _capped,
+        "it halves while the largest |x| is above 1, but at most a fixed number of times: a loop over a fixed "
+        "range stops after its last pass however large x still is, so an input that needs more halvings comes back "
+        "too large; the number of passes has to come from the data",
+        look="what ends the loop",
     ),
     Mistake(
         "elementwise",
@@ -1035,6 +1059,21 @@ BRANCH_RETURNS_ITS_INPUT = Mistake(
 )
 
 
+#: What mean() says when it is given the booleans of a comparison.
+BOOL_MEAN_ERROR = (
+    "could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: Bool"
+)
+
+MEAN_OF_BOOLEANS = Mistake(
+    "mean of booleans",
+    None,
+    "the share was taken as the mean of the comparison itself, a tensor of booleans, and mean() averages only "
+    "floating-point (or complex) numbers: it cannot tell what dtype a mean of True and False would have; the "
+    "comparison's True and False must become the numbers 1 and 0, in a floating-point dtype, before they are averaged",
+    look="the share of positive entries",
+)
+
+
 def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
     """summarise_graph on every input, run eagerly; torch.cond's refusal of a branch that returns its input is named."""
     __tracebackhide__ = True
@@ -1043,6 +1082,8 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
         try:
             got = run_student(summarise_graph, x.clone(), what="summarise_graph(x)", inplace_hint="make new tensors")
         except CheckError as err:
+            if BOOL_MEAN_ERROR in err.message:
+                raise mistake_error(err.message, MEAN_OF_BOOLEANS) from None
             if _names_an_earlier_length(err, x, eager):
                 raise mistake_error(
                     err.message, LENGTH_WRITTEN_IN, got=f"an error on the vector of {len(x)} numbers"

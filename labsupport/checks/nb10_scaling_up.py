@@ -129,6 +129,7 @@ class AmpRecipe:
     zero_grad: bool = True
     updates: int = 1  # weight updates per step (2: an optimizer.step() after the scaler's)
     scaled_backward: bool = True  # backward() on the scaled loss (False: on the loss itself)
+    loss: str = "mean"  # the cross-entropy's reduction, or "softmax": the mean of the cross-entropy of probabilities
 
 
 @dataclasses.dataclass
@@ -141,6 +142,13 @@ class AmpRun:
     updates: list[int] = dataclasses.field(default_factory=list)  # the scaler's update() calls so far
 
 
+def _amp_loss(logits: torch.Tensor, targets: torch.Tensor, form: str) -> torch.Tensor:
+    """The cross-entropy of a step (``form`` "mean"), or of its typical variants ("sum", "softmax")."""
+    if form == "softmax":
+        return F.cross_entropy(logits.softmax(dim=1), targets)
+    return F.cross_entropy(logits, targets, reduction=form)
+
+
 def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
     """Loss scaling by hand: on inf/NaN gradients skip the step and halve the scale, else step and double it."""
     model = _cnn(3)
@@ -150,7 +158,7 @@ def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
     run = AmpRun()
     for x, y in batches:
         with torch.autocast("cpu", dtype=recipe.dtype or torch.bfloat16, enabled=recipe.dtype is not None):
-            loss = F.cross_entropy(model(x), y)
+            loss = _amp_loss(model(x), y, recipe.loss)
         grads = torch.autograd.grad(loss * scale if recipe.scaled_backward else loss, params)
         if recipe.zero_grad:
             kept = list(grads)
@@ -175,6 +183,7 @@ class CountingScaler(torch.amp.GradScaler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.calls = {"scale": 0, "step": 0, "update": 0}
+        self.given_scales: list[Any] = []  # what update() was given as the new scale, when it was given one
 
     def scale(self, outputs: Any) -> Any:
         self.calls["scale"] += 1
@@ -186,6 +195,8 @@ class CountingScaler(torch.amp.GradScaler):
 
     def update(self, new_scale: Any = None) -> None:
         self.calls["update"] += 1
+        if new_scale is not None:
+            self.given_scales.append(new_scale)
         super().update(new_scale)
 
 
@@ -246,6 +257,17 @@ SCALER_ERRORS = [
 ]
 
 
+INF_STEP_SKIPPED_BY_HAND = Mistake(
+    "inf step skipped by hand",
+    None,
+    "on the batch whose loss is not finite, amp_step skipped the scaler's step itself, and the scaler's update then "
+    "had no step to learn from: finding inf gradients and skipping the update is the scaler's own job, and its step "
+    "does it on every batch (it checks the gradients, skips the update when they are not finite, and tells the "
+    "next update to lower the scale)",
+    look="what amp_step does differently when the loss is not finite",
+)
+
+
 def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
     """Call the student's step; GradScaler's assertions become the mistake they mean."""
     try:
@@ -255,8 +277,15 @@ def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
         for mistake in SCALER_ERRORS:
             if mistake.matches in cause:
                 message = f"amp_step raised {type(err.__cause__).__name__} from the GradScaler in the {step} step"
-                raise mistake_error(message, mistake) from None
+                raise mistake_error(message, _skipped_on_inf(mistake, args[2], step)) from None
         raise
+
+
+def _skipped_on_inf(mistake: Mistake, scaler: CountingScaler, step: str) -> Mistake:
+    """An update without a scaler's step, on the inf batch only, after steps that went through the scaler."""
+    if mistake.name == "update without scaler.step" and "inf" in step and scaler.calls["step"] > 0:
+        return INF_STEP_SKIPPED_BY_HAND
+    return mistake
 
 
 def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
@@ -310,6 +339,23 @@ UNSCALED_BACKWARD = Mistake(
     "the weights moved 1/scale as far as they should: the scaler's step divides the gradients by the scale, "
     "but backward() ran on the loss before it was scaled",
     look="which tensor backward() is called on",
+)
+
+
+SUMMED_LOSS = Mistake(
+    "loss summed over the batch",
+    None,
+    "the weights moved as far as a loss summed over the batch moves them, batch-size times too far: the "
+    "cross-entropy's default reduction, the mean, keeps the step's size independent of the batch size",
+    look="the arguments of the loss function",
+)
+
+SOFTMAX_FIRST = Mistake(
+    "softmax before the loss",
+    None,
+    "a softmax was applied before the cross-entropy, which takes the raw scores (logits) and applies "
+    "log-softmax itself: the scores went through a softmax twice, and the gradients shrink",
+    look="what the loss function is given",
 )
 
 
@@ -369,6 +415,8 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
             "the weights did not move on a finite batch: no step was taken, or the gradients were cleared before it",
             look="the order of backward, the step and zeroing the gradients",
         ),
+        dataclasses.replace(SUMMED_LOSS, matches=like(AmpRecipe(dtype, loss="sum"))),
+        dataclasses.replace(SOFTMAX_FIRST, matches=like(AmpRecipe(dtype, loss="softmax"))),
     ]
 
 
@@ -392,7 +440,19 @@ INF_STEP_HIDDEN = Mistake(
 )
 
 
+SCALE_GIVEN_TO_UPDATE = Mistake(
+    "scale given to update",
+    None,
+    "update() was given a scale of its own: a scale passed to update() replaces the one the scaler would choose, so "
+    "the scale no longer follows what the steps found (lowered after inf gradients, raised after good steps); "
+    "the scaler works the new scale out itself, from its step's check of the gradients",
+    look="the call that updates the scaler, and what it is given",
+)
+
+
 def _scale_mistake(scaler: CountingScaler, run: AmpRun, ref: AmpRun, i: int) -> Mistake | None:
+    if scaler.given_scales:
+        return SCALE_GIVEN_TO_UPDATE
     if not any(scaler.calls.values()):
         return Mistake(
             "scaler unused",
@@ -701,6 +761,15 @@ WORLD_SIZE_WRITTEN_IN = Mistake(
 )
 
 
+SHARDS_ONE_SHORT = Mistake(
+    "shards one short",
+    None,
+    "each rank's shard is one example short: a slice already stops before its end index, so ending it one "
+    "earlier leaves out the last example of every shard",
+    look="where each rank's slice ends",
+)
+
+
 def fixed_world_size_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The results of a function that splits or averages for 2 ranks whatever world_size is (none where it is 2)."""
     if ws == 2:
@@ -714,12 +783,15 @@ def fixed_world_size_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.
     ]
 
 
-def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
-    """The typical wrong results of data_parallel_grads for one case, each a list of gradients."""
+def data_parallel_mistakes(
+    model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int, stale: list | None = None
+) -> list[Mistake]:
+    """The typical wrong results of data_parallel_grads for one case, each a list of gradients (``stale``: the
+    gradients the model's .grad held when the function was called, if any)."""
     k = len(x) // ws
     shards = [_grads(model, x[r * k : (r + 1) * k], y[r * k : (r + 1) * k]) for r in range(ws)]
-    running_sums = [_mean(shards[: r + 1], 1) for r in range(ws)]
-    overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
+    before = [] if stale is None else [stale]  # what .grad held before the first backward
+    running_sums = [_mean(before + shards[: r + 1], 1) for r in range(ws)]
     of_size_ws = [_grads(model, xs, ys) for xs, ys in zip(x.split(ws), y.split(ws))]  # split(ws): chunks of ws rows
     return [
         Mistake(
@@ -767,12 +839,23 @@ def data_parallel_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Ten
         SPLIT_SIZE,
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws[:ws], ws)),
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws, ws)),
+        *_sliced_wrongly(model, x, y, ws),
+    ]
+
+
+def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The results of shards cut at the wrong places: starting r examples in, or ending one example early."""
+    k = len(x) // ws
+    overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
+    one_short = [_grads(model, x[r * k : (r + 1) * k - 1], y[r * k : (r + 1) * k - 1]) for r in range(ws)]
+    return [
         Mistake(
             "overlapping shards",
             _mean(overlapping, ws),
             "the shards overlap: rank r's slice starts r shards into the batch, not r examples",
             look="the slice of each rank",
         ),
+        dataclasses.replace(SHARDS_ONE_SHORT, matches=_mean(one_short, ws)),
     ]
 
 
@@ -791,12 +874,45 @@ def _grads_returned(got: Any, want: list[torch.Tensor]) -> list[torch.Tensor]:
     return grads
 
 
-def _judge_parallel_grads(got: list, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> None:
+STALE_GRADIENTS = Mistake(
+    "gradients left from before",
+    None,
+    "the model's .grad already held gradients from an earlier backward pass when the function was called (a "
+    "training loop leaves them there after every step), and the ranks' gradients were added to them: backward() "
+    "adds to .grad, so what is there must be cleared before the first rank's backward too, not only between ranks",
+    look="what .grad holds when the first rank's backward runs",
+)
+
+
+def stale_gradient_mistakes(want: list[torch.Tensor], stale: list[torch.Tensor] | None, ws: int) -> list[Mistake]:
+    """The results that still hold ``stale``, the gradients .grad held before the call: all of it (each rank's loss
+    divided by world_size and accumulated), or 1/world_size of it (the first rank's copy, or the sum divided)."""
+    if stale is None:
+        return []
+    return [
+        dataclasses.replace(STALE_GRADIENTS, matches=[w + s for w, s in zip(want, stale)]),
+        dataclasses.replace(STALE_GRADIENTS, matches=[w + s / ws for w, s in zip(want, stale)]),
+    ]
+
+
+def _leave_stale_gradients(model: torch.nn.Module, n: int) -> list[torch.Tensor]:
+    """Fill the model's .grad with the gradients of another batch, as a training step leaves them; returns them."""
+    x, y = _batch(n, 30, torch.float64)
+    stale = _grads(model, x, y)
+    for p, g in zip(model.parameters(), stale):
+        p.grad = g.clone()
+    return stale
+
+
+def _judge_parallel_grads(
+    got: list, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int, stale: list | None
+) -> None:
     want = _grads(model, x, y)
     if _same_grads(got, want):
         return
     message = f"the averaged gradients differ from the whole-batch gradient (world_size {ws}, batch {len(x)})"
-    for mistake in data_parallel_mistakes(model, x, y, ws) + fixed_world_size_mistakes(model, x, y, ws):
+    mistakes = data_parallel_mistakes(model, x, y, ws, stale) + stale_gradient_mistakes(want, stale, ws)
+    for mistake in mistakes + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
             raise mistake_error(message, mistake)
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
@@ -876,6 +992,37 @@ def _judge_shards(calls: list[torch.Tensor], x: torch.Tensor, ws: int) -> None:
     raise CheckError(f"the model's calls did not each see one contiguous shard of {k} examples", expected=expected)
 
 
+GRAD_STILL_NONE = Mistake(
+    "zeroed a grad that is None",
+    None,
+    "a parameter's .grad was zeroed in place before any backward() had filled it in: until then .grad is None, "
+    "not a tensor of zeros, so there is nothing to zero in place; the zeroing must allow for a .grad that does "
+    "not exist yet (as the model's and the optimizers' own way of zeroing gradients does)",
+    look="the line that zeroes the gradients",
+)
+
+
+def _run_parallel_grads(
+    data_parallel_grads: Callable, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int
+) -> Any:
+    """The student's function on one case; zeroing a .grad that is still None is named."""
+    __tracebackhide__ = True
+    try:
+        return run_student(
+            data_parallel_grads,
+            model,
+            x,
+            y,
+            ws,
+            what="your data_parallel_grads(...)",
+            inplace_hint="{name} was changed in place: the function only reads the batch",
+        )
+    except CheckError as err:
+        if "'NoneType' object has no attribute 'zero_'" not in err.message:
+            raise
+        raise mistake_error(err.message, GRAD_STILL_NONE) from None
+
+
 @exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
@@ -883,19 +1030,13 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     for case, (n, ws) in enumerate([(12, 2), (12, 3)]):
         model = _cnn(10 + case, torch.float64)
         x, y = _batch(n, 20 + case, torch.float64)
+        # a fresh model first (.grad is None), then one with the gradients a training step leaves in .grad
+        stale = _leave_stale_gradients(model, n) if case else None
         before = _state(model)
         calls: list[torch.Tensor | None] = []  # the examples each call of the model saw
         model.forward = types.MethodType(_recording_forward(calls), model)
         try:
-            got = run_student(
-                data_parallel_grads,
-                model,
-                x,
-                y,
-                ws,
-                what="your data_parallel_grads(...)",
-                inplace_hint="{name} was changed in place: the function only reads the batch",
-            )
+            got = _run_parallel_grads(data_parallel_grads, model, x, y, ws)
         finally:
             vars(model).pop("forward", None)
         if not _near(_state(model), before, rtol=0, atol=0):
@@ -904,7 +1045,7 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 hint="it computes gradients only: no optimizer step, no in-place change of a parameter",
                 mistake="weights changed",
             )
-        _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws)
+        _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws, stale)
         # calls under torch.func.vmap show one shard's shape for all shards: the others are judged, and only a
         # function whose every call is under a transform (or that never calls the model) has nothing to judge
         counted = [inputs for inputs in calls if inputs is not None]
@@ -1032,6 +1173,8 @@ def speedup_mistakes() -> dict[tuple[float, float], str]:
     return {
         (4.0, 1.0): "That leaves out what DDP adds to every step: the all-reduce that the backward pass cannot "
         "hide, and the synchronisation.",
+        (4.0, 4.0): "That is ideal scaling for both jobs: it leaves out what DDP adds to every step, and the digits' "
+        "4 GPUs share one batch of 64, so their step handles 64 images whatever the number of GPUs.",
         (round(speedup(resnet, images_scale=False), 2), right[1]): "That is the ratio of the step times; "
         "throughput counts images, and with 4 GPUs each step handles 4 times as many of ResNet-50's.",
         (right[0], round(GPUS * speedup(digits), 2)): "The digits' 4 GPUs share one batch of 64: a step handles "
@@ -1272,9 +1415,13 @@ def _unequal_parts(run: LoaderRun) -> bool:
 
 
 def _overlapping_shards(run: LoaderRun) -> bool:
+    """In some epoch, parts of the right size that overlap (each rank cut them from a permutation of its own)."""
     share = -(-run.n // run.ws)
-    seen = [i for shard in run.epochs[0] for i in shard]
-    return all(len(shard) == share for shard in run.epochs[0]) and len(set(seen)) < run.n
+    for parts in run.epochs:
+        seen = [i for shard in parts for i in shard]
+        if all(len(shard) == share for shard in parts) and len(set(seen)) < run.n:
+            return True
+    return False
 
 
 def _last_batch_dropped(run: LoaderRun) -> bool:
@@ -1367,12 +1514,16 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
     share = -(-run.n // run.ws)  # DistributedSampler pads the dataset to equal parts
     first = run.epochs[0]
     where = f"with {run.n} items on {run.ws} ranks"
-    if any(len(seen) != share for seen in first):
-        got = ", ".join(str(len(seen)) for seen in first)
-        return f"{where}, the ranks get {got} items in epoch 0", f"{share} each: the dataset split {run.ws} ways"
-    missing = run.n - len(set().union(*first))
-    if missing:
-        return f"{where}, {missing} of the {run.n} items reach no rank in epoch 0", "every item on some rank"
+    for epoch, parts in enumerate(run.epochs):  # every epoch: a rank's part may go wrong after the first
+        if any(len(seen) != share for seen in parts):
+            got = ", ".join(str(len(seen)) for seen in parts)
+            return (
+                f"{where}, the ranks get {got} items in epoch {epoch}",
+                f"{share} each: the dataset split {run.ws} ways",
+            )
+        missing = run.n - len(set().union(*parts))
+        if missing:
+            return f"{where}, {missing} of the {run.n} items reach no rank in epoch {epoch}", "every item on some rank"
     if all(seen == sorted(seen) for seen in first):
         return f"{where}, every rank gets its items in index order", "a shuffled order"
     repeated = _repeated_epoch(run)
