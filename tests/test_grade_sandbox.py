@@ -186,6 +186,7 @@ cfg = grade.Config(**base, scratch_root=str(tmp), zygote=str(tmp / "zygote.sock"
 scratch = Path(tempfile.mkdtemp(prefix="s-", dir=tmp))
 kernel = grade.Kernel(cfg, scratch)
 kernel.start()
+connection = Path(kernel.client.km.connection_file)
 cell = nbformat.v4.new_code_cell(opts["cell"].replace("GRADER", str(os.getpid())))
 outcome, _ = kernel.run(cell, 0, 60)
 shm_during = sorted(e for e in os.listdir("/dev/shm") if e.startswith(opts["shm"]))
@@ -209,6 +210,7 @@ print(json.dumps({
     "shm_during": shm_during,
     "shm_after": sorted(e for e in os.listdir("/dev/shm") if e.startswith(opts["shm"])),
     "alive": alive,
+    "connection_file_in_scratch": connection.parent == scratch,
     "cgroup_left": bool(json.loads(kernel.env["LAB_GRADE_SANDBOX"])["cgroup"]) and os.path.exists(json.loads(kernel.env["LAB_GRADE_SANDBOX"])["cgroup"]),
 }))
 """
@@ -280,6 +282,9 @@ def test_a_kernel_reads_no_secret_and_leaves_nothing_behind(landlock, fork, fall
     assert out["alive"] == [], "a process started in a new session outlived its kernel"
     assert out["shm_after"] == [] and out["shm_host"] == [], "a /dev/shm file outlived its kernel"
     assert not out["cgroup_left"]
+    assert out["connection_file_in_scratch"], (
+        "the kernel's ports and key outside its scratch folder: a dying kernel leaves them"
+    )
     if grade_kernel._can_unshare(grade_kernel._CLONE_NEWNS) and not fallback:  # root: a /dev/shm of its own, capped
         assert out["shm_during"] == [], "the kernel's /dev/shm was visible to the grader"
         assert "SHM 28" in text, text  # ENOSPC: 256 MB of /dev/shm

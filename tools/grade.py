@@ -500,6 +500,8 @@ class Kernel:
             startup_timeout=120,
         )
         self.client.km = self.client.create_kernel_manager()
+        # in the scratch folder, which goes with the job, even when the kernel or its worker dies
+        self.client.km.connection_file = str(self.scratch / f"kernel-{self.starts}.json")
         if self.sandbox.get("netns"):  # a network of its own: Jupyter's channels become Unix socket files
             self.client.km.transport = "ipc"
             self.client.km.ip = str(self.scratch / f"kernel-{self.starts}")
