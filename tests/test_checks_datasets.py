@@ -476,14 +476,27 @@ def measured(monkeypatch):
     monkeypatch.setattr(ds, "worker_speedup", lambda mode: 1.9 if mode == "sleep" else 1.0)
 
 
-@pytest.mark.parametrize("answer", [None, "faster", ["fast", "slow"], float("nan"), ("faster",), 3])
+@pytest.mark.parametrize(
+    "answer",
+    [None, "faster", ["fast", "slow"], float("nan"), ("faster",), 3, "fast, slow", "faster, not faster, faster"],
+)
 def test_malformed_predictions_are_refused_and_not_recorded(answer, measured):
     with pytest.raises(core.CheckError):
         lab.check_workers_prediction(answer)
     assert not core.COMMITTED
 
 
-@pytest.mark.parametrize("answer", [("Faster", "Not faster"), ["faster", "not faster"], (" FASTER", "not faster ")])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ("Faster", "Not faster"),
+        ["faster", "not faster"],
+        (" FASTER", "not faster "),
+        ("faster", "not-faster"),  # 07.2: these three were refused as not one of the choices
+        ("faster", "not  faster"),
+        "(faster, not faster)",
+    ],
+)
 def test_a_right_prediction_passes_in_any_case(answer, measured, capsys):
     lab.check_workers_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS  2 workers on one core (sleep, spin): ('faster', 'not faster')")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -1130,13 +1131,39 @@ def check_training_loop(evaluate, train) -> None:
 
 WORDS = ("faster", "not faster")
 
+#: What may join "not" and "faster" in a written answer ("not-faster", "not_faster", "not  faster").
+_JOINER = re.compile(r"[\s_-]+")
+#: Brackets, quotes and spaces around a pair written as text ("(faster, not faster)").
+_AROUND_A_PAIR = re.compile(r"^[\s(\[]+|[\s)\].]+$")
+
+
+def _spelled_word(item: Any) -> Any:
+    """One half of the pair with its words joined by one space ("not-faster" as "not faster"); else unchanged."""
+    if not isinstance(item, str):
+        return item
+    return _JOINER.sub(" ", item.strip(" '\"")).strip()
+
+
+def _as_pair(prediction: Any) -> Any:
+    """The pair with each half's spelling evened out; a pair written as one text ("faster, not faster") as a
+    tuple when both halves are choices. Anything else comes back unchanged, for read_prediction to judge."""
+    if isinstance(prediction, (tuple, list)):
+        return type(prediction)(_spelled_word(item) for item in prediction)
+    if not isinstance(prediction, str):
+        return prediction
+    parts = re.split(r"[,/;]", _AROUND_A_PAIR.sub("", prediction))
+    halves = tuple(_spelled_word(part) for part in parts)
+    if len(halves) == 2 and all(half.lower() in WORDS for half in halves):
+        return halves
+    return prediction
+
 
 @exercise("07.2", "do workers help? (predict, then run)")
 def check_workers_prediction(prediction) -> None:
     """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
     name = "2 workers on one core (sleep, spin)"
     choices = [(a, b) for a in WORDS for b in WORDS]
-    prediction = read_prediction(name, prediction, choices)  # junk is refused before seconds of measuring
+    prediction = read_prediction(name, _as_pair(prediction), choices)  # junk is refused before seconds of measuring
     # sleeping reads come close to 2x; spinning ones reach 1.5x only when two other busy programs share the core
     sleep = "faster" if worker_speedup("sleep") > 1.6 else "not faster"
     spin = "faster" if worker_speedup("spin") > 1.6 else "not faster"
