@@ -227,6 +227,10 @@ PREDICTIONS = {
         ("03.4", 6.0),
         ("03.4", torch.tensor(6.0)),
         ("03.4", np.float64(6.0)),
+        ("03.2", "RuntimeError"),  # sixth audit: the error's own name was refused as not a choice
+        ("03.4", [6]),  # sixth audit: one number in a list or a 1-d tensor was refused
+        ("03.4", torch.tensor([6.0])),
+        ("03.4", np.array([6.0])),
     ],
 )
 def test_right_predictions_pass_in_any_form(ex_id, answer, capsys):
@@ -862,3 +866,11 @@ def test_a_learning_rate_written_into_the_loop_is_named():
             )
         )
     assert info.value.mistake == "learning rate fixed"
+
+
+@pytest.mark.parametrize("answer", ["[2, 40, 600]", "2, 40, 600"])
+def test_a_list_written_inside_quotes_is_refused_with_what_to_write(answer, capsys):
+    err = failure(lab.check_vjp_prediction, answer)
+    assert err.usage and "without quotes" in err.hint
+    assert "03.3" not in predictions.COMMITTED
+    assert "PASS" not in capsys.readouterr().out

@@ -407,3 +407,40 @@ def test_a_near_miss_in_a_function_prints_the_digits_that_differ():
     with pytest.raises(lab.CheckError) as info:
         lab.check_roofline(lambda i, p, b: min(p, i * b) * 1.004)
     assert info.value.expected != info.value.got, (info.value.expected, info.value.got)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "1024 x 1024",
+        "1024x1024",
+        "1024 × 1024",
+        "1024*1024",
+        "'1024 x 1024'",
+        "n=1024",
+        (1024, 1024),
+        torch.tensor([1024]),
+    ],
+    ids=repr,
+)
+def test_the_square_spelled_out_is_read_as_its_side(answer, monkeypatch, capsys):
+    """Sixth audit: the prompt names the sizes "16 x 16" and "1024 x 1024", and an answer written that way was
+    refused as not one of the choices."""
+    monkeypatch.setattr(nb00, "matmul_rates", lambda device: {16: 1.0, 1024: 2.0})
+    lab.check_matmul_size_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  which size gets closer to the peak: 1024 is right")
+
+
+@pytest.mark.parametrize("bad", ["16 x 1024", (16, 1024), "n=512"], ids=repr)
+def test_a_size_that_is_not_a_square_choice_is_refused_before_timing(bad, monkeypatch, capsys):
+    timed = []
+
+    def no_timing(device):
+        timed.append(device)
+        return {16: 1.0, 1024: 2.0}
+
+    monkeypatch.setattr(nb00, "matmul_rates", no_timing)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_matmul_size_prediction(bad)
+    assert info.value.usage and not timed
+    assert "PASS" not in capsys.readouterr().out

@@ -6,6 +6,7 @@ Every reference is computed here, at check time, from the same facts the student
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from .core import (
     run_student,
     stopped_after,
 )
+from .values import plain, scalar_of
 
 __all__ = ["check_titan_tensor_peak", "check_cpu_peak_flops", "check_matmul_size_prediction", "check_roofline"]
 
@@ -367,10 +369,40 @@ def matmul_rates(device: torch.device) -> dict[int, float]:
     return rates
 
 
+#: A square size written as the product it names: "1024 x 1024", "1024x1024", "1024 × 1024", "1024*1024",
+#: or with its side named, "n=1024".
+_SQUARE = re.compile(r"(n\s*=\s*)?(\d+)(?:\s*[x×*]\s*(\d+))?", re.IGNORECASE)
+
+
+def _whole_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+
+
+def _side_of_square(prediction: Any) -> Any:
+    """The side n of a size written as the square it names ("1024 x 1024", "n=1024", (1024, 1024), [1024]),
+    else the answer as it came (the engine reads and refuses the rest)."""
+    if isinstance(prediction, torch.Tensor) and prediction.dim() == 1 and prediction.device.type != "meta":
+        prediction = prediction.detach().cpu().tolist()
+    if isinstance(prediction, (list, tuple)) and len(prediction) in (1, 2):
+        sides = [scalar_of(side) for side in plain(prediction)]
+        if all(_whole_number(side) for side in sides) and sides[0] == sides[-1]:
+            return int(sides[0])
+        return prediction
+    if not isinstance(prediction, str):
+        return prediction
+    match = _SQUARE.fullmatch(str.strip(prediction, " '\"`"))
+    if match is None or not (match.group(1) or match.group(3)):
+        return prediction  # a plain number as text: the engine reads it
+    if match.group(3) and match.group(3) != match.group(2):
+        return prediction  # not a square
+    return int(match.group(2))
+
+
 @exercise("00.3", "which size gets closer to the peak")
 def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
     """Time a 16 and a 1024 fp32 matmul on ``device``, then judge ``prediction`` (16 or 1024)."""
     name = "which size gets closer to the peak"
+    prediction = _side_of_square(prediction)
     prediction = read_prediction(name, prediction, (16, 1024))  # refused before anything is timed
     rates = matmul_rates(measuring_device(device))
     check_prediction(

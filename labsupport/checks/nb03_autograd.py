@@ -208,12 +208,23 @@ def _backward_twice() -> str:
     return "same"
 
 
+#: The error's own name, which says "error" as well as the choice does.
+ERROR_NAMES = ("runtimeerror", "runtime error")
+
+
+def _error_by_name(prediction: Any) -> Any:
+    """03.2's answer with the error's own name ("RuntimeError") read as the choice "error"."""
+    if isinstance(prediction, str) and str.strip(prediction, " '\"`.!").lower() in ERROR_NAMES:
+        return "error"
+    return prediction
+
+
 @exercise("03.2", "a second backward() on one graph")
 def check_backward_twice_prediction(prediction: Any) -> None:
     """Run exercise 03.2's experiment now and judge the prediction."""
     check_prediction(
         "a second backward() on one graph",
-        prediction,
+        _error_by_name(prediction),
         _backward_twice(),
         choices=("error", "doubled", "same"),
         why="backward() frees what the graph saved (factors, masks) as it goes; keep it with retain_graph=True.",
@@ -247,9 +258,13 @@ def _three_numbers(prediction: Any) -> Any:
         items = prediction.tolist()
     items = plain(items)
     if not isinstance(items, tuple) or len(items) != 3:
+        hint = None
+        if isinstance(items, str) and any(char.isdigit() for char in items):
+            hint = "write the list itself, without quotes around it: [first, second, third]"
         raise CheckError(
             "x.grad after backward(gradient=v): answer with a list of three numbers, one per element of x",
             got=describe(prediction),
+            hint=hint,
             usage=True,
         )
     numbers = []
@@ -287,12 +302,24 @@ def _second_derivative() -> float:
     return float(x.grad)
 
 
+def _one_number(prediction: Any) -> Any:
+    """03.4's answer with a one-element list, tuple, 1-d tensor or array ([6], torch.tensor([6.0])) read as that
+    one number; anything else as it came (the engine reads and refuses the rest)."""
+    if isinstance(prediction, torch.Tensor) or type(prediction).__module__ == "numpy":
+        if getattr(prediction, "ndim", 0) == 1 and getattr(prediction, "shape", ()) == (1,):
+            return prediction.reshape(())
+        return prediction
+    if isinstance(prediction, (list, tuple)) and len(prediction) == 1:
+        return plain(prediction)[0]
+    return prediction
+
+
 @exercise("03.4", "x.grad after dy.backward()")
 def check_second_derivative_prediction(prediction: Any) -> None:
     """Run exercise 03.4's experiment now and judge the prediction (a number)."""
     check_prediction(
         "x.grad after dy.backward()",
-        prediction,
+        _one_number(prediction),
         _second_derivative(),
         why="create_graph=True records how dy = 3x^2 was computed, so dy.backward() writes d2y/dx2 = 6x into x.grad.",
         mistakes={
