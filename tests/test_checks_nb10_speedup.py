@@ -64,7 +64,7 @@ def test_each_wrong_prediction_gets_its_note_and_keeps_the_first_answer(answer, 
 
 
 @pytest.mark.parametrize(
-    "answer", [None, 3.72, "fast", (3.72,), (3.72, 0.69, 1.0), ("3.72", 0.69), (True, 1), (float("nan"), 1)], ids=repr
+    "answer", [None, 3.72, "fast", (3.72,), (3.72, 0.69, 1.0), ("fast", 0.69), (True, 1), (float("nan"), 1)], ids=repr
 )
 def test_what_is_no_prediction_of_two_numbers_is_refused_and_not_committed(answer, capsys):
     with pytest.raises(lab.CheckError) as info:

@@ -61,12 +61,29 @@ def test_right_shares_get_no_note(answer, capsys):
 
 
 @pytest.mark.parametrize(
-    "answer", [None, 89, -0.1, "0.89", [0.89], float("nan"), float("inf"), True, torch.zeros((), device="meta")]
+    "answer",
+    [None, 89, -0.1, "0.89 or so", "89", [0.89], float("nan"), float("inf"), True, torch.zeros((), device="meta")],
 )
 def test_malformed_shares_are_refused_before_anything_is_recorded(answer):
     with pytest.raises(lab.CheckError):
         lab.check_vgg_share_prediction(answer)
     assert not core.COMMITTED
+
+
+@pytest.mark.parametrize("answer", ["0.89", " 0.9 ", "'0.89'", "89%", "89 %", torch.tensor([0.89])])
+def test_right_shares_written_as_text_or_a_one_element_tensor_pass(answer, capsys):
+    """08.1 audit 6: "0.89", "89%" and torch.tensor([0.89]) were refused as "must be a number"."""
+    lab.check_vgg_share_prediction(answer)
+    assert capsys.readouterr().out.startswith(
+        "PASS  the share of VGG16's parameters in its Linear layers: 0.89 is right"
+    )
+
+
+def test_a_wrong_share_written_as_text_is_judged_like_the_number(capsys):
+    lab.check_vgg_share_prediction("11%")
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    lab.hint("08.1")
+    assert "convolutions' share" in capsys.readouterr().out
 
 
 def test_a_wrong_share_is_recorded_first_and_never_passes(capsys):

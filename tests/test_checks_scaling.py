@@ -1064,6 +1064,22 @@ def test_right_speedups_pass_in_any_numeric_form(answer, capsys):
     assert capsys.readouterr().out.startswith("PASS")
 
 
+@pytest.mark.parametrize("answer", [("3.72", "0.69"), ["3.72", 0.69], "3.72, 0.69", "(3.72, 0.69)", " 3.72 0.69 "])
+def test_right_speedups_written_as_text_pass(answer, capsys):
+    """10.4 audit 6: the right numbers written as text ("3.72, 0.69", or a tuple of strings) were refused."""
+    lab.check_speedup_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  4-GPU speed-up (ResNet-50, DigitsCNN): (3.72, 0.69) is right")
+
+
+@pytest.mark.parametrize("answer", ["3.72", "3.72, 0.69, 1.0", "fast, slow", ("3.72", "slow")])
+def test_text_that_is_not_two_numbers_is_refused_before_anything_is_recorded(answer):
+    from labsupport.checks.predictions import COMMITTED
+
+    with pytest.raises(lab.CheckError, match="answer with two numbers") as info:
+        lab.check_speedup_prediction(answer)
+    assert info.value.usage and not COMMITTED
+
+
 def autocast_for_cpu_written_in(model, optimizer, scaler, inputs, targets, dtype):
     with torch.autocast(device_type="cpu", dtype=dtype):  # right here, float32 on a GPU
         loss = F.cross_entropy(model(inputs), targets)

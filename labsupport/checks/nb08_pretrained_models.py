@@ -32,6 +32,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .predictions import number_in_text
 
 __all__ = ["check_vgg_share_prediction", "check_transfer"]
 
@@ -56,11 +57,32 @@ def _vgg16_counts() -> tuple[int, int, int, int]:
     return linear, first, total, unflattened
 
 
+def _one_number(prediction: Any) -> Any:
+    """A one-element tensor (``torch.tensor([0.89])``) as the number it holds; anything else as it came."""
+    if isinstance(prediction, torch.Tensor) and prediction.numel() == 1 and prediction.device.type != "meta":
+        return prediction.reshape(())
+    return prediction
+
+
+def _share_in_text(answer: Any) -> Any:
+    """A share written as text as a number: "0.89" as 0.89, "89%" as 0.89; anything else as it came."""
+    if not isinstance(answer, str):
+        return answer
+    text = answer.strip()
+    if not text.endswith("%"):
+        return number_in_text(text)
+    percent = number_in_text(text[:-1])
+    if isinstance(percent, bool) or not isinstance(percent, (int, float)):
+        return answer
+    return percent / 100
+
+
 @exercise("08.1", "where VGG16's parameters are (predict, then count)")
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     name = "the share of VGG16's parameters in its Linear layers"
-    share = as_number(read_prediction(name, prediction, form="a number between 0 and 1, such as 0.5"), name)
+    answer = read_prediction(name, _one_number(prediction), form="a number between 0 and 1, such as 0.5")
+    share = as_number(_share_in_text(answer), name)
     if not 0 <= share <= 1:
         raise CheckError(
             f"{name}: answer with a fraction between 0 and 1",

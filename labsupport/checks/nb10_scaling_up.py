@@ -7,6 +7,7 @@ import dataclasses
 import inspect
 import itertools
 import math
+import re
 import textwrap
 import types
 from collections.abc import Callable, Mapping
@@ -31,6 +32,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .predictions import number_in_text
 from .values import under_a_transform
 
 __all__ = [
@@ -477,7 +479,8 @@ LOSS_IN_LOW_PRECISION = Mistake(
     None,
     "the weights are off by only a little, as a loss computed at the autocast dtype's precision makes them: under "
     "autocast F.cross_entropy computes in float32, while log_softmax followed by nll_loss (or a loss written out "
-    "by hand) stays in the low-precision dtype",
+    "by hand) stays in the low-precision dtype on the CPU, where the check runs (a GPU's autocast lifts "
+    "log_softmax to float32 as well, but the CPU's does not)",
     look="how the loss is computed inside the autocast block",
 )
 
@@ -1207,11 +1210,25 @@ def _speedup_why() -> str:
     )
 
 
+def _pair_in_text(prediction: Any) -> Any:
+    """Two numbers written as text as numbers: "3.72, 0.69" or "(3.72, 0.69)" as (3.72, 0.69), and ("3.72", "0.69")
+    too; anything else as it came (read_prediction says what it needs)."""
+    if isinstance(prediction, str):
+        parts = [part for part in re.split(r"[\s,;]+", prediction.strip().strip("()[]")) if part]
+        numbers = tuple(number_in_text(part) for part in parts)
+        if len(numbers) == 2 and all(_finite_number(n) for n in numbers):
+            return numbers
+        return prediction
+    if isinstance(prediction, (tuple, list)):
+        return tuple(number_in_text(item) if isinstance(item, str) else item for item in prediction)
+    return prediction
+
+
 @exercise("10.4", "the speed-up, before the measurement")
 def check_speedup_prediction(prediction: Any) -> None:
     """Predict-then-run: the 4-GPU throughput speed-ups (ResNet-50, DigitsCNN) from a step's compute and DDP's cost."""
     name = "4-GPU speed-up (ResNet-50, DigitsCNN)"
-    got = read_prediction(name, prediction, form="two numbers, (resnet, digits)")
+    got = read_prediction(name, _pair_in_text(prediction), form="two numbers, (resnet, digits)")
     if not isinstance(got, tuple) or len(got) != 2 or not all(_finite_number(v) for v in got):
         raise CheckError(
             f"{name}: answer with two numbers, (resnet, digits)",
