@@ -1,14 +1,23 @@
 """Code analysis of a submission's solution cells: what an instructor should review.
 
-``suspicious(source)`` parses the cell (``ast``, IPython's ``%``/``!`` lines blanked) and
-returns one short reason per construct that could reach the grader, the lab's checks or
-torch's comparisons instead of answering the exercise. A cell that does not parse is
-flagged too. Nothing here decides a point: it marks a row for review.
+``suspicious(source)`` parses the cell (``ast``; IPython's ``%``/``!`` lines read as the code
+IPython runs for them) and returns one short reason per construct that could reach the grader,
+the lab's checks or torch's comparisons instead of answering the exercise. A cell that does not
+parse, or is too long to parse, is flagged too. Nothing here decides a point: it marks a row for
+review, and :func:`forging` picks the reasons that hold a notebook's kernel-judged points.
+
+The analysis follows a module through its imports and plain aliases (``t = torch``); what would
+lose track of it is a reason of its own: the module put in a list or passed to a function, the
+name ``lab`` bound to something else, a class reached through ``type(x)``, a function put into
+another object's attribute, a magic that runs code it cannot read.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import os
 import textwrap
 
 # modules whose attributes a solution must not assign: the checks, torch (and its usual aliases)
@@ -77,6 +86,20 @@ _ATTRIBUTES = {
     "attrgetter": "reaches attributes by name (operator.attrgetter)",
     "methodcaller": "reaches attributes by name (operator.methodcaller)",
     "masked": "numpy's masked constant (compares as neither true nor false)",
+    **dict.fromkeys(
+        [
+            "register_module_forward_hook",
+            "register_module_forward_pre_hook",
+            "register_module_backward_hook",
+            "register_module_full_backward_hook",
+            "register_module_full_backward_pre_hook",
+            "register_module_buffer_registration_hook",
+            "register_module_module_registration_hook",
+            "register_module_parameter_registration_hook",
+            "saved_tensors_hooks",
+        ],
+        "a global hook on every module or tensor of the kernel (the checks' own too)",
+    ),
 }
 _OWNED = {
     ("sys", "modules"): "sys.modules",
@@ -93,6 +116,7 @@ _OWNED = {
     ("os", "fork"): "starts a process (os.fork)",
     ("os", "kill"): "signals a process (os.kill)",
     ("os", "killpg"): "signals a process (os.killpg)",
+    ("os", "register_at_fork"): "a callback run at every fork (os.register_at_fork)",
 }
 _MODULES = {
     "importlib": "importlib",
@@ -197,19 +221,105 @@ _DUNDERS = {
     "__instancecheck__",
     "__subclasscheck__",
     "__class__",
+    "__array_function__",  # numpy's protocols: np.allclose(answer, expected) asks the answer
+    "__array_ufunc__",
+    "__array_priority__",
+    "__array_interface__",
+    "__array_struct__",
+}
+# torch's machinery that changes how its operators run for everyone (the checks' own calls too): torch.library
+# but what makes a new operator of one's own (notebook 04), torch.overrides, private modules but Dynamo's
+# (notebook 09 resets it)
+_TORCH_INTERNALS = ("overrides",)
+_TORCH_LIBRARY_OK = ("custom_op", "register_fake", "opcheck", "infer_schema")
+_TORCH_PRIVATE_OK = ("_dynamo",)
+_LAB_NAMES = ("lab", "labsupport")  # the names the check cells call
+_OWN_OBJECTS = ("self", "ctx", "cls")  # a method's own object, an autograd.Function's context
+_CLASS_OF = ("__class__", "__base__", "__bases__", "__mro__")  # an object's class, or its bases
+# the setup cells' names of modules: what a name means when no import of the cell binds it
+_SETUP_MODULES = {
+    "lab": "labsupport",
+    "np": "numpy",
+    "nn": "torch.nn",
+    "F": "torch.nn.functional",
+    "optim": "torch.optim",
 }
 
 
 _BY_NAME = ("getattr", "setattr", "delattr", "hasattr")  # a computed name outside self: any attribute
 
 
-def _strip_magics(source: str) -> str:
-    """IPython's ``%magic`` and ``!shell`` lines as ``pass`` (same indentation), so the rest parses."""
-    lines = []
+# IPython magics: the code it runs for them is analysed, and a magic that runs code the analysis cannot
+# read (%run, %config, %load_ext of a module of the cell's...) is a reason of its own.
+_TIMED_MAGICS = ("time", "timeit")  # the rest of the line (after timeit's options) is Python it runs
+_PLAIN_MAGICS = ("matplotlib", "pip", "conda", "tensorboard", "who", "whos", "pwd", "ls", "env", "capture")
+_TIMEIT_VALUES = ("-n", "-r", "-p")  # timeit's options that take a value
+
+
+def _braces(text: str) -> list[str]:
+    """The ``{expression}`` parts of a shell or magic line, which IPython evaluates before it runs the line
+    (``!echo {x}``): those that parse as Python (IPython runs nothing of the others)."""
+    found, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        if char == "{":
+            depth, start = depth + 1, (i + 1 if depth == 0 else start)
+        elif char == "}" and depth:
+            depth -= 1
+            if depth == 0:
+                found.append(text[start:i].strip())
+    parsed = []
+    for expr in found:
+        try:
+            ast.parse(expr, mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        parsed.append(f"({expr})")
+    return parsed
+
+
+def _timed_code(rest: str) -> str:
+    """The statement of ``%time`` / ``%timeit`` (its options dropped)."""
+    words = rest.split(" ")
+    while words and (not words[0] or words[0].startswith("-")):
+        word = words.pop(0)
+        if word in _TIMEIT_VALUES and words:
+            words.pop(0)
+    return " ".join(words).strip()
+
+
+def _magic(indent: str, body: str) -> tuple[list[str], str]:
+    """One ``%``/``%%``/``!`` line as the Python IPython runs for it (indented like it), and a reason to
+    review it when it runs code the analysis cannot read."""
+    if body.startswith("!"):
+        return [indent + "pass"] + [indent + expr for expr in _braces(body)], ""
+    name, _, rest = body.lstrip("%").partition(" ")
+    if name in _TIMED_MAGICS:
+        code = _timed_code(rest)
+        return [indent + (code or "pass")], ""
+    plain = name in _PLAIN_MAGICS or (name == "load_ext" and rest.strip() == "tensorboard")
+    reason = "" if plain else f"an IPython magic (%{name}) runs code the analysis does not read"
+    return [indent + "pass"] + [indent + expr for expr in _braces(rest)], reason
+
+
+def _read_magics(source: str) -> tuple[str, list[str]]:
+    """``source`` with each IPython ``%magic`` and ``!shell`` line replaced by the Python it runs (``pass``,
+    ``%time``'s statement, the ``{expressions}`` IPython evaluates in it), and the reasons to review them."""
+    lines, reasons = [], []
     for line in source.splitlines():
         body = line.lstrip()
-        lines.append(line[: len(line) - len(body)] + "pass" if body[:1] in ("%", "!") else line)
-    return "\n".join(lines)
+        if body[:1] not in ("%", "!"):
+            lines.append(line)
+            continue
+        code, reason = _magic(line[: len(line) - len(body)], body)
+        lines += code
+        if reason and reason not in reasons:
+            reasons.append(reason)
+    return "\n".join(lines), reasons
+
+
+def _strip_magics(source: str) -> str:
+    """``source`` as Python: IPython's magic and shell lines as the code they run (see :func:`_read_magics`)."""
+    return _read_magics(source)[0]
 
 
 def _root(node: ast.AST) -> str | None:
@@ -226,19 +336,140 @@ def _plain_root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _environ_item(target: ast.AST) -> bool:
-    """``os.environ[...]`` (flagged as the environment, for review only): a variable set for the code."""
-    return (
-        isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) and target.value.attr == "environ"
-    )
+def _environ_item(target: ast.AST, aliases: dict[str, str]) -> bool:
+    """``os.environ[...]`` or ``env[...]`` after ``env = os.environ`` (flagged as the environment, for review
+    only): a variable set for the code."""
+    if not isinstance(target, ast.Subscript):
+        return False
+    value = target.value
+    if isinstance(value, ast.Name):
+        return aliases.get(value.id, "").endswith(".environ")
+    return isinstance(value, ast.Attribute) and value.attr == "environ"
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> list[str]:
+    """A plain ``a.b.c`` chain as the dotted path it names, its first name read through the imports
+    (``nn.modules`` -> torch, nn, modules); [] for anything else."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return []
+    return [*aliases.get(node.id, node.id).split("."), *reversed(parts)]
+
+
+def _is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def _torch_internal(parts: list[str]) -> bool:
+    """``torch.library.Library``, ``torch.overrides``, ``torch.utils._python_dispatch``, ``torch._C``...: what
+    replaces how torch's operators run, for every caller."""
+    if parts[:1] != ["torch"]:
+        return False
+    if parts[1:2] == ["library"] and len(parts) > 2 and parts[2] not in _TORCH_LIBRARY_OK:
+        return True
+    private = [p for p in parts[1:] if p.startswith("_") and not _is_dunder(p)]
+    return any(p in _TORCH_INTERNALS for p in parts) or any(p not in _TORCH_PRIVATE_OK for p in private)
+
+
+@functools.lru_cache(maxsize=512)
+def _is_module(parts: tuple[str, ...]) -> bool:
+    """Does this dotted path name an installed module or package (``numpy.testing``, ``torch.nn.modules``)?
+    Read from the files on disk: nothing is imported."""
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return False
+    if spec is None:
+        return False
+    places = list(spec.submodule_search_locations or [])
+    for i, part in enumerate(parts[1:], start=2):
+        package = [os.path.join(p, part) for p in places if os.path.isfile(os.path.join(p, part, "__init__.py"))]
+        if package:
+            places = package
+        elif any(os.path.isfile(os.path.join(p, part + ".py")) for p in places):
+            return i == len(parts)
+        else:
+            return False
+    return True
+
+
+def _assigned(parent: ast.AST | None, node: ast.AST) -> bool:
+    """Is ``node`` the value of a plain ``name = node`` (an alias the analysis follows)?"""
+    if isinstance(parent, ast.Assign) and parent.value is node:
+        return all(isinstance(t, ast.Name) for t in parent.targets)
+    return isinstance(parent, ast.AnnAssign) and parent.value is node and isinstance(parent.target, ast.Name)
+
+
+def _escapes(tree: ast.AST, modules: set[str], aliases: dict[str, str]) -> list[str]:
+    """A module (``lab``, ``torch``, ``sys``, ``numpy.testing``) used as a value: put in a list, passed to a
+    function, bound by a loop or ``with``. The analysis follows a module's names only through imports and
+    plain ``name = module`` aliases; ``m = [lab][0]`` would hide ``m.check_x = ...``."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    reasons = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in modules):
+            continue
+        top = node
+        while isinstance(parents.get(top), ast.Attribute):
+            top = parents[top]
+        parent = parents.get(top)
+        if not isinstance(getattr(top, "ctx", ast.Load()), ast.Load):
+            continue  # assigned or deleted: the assignment's own reasons (_Visitor._target)
+        called = isinstance(parent, ast.Call) and parent.func is top
+        if called or isinstance(parent, ast.Subscript) and parent.value is top:
+            continue  # called, or an item read: lab.require(...), os.environ["X"]
+        if _assigned(parent, top):
+            continue
+        parts = _dotted(top, aliases)
+        if top is node or _is_module(tuple(parts)):
+            reasons.append(f"passes {'.'.join(parts)} on as a value (a name the analysis cannot follow)")
+    return reasons
+
+
+def _picked(node: ast.AST) -> list[ast.AST]:
+    """The plain chains an expression picks out of a literal, a conditional or a walrus, uncalled
+    (``[torch.Tensor][0]``, ``a if c else torch.Tensor``): what a name bound to it may be."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return [node] if _plain_root(node) else []
+    if isinstance(node, ast.Subscript):
+        return _picked(node.value) if isinstance(node.value, (ast.List, ast.Tuple, ast.Dict, ast.Set)) else []
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [c for e in node.elts for c in _picked(e)]
+    if isinstance(node, ast.Dict):
+        return [c for v in node.values for c in _picked(v)]
+    if isinstance(node, ast.IfExp):
+        return _picked(node.body) + _picked(node.orelse)
+    if isinstance(node, ast.BoolOp):
+        return [c for v in node.values for c in _picked(v)]
+    if isinstance(node, (ast.NamedExpr, ast.Starred)):
+        return _picked(node.value)
+    return []
+
+
+def _reaches_a_class(node: ast.AST) -> bool:
+    """Does this chain go through ``type(x)`` or ``x.__class__`` (``__base__``...): a class reached from one of
+    its objects, maybe torch's or the lab's (``type(torch.zeros(1)).__sub__ = ...``)?"""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type":
+            return len(node.args) == 1
+        if isinstance(node, ast.Attribute) and node.attr in _CLASS_OF:
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
 
 
 class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[str] = []
         self.guarded = set(_GUARDED_NAMES)
-        self.aliases = {"np": "numpy"}  # a name bound by an import -> the module it names
+        self.aliases = dict(_SETUP_MODULES)  # a name bound by an import -> the module it names
         self.imported: set[str] = set()  # names bound by imports of other modules (os, sys, math...)
+        self.modules = set(_GUARDED_NAMES)  # names bound to modules: see _escapes
+        self.classes: set[str] = set()  # names bound to a class reached through type() or __class__
+        self.functions: set[str] = set()  # the names of the functions the code defines
 
     def add(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -254,6 +485,13 @@ class _Visitor(ast.NodeVisitor):
         for module, reason in _SUBMODULES.items():
             if name == module or name.startswith(module + "."):
                 self.add(reason)
+        if _torch_internal(name.split(".")):
+            self.add("changes how torch's operators run (torch.library, torch.overrides, a private module)")
+
+    def _bind(self, name: str, module: str) -> None:
+        """``name`` bound by an import of ``module``: rebinding a name the check cells call is a reason."""
+        if name in _LAB_NAMES and module.split(".")[0] != "labsupport":
+            self.add(f"rebinds {name}, the name the check cells call")
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -261,6 +499,8 @@ class _Visitor(ast.NodeVisitor):
             self.aliases[alias.asname or alias.name.split(".")[0]] = (
                 alias.name if alias.asname else alias.name.split(".")[0]
             )
+            self._bind(alias.asname or alias.name.split(".")[0], alias.name)
+            self.modules.add(alias.asname or alias.name.split(".")[0])
             if alias.name.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name.split(".")[0])
             elif alias.name.split(".")[0] not in _UNPATCHED_MODULES:
@@ -276,6 +516,9 @@ class _Visitor(ast.NodeVisitor):
             if (module.split(".")[-1], alias.name) in _OWNED:  # from sys import modules
                 self.add(_OWNED[module.split(".")[-1], alias.name])
             self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
+            self._bind(alias.asname or alias.name, module)
+            if _is_module((*module.split("."), alias.name)):
+                self.modules.add(alias.asname or alias.name)
             if module.split(".")[0] in _GUARDED_MODULES:
                 self.guarded.add(alias.asname or alias.name)
             elif module.split(".")[0] not in _UNPATCHED_MODULES:
@@ -292,18 +535,42 @@ class _Visitor(ast.NodeVisitor):
             root = _root(target)
             if root in self.guarded:
                 self.add(f"{verb} an attribute of {root} (the lab's checks or torch)")
-            elif root in self.imported and not _environ_item(target):
+            elif root in self.imported and not _environ_item(target, self.aliases):
                 self.add(f"{verb} an attribute of the module {root}, which the checks use too")
-            if isinstance(target, ast.Attribute) and target.attr in _DUNDERS:
+            elif root is None:
+                self.add(f"{verb} an attribute of an object reached through an expression the analysis cannot follow")
+            if root in self.classes or _reaches_a_class(target.value):
+                self.add(f"{verb} an attribute of a class reached through type() or __class__ (torch's own?)")
+            if isinstance(target, ast.Attribute) and (target.attr in _DUNDERS or _is_dunder(target.attr)):
                 self.add(f"{verb} {target.attr}")
+
+    def _function_into(self, target: ast.AST, value: ast.AST) -> None:
+        """A function put into an attribute of an object the code did not build as ``self`` (a method of a
+        module or class replaced, however the analysis lost track of which: ``m.allclose = lambda *a: True``)."""
+        function = isinstance(value, ast.Lambda) or isinstance(value, ast.Name) and value.id in self.functions
+        root = _root(target)
+        if function and root not in _OWN_OBJECTS:
+            self.add(f"assigns a function to an attribute of {root or 'an object'} (replaces a method?)")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._target(target, "assigns")
-        if isinstance(node.value, (ast.Name, ast.Attribute)) and _plain_root(node.value) in self.guarded:
-            for target in node.targets:
-                if isinstance(target, ast.Name):
-                    self.guarded.add(target.id)  # an alias: x = torch; x.equal = ...
+            if isinstance(target, ast.Attribute):
+                self._function_into(target, node.value)
+        names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        value = node.value
+        if isinstance(value, (ast.Name, ast.Attribute)) and _plain_root(value) in self.guarded:
+            self.guarded.update(names)  # an alias: x = torch; x.equal = ...
+        elif isinstance(value, (ast.Name, ast.Attribute)) and _plain_root(value) in self.imported | self.modules:
+            self.imported.update(names)  # t = numpy.testing; t.assert_allclose = ...
+            path = _dotted(value, self.aliases)
+            self.aliases.update(dict.fromkeys(names, ".".join(path)))
+            if isinstance(value, ast.Name) or _is_module(tuple(path)):
+                self.modules.update(names)
+        elif any(_plain_root(c) in self.guarded | self.imported | self.modules for c in _picked(value)):
+            self.guarded.update(names)  # T = [torch.Tensor][0]; T.abs = ...
+        if _reaches_a_class(value):
+            self.classes.update(names)  # T = type(torch.zeros(1)); T.abs = ...
         self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
@@ -319,7 +586,31 @@ class _Visitor(ast.NodeVisitor):
             self._target(target, "deletes")
         self.generic_visit(node)
 
+    # the names the check cells call, bound to something else than the lab
+    def _rebinds(self, name: str | None) -> None:
+        if name in _LAB_NAMES:
+            self.add(f"rebinds {name}, the name the check cells call")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._rebinds(node.name)
+        self.generic_visit(node)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
+        self._rebinds(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchAs(self, node: ast.MatchAs) -> None:
+        self._rebinds(node.name)
+        self.generic_visit(node)
+
+    def visit_MatchStar(self, node: ast.MatchStar) -> None:
+        self._rebinds(node.name)
+        self.generic_visit(node)
+
     def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._rebinds(node.name)
         for item in node.body:
             if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in _DUNDERS:
                 self.add(f"a class that defines {item.name}")
@@ -336,11 +627,15 @@ class _Visitor(ast.NodeVisitor):
         named = len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
         if func in _BY_NAME and len(node.args) > 1 and not named and _root(node.args[0]) != "self":
             self.add(f"{func}() of an attribute whose name is computed")  # getattr(shell, "input_" + ...)
+        if func == "setattr" and len(node.args) == 3:
+            self._function_into(node.args[0], node.args[2])
         if func == "type" and len(node.args) == 3:
             self.add("a class made by type() (its methods given by name)")
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
+        if not isinstance(node.ctx, ast.Load):
+            self._rebinds(node.id)
         if node.id in _CALLS:
             self.add(_CALLS[node.id])
         elif node.id in ("__builtins__", "builtins"):
@@ -356,6 +651,11 @@ class _Visitor(ast.NodeVisitor):
         owner = self.aliases.get(owner, owner or "").split(".")[-1]  # import sys as s: s.modules
         if (owner, node.attr) in _OWNED:
             self.add(_OWNED[owner, node.attr])
+        path = _dotted(node, self.aliases)
+        if _torch_internal(path):
+            self.add("changes how torch's operators run (torch.library, torch.overrides, a private module)")
+        if path[:1] == ["IPython"] and len(path) > 1 and path[1] != "display":
+            self.add(f"reaches IPython's shell (IPython.{path[1]})")
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
@@ -367,9 +667,16 @@ class _Visitor(ast.NodeVisitor):
             self.add(f"a class that defines {node.value} (by name)")  # type("X", (), {"__eq__": ...})
 
 
+# Characters of one cell the analysis reads (the longest solution of the series has 2,500): parsing 10 MB of
+# code takes the grader's worker 45 s and 4 GB, and a handed-in file may hold 256 MB.
+MAX_ANALYSED = 200_000
+
+
 def suspicious(source: str) -> list[str]:
     """Short reasons to review this solution code; [] when nothing in it reaches past the exercise."""
-    text = _strip_magics(source)
+    if len(source) > MAX_ANALYSED:
+        return [f"the code cannot be analysed (longer than {MAX_ANALYSED:,} characters): review it by hand"]
+    text, magics = _read_magics(source)
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -380,8 +687,11 @@ def suspicious(source: str) -> list[str]:
     except (ValueError, RecursionError, MemoryError) as err:
         return [f"the code cannot be analysed ({type(err).__name__}): review it by hand"]
     visitor = _Visitor()
+    visitor.functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     try:
         visitor.visit(tree)
+        for reason in [*magics, *_escapes(tree, visitor.modules, visitor.aliases)]:
+            visitor.add(reason)
     except RecursionError:
         visitor.add("the code nests too deep to analyse: review it by hand")
     return visitor.reasons
@@ -424,6 +734,7 @@ _REACHING = (
     "reaches the kernel's namespace",
     "ctypes",
     *_BY_NAME_REASONS,
+    "an IPython magic",
     "does not parse",
     "cannot be analysed",
     "nests too deep",
@@ -436,6 +747,8 @@ def uses_lab_code(source: str, allowed: frozenset[str] | set[str] = frozenset())
     asks ``getattr``/``vars``/``dir`` for one, or reaches objects by other means (sys.modules, gc,
     frames, exec...). [] for code that computes its answer itself."""
     reasons = [r for r in suspicious(source) if any(key in r for key in _REACHING)]
+    if len(source) > MAX_ANALYSED:
+        return reasons
     try:
         tree = ast.parse(textwrap.dedent(_strip_magics(source)))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -468,6 +781,8 @@ def lab_names_used(sources: list[str]) -> set[str]:
     """The ``lab.<name>`` attributes these cells (a notebook's own code) use: what a solution may use too."""
     found: set[str] = set()
     for source in sources:
+        if len(source) > MAX_ANALYSED:
+            continue
         try:
             tree = ast.parse(textwrap.dedent(_strip_magics(source)))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -520,6 +835,16 @@ _FORGING = (
     "always-equal",
     "neither true nor false",
     "made by type()",
+    "rebinds",
+    "as a value",
+    "torch's operators",
+    "a global hook",
+    "reached through",
+    "at every fork",
+    "a function to an attribute",
+    "does not parse",  # IPython runs what Python cannot parse (x = !ls, obj?): its code was never read
+    "cannot be analysed",
+    "nests too deep",
 )
 
 

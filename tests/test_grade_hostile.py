@@ -1,0 +1,196 @@
+"""A hostile audit of the grader: code that kept a kernel-judged point it did not earn, unheld.
+
+Before the fixes in tools/flags.py, none of the code in BYPASSES held anything: most of it raised
+no flag at all, and code IPython runs but Python cannot parse was flagged without holding. The
+six in FORGED_4 were measured on the tiny torch-free notebook of tests/test_grade_judge.py: with a
+wrong answer, the kernel printed the PASS line of the exercise it judges (99.4) and the point
+counted. The torch ones (type(t).__sub__, torch.library) were measured on labsupport's compare():
+a wrong tensor passed. Now each one holds the notebook's kernel-judged points for review, and
+the code an honest solution writes near them holds nothing.
+"""
+
+import csv
+import json
+import sys
+
+import nbformat
+import pytest
+from test_grade_judge import TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_source
+
+from tools import grade, student
+from tools.flags import MAX_ANALYSED, forging, suspicious, uses_lab_code
+
+FAKE_PASS = "lambda f: print('PASS  fourth power')"
+
+# Unflagged before: each reached a check (or how checks run) by a route the analysis did not follow.
+BYPASSES = {
+    # the name every check cell calls, bound to something else
+    "lab rebound to an object": f"class Fake:\n    check_power = staticmethod({FAKE_PASS})\nlab = Fake()",
+    "lab rebound by import": "import json as lab",
+    "lab rebound by def": "def lab():\n    pass",
+    "lab rebound by a loop": "for lab in [None]:\n    pass",
+    "lab rebound by except": "try:\n    1 / 0\nexcept ZeroDivisionError as lab:\n    pass",
+    "lab rebound inside a function": "def f():\n    global lab\n    lab = None\nf()",
+    # the lab's (or an imported) module under a name the analysis did not follow
+    "alias through a list": f"m = [lab][0]\nm.check_power = {FAKE_PASS}",
+    "alias through a walrus": f"(m := lab).check_power = {FAKE_PASS}",
+    "alias through a parameter": f"def patch(m):\n    m.check_power = {FAKE_PASS}\npatch(lab)",
+    "alias through a loop": f"for m in (lab,):\n    m.check_power = {FAKE_PASS}",
+    "alias through a conditional": f"m = lab if True else None\nm.check_power = {FAKE_PASS}",
+    "alias through a context manager": "import contextlib\nwith contextlib.nullcontext(lab) as m:\n    m.check_power = print",
+    "alias through copy": "import copy\nc = copy.copy(torch)\nc.allclose = print",
+    "sys through a list": "import sys\ns = [sys][0]\ns.stdout = None",
+    "a submodule alias": "import numpy\nt = numpy.testing\nt.assert_allclose = print",
+    # a module the analysis cannot name (numpy.testing re-exports numpy as np), patched where it is a parameter
+    "a function put into a parameter's attribute": "def patch(m):\n    m.allclose = lambda *a, **k: True\npatch(np.testing.np)",
+    "setattr of a function on a parameter": "def patch(m):\n    setattr(m, 'allclose', lambda *a, **k: True)",
+    # code IPython runs that the analysis blanked with the magic's line
+    "%time runs its statement": f"%time lab.check_power = {FAKE_PASS}",
+    "%timeit runs its statement": "%timeit -n1 -r1 lab.check_power = print",
+    "a shell line's {expression}": "!true {lab.__setattr__('check_power', print)}",
+    "a line magic's {expression}": "%ls {lab.__setattr__('check_power', print)}",
+    "%run -i": "%run -i helper.py",
+    "%load_ext": "%load_ext helper",
+    "%config": "%config InteractiveShell.ast_node_interactivity = 'none'",
+    "%reset": "%reset -f",
+    # IPython runs what Python cannot parse; the analysis flagged it but held nothing
+    "a shell assignment": f"files = !true\nlab.check_power = {FAKE_PASS}",
+    "a help line": f"lab.check_power?\nlab.check_power = {FAKE_PASS}",
+    # IPython's shell without get_ipython: IPython.display imports IPython
+    "the shell through IPython.display's import": (
+        "import IPython.display\nsh = IPython.InteractiveShell.instance()\nsh.user_global_ns['lab'].check_power = print"
+    ),
+    # torch's own operators replaced without an assignment to torch
+    "torch.library": "lib = torch.library.Library('aten', 'IMPL')\nlib.impl('sub.Tensor', lambda a, b, alpha=1: a, 'CPU')",
+    "from torch.library": "from torch.library import Library",
+    "a torch function mode": "from torch.overrides import TorchFunctionMode\nTorchFunctionMode().__enter__()",
+    "a dispatch mode": "from torch.utils._python_dispatch import TorchDispatchMode",
+    "torch's private C module": "torch._C._set_grad_enabled(False)",
+    "a global module hook": "nn.modules.module.register_module_forward_hook(lambda m, i, o: o * 0)",
+    "a global module hook (torch.nn)": "torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: o * 0)",
+    "global autograd hooks": "torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t * 0).__enter__()",
+    # torch.Tensor's methods replaced through type(): compare()'s (g - e).abs() is then always 0
+    "type(tensor).__sub__": "type(torch.zeros(1)).__sub__ = lambda a, b: torch.zeros_like(a)",
+    "type(tensor) by name": "T = type(torch.zeros(1))\nT.abs = lambda self: self * 0",
+    "a class reached through a list": "T = [torch.Tensor][0]\nT.abs = lambda self: self * 0",
+    "any special method assigned": "class A:\n    pass\nA.__repr__ = lambda s: 'x'",
+    # numpy's protocols: np.allclose(answer, expected) asks the answer
+    "__array_function__": "class A:\n    def __array_function__(self, func, types, args, kwargs):\n        return True",
+    "__array_ufunc__": "class A:\n    def __array_ufunc__(self, *args, **kwargs):\n        return True",
+    "os.register_at_fork": "import os\nos.register_at_fork(after_in_child=lambda: print('PASS  ok'))",
+}
+
+# What honest solutions write that is close to the attacks: it holds nothing.
+HONEST_NEAR = {
+    "%time and a shell line": "%time y = relu(x)\n!ls\n!pip install tqdm\nz = 1",
+    "%timeit with options": "%timeit -n 3 -r 2 relu(torch.ones(3))",
+    "%matplotlib": "%matplotlib inline\nimport matplotlib.pyplot as plt",
+    "a dict in a timed line": "%time d = {'a': 1}",
+    "attributes of one's own objects": "x = torch.ones(2, requires_grad=True)\nx.grad = None\nnet = nn.Linear(2, 2)\nnet.weight.data = torch.zeros(2, 2)",
+    "a hook on one's own module": "net = nn.Linear(2, 2)\nnet.register_forward_hook(lambda m, i, o: None)",
+    "isinstance with a module's class": "ok = isinstance(torch.ones(1), torch.Tensor) and np.pi > 3",
+    "a module's function passed on": "import math\nvalues = list(map(math.sqrt, [1, 4]))\nacts = [torch.relu, F.gelu]",
+    "an alias of a module": "import numpy as np\nrng = np.random\nx = rng.default_rng(0).normal(size=3)",
+    "an alias of the environment": "import os\nenv = os.environ\nenv['MASTER_PORT'] = '29500'",
+    "a class of one's own with a type() call": "class Net(nn.Module):\n    pass\nname = type(Net()).__name__",
+    "an operator of one's own (notebook 04)": (
+        "@torch.library.custom_op('lab::twice', mutates_args=())\ndef twice(x: torch.Tensor) -> torch.Tensor:\n"
+        "    return 2 * x\ntorch.library.opcheck(twice, (torch.ones(2),))"
+    ),
+    "Dynamo reset (notebook 09)": "torch._dynamo.reset()\ncompiled = torch.compile(lambda x: x + 1)",
+    "catching the lab's error": "try:\n    lab.check_power(print)\nexcept lab.CheckError as err:\n    print(err)",
+}
+
+
+@pytest.mark.parametrize("name", BYPASSES)
+def test_each_bypass_holds_the_kernel_judged_points(name):
+    assert forging(suspicious(BYPASSES[name])), name
+
+
+def test_a_cell_too_long_to_analyse_is_held_without_parsing_it():
+    """10 MB of code took the analysis 45 s and 4 GB of the grader's memory; a notebook may hold 256 MB."""
+    code = "x = [1, 2, 3]\n" * (MAX_ANALYSED // 10)
+    assert forging(suspicious(code)) == [
+        f"the code cannot be analysed (longer than {MAX_ANALYSED:,} characters): review it by hand"
+    ]
+    assert uses_lab_code(code)  # on an exercise the grader judges, it scores 0 until read
+
+
+@pytest.mark.parametrize("name", HONEST_NEAR)
+def test_honest_code_near_the_attacks_holds_nothing(name):
+    assert forging(suspicious(HONEST_NEAR[name])) == [], (name, suspicious(HONEST_NEAR[name]))
+
+
+# --------------------------------------------------------------------------- graded in sandboxed kernels
+
+WRONG4 = "def power4(x):\n    return x\n"  # 99.4, judged in its kernel: wrong on every case
+# Every answer wrong; the exercise cell of 99.4 then tries to make its kernel print PASS anyway.
+FORGED_4 = {
+    "rebinds_lab": WRONG4 + f"class Fake:\n    check_power = staticmethod({FAKE_PASS})\nlab = Fake()",
+    "alias_by_list": WRONG4 + f"m = [lab][0]\nm.check_power = {FAKE_PASS}",
+    "time_magic": WRONG4 + f"%time lab.check_power = {FAKE_PASS}",
+    "shell_braces": WRONG4 + "!true {lab.__setattr__('check_power', " + FAKE_PASS + ")}",
+    "ipython_syntax": WRONG4 + f"files = !true\nlab.check_power = {FAKE_PASS}",
+    "ipython_display": WRONG4
+    + "import IPython.display\nsh = IPython.InteractiveShell.instance()\n"
+    + f"sh.user_global_ns['lab'].check_power = {FAKE_PASS}",
+}
+# Reads and writes the sandbox refuses (already refused before this audit): 99.4 is right only if one worked.
+PEEK = """\
+def power4(x):
+    found = []
+    for path in PATHS:
+        try:
+            found.append(len(open(path).read()))
+        except OSError:
+            pass
+    try:
+        open(WRITE, "w").write("x")
+        found.append(1)
+    except OSError:
+        pass
+    return x**4 if found else x
+"""
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hostile")
+    src_dir, checks_dir, sub = tmp / "notebooks", tmp / "checks", tmp / "handed_in"
+    src_dir.mkdir()
+    checks_dir.mkdir()
+    (checks_dir / "tinychecks.py").write_text(TINY_CHECKS)
+    sys.path.append(str(checks_dir))  # a folder on the grader's path: the sandbox lets kernels read it
+    nbformat.write(tiny_source(checks_dir), src_dir / "99_judged.ipynb")
+    ed = student.make_edition(tiny_source(checks_dir), "99_judged.ipynb").notebook
+    students = {who: _answer(ed, {**WRONG, "### Exercise 4": code}) for who, code in FORGED_4.items()}
+    paths = [str(sub / "rebinds_lab" / "hw.ipynb"), str(src_dir / "99_judged.ipynb")]
+    peek = PEEK.replace("PATHS", repr(paths)).replace("WRITE", repr(str(sub / "peeked.txt")))
+    students["peeks"] = _answer(ed, {**WRONG, "### Exercise 4": peek})
+    for who, nb in students.items():
+        (sub / who).mkdir(parents=True)
+        nbformat.write(nb, sub / who / "hw.ipynb")
+    cfg = grade.Config(src=str(src_dir), timeout=5, cell_timeout=60, checks=str(checks_dir / "tinychecks.py"))
+    cfg.trusted = TRUSTED
+    try:
+        grade.grade(sub, tmp / "out", jobs=2, cfg=cfg, canary=False)
+    finally:
+        sys.path.remove(str(checks_dir))
+    with open(tmp / "out" / "grades.csv", newline="") as f:
+        rows = {r["student"]: r for r in csv.DictReader(f)}
+    lines = (tmp / "out" / "results.jsonl").read_text().splitlines()
+    results = [r for r in map(json.loads, lines) if r.get("exercise") == "99.4" and "max_points" in r]
+    return {"rows": rows, "results": {r["student"]: r for r in results}, "sub": sub}
+
+
+@pytest.mark.parametrize("who", FORGED_4)
+def test_a_forged_kernel_verdict_is_held_for_review(graded, who):
+    row, res = graded["rows"][who], graded["results"][who]
+    assert res["feedback"].startswith("PASS"), res["feedback"]  # the kernel was forged...
+    assert row["99.4"] == "0" and res["status"] == "held", (who, res)  # ...and its point is held
+    assert row["review"], who
+
+
+def test_the_sandbox_refuses_other_students_the_sources_and_the_submissions(graded):
+    assert graded["rows"]["peeks"]["99.4"] == "0", graded["results"]["peeks"]
+    assert not (graded["sub"] / "peeked.txt").exists()
