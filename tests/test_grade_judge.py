@@ -77,6 +77,8 @@ def check_power(fn):  # left to the kernel's verdict (not in the test's trusted 
 def check_prediction(p):
     if p is None:
         raise CheckError("prediction is None: not written yet")
+    if type(p) is str:
+        p = p.strip(" .").lower()  # "Error." is the answer 'error', as the lab's predictions read it
     first = COMMITTED.setdefault("p", p)
     if first == "error":
         print(f"PASS  prediction: error (recorded answer: {first!r})")
@@ -188,6 +190,8 @@ def graded(tmp_path_factory):
     students["extra_dodger"] = _answer(ed, {**RIGHT, "### Exercise 1": dodge})
     students["first_wrong"] = _recorded(_answer(ed, RIGHT), "slice")  # right now, wrong at first: 0
     students["first_right"] = _recorded(_answer(ed, WRONG), "error")  # wrong now, right at first: 1
+    respelled = {**RIGHT, "### Exercise 3": "prediction = 'Error.'"}
+    students["respelled"] = _recorded(_answer(ed, respelled), "error")  # the same answer, written otherwise
     partly = "def triple(x):\n    return 3 * x if x != 0 else 1"  # 3 of the 4 cases
     students["partly"] = _answer(ed, {**RIGHT, "### Exercise 2": partly})
     # hangs from its fifth call on (the grader's own run); it sleeps rather than spin: the limit costs no CPU
@@ -279,6 +283,7 @@ def test_a_prediction_is_judged_on_the_first_recorded_answer(graded):
     assert "first answer your notebook recorded: 'slice'" in _results(graded, "first_wrong")["99.3"]["note"]
     assert not _results(graded, "first_wrong")["99.3"]["flags"]  # changing a wrong answer is how one learns
     assert "was the notebook's stored output edited?" in _results(graded, "first_right")["99.3"]["flags"][0]
+    assert rows["respelled"]["99.3"] == "1" and not _results(graded, "respelled")["99.3"]["flags"]
 
 
 def test_partial_credit_counts_the_cases_passed(graded):

@@ -759,7 +759,7 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if answer[0]:
         recorded = f"graded the first answer your notebook recorded: {answer[1]!r}"
         res["note"] = f"{res['note']}\n{recorded}" if res["note"] else recorded
-        if verdict.passed and _answer_words(verdict.current) != _answer_words(answer[1]):
+        if verdict.passed and _edited_answer(kernel, ex, verdict.current, answer[1], cfg):
             res["flags"].append(
                 f"review it: the recorded first answer {answer[1]!r} is right but the answer cell now says "
                 f"{verdict.current!r} (was the notebook's stored output edited?)"
@@ -805,6 +805,16 @@ def _hold(src: Source, results: dict, cfg: Config) -> None:
                 f"{', '.join(forged)}: it changes how the checks run in your kernel)",
             )
             res["flags"] = res["flags"] or [f"review it: held because of the code of {', '.join(forged)}"]
+
+
+def _edited_answer(kernel: Kernel, ex: Exercise, current: object, recorded: object, cfg: Config) -> bool:
+    """A right recorded first answer next to an answer cell that now says something else, which the check
+    itself does not find right either: the one sign that a notebook's stored output was edited by hand.
+    ("Slice." or "1024 x 1024" in the cell for a recorded 'slice' or 1024 is the same answer, as the check reads it.)"""
+    if _answer_words(current) == _answer_words(recorded):
+        return False
+    again = judge.judge(judge.Channel(kernel, cfg.timeout), ex.call, module=cfg.checks, timeout=cfg.timeout)
+    return not (again.outcome == "ok" and again.passed)
 
 
 def _answer_words(value: object) -> object:
