@@ -157,10 +157,13 @@ def test_a_mean_of_booleans_is_named():
 
 
 def test_no_hint_quotes_the_fix():
-    fixes = ("torch.where", "torch.cond", ".float().mean()", "count_nonzero", "(y > 0)")
+    fixes = ("torch.where", "torch.cond", ".float().mean()", "count_nonzero", "(y > 0)", ".clone()")
     for mistake in [*nb09.GRAPH_BREAKS, *nb09.SUMMARISE_MISTAKES, nb09.MEAN_OF_BOOLEANS]:
         text = f"{mistake.why} {mistake.look}"
         assert not any(fix in text for fix in fixes), mistake.name
+    # the cond branch's mistake names torch.cond, which the student wrote, but not the repaired branch
+    cond = nb09.BRANCH_RETURNS_ITS_INPUT
+    assert ".clone()" not in f"{cond.why} {cond.look}"
 
 
 # ---------------------------------------------------------------- wrong values
@@ -300,4 +303,6 @@ def test_a_cond_branch_that_returns_its_input_is_named(capsys):
     assert info.value.mistake == "cond branch returns its input", str(info.value)
     assert "aliases its input" in info.value.message and "\n" not in info.value.message
     lab.hint("09.4")
-    assert ".clone()" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "look at: the branch of torch.cond that returns its argument as it came" in out
+    assert ".clone()" not in out  # where to look, not the repaired branch

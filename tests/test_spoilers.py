@@ -1,6 +1,8 @@
 """No exercise's answer is readable anywhere a student gets it: another notebook, a
-labsupport docstring example (help() shows it), or the student edition itself."""
+labsupport docstring example (help() shows it), the student edition itself, or what a check
+says when the answer is wrong."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -238,3 +240,140 @@ def test_the_short_line_scan_finds_the_spoilers_it_was_written_for():
     frozen = [{"cell_type": "code", "source": "### BEGIN SOLUTION\nmodel.requires_grad_(False)\n### END SOLUTION"}]
     assert any(f" {line} " in t for line in short_solution_lines(frozen)[0] for t in readable_texts(cells))
     assert not decisive("return losses") and not decisive("x = y")
+
+
+# The checks' own words. What a check tells the student (a Mistake's why, a CheckError's hint, a
+# prediction's notes, explanation and question) never quotes a decisive solution line of its notebook;
+# for a find-the-bug exercise, whose prompt hands over code to repair, neither does where it points (look=).
+FIND_THE_BUG = {
+    "03.5": "the classmate's training loop that did not learn",
+    "04.4": "the classmate's Function with a wrong backward",
+    "09.4": "the colleague's summarise that breaks the graph",
+    "10.6": "the colleague's rank_loader with two bugs",
+}
+SAID = {
+    "Mistake": {"why", "symptom"},
+    "CheckError": {"hint"},
+    "mistake_error": {"hint"},
+    "compare": {"hint"},
+    "check_prediction": {"why", "ask", "mistakes"},
+}
+POINTED = {"Mistake": {"look"}, "CheckError": {"look"}}
+
+
+def mistake_fields():
+    """Mistake's fields in order (name, matches, why, look, ...): its positional arguments."""
+    tree = ast.parse((ROOT / "labsupport" / "checks" / "feedback.py").read_text())
+    mistake = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Mistake")
+    return [n.target.id for n in mistake.body if isinstance(n, ast.AnnAssign)]
+
+
+POSITIONAL = {"Mistake": mistake_fields()}
+
+
+def called_name(call):
+    if isinstance(call.func, ast.Attribute):
+        return call.func.attr
+    return getattr(call.func, "id", None)
+
+
+def arguments(call):
+    """(parameter name, expression) of each argument the call names or that has a known position."""
+    names = POSITIONAL.get(called_name(call), [])
+    return list(zip(names, call.args)) + [(k.arg, k.value) for k in call.keywords]
+
+
+class Module:
+    """A check module's syntax tree, with what its names and functions stand for."""
+
+    def __init__(self, source):
+        self.tree = ast.parse(source)
+        self.assigned = {}  # name -> every expression the module assigns to it, or passes to it as a parameter
+        self.returned = {}  # function name -> every expression it returns
+        functions = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
+        for name, function in functions.items():
+            returns = [n.value for n in ast.walk(function) if isinstance(n, ast.Return) and n.value is not None]
+            self.returned[name] = returns
+        for node in ast.walk(self.tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name):
+                        self.assign(target.id, node.value)
+            if isinstance(node, ast.Call) and called_name(node) in functions:
+                parameters = [a.arg for a in functions[called_name(node)].args.args]
+                for parameter, value in zip(parameters, node.args):
+                    self.assign(parameter, value)
+                for keyword in node.keywords:
+                    self.assign(keyword.arg, keyword.value)
+
+    def assign(self, name, value):
+        self.assigned.setdefault(name, []).append(value)
+
+    def strings(self, expr, seen=None):
+        """The string constants of an expression (f-strings' constant parts included), following the
+        names it uses to what the module assigns to them and its own functions' calls to what they return."""
+        seen = set() if seen is None else seen
+        found = []
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found.append(node.value)
+            elif isinstance(node, ast.Name) and node.id not in seen:
+                seen.add(node.id)
+                for value in self.assigned.get(node.id, []) + self.returned.get(node.id, []):
+                    found += self.strings(value, seen)
+        return found
+
+    def feedback(self, roles):
+        """Normalised texts of every argument that ``roles`` (callee -> parameter names) names."""
+        texts = []
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Call):
+                wanted = roles.get(called_name(node), set())
+                for name, expr in arguments(node):
+                    if name in wanted:
+                        texts += [f" {' '.join(tokens(s))} " for s in self.strings(expr)]
+        return texts
+
+
+def check_module(notebook):
+    return ROOT / "labsupport" / "checks" / f"nb{notebook.stem}.py"
+
+
+def spoilers_in_feedback(cells, module):
+    """'exercise: solution line' for each decisive solution line that the check module's feedback quotes."""
+    said = module.feedback(SAID)
+    pointed = module.feedback(POINTED)
+    found = []
+    for cell, answer in short_solution_lines(cells).items():
+        exercise = cells[cell].get("metadata", {}).get("lab", {}).get("exercise")
+        texts = said + pointed if exercise in FIND_THE_BUG else said
+        found += [f"{exercise}: {line!r}" for line in sorted(answer) if any(f" {line} " in t for t in texts)]
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_check_quotes_a_solution_line_of_its_notebook(path):
+    cells = json.loads(path.read_text())["cells"]
+    found = spoilers_in_feedback(cells, Module(check_module(path).read_text()))
+    assert not found, f"{check_module(path).name} quotes solution lines in its feedback:\n" + "\n".join(found)
+
+
+def test_the_feedback_scan_finds_the_spoilers_it_was_written_for():
+    fix = "### BEGIN SOLUTION\nw1 -= lr * w1.grad\n### END SOLUTION\n"
+    cells = [{"cell_type": "code", "source": fix, "metadata": {"lab": {"exercise": "03.5", "role": "solution"}}}]
+    quoting = {
+        "a why": 'Mistake("rebinds", None, "write w1 -= lr*w1.grad")',
+        "a why= by name": 'WHY = f"the fix: w1 -= lr * w1.grad ({n})"\nMistake("rebinds", None, why=WHY)',
+        "a hint": 'raise CheckError("wrong", hint="use " + "w1 -= lr * w1.grad")',
+        "a prediction's note": 'check_prediction("p", p, 1, why="w", mistakes={0: "w1 -= lr * w1.grad"})',
+        "a function's text": 'def fix():\n    return "w1 -= lr * w1.grad"\nCheckError("wrong", hint=fix())',
+        "a parameter": 'def fail(tip):\n    raise CheckError("wrong", hint=tip)\nfail("w1 -= lr * w1.grad")',
+        "a find-the-bug look": 'Mistake("rebinds", None, "which tensor?", "w1 -= lr * w1.grad")',
+    }
+    for place, source in quoting.items():
+        assert spoilers_in_feedback(cells, Module(source)) == ["03.5: 'w1 -= lr * w1 . grad'"], place
+    cells[0]["metadata"]["lab"]["exercise"] = "02.3"  # not a find-the-bug exercise: its look= may show code
+    assert spoilers_in_feedback(cells, Module('Mistake("x", None, "which tensor?", look="w1 -= lr * w1.grad")')) == []
+    # quoting the broken line the prompt hands over is no spoiler
+    assert spoilers_in_feedback(cells, Module('Mistake("x", None, "after w1 = w1 - lr * w1.grad, which w1?")')) == []

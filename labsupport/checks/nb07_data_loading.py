@@ -376,7 +376,8 @@ def _check_evaluate(evaluate: Any) -> nn.Module:
         raise CheckError(
             "evaluate must return two numbers: (mean loss, accuracy)",
             got=describe(result),
-            hint="end with `return loss_sum / total, correct / total`"
+            hint="end evaluate with a `return` of both numbers: the loss summed over the images divided by their "
+            "number, and the share of the images classified right"
             if result is None
             else "return a tuple (loss, accuracy)",
             usage=True,

@@ -947,8 +947,8 @@ DATA_DEPENDENT_SIZE = Mistake(
     "data-dependent size",
     None,
     "selecting the positive entries (with a mask, or nonzero) makes a tensor whose length depends on the "
-    "values, which one graph cannot hold: count them with an operation whose result keeps its shape, "
-    "such as a sum or a mean over the comparison itself",
+    "values, which one graph cannot hold: a graph's shapes are known before the values are. Which operation "
+    "could count the positive entries and give a result whose shape does not depend on how many there are?",
     look="the share of positive entries",
 )
 GRAPH_BREAKS = [PRINT_LEFT_IN, BRANCH_IN_PYTHON, PYTHON_NUMBERS, DATA_DEPENDENT_SIZE]
@@ -1054,8 +1054,8 @@ BRANCH_RETURNS_ITS_INPUT = Mistake(
     None,
     "a branch of torch.cond returns its operand itself, unchanged (the branch that leaves the vector as it is): "
     "torch.cond refuses a branch whose output is one of its inputs (it calls that aliasing), even where the "
-    "values are right; each branch must return a tensor of its own",
-    look="the branch that returns its argument as it came: return a copy of it (.clone())",
+    "values are right. How can that branch return the same values in a tensor that is not its input?",
+    look="the branch of torch.cond that returns its argument as it came",
 )
 
 
@@ -1068,8 +1068,8 @@ MEAN_OF_BOOLEANS = Mistake(
     "mean of booleans",
     None,
     "the share was taken as the mean of the comparison itself, a tensor of booleans, and mean() averages only "
-    "floating-point (or complex) numbers: it cannot tell what dtype a mean of True and False would have; the "
-    "comparison's True and False must become the numbers 1 and 0, in a floating-point dtype, before they are averaged",
+    "floating-point (or complex) numbers: it cannot tell what dtype a mean of True and False would have. What "
+    "does the comparison hand to mean(), and what would mean() need to be given instead?",
     look="the share of positive entries",
 )
 

@@ -1290,8 +1290,8 @@ SHUFFLE_WITH_SAMPLER = Mistake(
     "shuffle kept with the sampler",
     None,
     "the DataLoader was given a sampler and told to shuffle too, which it refuses: the sampler already decides "
-    "the order (it shuffles, the same way on every rank, before it cuts the rank's part), so the loader's own "
-    "shuffling has to go",
+    "the order (it shuffles, the same way on every rank, before it cuts the rank's part). Which of the "
+    "DataLoader's arguments still asks it to choose an order of its own?",
     look="the DataLoader's arguments: which of them decide the order of the items",
 )
 
@@ -1503,8 +1503,8 @@ LOADER_MISTAKES = [
     Mistake(
         "same order every epoch",
         _same_order_each_epoch,
-        "every epoch repeats the first one's order: the sampler shuffles with the same seed each time unless it "
-        "is told which epoch it is in",
+        "every epoch repeats the first one's order: the sampler's shuffle is drawn from its seed and from the "
+        "epoch number it holds. Which epoch number does the sampler hold when the function builds epoch 1?",
         look="what the function does with `epoch`",
         symptom="epoch 1 is epoch 0 again, item for item",
     ),
