@@ -98,6 +98,7 @@ HONEST = {
     "a flushed stdout": "import sys\nsys.stdout.flush()\nprint(sys.getsizeof([]))",
     "an environment variable for DDP": "import os\nos.environ['MASTER_PORT'] = '29500'",
     "a class of one's own": "x = torch.ones(2)\nprint(x.__class__.__name__)",
+    "a step on lists of tensors": "torch._foreach_mul_(velocity, 0.9)\ntorch._foreach_add_(params, velocity, alpha=-0.1)",
 }
 
 

@@ -233,6 +233,7 @@ _DUNDERS = {
 _TORCH_INTERNALS = ("overrides",)
 _TORCH_LIBRARY_OK = ("custom_op", "register_fake", "opcheck", "infer_schema")
 _TORCH_PRIVATE_OK = ("_dynamo",)
+_TORCH_PRIVATE_MATH = "_foreach_"  # torch._foreach_add_ and kin: arithmetic on lists of tensors (optimizers use them)
 _LAB_NAMES = ("lab", "labsupport")  # the names the check cells call
 _OWN_OBJECTS = ("self", "ctx", "cls")  # a method's own object, an autograd.Function's context
 _CLASS_OF = ("__class__", "__base__", "__bases__", "__mro__")  # an object's class, or its bases
@@ -370,7 +371,9 @@ def _torch_internal(parts: list[str]) -> bool:
         return False
     if parts[1:2] == ["library"] and len(parts) > 2 and parts[2] not in _TORCH_LIBRARY_OK:
         return True
-    private = [p for p in parts[1:] if p.startswith("_") and not _is_dunder(p)]
+    private = [
+        p for p in parts[1:] if p.startswith("_") and not _is_dunder(p) and not p.startswith(_TORCH_PRIVATE_MATH)
+    ]
     return any(p in _TORCH_INTERNALS for p in parts) or any(p not in _TORCH_PRIVATE_OK for p in private)
 
 
