@@ -41,7 +41,10 @@ def make_evaluate(**mistakes):
                 logits = model(images)
                 batch_means.append(F.cross_entropy(logits, labels).item())
                 loss_sum += _summed_loss(logits, labels, loader, mistakes)
-                right = (logits.argmax(1, keepdim=bool(mistakes.get("keepdim"))) == labels).sum().item()
+                predicted = logits.argmax(1, keepdim=bool(mistakes.get("keepdim")))
+                if mistakes.get("max_values"):
+                    predicted = torch.max(logits, 1)[0]  # the scores, not their positions
+                right = (predicted == labels).sum().item()
                 batch_accs.append(right / len(labels))
                 correct += right
                 total += len(labels)
@@ -71,6 +74,8 @@ def make_evaluate(**mistakes):
             acc = batch_accs[-1]
         if mistakes.get("count"):
             acc = correct
+        if mistakes.get("floor_division"):
+            acc = correct // total
         if mistakes.get("percent"):
             acc = 100 * acc
         if mistakes.get("batch_acc"):
@@ -142,7 +147,9 @@ def make_train(evaluate=None, **mistakes):
             if mistakes.get("val_first"):
                 val_loss, val_acc = evaluate(model, val_loader)
             correct, seen, batch_accs, epoch_losses = 0, 0, [], []
-            for images, labels in train_loader:
+            for batch, (images, labels) in enumerate(train_loader):
+                if mistakes.get("skip_last") and batch == len(train_loader) - 1:
+                    break
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
                 logits = model(images)
                 loss = F.cross_entropy(logits, labels, reduction=mistakes.get("reduction", "mean"))
@@ -331,6 +338,9 @@ LOOP_MISTAKES = [
     ({}, dict(epoch_start_steps=True), "step at the epoch's start"),
     ({}, dict(zero_grad_per_epoch=True), "zero_grad once per epoch"),
     (dict(keepdim=True), {}, "predictions of shape (B, 1) broadcast"),
+    (dict(floor_division=True), {}, "accuracy rounded down to 0"),
+    (dict(max_values=True), {}, "accuracy rounded down to 0"),
+    ({}, dict(skip_last=True), "batches skipped in every epoch"),
 ]
 
 

@@ -664,3 +664,22 @@ def test_exp_of_minus_the_output_hears_that_it_is_sigmoid_of_minus_x():
     err = failure(lab.check_softplus_function, make(save_y, lambda ctx, g: g * torch.exp(-ctx.saved_tensors[0])))
     assert err.mistake == "sigmoid(-x)"
     assert "exp(-y) with the output y" in err.hint and "1 minus the derivative" in err.hint
+
+
+def test_a_backward_that_passes_grad_output_on_unchanged_is_named():
+    passed_on = make(save_x(stable), lambda ctx, g: g)
+    assert failure(lab.check_softplus_function, passed_on).mistake == "grad_output passed on unchanged"
+
+
+@pytest.mark.parametrize(
+    "first_term, name",
+    [
+        (lambda x: torch.max(x, 0), "torch.max with a dimension"),
+        (lambda x: max(x, 0), "Python's max on a tensor"),
+    ],
+)
+def test_a_forward_that_takes_max_x_0_literally_is_named(first_term, name):
+    forward = save_x(lambda x: first_term(x) + torch.log1p(torch.exp(-x.abs())))
+    err = failure(lab.check_softplus_function, make(forward, sigmoid_of_saved))
+    assert err.mistake == name
+    assert "element" in err.hint and "clamp" not in err.hint

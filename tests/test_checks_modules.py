@@ -95,6 +95,20 @@ def test_a_weight_that_starts_with_nan_is_refused():
         lab.check_my_linear(linear_variant(init=_nan_start))
 
 
+def _empty_start(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.empty(o, i))  # nn.Linear's first step, without its reset_parameters()
+    self.bias = nn.Parameter(torch.empty(o))
+
+
+def test_a_weight_never_filled_after_torch_empty_is_refused_every_time():
+    """torch.empty's memory may hold finite leftovers that look random: the check makes it NaN while it builds."""
+    for _ in range(3):
+        with pytest.raises(lab.CheckError, match="starts with NaN or inf"):
+            lab.check_my_linear(linear_variant(init=_empty_start))
+    assert not torch.are_deterministic_algorithms_enabled()
+
+
 @pytest.mark.parametrize("design", list(CORRECT_LINEARS))
 def test_my_linear_accepts_every_allowed_design(design, capsys):
     lab.check_my_linear(CORRECT_LINEARS[design])

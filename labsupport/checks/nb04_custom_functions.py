@@ -55,9 +55,26 @@ class _FunctionExercise:
         return tuple(names)
 
 
-# PyTorch's error texts inside a Function, and what they mean there.
+# PyTorch's error texts inside a forward, what they mean there, and the mistake they name.
 _FUNCTION_ERRORS = [
-    (r"save_for_backward can only save", "save_for_backward takes tensors only: keep a number as an attribute of ctx"),
+    (
+        r"save_for_backward can only save",
+        "save_for_backward takes tensors only: keep a number as an attribute of ctx",
+        "number saved with save_for_backward",
+    ),
+    (
+        r"can only concatenate tuple|unsupported operand type\(s\) for .*'(tuple|torch\.return_types)",
+        "torch.max(x, 0) reads the 0 as a dimension: it reduces x along dim 0 and returns a pair (values, "
+        "indices), not a tensor; the max(x, 0) of the stable form compares each element of x with the number 0 "
+        "and keeps x's shape",
+        "torch.max with a dimension",
+    ),
+    (
+        r"Boolean value of Tensor with more than one value is ambiguous",
+        "Python's own max (or an if) asks whether a whole tensor is larger than 0, which has no single answer: "
+        "the max(x, 0) of the stable form is taken element by element, by a tensor operation",
+        "Python's max on a tensor",
+    ),
 ]
 
 
@@ -91,10 +108,11 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
     try:
         out = run_student(cls.apply, *leaves, what=f"{cls.__name__}.apply (your forward)")
     except CheckError as err:
-        advice = next((a for pattern, a in _FUNCTION_ERRORS if re.search(pattern, str(err))), None)
-        if advice is None:
+        known = [(advice, name) for pattern, advice, name in _FUNCTION_ERRORS if re.search(pattern, str(err))]
+        if not known:
             raise
-        raise CheckError(err.message, hint=advice, mistake="number saved with save_for_backward") from None
+        advice, name = known[0]
+        raise CheckError(err.message, hint=advice, mistake=name) from None
     for name, leaf, original in zip(ex.arguments, leaves, originals):
         if isinstance(leaf, torch.Tensor) and not torch.equal(leaf.detach(), original):
             raise CheckError(
@@ -477,6 +495,13 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "no grad_output",
             (None, torch.sigmoid(x)),
             "backward returned the local derivative alone: the chain rule multiplies it by grad_output",
+        ),
+        Mistake(
+            "grad_output passed on unchanged",
+            (None, g),
+            "backward hands grad_output on as it came, as if softplus were the identity: the chain rule multiplies "
+            "it, element by element, by the derivative of softplus at the same position",
+            look="backward: what multiplies grad_output",
         ),
         Mistake(
             "sigmoid of the output",

@@ -474,11 +474,25 @@ def _run_layer(layer: nn.Module, x: torch.Tensor, call: str) -> Any:
         ) from None
 
 
+@contextlib.contextmanager
+def _unfilled_memory_as_nan() -> Iterator[None]:
+    """torch.empty gives NaN here (PyTorch's deterministic mode fills new memory), so a weight that __init__
+    never fills is refused every time, not only when the memory it got happens to hold NaN or zeros."""
+    enabled = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
 def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
     __tracebackhide__ = True
     call = f"MyLinear({i}, {o})"
-    layer = _build(cls, "MyLinear", i, o)
+    with _unfilled_memory_as_nan():
+        layer = _build(cls, "MyLinear", i, o)
     _linear_structure(layer, call, i, o)
     g = torch.Generator().manual_seed(10 * i + o)
     weight = torch.randn(o, i, generator=g, dtype=torch.float64)

@@ -273,6 +273,15 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
         ),
         Mistake("one batch only", Near(m.batch_accs[-1]), "that is the last batch's accuracy alone"),
         Mistake(
+            "accuracy rounded down to 0",
+            Near(0.0) if m.correct else None,
+            f"the accuracy is exactly 0, yet the model gets {m.correct} of {m.images} images right: either what is "
+            "compared with the labels are the largest scores themselves, not their positions (torch.max with a "
+            "dim gives a pair, values first, indices second), or the count was divided with // (floor division), "
+            "which rounds every fraction below 1 down to 0",
+            look="evaluate: what is compared with the labels, and the division that makes the fraction",
+        ),
+        Mistake(
             "right answers divided by the number of batches",
             Near(m.correct / len(m.batch_accs)),
             "the count of right answers was divided by the number of batches (len(loader)): the accuracy is per "
@@ -562,6 +571,40 @@ WRONG_EPOCHS = Mistake(
 )
 
 
+BATCHES_SKIPPED = Mistake(
+    "batches skipped in every epoch",
+    None,
+    "train ran all its epochs but each trained on fewer batches than the loader holds: the batch loop stops "
+    "early (a break, a bound such as len(loader) - 1, or an index that skips the first or the last batch), so "
+    "those images never train the model; a for loop over the loader itself visits every batch once",
+    look="train: the batch loop, and anything that ends or skips it",
+)
+
+
+def _training_runs(seen: list[tuple[bool, bool]]) -> list[int]:
+    """The lengths of the runs of training-mode forward passes, between the eval-mode passes of evaluate."""
+    runs = [0]
+    for training, _ in seen:
+        if training:
+            runs[-1] += 1
+        elif runs[-1]:
+            runs.append(0)
+    return [r for r in runs if r]
+
+
+def _short_epochs(seen: list[tuple[bool, bool]], per_epoch: int) -> CheckError | None:
+    """EPOCHS epochs (told apart by evaluate's passes between them), each with the same number of batches, too few."""
+    runs = _training_runs(seen)
+    if len(runs) != EPOCHS or len(set(runs)) != 1 or runs[0] >= per_epoch:
+        return None
+    return mistake_error(
+        f"each of train's {EPOCHS} epochs trained on {runs[0]} of the loader's {per_epoch} batches",
+        BATCHES_SKIPPED,
+        expected=f"{per_epoch} training steps per epoch",
+        got=f"{runs[0]} per epoch",
+    )
+
+
 def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
     """Forward passes with gradients in eval mode, or more training-mode passes than batches."""
     in_eval = sum(1 for training, grad in student.seen if grad and not training)
@@ -580,6 +623,9 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
         )
     in_training = sum(1 for training, _ in student.seen if training)
     per_epoch = n // EPOCHS
+    short = _short_epochs(student.seen, per_epoch)
+    if short is not None:
+        return short
     if 0 < in_training != n and student.steps == in_training and in_training % per_epoch == 0:
         epochs = in_training // per_epoch
         ran = f"{epochs} epoch" if epochs == 1 else f"{epochs} epochs"
