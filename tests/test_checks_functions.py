@@ -643,6 +643,18 @@ def test_saved_tensors_used_as_a_tensor_is_named():
     assert "x, = ctx.saved_tensors" not in str(err)
 
 
+def _backward_with_self(self, ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * torch.sigmoid(x)
+
+
+def test_a_backward_with_self_is_named():
+    """04.2: `def backward(self, ctx, g)` got Python's bare TypeError about a missing argument."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), _backward_with_self))
+    assert err.mistake == "backward's parameters"
+    assert "no self" in err.hint
+
+
 # found by the fifth audit: clamp(max=0) for max(x, 0) got expected/got only
 WRITTEN_MISTAKES_5 = {
     "min(x, 0) for max(x, 0)": make(

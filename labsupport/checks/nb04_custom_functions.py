@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
 import math
 import re
 from collections.abc import Callable
@@ -145,6 +146,26 @@ def _tuple_used_as_tensor(err: CheckError) -> bool:
     return isinstance(cause, (TypeError, AttributeError)) and "tuple" in str(cause)
 
 
+def _takes_ctx_and_one_gradient(backward: Any) -> bool:
+    """Can autograd call ``backward(ctx, grad_output)`` (forward has one output)? True when it cannot tell."""
+    try:
+        inspect.signature(backward).bind(None, None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin)
+        return True
+    return True
+
+
+BACKWARD_SIGNATURE = Mistake(
+    "backward's parameters",
+    None,
+    why="autograd calls backward itself, with the context first and then one gradient for each output of forward, "
+    "and nothing else: a static method has no self, so every parameter beyond those is one it cannot fill",
+    look="the def line of backward: which of its parameters does autograd hand over?",
+)
+
+
 def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
     """The student's backward, called directly on the ctx of ``out`` (what autograd would hand it)."""
     __tracebackhide__ = True
@@ -153,6 +174,8 @@ def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
         with torch.no_grad():
             grads = run_student(out.grad_fn.apply, given, what=f"{cls.__name__}.backward")
     except CheckError as err:
+        if not err.usage and not _takes_ctx_and_one_gradient(cls.backward):
+            raise mistake_error(err.message, BACKWARD_SIGNATURE) from None
         if err.usage or not _tuple_used_as_tensor(err):
             raise
         raise mistake_error(err.message, SAVED_NOT_UNPACKED) from None
