@@ -196,6 +196,9 @@ ROOFLINE_WRONG = {
     "compute and memory times added": lambda i, p, b: 1 / (1 / p + 1 / (i * b)),
     "roofs added": lambda i, p, b: p + i * b,  # round 4 of the audit: got a generic expected/got
     "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
+    # round 6 of the audit: the share of the peak (a misread prompt) and TFLOP/s got a generic expected/got
+    "share of the peak": lambda i, p, b: 100 * min(p, i * b) / p,
+    "unit": lambda i, p, b: min(p, i * b) / 1e12,
 }
 
 

@@ -60,6 +60,13 @@ def _keep_with_masked_fill(x):
     return x.masked_fill(x - x.mean(dim=-1, keepdim=True) < 0, 0.0)
 
 
+def _keep_all_rows_but_the_last(x):
+    out = x.clone()
+    for i in range(len(x) - 1):
+        out[i][x[i] < x[i].mean()] = 0
+    return out
+
+
 def _class_scores_with_one_hot(scores, labels):
     return (scores * F.one_hot(labels, num_classes=scores.shape[1])).sum(dim=1)
 
@@ -181,6 +188,9 @@ PREDICATE_MISTAKES = [
     ("pairwise_sq_dists", "lengths subtracted", lambda a, b: (a.norm(dim=1)[:, None] - b.norm(dim=1)) ** 2),
     ("correct_class_scores", "one-hot product not summed", lambda s, i: s * F.one_hot(i, s.shape[1])),
     ("per_sample_matmul", "samples summed", lambda x, w: torch.einsum("bd,bdk->k", x, w)),
+    # round 6 of the audit (half-finished answers): each got a generic expected/got before
+    ("pairwise_sq_dists", "a squared length left out", lambda a, b: (a**2).sum(1, keepdim=True) - 2 * a @ b.T),
+    ("keep_above_row_mean", "a row left as it was", _keep_all_rows_but_the_last),
 ]
 
 

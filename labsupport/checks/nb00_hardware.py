@@ -501,6 +501,23 @@ def _one_roof_each(answers: Sequence[float]) -> bool:
     )
 
 
+def _roofline_power_of_ten(answers: Sequence[float]) -> bool:
+    """Is every answer the right FLOP/s times one and the same power of ten other than 1 (GFLOP/s, TFLOP/s)?"""
+    references = [roofline_reference(*case) for case in ROOFLINE_CASES]
+    first = answers[0] / references[0]
+    same = all(math.isclose(got / ref, first, rel_tol=REL_TOL) for got, ref in zip(answers, references))
+    return same and _power_of_ten_off(1.0)(first)
+
+
+def _share_of_peak(answers: Sequence[float]) -> bool:
+    """Is every answer the reached FLOP/s divided by the peak, as a fraction or in percent?"""
+    for scale in (1.0, 100.0):
+        shares = [scale * roofline_reference(i, p, b) / p for i, p, b in ROOFLINE_CASES]
+        if all(math.isclose(got, share, rel_tol=REL_TOL) for got, share in zip(answers, shares)):
+            return True
+    return False
+
+
 ROOFLINE_MISTAKES = [
     Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
     Mistake("no compute roof", _follows(_memory_only), "no kernel beats the compute peak, however much it computes"),
@@ -544,6 +561,20 @@ ROOFLINE_MISTAKES = [
         "each answer is one of the two roofs, but not the lower one at every intensity: the switch happens at "
         "the ridge point, where the two roofs meet, and that point moves from machine to machine",
         look="roofline: which roof is lower depends on intensity, peak and bandwidth together",
+    ),
+    Mistake(
+        "share of the peak",
+        _share_of_peak,
+        why="each answer is the share of the peak the kernel reaches (a fraction, or a percent): the function "
+        "returns the FLOP/s themselves, the rate the lower roof allows",
+        look="what the return line divides by",
+    ),
+    Mistake(
+        "unit",
+        _roofline_power_of_ten,
+        why="every answer is off by one and the same power of ten: the peak and the bandwidth come in FLOP/s and "
+        "bytes/s, and the answer stays in FLOP/s, not GFLOP/s or TFLOP/s",
+        look="a factor such as 1e9 or 1e12 in the return line",
     ),
 ]
 

@@ -244,12 +244,39 @@ def _pairwise_square_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]
             look="what is subtracted from what, and when the square comes",
         ),
         Mistake(
+            "a squared length left out",
+            _one_length_left_out(a, b),
+            why="the expansion |a|^2 + |b|^2 - 2 a.b is missing one of its squared lengths (or both): each pair's "
+            "squared distance needs the squared length of a[i] and that of b[j] beside the cross term",
+            look="the terms of the expansion beside the one built from a @ b.T: how many are there?",
+        ),
+        Mistake(
             "cross term left out",
             norms,
             why="|a|^2 + |b|^2 alone: (a - b)^2 expands to a^2 - 2ab + b^2, and the cross term -2 a.b is missing",
             look="the terms of the expansion: one is built from a @ b.T",
         ),
     ]
+
+
+def _one_length_left_out(a: torch.Tensor, b: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the expansion without |a|^2, without |b|^2, or with the cross term alone."""
+    cross = 2 * a @ b.T
+    partial = [
+        (a * a).sum(1)[:, None] - cross,
+        (b * b).sum(1)[None, :] - cross,
+        -cross,
+    ]
+
+    def unfinished(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.shape != cross.shape:
+            return False
+        for value in partial:
+            if rel_error(result, value) < 1e-4:
+                return True
+        return False
+
+    return unfinished
 
 
 def _paired_with_itself(a: torch.Tensor, b: torch.Tensor) -> Callable[[Any], bool]:
@@ -422,6 +449,21 @@ def _rows_and_columns_swapped(scores: torch.Tensor, labels: torch.Tensor) -> lis
     ]
 
 
+def _gathered_along_rows(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
+    """scores.gather(0, labels[:, None]): the labels used as row numbers, in column 0, where the sizes allow it."""
+    if int(labels.max()) >= scores.shape[0]:
+        return []
+    return [
+        Mistake(
+            "gathered along the sample axis",
+            scores.gather(0, labels[:, None])[:, 0],
+            why="the gather ran along dim 0, the sample axis, so each label was used as a row number (in column 0): "
+            "gather's dim is the axis its index values count along, and the labels count classes",
+            look="the dim of the gather, and which axis the labels number",
+        )
+    ]
+
+
 def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
     """The right rows, but a softmax, a minus or the column to the left on the way."""
     return [
@@ -488,6 +530,15 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             look="pick from scores as they are, before any softmax",
         ),
         *_class_scores_picked_wrongly(scores, labels),
+        Mistake(
+            "every label looked up in the first row",
+            scores[0, labels],
+            why="each entry is the score of its label in the first sample's row: the labels picked columns, but "
+            "nothing picked the rows (gather with an index of shape (1, N), take, or an index into the flattened "
+            "scores counts from the start of row 0)",
+            look="the row each entry comes from: sample i's entry lives in row i",
+        ),
+        *_gathered_along_rows(scores, labels),
         Mistake(
             "predicted classes",
             scores.argmax(dim=1),
@@ -748,6 +799,13 @@ def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:
     row_mean = x.mean(dim=1, keepdim=True)
     return [
         Mistake(
+            "a row left as it was",
+            _one_row_untouched(x),
+            why="every row is right but one, which came back as x had it, its entries below the mean still there: "
+            "a loop over the rows that stops one short or starts at 1 (a range's bounds) leaves one row unvisited",
+            look="the bounds of the loop over the rows: do they reach every row, the first and the last?",
+        ),
+        Mistake(
             "mask returned",
             _is_bool,
             why="that is the mask itself: the result keeps x's values where the mask is True",
@@ -767,6 +825,19 @@ def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:
         ),
         NOT_FINITE,
     ]
+
+
+def _one_row_untouched(x: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer is right in every row but one, and that row is x's own (never processed)."""
+    reference = _keep_reference(x)
+
+    def row_skipped(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.shape != x.shape or not result.is_floating_point():
+            return False
+        wrong = [i for i in range(len(x)) if rel_error(result[i], reference[i]) > 1e-4]
+        return len(wrong) == 1 and rel_error(result[wrong[0]], x[wrong[0]]) < 1e-4
+
+    return row_skipped
 
 
 def _keep_cases() -> list[tuple[torch.Tensor]]:
@@ -849,6 +920,7 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             why="the channel axis went in front of the batch axis: the rows no longer hold one image each",
             look="the first number in permute(...): the batch axis stays first",
         ),
+        *_channels_first_axis_mistakes(images),
         Mistake(
             "not flattened",
             _flattens_to(_channels_first_reference(images)),
@@ -863,6 +935,28 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             look="keep the batch axis when flattening",
         ),
         NOT_FINITE,
+    ]
+
+
+def _channels_first_axis_mistakes(images: torch.Tensor) -> list[Mistake]:
+    """The channel axis moved one place only (mT, transpose(-1, -2)), and one row per channel instead of per image."""
+    n, h, w, c = images.shape
+    return [
+        Mistake(
+            "last two axes swapped",
+            images.transpose(-1, -2).reshape(n, -1),
+            why="the last two axes traded places, (N, H, C, W): the channel axis moved one place only, so it now "
+            "sits between H and W, while the rows need it before both (mT and transpose(-1, -2) swap only the last "
+            "two axes)",
+            look="where the channel axis ends up before the flatten: print the shape",
+        ),
+        Mistake(
+            "one row per channel",
+            _channels_first_reference(images).reshape(n * c, h * w),
+            why="each row holds one channel of one image, (N*C, H*W): the values are in the right order, but one "
+            "row per image is asked, all its channels one after the other",
+            look="the sizes the reshape is given: the rows count the images",
+        ),
     ]
 
 
@@ -949,6 +1043,21 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             why="squeeze() without an axis removed K too, because K is 1 here: the result is (B, K) whatever K is",
             look="name the axis to remove: squeeze(1)",
         ),
+        *_per_sample_sum_mistakes(x, w),
+        NOT_FINITE,
+    ]
+
+
+def _per_sample_sum_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
+    """Sums over the wrong axis of 01.6: over the samples, of the results or of the matrices."""
+    return [
+        Mistake(
+            "summed over dim 0",
+            (x[:, :, None] * w).sum(0),
+            why="the products were added up over the samples, the first axis (dim 0), and the result is (D, K): the "
+            "sum of a matrix product runs over D, the axis x and w share, and each sample keeps its own row",
+            look="the dim of the sum: which axis of (B, D, K) is D?",
+        ),
         Mistake(
             "samples summed",
             _per_sample_reference(x, w).sum(0),
@@ -963,7 +1072,6 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             "whose w index differs from x's, 'bd,cdk->bk'), where sample b meets w[b] alone",
             look="the index that x and w share for the batch",
         ),
-        NOT_FINITE,
     ]
 
 

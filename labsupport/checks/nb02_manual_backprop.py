@@ -325,6 +325,16 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             look="the line that computes dw",
         ),
     ]
+    if x.shape[1] == dout.shape[1]:  # only D == K lets x @ dout.T run at all (case 1: it comes first)
+        mistake = Mistake(
+            "dw transposes dout instead of x",
+            (None, None, x @ dout.t()),
+            why="dw multiplies x by dout transposed, which gives an (N, N) matrix where dw has w's shape (D, K): "
+            "the product must add up over the samples, the axis x and dout share; which factor has to be "
+            "transposed for that?",
+            look="the order of the factors in dw's product, and which one is transposed",
+        )
+        mistakes.append(mistake)
     if w.shape[0] == w.shape[1]:  # only a square w lets the product run without the transpose
         mistake = Mistake(
             "dx without transpose",
@@ -664,6 +674,13 @@ def _two_layer_wrong_tensor_mistakes(
             look="which of the first layer's two gradients is kept as grad_w1",
         ),
         Mistake(
+            "grad_h for grad_w1",
+            (None, d @ w2.t() * (x @ w1 > 0), None),
+            why="grad_w1 is the gradient at h, the first layer's output, with h's shape (N, H): the backward pass "
+            "stopped one step early, before the first layer's backward turned it into the gradient of its weight",
+            look="what is done with the gradient after the ReLU's backward",
+        ),
+        Mistake(
             "x instead of h_relu",
             (None, None, x.t() @ d),
             why="grad_w2 was built from x, the network's input: the second layer's input is the ReLU's output h_relu",
@@ -709,6 +726,13 @@ def _two_layer_form_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
             why="the loss and the gradients are divided by the number of samples N (a mean over the batch): the "
             "exercise's loss is the sum over every sample and output, with no factor",
             look="the reduction of the loss, and the factor in grad_y_pred",
+        ),
+        Mistake(
+            "loss averaged over the samples",
+            (lecture_loss(x, y, w1, w2) / rows, None, None),
+            why="the loss is divided by the number of samples N, while the gradients are those of the sum: the "
+            "exercise's loss is the sum over every sample and output, with no factor",
+            look="the reduction of the loss",
         ),
         Mistake(
             "ReLU on the prediction",
@@ -1105,8 +1129,35 @@ def check_numeric_grad(numeric_grad: Any) -> None:
             )
         except CheckError as err:
             raise _named_default(err, numeric_grad) from None
+        _judge_one_entry_at_a_time([case[0] for case in cases], what)
         _judge_eps_followed(numeric_grad, what)
     passed(f"numeric_grad: matches autograd on {len(cases)} cases (max rel. error < {TOL:g})")
+
+
+EARLIER_NUDGES_KEPT = Mistake(
+    "earlier nudges kept",
+    None,
+    why="f was evaluated with several entries of w moved at once: the nudges of the entries visited before stayed "
+    "in the tensor handed to f, so each later difference was taken around a shifted point. The check's f adds up "
+    "one term per entry, so its values came out right, but on a function whose entries interact (a network's "
+    "loss) they would not",
+    look="the tensor you nudge: what does it hold at entry i - 1 when entry i is moved?",
+)
+
+
+def _judge_one_entry_at_a_time(recorders: list[_Recorder], what: str) -> None:
+    """Every evaluation of f must move one entry of w at most: right values from the check's separable f do
+    not show nudges left in a copy of w (they would on a function whose entries interact)."""
+    __tracebackhide__ = True
+    for f in recorders:
+        counts = [call[1] for call in f.calls]
+        if f.summary()["several at once"]:
+            raise mistake_error(
+                f"{what} gave the right values, but evaluated f with up to {max(counts)} entries of w moved at once",
+                EARLIER_NUDGES_KEPT,
+                expected="f evaluated at w with one entry moved by +-eps, the others as w holds them",
+                got=f"{sum(count > 1 for count in counts)} of the {len(counts)} evaluations moved several entries",
+            )
 
 
 #: The eps the check passes once, by name, to see that numeric_grad uses the eps it is given.

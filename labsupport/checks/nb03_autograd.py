@@ -503,6 +503,14 @@ def _never_updated(seen: _Observed) -> bool:
     return False
 
 
+def _one_update_short(seen: _Observed) -> bool:
+    """Do the caller's weights end where one update fewer leaves them (the first or the last step's skipped)?"""
+    if seen.error is not None:
+        return False
+    short = _descend(seen.problem).before[-1]
+    return all(_close(w, r) for w, r in zip(seen.weights, short))
+
+
 def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
     if seen.error is not None:
@@ -552,6 +560,14 @@ _LOOP_MISTAKES = [
         why="backward() reached the caller's w1 and w2 in every step, but nothing changed them: which line is "
         "meant to change the tensors the caller passed in?",
         look="the update lines",
+    ),
+    Mistake(
+        "one update short",
+        _one_update_short,
+        why=f"the caller's weights end where {STEPS - 1} correct updates leave them, one fewer than the {STEPS} "
+        "steps: one step computed its gradient but did not update, the first or the last. Does every step of your "
+        "loop reach the update, and does the loop run steps times?",
+        look="the condition or the range around the update",
     ),
     Mistake(
         "gradients accumulate across steps",
