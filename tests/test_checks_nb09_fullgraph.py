@@ -193,8 +193,12 @@ VALUES = {
     "flip swapped": variant(flip="mean >= 0"),
     "a mean of 0 flipped": variant(flip="mean <= 0"),
     "flip each element": variant(flip="each"),
+    "flip left out": variant(flip="none"),  # audit 6: half-finished answers had no cause named
+    "share left out": variant(share="none"),
+    "each entry by its own comparison": variant(share="mask"),
     "count, not share": variant(share="count"),
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
+    "share in percent": variant(share="percent"),  # audit 6: a share read as a percentage
     "zero counted": variant(share=">= 0 after"),
     "share before the flip": variant(share="> 0 before"),
     "length written in": share_of_six,  # audit 4: expected/got only

@@ -166,11 +166,53 @@ def masked(modules, points, programs):
     return out
 
 
+def first_step_skipped(modules, points, programs):
+    """09.5 audit 6: each program's loop started at its second name: expected/got only."""
+    return grouped(modules, points, [program[1:] for program in programs])
+
+
+def grouped_as_sets(modules, points, programs):
+    """09.5 audit 6: grouped by the sorted names, each group run in that order: expected/got only."""
+    return grouped(modules, points, [tuple(sorted(program)) for program in programs])
+
+
+def grouped_by_first_step(modules, points, programs):
+    """09.5 audit 6: grouped by the first step, each group run through its first row's program."""
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program[0], []).append(i)
+    out = torch.zeros_like(points)
+    for rows in rows_of.values():
+        h = points[rows]
+        for name in programs[rows[0]]:
+            h = modules[name](h)
+        out[rows] = h
+    return out
+
+
+def last_group_left_out(modules, points, programs):
+    """09.5 audit 6: the loop over the groups stopped one short: 2 rows stayed zero, expected/got only."""
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    out = torch.zeros_like(points)
+    for program, rows in list(rows_of.items())[:-1]:
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        out[rows] = h
+    return out
+
+
 MISTAKES = {
     "reversed program": reversed_programs,
     "each step on the points": each_step_on_the_points,
     "rows out of order": group_order,
     "rows put back wrongly": put_back_the_wrong_way,
+    "a step left out": first_step_skipped,
+    "steps in another order": grouped_as_sets,
+    "another row's program": grouped_by_first_step,
+    "rows never run": last_group_left_out,
     "no gradient": detached,
     "one call per row": one_row_at_a_time,
     "every row through every program": masked,

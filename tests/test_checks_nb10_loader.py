@@ -122,6 +122,20 @@ def test_set_epoch_with_the_rank_is_named_by_the_overlap_it_makes():
     assert info.value.mistake == "shards overlap" and "epoch number" in info.value.look
 
 
+def test_a_sampler_for_two_processes_is_named_on_three():
+    """10.6 audit 6: the colleague's 2 GPUs written into the sampler: its ValueError on rank 2, no cause named."""
+
+    def two_processes(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(two_processes)
+    assert info.value.mistake == nb10.SAMPLER_FOR_OTHER_WORLD.name
+    assert info.value.got == "an error for rank 2 of 3"
+
+
 def test_every_listed_mistake_has_a_test():
     assert [m.name for m in nb10.LOADER_MISTAKES] == list(MISTAKES)
 

@@ -408,12 +408,38 @@ TRANSFER_MISTAKES = [
 ]
 
 
+def _solution_lines(exercise):
+    """The code of an exercise's solution in notebook 08, line by line and each right-hand side, comments cut."""
+    import nbformat
+
+    notebook = nbformat.read(Path(__file__).parent.parent / "notebooks" / "08_pretrained_models.ipynb", 4)
+    marks = [c.metadata.get("lab", {}) for c in notebook.cells]
+    cell = next(
+        c for c, m in zip(notebook.cells, marks) if m.get("exercise") == exercise and m.get("role") == "solution"
+    )
+    region = cell.source.split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    code = [line.split("#")[0].strip() for line in region.splitlines()]
+    code += [line.split(" = ", 1)[1] for line in code if " = " in line]
+    return {line for line in code if len(line) >= 12}
+
+
+# optimizer.step() and loss.backward() stay out: a hint names them where it speaks of the student's own call.
+TRANSFER_SOLUTION = _solution_lines("08.2") - {"optimizer.step()", "loss.backward()"}
+
+
+def _quotes_the_solution(err):
+    """Audit 6: hints and pointers quoted the solution's lines (the new head, `return loss.item()`, zero_grad)."""
+    said = f"{err.hint} {err.look}"
+    return sorted(line for line in TRANSFER_SOLUTION if line in said)
+
+
 @pytest.mark.parametrize("prepare, step, name", TRANSFER_MISTAKES, ids=[n for _, _, n in TRANSFER_MISTAKES])
 def test_each_transfer_mistake_is_named(prepare, step, name):
     with pytest.raises(lab.CheckError) as err:
         lab.check_transfer(prepare, step)
     assert err.value.mistake == name, str(err.value)
     assert err.value.hint and name not in err.value.message
+    assert not _quotes_the_solution(err.value)
 
 
 def _step_divided_by_four(model, optimizer, images, labels):
@@ -517,3 +543,4 @@ def test_bad_steps_are_one_sentence(bad, monkeypatch):
         lab.check_transfer(make_prepare(), bad)
     text = str(err.value)
     assert "could not use what it was given" not in text and "Traceback" not in text, text
+    assert not _quotes_the_solution(err.value)

@@ -434,6 +434,20 @@ def softmax_before_the_loss(model, optimizer, scaler, inputs, targets, dtype):
     return _scaled_update(optimizer, scaler, loss)
 
 
+def nll_of_the_scores(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 6: the NLL loss on raw scores, softmax's sibling: a generic "the weights differ"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.nll_loss(model(inputs), targets)
+    return _scaled_update(optimizer, scaler, loss)
+
+
+def autocast_given_the_device(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 6: the device where its type belongs: autocast's ValueError, no cause named."""
+    with torch.autocast(device_type=inputs.device, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    return _scaled_update(optimizer, scaler, loss)
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -470,6 +484,8 @@ AMP_MISTAKES = {
     "inf step skipped by hand": [step_only_on_a_finite_loss],
     "loss summed over the batch": [summed_loss],
     "softmax before the loss": [softmax_before_the_loss],
+    "negative log-likelihood of the scores": [nll_of_the_scores],
+    "device given for its type": [autocast_given_the_device],
 }
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
@@ -484,6 +500,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
+    listed |= {nb10.DEVICE_FOR_ITS_TYPE.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -785,6 +802,15 @@ def cleared_after_each_rank(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def parameters_kept_as_a_generator(model, inputs, targets, world_size):
+    """10.3 audit 6: model.parameters() walked by the first rank's grad(): autograd's error, no cause named."""
+    params = model.parameters()
+    shards = []
+    for xs, ys in zip(inputs.chunk(world_size), targets.chunk(world_size)):
+        shards.append(torch.autograd.grad(F.cross_entropy(model(xs), ys), params))
+    return [sum(gs) / world_size for gs in zip(*shards)]
+
+
 def divided_by_two(model, inputs, targets, world_size):
     return [g * world_size / 2 for g in data_parallel_grads(model, inputs, targets, world_size)]
 
@@ -808,6 +834,7 @@ DP_MISTAKES = {
     "shards one short": [shards_one_short],
     "zeroed a grad that is None": [zeroes_grads_in_place],
     "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
+    "parameters used up": [parameters_kept_as_a_generator],
 }
 
 
@@ -817,6 +844,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
+    listed |= {nb10.PARAMETERS_USED_UP.name}
     assert listed <= set(DP_MISTAKES)
 
 

@@ -137,6 +137,7 @@ def test_each_eager_mistake_is_named(halvers, name):
         lab.check_script_vs_trace(EAGER_WRONG[name], *halvers)
     assert info.value.mistake == name
     assert "halve_until_small is wrong for an input" in info.value.message
+    assert "x.abs().max()" not in f"{info.value.hint} {info.value.look}"  # audit 6: "no abs" quoted the condition
 
 
 @pytest.mark.parametrize(
@@ -451,6 +452,14 @@ class NoOperandsGate(Gate):
         return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h)
 
 
+class ClippedNegationGate(Gate):
+    """09.3 audit 6: the relu carried over into the other branch: "neither relu(h) nor -h", no cause named."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: (-h).relu(), (h,))
+
+
 class NoLinear(nn.Module):
     def forward(self, x):
         return x
@@ -502,6 +511,7 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (ShapesDifferGate, "branches differ"),
         (ResultsNotFunctionsGate, "branches not functions"),
         (NoOperandsGate, "operands missing"),
+        (ClippedNegationGate, "the negating branch clipped"),
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

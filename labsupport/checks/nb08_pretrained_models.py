@@ -200,7 +200,8 @@ def _probe(model: nn.Module, n: int) -> None:
         mistake = Mistake(
             "wrong number of classes",
             None,
-            "the new head must have one output per class: nn.Linear(model.fc.in_features, num_classes)",
+            "the new head must have one output per class, and the number of classes is the argument num_classes: "
+            "is the head's number of outputs that argument, or a number of its own?",
         )
         raise mistake_error(
             f"the model's output has the wrong shape for {n} classes",
@@ -218,7 +219,7 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
             "head not replaced",
             None,
             "model.fc is still the pretrained 1000-class layer: assign a new nn.Linear to model.fc",
-            look="model.fc = nn.Linear(model.fc.in_features, num_classes)",
+            look="where prepare_for_transfer puts the new head into the model",
         )
         return mistake_error("the model still has its old head", mistake, expected="a new model.fc", got="the old one")
     if any(module is old_head for module in head.modules()):
@@ -259,9 +260,9 @@ BACKBONE_NOT_FROZEN = Mistake(
     "backbone not frozen",
     None,
     "the backbone's parameters got gradients and the optimizer updated them: they still require grad, and the "
-    "optimizer holds them; freeze them (requires_grad_(False)) before you add the head, or keep them out of what "
-    "the optimizer is given",
-    look="model.requires_grad_(False)",
+    "optimizer holds them; a parameter that requires no grad gets none, and one the optimizer does not hold never "
+    "moves: freeze the backbone before you add the head, or keep it out of what the optimizer is given",
+    look="where prepare_for_transfer decides which parameters need gradients",
 )
 
 OLD_HEAD_OUTPUTS = Mistake(
@@ -401,7 +402,7 @@ EVAL_ONLY_IN_PREPARE = Mistake(
     "model back with model.train() after each evaluation (notebook 05; lab.fit does it every epoch), and at the next "
     "step batch norm updates its running statistics again; the check did the same before each step, so it is "
     "transfer_step that must put the backbone in eval mode, every time",
-    look="model.eval()  # in transfer_step, before the forward pass",
+    look="the start of transfer_step: in which mode is the backbone when the forward pass runs?",
 )
 
 
@@ -439,7 +440,7 @@ def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) ->
             None,
             "batch norm's running statistics still update: the model is in training mode during the step; "
             "put the backbone (or the whole model) in eval mode: only the head learns",
-            look="model.eval()  # in transfer_step, before the forward pass",
+            look="the start of transfer_step: in which mode is the backbone when the forward pass runs?",
         )
         return mistake_error(
             f"after step {step} the backbone's batch-norm statistics changed",
@@ -499,8 +500,9 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
         Mistake(
             "zero_grad missing",
             moved_as(zero_grad=False),
-            "optimizer.zero_grad() is missing: this step added its gradients to those of the steps before",
-            look="optimizer.zero_grad()  # before loss.backward()",
+            "the gradients were never cleared: backward() adds to what .grad holds, so this step added its "
+            "gradients to those of the steps before",
+            look="where the step clears the gradients, before backward()",
         ),
         Mistake(
             "loss summed over the batch",
@@ -669,14 +671,17 @@ def _not_applied(head: list[torch.Tensor], stepped: bool) -> Mistake:
         return Mistake(
             "optimizer.step() missing",
             _always,
-            "optimizer.step() is not called: the gradients are there, but nothing applies them",
-            look="optimizer.step()  # after loss.backward()",
+            "the head never moved although its gradients are there: backward() only computes gradients, and "
+            "nothing in the step applied them to the weights",
+            look="what in transfer_step changes the head's weights",
         )
     return Mistake(
         "no gradient at step",
         _always,
-        "the step found no gradients: loss.backward() is missing, or zero_grad() runs between backward() and step()",
-        look="zero_grad(), backward(), step()",
+        "the step found no gradients when it ran: nothing computed them from this batch's loss, or they were "
+        "cleared between their computation and the step",
+        look="the order of the calls in transfer_step: which computes the gradients, which clears them, which "
+        "applies them",
     )
 
 
@@ -718,9 +723,9 @@ def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple,
         mistake = Mistake(
             "loss returned as a tensor",
             None,
-            "the prompt asks for the loss as a number: .item() "
-            "turns a one-element tensor into a float (a tensor keeps its whole graph alive)",
-            look="return loss.item()",
+            "the prompt asks for the loss as a number: a one-element tensor has a method that hands out its "
+            "value as a Python float (a tensor keeps its whole graph alive)",
+            look="what transfer_step returns",
         )
         raise mistake_error("transfer_step returned a tensor", mistake, expected="a Python float", got=describe(loss))
     if loss is None:
@@ -728,7 +733,7 @@ def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple,
             "transfer_step returned None",
             expected="the loss, a float",
             got="None",
-            hint="end with `return loss.item()`",
+            hint="a missing `return`: transfer_step ends by returning the loss of its step, as a number",
             usage=True,
         )
     value = as_number(loss, "transfer_step's loss")

@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import functools
 import io
+import itertools
 import logging
 import re
 import warnings
@@ -163,7 +164,8 @@ EAGER_MISTAKES = [
     Mistake(
         "no abs",
         _on_every_input(_variant_no_abs),
-        "it compares x.max(), not x.abs().max(): a large negative value never counts",
+        "its loop measures x by its largest value, not by its largest absolute value: a large negative value "
+        "never counts",
         look="the loop's condition",
     ),
     Mistake(
@@ -514,6 +516,24 @@ UNCHANGED_BRANCH = Mistake(
 )
 
 
+NEGATION_CLIPPED = Mistake(
+    "the negating branch clipped",
+    None,
+    "the branch for a sum that is not above 0 does more than negate h: Gate's second branch flips the sign of every "
+    "element of h and clips nothing, where this one also zeroed or folded the elements of one sign (a relu, or an "
+    "abs, carried over from the other branch)",
+    look="the branch taken when the sum is not above 0",
+)
+
+
+def _negation_clipped(got: torch.Tensor, h: torch.Tensor) -> bool:
+    """Is ``got`` h negated and made non-negative: relu(-h), -relu(h) or |h|?"""
+    for clipped in ((-h).relu(), -(h.relu()), h.abs()):
+        if torch.allclose(got, clipped, atol=1e-5):
+            return True
+    return False
+
+
 # What torch says when torch.cond is called the wrong way, and the mistake behind it.
 COND_USAGE = [
     (
@@ -627,6 +647,8 @@ def _check_eager_gate(model: torch.nn.Module, batches: list) -> None:
         facts = {"expected": f"{expected}, with h = self.linear(x)", "got": "neither relu(h) nor -h"}
         if torch.allclose(got, h, atol=1e-5):
             raise mistake_error(message, UNCHANGED_BRANCH, **facts)
+        if expected == "-h" and _negation_clipped(got, h):
+            raise mistake_error(message, NEGATION_CLIPPED, **facts)
         raise CheckError(message, **facts)
     facts = {"expected": expected, "got": f"{'relu(h)' if expected == '-h' else '-h'} (the other branch)"}
     if "neither" in taken:
@@ -783,15 +805,21 @@ def summarise_variant(
         y = y.abs()
     elif flip == "sign":
         y = y * torch.sign(y.mean())
-    elif _flips(y.mean(), flip):
+    elif flip != "none" and _flips(y.mean(), flip):
         y = -y
     counted = x if share == "> 0 before" else y
     positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
     count = float(positive.sum())
+    if share == "none":
+        return y
+    if share == "mask":
+        return y * positive.to(y.dtype)
     if share == "count":
         return y * count
     if share == "floor":
         return y * (count // len(y))
+    if share == "percent":
+        return y * (100 * count / len(y))
     return y * (count / len(y))
 
 
@@ -894,6 +922,27 @@ SUMMARISE_MISTAKES = [
         look="the flip",
     ),
     Mistake(
+        "flip left out",
+        _variant(flip="none"),
+        "the vector is never flipped: summarise negates the whole vector when its mean is below 0, a step that "
+        "summarise_graph leaves out (the vectors with a positive mean hide it)",
+        look="what happens between the scaling and the share",
+    ),
+    Mistake(
+        "share left out",
+        _variant(share="none"),
+        "the result is the scaled (and flipped) vector itself: summarise also multiplies it by the share of its "
+        "entries that are above 0, one number for the whole vector",
+        look="what the returned vector is multiplied by",
+    ),
+    Mistake(
+        "each entry by its own comparison",
+        _variant(share="mask"),
+        "each entry was multiplied by its own comparison with 0 (1 or 0), which only zeroes the entries at or below "
+        "0: the share is one number for the whole vector, the fraction of its entries above 0",
+        look="the share: one number for the vector, or one per entry?",
+    ),
+    Mistake(
         "count, not share",
         _variant(share="count"),
         "the result is multiplied by the number of positive entries, not by their share of all entries",
@@ -905,6 +954,13 @@ SUMMARISE_MISTAKES = [
         "the share was computed in integer arithmetic: the number of positive entries floor-divided by the length "
         "is 0 unless every entry is positive, where the share is a fraction between 0 and 1",
         look="the division that turns the count into a share, and the dtype of what it divides",
+    ),
+    Mistake(
+        "share in percent",
+        _variant(share="percent"),
+        "the share came out as a percentage, 100 times too large: summarise multiplies by the fraction of the "
+        "entries that are above 0, a number between 0 and 1",
+        look="the share",
     ),
     Mistake(
         "zero counted",
@@ -1181,12 +1237,88 @@ def _rows_in_groups(got: torch.Tensor, want: torch.Tensor, programs: list) -> bo
     return len(runs) == len(set(programs))
 
 
+def _equals_one_of(got: torch.Tensor, candidates: list[torch.Tensor]) -> bool:
+    """Is ``got`` one of the candidate results?"""
+    return any(torch.allclose(got, candidate, atol=1e-6) for candidate in candidates)
+
+
+def _each_row_one_of(got: torch.Tensor, candidates: list[list[torch.Tensor]]) -> bool:
+    """Is every row i of ``got`` one of the rows in ``candidates[i]``?"""
+    for row, options in zip(got, candidates):
+        if not any(torch.allclose(row, option, atol=1e-6) for option in options):
+            return False
+    return True
+
+
+def _rows_through_programs(modules: Any, points: torch.Tensor, programs: list) -> list[list[torch.Tensor]]:
+    """For each row, its point through every program of the batch (its own and the others')."""
+    results = [run_program_rows(modules, points, [program] * len(points)) for program in dict.fromkeys(programs)]
+    return [[result[i] for result in results] for i in range(len(points))]
+
+
+def _rows_through_reorderings(modules: Any, points: torch.Tensor, programs: list) -> list[list[torch.Tensor]]:
+    """For each row, its point through every order of its own program's steps."""
+    options = []
+    for i, program in enumerate(programs):
+        orders = [list(order) for order in itertools.permutations(program)]
+        options.append([run_program_rows(modules, points[i : i + 1], [order])[0] for order in orders])
+    return options
+
+
+def _rows_never_run(got: torch.Tensor, want: torch.Tensor, points: torch.Tensor) -> bool:
+    """Is every row of ``got`` right, or left as a row of zeros or as its point (a group that never ran), with at
+    least one group run?"""
+    candidates = [[right, torch.zeros_like(right), point] for right, point in zip(want, points)]
+    ran = torch.isclose(got, want, atol=1e-6).all(dim=1) & ~torch.isclose(want, points, atol=1e-6).all(dim=1)
+    return bool(ran.any()) and _each_row_one_of(got, candidates)
+
+
+def _program_slip_mistakes(modules: Any, points: torch.Tensor, programs: list, want: torch.Tensor) -> list[Mistake]:
+    """Half-finished run_programs: a step left out, the steps in another order, a row through another row's
+    program (the rows grouped by less than their whole program), a group that never ran."""
+    shortened = [
+        run_program_rows(modules, points, [program[1:] for program in programs]),
+        run_program_rows(modules, points, [program[:-1] for program in programs]),
+    ]
+    return [
+        Mistake(
+            "a step left out",
+            functools.partial(_equals_one_of, candidates=shortened),
+            "every program ran one step short (its first or its last step never ran): each name of a program is "
+            "one module to apply, from the first name to the last",
+            look="the range of steps the loop over a program's names covers",
+        ),
+        Mistake(
+            "steps in another order",
+            functools.partial(_each_row_one_of, candidates=_rows_through_reorderings(modules, points, programs)),
+            "some rows went through their program's modules in another order: a program is a sequence, not a set "
+            "of steps, and a rotation then a scale differs from a scale then a rotation",
+            look="what the rows are grouped by, and in which order its steps are applied",
+        ),
+        Mistake(
+            "another row's program",
+            functools.partial(_each_row_one_of, candidates=_rows_through_programs(modules, points, programs)),
+            "some rows went through the program of another row: the rows were grouped by less than their whole "
+            "program (its first step, its length, its set of names), so a group held rows of different programs",
+            look="what the rows are grouped by, and whose program each group runs",
+        ),
+        Mistake(
+            "rows never run",
+            functools.partial(_rows_never_run, want=want, points=points),
+            "the rows that ran are right, but some rows never went through their program (they came back as zeros "
+            "or as their point): one group of rows was left out, every program of the batch must run",
+            look="the loop over the groups: does it reach every one of them?",
+        ),
+    ]
+
+
 def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list[Mistake]:
     """The typical wrong results of run_programs on this batch."""
     with torch.no_grad():
         want = run_program_rows(modules, points, programs)
         reversed_rows = run_program_rows(modules, points, programs, reverse=True)
         last_only = last_step_on_points(modules, points, programs)
+        slips = _program_slip_mistakes(modules, points, programs, want)
     return [
         Mistake(
             "reversed program",
@@ -1215,6 +1347,7 @@ def program_mistakes(modules: Any, points: torch.Tensor, programs: list) -> list
             "grouped row to its place is the inverse of the one that grouped them",
             look="how the grouped rows are put back in the order of `points`",
         ),
+        *slips,
     ]
 
 

@@ -131,7 +131,7 @@ class AmpRecipe:
     zero_grad: bool = True
     updates: int = 1  # weight updates per step (2: an optimizer.step() after the scaler's)
     scaled_backward: bool = True  # backward() on the scaled loss (False: on the loss itself)
-    loss: str = "mean"  # the cross-entropy's reduction, or "softmax": the mean of the cross-entropy of probabilities
+    loss: str = "mean"  # the cross-entropy's reduction; "softmax": of probabilities; "nll": NLL of the raw scores
 
 
 @dataclasses.dataclass
@@ -145,9 +145,11 @@ class AmpRun:
 
 
 def _amp_loss(logits: torch.Tensor, targets: torch.Tensor, form: str) -> torch.Tensor:
-    """The cross-entropy of a step (``form`` "mean"), or of its typical variants ("sum", "softmax")."""
+    """The cross-entropy of a step (``form`` "mean"), or of its typical variants ("sum", "softmax", "nll")."""
     if form == "softmax":
         return F.cross_entropy(logits.softmax(dim=1), targets)
+    if form == "nll":
+        return F.nll_loss(logits, targets)
     return F.cross_entropy(logits, targets, reduction=form)
 
 
@@ -270,12 +272,26 @@ INF_STEP_SKIPPED_BY_HAND = Mistake(
 )
 
 
+#: What torch.autocast says when its device_type is a torch.device.
+DEVICE_TYPE_NOT_STR = "Expected `device_type` of type `str`"
+
+DEVICE_FOR_ITS_TYPE = Mistake(
+    "device given for its type",
+    None,
+    "torch.autocast was given a torch.device where it takes the name of a kind of device, a string: a device and "
+    "its kind are two things, and a device holds the name of its kind as one of its attributes",
+    look="the device type autocast is given",
+)
+
+
 def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
     """Call the student's step; GradScaler's assertions become the mistake they mean."""
     try:
         return run_student(amp_step, *args, what=f"amp_step (the {step} step)")
     except CheckError as err:
         cause = str(err.__cause__ or "")
+        if DEVICE_TYPE_NOT_STR in cause:
+            raise mistake_error(err.message, DEVICE_FOR_ITS_TYPE) from None
         for mistake in SCALER_ERRORS:
             if mistake.matches in cause:
                 message = f"amp_step raised {type(err.__cause__).__name__} from the GradScaler in the {step} step"
@@ -361,6 +377,16 @@ SOFTMAX_FIRST = Mistake(
 )
 
 
+NLL_OF_SCORES = Mistake(
+    "negative log-likelihood of the scores",
+    None,
+    "the loss took the raw scores (logits) for log-probabilities: the negative log-likelihood loss only picks "
+    "each target's entry and expects its input already normalised, so nothing turned the scores into "
+    "log-probabilities; the cross-entropy asked for normalises the scores itself",
+    look="which loss function the step computes, and what it is given",
+)
+
+
 def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
     """The typical wrong steps, each matching the weights after step ``step`` of one variant of the recipe."""
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
@@ -419,6 +445,7 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
         ),
         dataclasses.replace(SUMMED_LOSS, matches=like(AmpRecipe(dtype, loss="sum"))),
         dataclasses.replace(SOFTMAX_FIRST, matches=like(AmpRecipe(dtype, loss="softmax"))),
+        dataclasses.replace(NLL_OF_SCORES, matches=like(AmpRecipe(dtype, loss="nll"))),
     ]
 
 
@@ -1005,6 +1032,19 @@ GRAD_STILL_NONE = Mistake(
 )
 
 
+#: What autograd.grad says when it is given no tensors to differentiate (a generator of parameters used up).
+GRAD_OF_NOTHING = "`inputs` argument to `grad()` cannot be empty"
+
+PARAMETERS_USED_UP = Mistake(
+    "parameters used up",
+    None,
+    "autograd was asked for the gradient with respect to no parameter at all: the parameters were kept as what "
+    "model.parameters() returns, a generator, which the first rank ran through to its end, so later ranks found "
+    "it empty; a generator can be walked once, a list as often as needed",
+    look="where the parameters are taken from the model, and how often that object is walked",
+)
+
+
 def _run_parallel_grads(
     data_parallel_grads: Callable, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int
 ) -> Any:
@@ -1021,6 +1061,8 @@ def _run_parallel_grads(
             inplace_hint="{name} was changed in place: the function only reads the batch",
         )
     except CheckError as err:
+        if GRAD_OF_NOTHING in err.message:
+            raise mistake_error(err.message, PARAMETERS_USED_UP) from None
         if "'NoneType' object has no attribute 'zero_'" not in err.message:
             raise
         raise mistake_error(err.message, GRAD_STILL_NONE) from None
@@ -1296,13 +1338,28 @@ SHUFFLE_WITH_SAMPLER = Mistake(
 )
 
 
+SAMPLER_FOR_OTHER_WORLD = Mistake(
+    "sampler made for another world size",
+    None,
+    "the DistributedSampler refused the rank it was given, since it was told of another number of processes than "
+    "the world_size the function receives (a number written in, such as the 2 GPUs of the colleague's script, or "
+    "the arguments in each other's places): the sampler must be told of exactly the processes the function is "
+    "called for",
+    look="the number of processes the sampler is told of",
+)
+
+
 def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> Any:
-    """The student's loader for one rank and epoch; DataLoader's refusal of shuffle=True with a sampler is named."""
+    """The student's loader for one rank and epoch; DataLoader's refusal of shuffle=True with a sampler, and the
+    sampler's refusal of a rank beyond its processes, are named."""
     __tracebackhide__ = True
     try:
         return run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
     except CheckError as err:
-        if "mutually exclusive with shuffle" not in str(err.__cause__ or err.message):
+        said = str(err.__cause__ or err.message)
+        if "Invalid rank" in said:
+            raise mistake_error(err.message, SAMPLER_FOR_OTHER_WORLD, got=f"an error for rank {rank} of {ws}") from None
+        if "mutually exclusive with shuffle" not in said:
             raise
         raise mistake_error(err.message, SHUFFLE_WITH_SAMPLER) from None
 
