@@ -337,7 +337,11 @@ def test_a_wrong_then_right_prediction_keeps_the_first_answer_and_never_passes(c
     assert "your new answer 1024 does not replace it" in second
 
 
-@pytest.mark.parametrize("bad", [None, "1o24", 512, [16, 1024], float("nan"), torch.ones(2), "sixteen"], ids=repr)
+@pytest.mark.parametrize(
+    "bad",
+    [None, "1o24", 512, [16, 1024], float("nan"), torch.ones(2), "sixteen", "16 x 1024", (16, 1024), "n=512"],
+    ids=repr,
+)  # the last three: a size that is not a square choice
 def test_bad_predictions_are_refused_before_timing(bad, monkeypatch, capsys):
     # Round 4 of the audit: an AssertionError raised here became the check's own usage error, so the test passed
     # whether or not the answer was refused before timing ("1024", which the engine reads as 1024, was listed).
@@ -432,18 +436,3 @@ def test_the_square_spelled_out_is_read_as_its_side(answer, monkeypatch, capsys)
     monkeypatch.setattr(nb00, "matmul_rates", lambda device: {16: 1.0, 1024: 2.0})
     lab.check_matmul_size_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS  which size gets closer to the peak: 1024 is right")
-
-
-@pytest.mark.parametrize("bad", ["16 x 1024", (16, 1024), "n=512"], ids=repr)
-def test_a_size_that_is_not_a_square_choice_is_refused_before_timing(bad, monkeypatch, capsys):
-    timed = []
-
-    def no_timing(device):
-        timed.append(device)
-        return {16: 1.0, 1024: 2.0}
-
-    monkeypatch.setattr(nb00, "matmul_rates", no_timing)
-    with pytest.raises(lab.CheckError) as info:
-        lab.check_matmul_size_prediction(bad)
-    assert info.value.usage and not timed
-    assert "PASS" not in capsys.readouterr().out
