@@ -569,6 +569,7 @@ def test_the_first_amp_failure_says_what_and_where_only():
     "returns, words",
     [
         (None, "a missing `return`"),
+        (None, "the scaler's step"),  # amp_step ending with `return scaler.step(optimizer)` gives None too
         (2.3, "as a tensor"),
         (lambda *a: [torch.tensor(2.3)], "as a tensor"),
         (torch.tensor([2.3]), "extra leading dimension"),

@@ -314,7 +314,10 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
             f"amp_step must return the loss as a tensor (the training loop stacks them); {name} is not one",
             expected="a 0-dim tensor",
             got=describe(loss),
-            hint="a missing `return`" if loss is None else "return the loss tensor itself, detached",
+            hint="a missing `return`, or the value of a call that gives nothing back (backward, the optimizer's or "
+            "the scaler's step): amp_step ends with the step's loss"
+            if loss is None
+            else "return the loss tensor itself, detached",
             usage=True,
         )
     loss = expect_tensor(loss, name, shape=(), finite=finite)
@@ -1404,7 +1407,8 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
             raise CheckError(
                 f"a batch of the loader is not a batch of at most {batch} items",
                 got=describe(item),
-                hint="return the DataLoader itself, with batch_size=batch_size",
+                hint="a batch here is a 1-d tensor of the dataset's items: the function returns a loader over the "
+                "dataset it was given, not over something built from it",
                 usage=True,
             )
         indices += _dataset_indices(values, n)
