@@ -208,6 +208,16 @@ def test_a_sentence_that_names_one_choice_is_refused_with_how_to_write_it():
     assert "mentions" not in refused(check_guess, "doubled or the same")  # two choices: no suggestion
 
 
+def test_a_sentence_that_rules_one_choice_out_is_not_told_to_write_that_choice():
+    core.COMMITTED.clear()
+    for sentence in ("it is not the same", "it won't be doubled", "no error"):
+        text = refused(check_guess, sentence)
+        assert "the answer must be one of the choices" in text
+        assert "mentions" not in text  # writing the choice it names would commit the opposite of what it means
+        assert "rules a choice out; write the one choice you expect instead" in text
+    assert core.COMMITTED == {}
+
+
 def test_a_near_spelling_of_one_choice_is_refused_with_the_choice_it_resembles():
     core.COMMITTED.clear()
     text = refused(check_guess, "errors")

@@ -132,13 +132,20 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
     return got
 
 
+#: Words that turn a sentence against the choice it names ("not the mask", "it isn't new").
+_NEGATION = re.compile(r"\b(not|no|never|nor)\b|n't\b")
+
+
 def _choice_mentioned(got: Any, choices: Sequence[Any]) -> str | None:
-    """For an answer that is a sentence holding exactly one of the word choices ("the slice"): how to write it."""
+    """For an answer that is a sentence holding exactly one of the word choices ("the slice"): how to write it.
+    A sentence that rules the choice out ("not the mask") is not told to write that choice: it may mean another."""
     if not isinstance(got, str):
         return None
     words = [c for c in choices if isinstance(c, str) and re.search(rf"\b{re.escape(c.lower())}\b", got)]
     if len(words) != 1:
         return None
+    if _NEGATION.search(re.sub(rf"\b{re.escape(words[0].lower())}\b", " ", got)):
+        return "your text rules a choice out; write the one choice you expect instead, alone, as a word"
     return (
         f"write the choice alone, as a word: your text mentions {words[0]!r}; if that is your answer, write just that"
     )
