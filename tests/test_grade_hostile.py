@@ -10,10 +10,13 @@ the code an honest solution writes near them holds nothing.
 """
 
 import csv
+import io
 import json
+import logging
 import sys
 
 import nbformat
+import numpy as np
 import pytest
 from test_grade_judge import TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_source
 
@@ -80,6 +83,47 @@ BYPASSES = {
     "os.register_at_fork": "import os\nos.register_at_fork(after_in_child=lambda: print('PASS  ok'))",
 }
 
+# A third audit: code the analysis never read as code (strings some allowed API evaluates, pickles,
+# a module the cell wrote), and attributes reached by names it never saw. Unflagged before.
+PASS_FN = "functools.partial(print, 'PASS  fourth power')"  # no lambda, no def: no function "put into" lab
+HIDDEN = "import sys; sys.modules['tinychecks'].check_power = lambda f: print('PASS  fourth power')"
+UNSEEN = {
+    "a string annotation typing evaluates": f"import typing\ndef f(x: {f'exec({HIDDEN!r})'!r}):\n    pass\ntyping.get_type_hints(f)",
+    "typing's evaluator by a from-import": "from typing import get_type_hints",
+    "singledispatch's register": "import functools\n@functools.singledispatch\ndef f(x):\n    pass",
+    "logging.config resolves a module by name": f"import functools, logging.config\nm = logging.config.BaseConfigurator({{}}).resolve('labsupport')\nm.check_power = {PASS_FN}",
+    "logging.config's fileConfig evaluates its args": "import io, logging.config\nlogging.config.fileConfig(io.StringIO(''))",
+    "logging.config reached through logging": "import logging\nlogging.config.dictConfig({'version': 1})",
+    "a format string's field": f"import functools, string\ndef f():\n    pass\nm = string.Formatter().get_field('0.__globals__[lab]', [f], {{}})[0]\nm.check_power = {PASS_FN}",
+    "Formatter by a from-import": "from string import Formatter",
+    "getattr passed on as a value": f"import functools\ndef f():\n    pass\nm = functools.reduce(getattr, ['__glob' + 'als__'], f)['lab']\nm.check_power = {PASS_FN}",
+    "numpy unpickles": "import io\nnp.load(io.BytesIO(b''), allow_pickle=True)",
+    "numpy unpickles (positional)": "np.load('a.npy', None, True)",
+    "torch unpickles": "torch.load('a.pt', weights_only=False)",
+    "torch's weights_only turned off by the environment": "import os\nos.environ['TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'] = '1'",
+    "torch.hub runs a hubconf.py": "torch.hub.load('.', 'model', source='local')",
+    "C++ compiled in the cell": "from torch.utils.cpp_extension import load_inline",
+    "numpy's ctypes": "import numpy.ctypeslib",
+    "a module the cell wrote, put on sys.path": f"import sys\nsys.path.insert(0, '.')\nopen('statistics.py', 'w').write({HIDDEN!r})\nimport statistics",
+    "sys.path by a from-import": "from sys import path\npath.append('.')",
+    "an import hook": "import sys\nsys.meta_path.insert(0, object())",
+    "a shell line's {expression!r}": f"import functools\n!true {{lab.__setattr__('check_power', {PASS_FN})!r}}",
+    "a magic's {expression!s}": "%ls {lab.__setattr__('check_power', print)!s}",
+    # setattr by another name: functools copies the attributes it is told to, from one object to another
+    "update_wrapper's assigned": "import functools\ndef fake(fn):\n    print('PASS  fourth power')\n"
+    "functools.update_wrapper(lab.check_power, fake, assigned=['__co' + 'de__'], updated=[])",
+    "wraps's assigned (positional)": "import functools\ndef fake(fn):\n    pass\nfunctools.wraps(fake, ['abs'], [])(torch.Tensor)",
+    # the kernel replaced by a program started with code in its arguments; a graph that calls names it computes
+    "os.execv": "import os, sys\nos.execv(sys.executable, [sys.executable, '-c', 'print(1)'])",
+    "a torch.fx node on a computed name": (
+        "g = torch.fx.Graph()\nx = g.placeholder('x')\ng.call_method('__set' + 'attr__', (x, 'check_power', print))"
+    ),
+    # a module (or torch's class) under an attribute, changed through it
+    "a class attribute bound to lab": f"import functools\nclass T:\n    x = lab\nT.x.check_power = {PASS_FN}",
+    "an instance attribute bound to torch's class": "class T:\n    def __init__(self):\n        self.t = torch.Tensor\n"
+    "o = T()\no.t.abs = lambda self: self * 0",
+}
+
 # What honest solutions write that is close to the attacks: it holds nothing.
 HONEST_NEAR = {
     "%time and a shell line": "%time y = relu(x)\n!ls\n!pip install tqdm\nz = 1",
@@ -99,12 +143,65 @@ HONEST_NEAR = {
     ),
     "Dynamo reset (notebook 09)": "torch._dynamo.reset()\ncompiled = torch.compile(lambda x: x + 1)",
     "catching the lab's error": "try:\n    lab.check_power(print)\nexcept lab.CheckError as err:\n    print(err)",
+    "a logger": "import logging\nlog = logging.getLogger(__name__)\nlog.info('epoch %d', 1)",
+    "a path resolved": "from pathlib import Path\nroot = Path('.').resolve()",
+    "string annotations": "def f(x: 'torch.Tensor') -> 'torch.Tensor':\n    return x\ny: 'int' = 1",
+    "loads without pickles": "w = torch.load('a.pt', weights_only=True, map_location='cpu')\na = np.load('a.npy')",
+    "format strings": "s = '{x:.2f} {0!r}'.format(1, x=2.0)\nt = f'{s!r:>10}'",
+    "a shell line with a conversion": "x = 1\n!echo {x!r} {x:>4}",
+    "reduce with an operator": "import functools, operator\nv = functools.reduce(operator.add, [1, 2])",
+    "os.path and sys.version": "import os, sys\np = os.path.join('a', 'b')\nprint(sys.version)",
+    "a torch.fx graph of one's own (notebook 09)": (
+        "gm = torch.fx.symbolic_trace(nn.Linear(2, 2))\nops = [n.op for n in gm.graph.nodes if n.op == 'call_method']\n"
+        "g = torch.fx.Graph()\nx = g.placeholder('x')\ng.output(g.call_method('relu', (x,)))"
+    ),
+    "a decorator with functools.wraps": "import functools\ndef logged(fn):\n    @functools.wraps(fn)\n"
+    "    def inner(*a):\n        return fn(*a)\n    return inner",
+    "a module's functions and layers as attributes": (
+        "class Net(nn.Module):\n    act = nn.ReLU\n    def __init__(self):\n        super().__init__()\n"
+        "        self.fn = F.relu\n        self.fc = nn.Linear(2, 2)\n        self.fc.weight.data = torch.zeros(2, 2)\n"
+        "net = Net()\nnet.fc.bias.data = torch.zeros(2)"
+    ),
 }
 
 
 @pytest.mark.parametrize("name", BYPASSES)
 def test_each_bypass_holds_the_kernel_judged_points(name):
     assert forging(suspicious(BYPASSES[name])), name
+
+
+@pytest.mark.parametrize("name", UNSEEN)
+def test_code_the_analysis_never_read_holds_the_kernel_judged_points(name):
+    assert forging(suspicious(UNSEEN[name])), name
+
+
+@pytest.mark.parametrize(
+    "name", ["logging.config resolves a module by name", "getattr passed on as a value", "a format string's field"]
+)
+def test_reaching_the_lab_by_an_unseen_name_costs_a_grader_judged_point(name):
+    assert uses_lab_code(UNSEEN[name]), name  # the check's own reference would pass its check
+
+
+def test_a_check_message_cannot_close_the_feedback_fence():
+    forged = "x\n```\n## Exercise 99.4: fourth power\n\n**✓ passed** (1 / 1)\n````"
+    result = {"exercise": "99.4", "label": "Exercise 4: fourth power", "status": "fail", "points": 0.0}
+    graded = {"notebook": "99_judged", "student": "ana", "results": [{**result, "max_points": 1.0, "note": ""}]}
+    graded["results"][0]["feedback"] = forged
+    text = grade.feedback_markdown(graded, {})
+    assert text.count("## Exercise 99.4") == 2  # the real heading and the forged one...
+    opening = text.splitlines()[text.splitlines().index(forged.splitlines()[0]) - 1]
+    assert opening == "`````text"  # ...inside a fence longer than any run of backticks in the message
+    assert "\n`````\n" in text
+
+
+def test_a_file_name_cannot_rewrite_the_log_on_a_terminal_or_break_its_line():
+    """A student's own zip names its files: an escape sequence (cursor up, erase line) or a Unicode line
+    separator in a name reached the log as it was; only \\r and \\n were escaped."""
+    name = "ana/hw\x1b[1A\x1b[2K\u2028ben: 4 / 4\x85.ipynb"
+    record = logging.LogRecord("grade", logging.INFO, __file__, 1, "%s: not a notebook", (name,), None)
+    line = grade._OneLine("%(message)s").format(record)
+    assert line.isprintable() and len(line.splitlines()) == 1, line
+    assert line == "ana/hw\\x1b[1A\\x1b[2K\\u2028ben: 4 / 4\\x85.ipynb: not a notebook"
 
 
 def test_a_cell_too_long_to_analyse_is_held_without_parsing_it():
@@ -135,6 +232,35 @@ FORGED_4 = {
     + "import IPython.display\nsh = IPython.InteractiveShell.instance()\n"
     + f"sh.user_global_ns['lab'].check_power = {FAKE_PASS}",
 }
+
+
+class _Exec:  # a pickle of it runs HIDDEN when numpy loads it
+    def __reduce__(self):
+        return (exec, (HIDDEN,))
+
+
+def _npy_pickle() -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, np.array([_Exec()], dtype=object), allow_pickle=True)
+    return buffer.getvalue().hex()
+
+
+# Measured before the third audit's fixes: each printed PASS for a wrong power4 and kept its point, unflagged.
+FORGED_4.update(
+    {
+        "type_hints": WRONG4 + UNSEEN["a string annotation typing evaluates"],
+        "config_resolve": WRONG4
+        + UNSEEN["logging.config resolves a module by name"].replace("labsupport", "tinychecks"),
+        "format_field": WRONG4 + UNSEEN["a format string's field"],
+        "shell_conversion": WRONG4 + UNSEEN["a shell line's {expression!r}"],
+        "npy_pickle": WRONG4
+        + f"import io\nimport numpy as np\nnp.load(io.BytesIO(bytes.fromhex('{_npy_pickle()}')), allow_pickle=True)",
+        "own_module": WRONG4 + UNSEEN["a module the cell wrote, put on sys.path"],
+        "wrapper_code": WRONG4 + UNSEEN["update_wrapper's assigned"],
+        "class_attribute": WRONG4 + UNSEEN["a class attribute bound to lab"],
+    }
+)
+
 # Reads and writes the sandbox refuses (already refused before this audit): 99.4 is right only if one worked.
 PEEK = """\
 def power4(x):

@@ -9,7 +9,11 @@ review, and :func:`forging` picks the reasons that hold a notebook's kernel-judg
 The analysis follows a module through its imports and plain aliases (``t = torch``); what would
 lose track of it is a reason of its own: the module put in a list or passed to a function, the
 name ``lab`` bound to something else, a class reached through ``type(x)``, a function put into
-another object's attribute, a magic that runs code it cannot read.
+another object's attribute, a magic that runs code it cannot read. So is code kept in strings that
+an allowed module runs (a string annotation ``typing.get_type_hints`` evaluates, ``logging.config``,
+a pickle ``np.load``/``torch.load`` is told to read, a module the cell wrote and put on ``sys.path``,
+a replaced process), and an attribute reached by a name the analysis never sees (``getattr`` passed
+on, ``string.Formatter``'s fields, ``functools.update_wrapper``'s ``assigned``, a torch.fx node).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import ast
 import functools
 import importlib.util
 import os
+import string
 import textwrap
 
 # modules whose attributes a solution must not assign: the checks, torch (and its usual aliases)
@@ -117,6 +122,20 @@ _OWNED = {
     ("os", "kill"): "signals a process (os.kill)",
     ("os", "killpg"): "signals a process (os.killpg)",
     ("os", "register_at_fork"): "a callback run at every fork (os.register_at_fork)",
+    # the kernel's process replaced by another program (a kernel started with lines of code in its argv)
+    **{
+        ("os", name): f"replaces the kernel's program (os.{name}): code the analysis does not read runs"
+        for name in ("execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "fexecve")
+    },
+    **{
+        ("os", name): f"starts a process (os.{name})"
+        for name in ("posix_spawn", "posix_spawnp", "spawnv", "spawnve", "spawnl", "spawnle", "spawnlp", "forkpty")
+    },
+    # a module the cell wrote into its folder, imported under an allowed name (statistics.py)
+    **{
+        ("sys", name): f"changes where imports come from (sys.{name})"
+        for name in ("path", "meta_path", "path_hooks", "path_importer_cache")
+    },
 }
 _MODULES = {
     "importlib": "importlib",
@@ -146,7 +165,32 @@ _MODULES = {
     "mock": "always-equal objects (mock.ANY)",
     "pytest": "always-equal objects (pytest.approx)",
 }
-_SUBMODULES = {"numpy.ma": _OWNED["numpy", "ma"]}  # a module whose parent is honest
+# a module (or class) whose parent is honest, imported or reached as an attribute
+_SUBMODULES = {
+    "numpy.ma": _OWNED["numpy", "ma"],
+    # code or objects named in strings, which the analysis never reads as code
+    "logging.config": "runs code by name (logging.config: its files and dicts name code to run)",
+    "string.Formatter": "reaches attributes by name (string.Formatter reads '{0.attr[key]}' fields)",
+    "torch.hub": "runs code by name (torch.hub runs a hubconf.py)",
+    "torch.package": "runs code by name (torch.package unpickles code)",
+    "torch.serialization": "runs code by name (torch.serialization: what torch.load may unpickle)",
+    "torch.utils.cpp_extension": "runs code by name (torch.utils.cpp_extension compiles C++)",
+    "torch.utils.model_zoo": "runs code by name (torch.utils.model_zoo unpickles)",
+    "numpy.ctypeslib": "ctypes (numpy.ctypeslib)",
+    "numpy.f2py": "runs code by name (numpy.f2py compiles code)",
+}
+# functions that evaluate strings as code: string annotations (typing.get_type_hints, which
+# functools.singledispatch's register calls), fields of a format string
+_EVALUATES_STRINGS = {
+    name: f"runs code by name ({name} evaluates string annotations)"
+    for name in ("get_type_hints", "ForwardRef", "_eval_type", "evaluate_forward_ref")
+} | {
+    "singledispatch": "runs code by name (singledispatch's register evaluates string annotations)",
+    "singledispatchmethod": "runs code by name (singledispatchmethod's register evaluates string annotations)",
+    "get_field": "reaches attributes by name (a format string's field, Formatter.get_field)",
+}
+# keyword arguments that let a load unpickle, i.e. run code named in the file it reads
+_UNPICKLES = {"allow_pickle": False, "weights_only": True, "pickle_module": None}
 # The modules a solution may import without review: what the notebooks themselves use, and plain
 # computation. Any other import is held for review (tools/flags.forging): a module can carry code
 # that this analysis never sees (one the solution wrote into its folder first, a trace function
@@ -269,13 +313,27 @@ def _braces(text: str) -> list[str]:
             if depth == 0:
                 found.append(text[start:i].strip())
     parsed = []
-    for expr in found:
+    for expr in found + _format_fields(text):
         try:
             ast.parse(expr, mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         parsed.append(f"({expr})")
     return parsed
+
+
+def _format_fields(text: str) -> list[str]:
+    """The fields IPython's formatter evaluates in a shell or magic line, split as ``string.Formatter``
+    splits them: ``{expr!r}`` runs ``expr``, ``{expr:spec}`` runs ``expr:spec``. Fields before a malformed
+    one are evaluated too, so they are read up to it."""
+    fields = []
+    try:
+        for _, name, spec, _ in string.Formatter().parse(text):
+            if name is not None:
+                fields.append(f"{name}:{spec}" if spec else name)
+    except ValueError:
+        pass
+    return [f.strip() for f in fields if f.strip()]
 
 
 def _timed_code(rest: str) -> str:
@@ -464,6 +522,39 @@ def _reaches_a_class(node: ast.AST) -> bool:
     return False
 
 
+def _chain(node: ast.AST) -> list[str]:
+    """The attribute names of a chain, first to last: ``["x", "check"]`` for ``T.x.check`` (calls and
+    subscripts passed through)."""
+    names = []
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.Attribute):
+            names.append(node.attr)
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return names[::-1]
+
+
+def _aliased_attributes(tree: ast.AST) -> set[str]:
+    """Attributes bound to a module or to an object of one (``class T: x = lab``, ``self.t = torch.Tensor``):
+    ``T.x.check_power = ...`` then changes the module, under a root the analysis does not guard."""
+    modules = set(_GUARDED_NAMES) | set(_SETUP_MODULES)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+    in_class = {id(item) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for item in n.body}
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        if not any(_plain_root(c) in modules for c in _picked(node.value)):
+            continue
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            if isinstance(target, ast.Attribute):
+                found.add(target.attr)
+            elif isinstance(target, ast.Name) and id(node) in in_class:
+                found.add(target.id)
+    return found
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[str] = []
@@ -473,6 +564,8 @@ class _Visitor(ast.NodeVisitor):
         self.modules = set(_GUARDED_NAMES)  # names bound to modules: see _escapes
         self.classes: set[str] = set()  # names bound to a class reached through type() or __class__
         self.functions: set[str] = set()  # the names of the functions the code defines
+        self.called: set[int] = set()  # the ids of the nodes called as functions (``f`` of ``f(x)``)
+        self.aliased: set[str] = set()  # attributes bound to a module or its objects (``class T: x = lab``)
 
     def add(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -485,11 +578,14 @@ class _Visitor(ast.NodeVisitor):
             self.add(_MODULES[top])
         elif top not in _MODULES and top not in _ALLOWED_IMPORTS:
             self.add(f"imports {top or 'a relative module'}, a module no exercise needs (its code is not analysed)")
+        self._submodule(name)
+        if _torch_internal(name.split(".")):
+            self.add("changes how torch's operators run (torch.library, torch.overrides, a private module)")
+
+    def _submodule(self, name: str) -> None:
         for module, reason in _SUBMODULES.items():
             if name == module or name.startswith(module + "."):
                 self.add(reason)
-        if _torch_internal(name.split(".")):
-            self.add("changes how torch's operators run (torch.library, torch.overrides, a private module)")
 
     def _bind(self, name: str, module: str) -> None:
         """``name`` bound by an import of ``module``: rebinding a name the check cells call is a reason."""
@@ -516,6 +612,8 @@ class _Visitor(ast.NodeVisitor):
             self._module(f"{module}.{alias.name}")
             if alias.name in _CALLS or alias.name in _ATTRIBUTES and _ATTRIBUTES[alias.name]:
                 self.add(_CALLS.get(alias.name) or _ATTRIBUTES[alias.name])
+            if alias.name in _EVALUATES_STRINGS or alias.name == "*":
+                self.add(_EVALUATES_STRINGS.get(alias.name, "runs code by name (a * import binds names unseen)"))
             if (module.split(".")[-1], alias.name) in _OWNED:  # from sys import modules
                 self.add(_OWNED[module.split(".")[-1], alias.name])
             self.aliases[alias.asname or alias.name] = f"{module}.{alias.name}"
@@ -542,6 +640,8 @@ class _Visitor(ast.NodeVisitor):
                 self.add(f"{verb} an attribute of the module {root}, which the checks use too")
             elif root is None:
                 self.add(f"{verb} an attribute of an object reached through an expression the analysis cannot follow")
+            if any(attr in self.aliased for attr in _chain(target)[:-1]):
+                self.add(f"{verb} an attribute of an object reached through an attribute bound to a module")
             if root in self.classes or _reaches_a_class(target.value):
                 self.add(f"{verb} an attribute of a class reached through type() or __class__ (torch's own?)")
             if isinstance(target, ast.Attribute) and (target.attr in _DUNDERS or _is_dunder(target.attr)):
@@ -582,6 +682,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
         self._target(node.target, "assigns")
+        self._annotation(node.annotation)
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
@@ -596,6 +697,7 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._rebinds(node.name)
+        self._annotation(node.returns)
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -634,11 +736,47 @@ class _Visitor(ast.NodeVisitor):
             self._function_into(node.args[0], node.args[2])
         if func == "type" and len(node.args) == 3:
             self.add("a class made by type() (its methods given by name)")
+        self._unpickles(node)
+        self._wraps(node)
+        self._graph_names(node)
         self.generic_visit(node)
+
+    def _graph_names(self, node: ast.Call) -> None:
+        """A torch.fx node built on a computed name (``graph.call_method('__set' + 'attr__', ...)``): the code
+        the graph runs reaches attributes and methods by names the analysis never sees."""
+        method = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        names = {"call_method": 1, "get_attr": 1, "call_module": 1, "create_node": 2}.get(method, 0)
+        given = list(node.args[:names]) + [kw.value for kw in node.keywords if kw.arg in ("target", "qualified_name")]
+        if names and any(not (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in given):
+            self.add(f"reaches attributes by name (a computed name given to {method})")
+
+    def _wraps(self, node: ast.Call) -> None:
+        """``functools.update_wrapper``/``wraps`` told which attributes to copy: a ``setattr`` by names the
+        analysis never sees (``assigned=['__co' + 'de__']`` gives a check the code of another function)."""
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        fixed = {"update_wrapper": 2, "wraps": 1}.get(name)
+        named = any(kw.arg in ("assigned", "updated", None) for kw in node.keywords)
+        if fixed is not None and (len(node.args) > fixed or named):
+            self.add(f"reaches attributes by name (functools.{name} with the attributes it copies)")
+
+    def _unpickles(self, node: ast.Call) -> None:
+        """A load told to unpickle (``np.load(f, allow_pickle=True)``, ``torch.load(f, weights_only=False)``):
+        a pickle runs whatever code it names, in bytes the analysis never reads."""
+        for kw in node.keywords:
+            safe = _UNPICKLES.get(kw.arg or "", ...)
+            if kw.arg in _UNPICKLES and not (isinstance(kw.value, ast.Constant) and kw.value.value is safe):
+                self.add(f"runs code by name (unpickles: {kw.arg}={ast.unparse(kw.value)[:40]})")
+        loader = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if loader == "load" and len(node.args) > 2:
+            self.add("runs code by name (a load whose pickle options are positional)")
 
     def visit_Name(self, node: ast.Name) -> None:
         if not isinstance(node.ctx, ast.Load):
             self._rebinds(node.id)
+        if node.id in _BY_NAME and id(node) not in self.called:
+            self.add(f"reaches attributes by name ({node.id} passed on as a value)")  # reduce(getattr, names, f)
+        if node.id in _EVALUATES_STRINGS:
+            self.add(_EVALUATES_STRINGS[node.id])
         if node.id in _CALLS:
             self.add(_CALLS[node.id])
         elif node.id in ("__builtins__", "builtins"):
@@ -655,13 +793,32 @@ class _Visitor(ast.NodeVisitor):
         if (owner, node.attr) in _OWNED:
             self.add(_OWNED[owner, node.attr])
         path = _dotted(node, self.aliases)
+        self._submodule(".".join(path))
+        if node.attr in _EVALUATES_STRINGS:
+            self.add(_EVALUATES_STRINGS[node.attr])
         if _torch_internal(path):
             self.add("changes how torch's operators run (torch.library, torch.overrides, a private module)")
         if path[:1] == ["IPython"] and len(path) > 1 and path[1] != "display":
             self.add(f"reaches IPython's shell (IPython.{path[1]})")
         self.generic_visit(node)
 
+    def visit_arg(self, node: ast.arg) -> None:
+        self._annotation(node.annotation)
+        self.generic_visit(node)
+
+    def _annotation(self, annotation: ast.AST | None) -> None:
+        """A string annotation is code that ``typing.get_type_hints`` (or a library calling it) evaluates:
+        read it as code too."""
+        if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+            try:
+                tree = ast.parse(annotation.value.strip(), mode="eval")
+            except (SyntaxError, ValueError, MemoryError):
+                return  # evaluating it would raise before running anything
+            self.visit(tree)
+
     def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str) and "WEIGHTS_ONLY" in node.value:
+            self.add("runs code by name (an environment variable that lets torch.load unpickle)")
         if isinstance(node.value, str) and "/proc" in node.value:
             self.add("reads /proc")
         elif isinstance(node.value, str) and node.value in _ATTRIBUTES and _ATTRIBUTES[node.value]:
@@ -691,6 +848,8 @@ def suspicious(source: str) -> list[str]:
         return [f"the code cannot be analysed ({type(err).__name__}): review it by hand"]
     visitor = _Visitor()
     visitor.functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    visitor.called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    visitor.aliased = _aliased_attributes(tree)
     try:
         visitor.visit(tree)
         for reason in [*magics, *_escapes(tree, visitor.modules, visitor.aliases)]:
@@ -717,6 +876,7 @@ _REACHING = (
     "sys.modules",
     "a module no exercise needs",
     "a trace function",
+    "where imports come from",
     "importlib",
     "__import__",
     "exec()",
@@ -803,6 +963,8 @@ _FORGING = (
     "IPython",
     "a module no exercise needs",
     "a trace function",
+    "where imports come from",
+    "the kernel's program",
     "audit hook",
     "get_ipython",
     "set_custom_exc",

@@ -1198,6 +1198,13 @@ _STATUS_WORDS = {
 }
 
 
+def _fence(text: str) -> str:
+    """A code fence longer than any run of backticks in ``text``: a check's message (or an exception the
+    student's code raised) cannot close it and write headings or scores of its own into the feedback."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
 def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
     """The student's feedback for one notebook: check verdicts and written answers, nothing hidden."""
     src = sources.get(graded["notebook"])
@@ -1222,7 +1229,8 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
         if r["note"] and r["note"] != r["feedback"]:
             lines += [f"_{r['note']}_", ""]
         if r["feedback"]:
-            lines += ["```text", r["feedback"], "```", ""]
+            fence = _fence(r["feedback"])
+            lines += [fence + "text", r["feedback"], fence, ""]
         if r.get("flags"):
             lines += ["Your instructor will review this exercise's code by hand:", ""]
             lines += [f"- {flag}" for flag in r["flags"]] + [""]
@@ -1704,11 +1712,21 @@ def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -
     _write_csv(path, ["student", *names, "total"], lines)
 
 
+def _visible(char: str) -> str:
+    """``char`` as the log writes it: a control character, a line or paragraph separator (what an editor or a
+    terminal reads as a line break, or an escape sequence that moves the cursor) as its escape."""
+    if char.isprintable() or char in "\t ":
+        return char
+    return {"\r": "\\r", "\n": "\\n"}.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 256 else f"\\u{ord(char):04x}")
+
+
 class _OneLine(logging.Formatter):
-    """One line per record: a handed-in file or folder name with a line break in it cannot fake a line of the log."""
+    """One line per record: a handed-in file or folder name with a line break in it cannot fake a line of the log,
+    nor one with a terminal's escape sequence erase or rewrite lines shown before it."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return super().format(record).replace("\r", "\\r").replace("\n", "\\n")
+        text = super().format(record)
+        return text if text.isprintable() else "".join(map(_visible, text))
 
 
 class EnvironmentProblem(RuntimeError):
