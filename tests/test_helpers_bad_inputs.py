@@ -1,4 +1,4 @@
-"""The helpers of notebooks 00, 09 and 10 (timing, device, distributed): a bad argument gets one
+"""The helpers of notebooks 00, 07, 09 and 10 (timing, data, device, distributed): a bad argument gets one
 sentence, and what a student's code can block is stopped after a time limit, with a sentence."""
 
 import math
