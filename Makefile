@@ -61,10 +61,15 @@ lab-solutions: $(STAMP)
 # JupyterLab with the venv's bin/ first on its PATH, so that a notebook's `%tensorboard`,
 # `!pip` and `!python` find the lab's own programs; as root (containers, Colab) it would
 # refuse to start without --allow-root, which is then added (and said).
+# config/jupyterlab/overrides.json changes two defaults of JupyterLab's settings (a student's own
+# settings still win): no prompt to fetch Jupyter's news and no update check, both of which
+# would reach the network. The server checks for no update either.
 define jupyterlab
 	$(if $(filter 0,$(shell id -u)),echo "make lab: you are root: adding --allow-root";) \
 	PATH="$(abspath $(BIN)):$$PATH" exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
-	    --ServerApp.root_dir=$(1) $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	    --ServerApp.root_dir=$(1) --LabApp.app_settings_dir=$(CURDIR)/config/jupyterlab \
+	    --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+	    $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 endef
 
 student-prepare: $(STAMP)

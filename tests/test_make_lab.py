@@ -154,6 +154,18 @@ def test_make_lab_serves_the_student_notebooks_as_root_too(lab):
     assert said == (os.geteuid() == 0), "make lab should say so exactly when it adds --allow-root"
 
 
+def test_a_new_student_is_not_asked_to_fetch_news_from_the_network(lab):
+    """Stock JupyterLab opens with a toast asking whether to fetch Jupyter's news, and checks for updates:
+    both would reach the network, which the lab does not need. The lab's defaults turn them off."""
+    base, token, *_ = lab
+    _, notification = request(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification", token)
+    defaults = {name: spec.get("default") for name, spec in notification["schema"]["properties"].items()}
+    assert defaults["fetchNews"] == "false", defaults  # "none" (not yet asked) shows the toast
+    assert defaults["checkForUpdates"] is False, defaults
+    _, update = request(f"{base}/lab/api/update", token)
+    assert update["notification"] is None, update
+
+
 def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorboard(lab, tmp_path):
     from jupyter_client import BlockingKernelClient
 
