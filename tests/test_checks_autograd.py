@@ -532,6 +532,11 @@ def test_pieces_of_size_chunks_instead_of_chunks_pieces_are_named():
     assert info.value.mistake == "more pieces than chunks"
 
 
+def first_step_only(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    """A loop whose return sits inside it: one correct step, then the function ends."""
+    return make_loop()(x, y, w1, w2, learning_rate, 1, chunks, log)
+
+
 # One loop per listed mistake (the checks' own list): (loop, which checks it is for).
 LOOP_MISTAKES = {
     "reset before any backward": make_loop(reset="zero before backward"),
@@ -542,6 +547,8 @@ LOOP_MISTAKES = {
     # round 6 of the audit: a step without its update was told "step size is not learning_rate" (the first) or
     # got a generic expected/got (the last)
     "one update short": make_loop("last update skipped"),
+    # round 7 of the audit: a return inside the loop got a bare "w1 does not match the reference at element ..."
+    "stopped after the first step": first_step_only,
     "gradients accumulate across steps": make_loop(reset="never"),
     "one gradient accumulates": make_loop(reset="w1 only after update"),
     "update goes up the gradient": make_loop("ascent"),

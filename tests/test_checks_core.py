@@ -1,5 +1,6 @@
 """The check engine: messages, rendering, require(), student calls, comparison, predictions."""
 
+import linecache
 import multiprocessing
 import signal
 import sys
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import labsupport as lab
-from labsupport.checks import core, running
+from labsupport.checks import core, running, values
 from labsupport.checks.core import CheckError
 
 
@@ -365,3 +366,80 @@ def test_a_long_exception_text_is_cut_to_its_first_lines():
     text = str(info.value)
     assert "first line:" in text and "detail 4" in text and "detail 5" not in text
     assert "35 more lines: lab.show_traceback() shows them all" in text
+
+
+# ----------------------------------------------------------------- round 7: answers that raise or are half-written
+
+HALF_WRITTEN_ERRORS = [
+    (NameError("name 'grad_w1' is not defined"), "not written yet"),
+    (UnboundLocalError("cannot access local variable 'h' where it is not associated with a value"), "assigned"),
+    (TypeError("'NoneType' object is not callable"), "not solved yet"),
+    (TypeError("cannot unpack non-iterable NoneType object"), "without `return`"),
+    (TypeError("'torch.Size' object is not callable"), "not a method"),
+    (TypeError("'Tensor' object is not callable"), "called like a function"),
+    (TypeError("'int' object is not callable"), "number was called"),
+    (ValueError("only one element tensors can be converted to Python scalars"), "one number"),
+    (RuntimeError("Boolean value of Tensor with more than one value is ambiguous"), "True or False"),
+    (RuntimeError("mean(): could not infer output dtype. Got: Long"), "floating-point"),
+    (TypeError("unsupported operand type(s) for +: 'Tensor' and 'builtin_function_or_method'"), "without calling"),
+    (ValueError("not enough values to unpack (expected 2, got 1)"), "differ in number"),
+    (TypeError("'>' not supported between instances of 'tuple' and 'int'"), "a tuple where a tensor belongs"),
+    (IndexError("tensors used as indices must be long, int, byte or bool tensors"), "integers"),
+    (RuntimeError("shape '[7, -1]' is invalid for input of size 120"), "multiply"),
+    (TypeError("mm(): argument 'input' (position 1) must be Tensor, not numpy.ndarray"), "numpy array"),
+]
+
+
+@pytest.mark.parametrize("exc, words", HALF_WRITTEN_ERRORS, ids=[type(e).__name__ for e, _ in HALF_WRITTEN_ERRORS])
+def test_error_hints_cover_python_errors_of_half_written_answers(exc, words):
+    assert words in core.explain_error(exc)
+
+
+def _cell_functions(source: str) -> dict:
+    """Functions defined as a notebook cell defines them: their lines readable by linecache."""
+    name = "<test cell 7>"
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    namespace = {}
+    exec(compile(source, name, "exec"), namespace)
+    return namespace
+
+
+def test_an_error_inside_an_earlier_helper_names_the_line_that_called_it():
+    cell = _cell_functions("def helper(x):\n    return x.mm(x)\n\n\ndef student(x):\n    y = helper(x)\n    return y\n")
+    text = message(core.run_student, cell["student"], torch.ones(2, 3))
+    assert "in your line:  return x.mm(x)\n  called from your line:  y = helper(x)" in text
+    assert "called from" not in message(core.run_student, cell["helper"], torch.ones(2, 3))
+
+
+def test_a_broadcast_error_with_a_size_from_outside_the_call_names_a_notebook_variable():
+    outside = torch.ones(7)
+    with pytest.raises(CheckError) as info:
+        core.run_cases(lambda a: a + outside, [(torch.ones(3),)], lambda a: a, what="f(a)")
+    assert "(7)" in info.value.hint and "notebook variable" in info.value.hint
+
+
+def test_none_and_the_placeholder_are_called_not_written_yet():
+    for result, words in ((None, "no `return`"), (..., "placeholder")):
+        with pytest.raises(CheckError) as info:
+            core.run_cases(lambda a, r=result: r, [(torch.ones(3),)], lambda a: a, what="f(a)")
+        assert words in info.value.hint and info.value.usage
+    hints = [values.PLACEHOLDER, "tuple", "function was given"]
+    for value, words in zip((..., (1.0, 2.0), print), hints):
+        with pytest.raises(CheckError) as info:
+            core.as_number(value, "the answer")
+        assert words in info.value.hint
+
+
+def test_a_result_left_unfilled_is_named_as_such():
+    ref = torch.arange(1.0, 7.0).reshape(3, 2)
+    with pytest.raises(CheckError) as info:
+        core.compare("r", torch.zeros(3, 2), ref)
+    assert "never filled in" in info.value.hint
+    early = ref.clone()
+    early[1:] = 0
+    with pytest.raises(CheckError) as info:
+        core.compare("r", early, ref)
+    assert "first 2 entries" in info.value.hint and "stopped early" in info.value.hint
+    with pytest.raises(CheckError) as info:
+        core.compare("r", ref + 1, ref)
+    assert info.value.hint is None  # wrong everywhere: no guess

@@ -131,8 +131,19 @@ def _lr(optimizer, scheduler, mistakes):
     return scheduler.get_last_lr()[0]
 
 
+#: A loader of the notebook's (notebook 07 has `loader`, of the lecture's data, when 07.1 is solved).
+NOTEBOOK_LOADER = DataLoader(TensorDataset(torch.zeros(32, 1000), torch.zeros(32, 10)), batch_size=16)
+
+
+def _train_on_the_notebooks_loader(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    """07.1, seventh audit: a train that loops over a notebook variable got matmul's size message alone."""
+    return make_train()(model, NOTEBOOK_LOADER, val_loader, optimizer, scheduler, epochs, writer)
+
+
 def make_train(evaluate=None, **mistakes):
     """A student's train (calling ``evaluate``); each keyword switches on one way of writing it."""
+    if mistakes.get("notebook_loader"):
+        return _train_on_the_notebooks_loader
     evaluate = evaluate or make_evaluate()
     sched = mistakes.get("sched", "batch")
 
@@ -152,7 +163,8 @@ def make_train(evaluate=None, **mistakes):
                     break
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
                 logits = model(images)
-                loss = F.cross_entropy(logits, labels, reduction=mistakes.get("reduction", "mean"))
+                targets = labels.float() if mistakes.get("float_labels") else labels
+                loss = F.cross_entropy(logits, targets, reduction=mistakes.get("reduction", "mean"))
                 if mistakes.get("step_first") == "old gradients":
                     optimizer.step()
                 if not any(mistakes.get(flag) for flag in ("no_zero_grad", "zero_grad_late", "zero_grad_per_epoch")):
@@ -341,6 +353,11 @@ LOOP_MISTAKES = [
     (dict(floor_division=True), {}, "accuracy rounded down to 0"),
     (dict(max_values=True), {}, "accuracy rounded down to 0"),
     ({}, dict(skip_last=True), "batches skipped in every epoch"),
+    # found by the seventh audit: a return inside the epoch loop was told "epochs argument ignored"; the others got
+    # torch's message alone (a matmul's sizes, or "create new ones with dtype=x.dtype")
+    ({}, dict(fixed_epochs=1), "train stops after its first epoch"),
+    ({}, dict(notebook_loader=True), "a notebook variable instead of an argument"),
+    ({}, dict(float_labels=True), "labels converted to floats"),
 ]
 
 
@@ -475,6 +492,24 @@ def test_bad_histories_are_one_sentence(history):
 def test_a_check_called_wrongly_says_so():
     with pytest.raises(core.CheckError, match="called wrongly"):
         lab.check_training_loop(make_evaluate())
+
+
+def _evaluate_left_as_given(model, loader): ...
+
+
+def _train_left_as_given(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    pass
+
+
+def test_functions_left_as_the_template_gave_them_are_not_written_yet():
+    """07.1, seventh audit: a train of `pass` was told "optimizer.step() is never called"."""
+    for args, name in (
+        ((_evaluate_left_as_given, make_train()), "evaluate"),
+        ((make_evaluate(), _train_left_as_given), "train"),
+    ):
+        with pytest.raises(core.CheckError, match=f"^{name} is not written yet") as err:
+            lab.check_training_loop(*args)
+        assert err.value.usage and err.value.mistake is None
 
 
 # ---------------------------------------------------------------- 07.2: the workers prediction
@@ -820,3 +855,15 @@ def test_the_capstone_recorder_sees_training_and_evaluation():
             model(x)
     assert [call.trained for call in log.calls] == [True, False]
     assert copy.copy(log.calls[1].rows).shape == (5, 8, 8)
+
+
+def _capstone_half_written(images, labels):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    return model, val_accuracy  # noqa: F821 (the template's last line, before the code that measures it)
+
+
+def test_a_capstone_whose_return_line_runs_too_early_is_not_finished():
+    """07.3, seventh audit: the template's return line reached before val_accuracy exists got a bare NameError."""
+    with pytest.raises(core.CheckError, match="train_capstone is not finished") as err:
+        lab.check_capstone(_capstone_half_written)
+    assert err.value.usage and "val_accuracy" in str(err.value)

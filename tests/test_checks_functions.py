@@ -695,3 +695,95 @@ def test_a_forward_that_takes_max_x_0_literally_is_named(first_term, name):
     err = failure(lab.check_softplus_function, make(forward, sigmoid_of_saved))
     assert err.mistake == name
     assert "element" in err.hint and "clamp" not in err.hint
+
+
+# ------------------------------------------------------------------ seventh audit: answers that raise or are half-written
+
+
+def _prints_instead(ctx, g):
+    print(sigmoid_of_saved(ctx, g))
+
+
+def _forward_with_self(self, ctx, x):
+    ctx.save_for_backward(x)
+    return stable(x)
+
+
+def _forward_local_in_backward(ctx, g):
+    return g * torch.sigmoid(x)  # noqa: F821 (forward's argument, as a student reads it in backward)
+
+
+def _saves_nothing(ctx, x):
+    return stable(x)
+
+
+def _unpacks_one(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * torch.sigmoid(x)
+
+
+def _scale_from_saved_tensors(ctx, g):
+    x, w, scale = ctx.saved_tensors
+    return scale * g.mm(w.t()), scale * x.t().mm(g), None
+
+
+def test_a_method_that_prints_instead_of_returning_is_named(capsys):
+    """04.2/04.4: a backward that printed its result was told "1 value(s) ... wrong number of gradients"."""
+    for check, forward in ((lab.check_softplus_function, save_x(stable)), (lab.check_scaled_matmul_function, None)):
+        backward = _prints_instead if forward else lambda ctx, g: print(mm_backward(ctx, g))
+        err = failure(check, make(forward or mm_forward, backward))
+        assert err.mistake == Fn.NOTHING_RETURNED.name
+        assert "backward returned None" in str(err) and "value(s)" not in str(err)
+    err = failure(lab.check_softplus_function, make(lambda ctx, x: print(stable(x)), sigmoid_of_saved))
+    assert err.mistake == Fn.NOTHING_RETURNED.name and "forward returned None" in str(err)
+    capsys.readouterr()
+
+
+def test_a_forward_with_self_is_named():
+    """04.2: `def forward(self, ctx, x)` got Python's bare TypeError about a missing argument."""
+    err = failure(lab.check_softplus_function, make(_forward_with_self, sigmoid_of_saved))
+    assert err.mistake == Fn.FORWARD_SIGNATURE.name
+    assert "no self" in err.hint
+
+
+@pytest.mark.parametrize(
+    "backward", [_forward_local_in_backward, lambda ctx, g: g * torch.sigmoid(ctx.x)], ids=["name", "ctx attribute"]
+)
+def test_backward_reading_what_forward_did_not_hand_over_is_named(backward):
+    """04.2/04.4: forward's x read in backward got a bare NameError (or AttributeError on ctx)."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), backward))
+    assert err.mistake == Fn.FORWARD_NAMES_IN_BACKWARD.name
+    assert "save_for_backward(x)" not in str(err)  # the repaired line is never quoted
+
+
+@pytest.mark.parametrize(
+    "check, forward, backward",
+    [
+        (lab.check_softplus_function, _saves_nothing, _unpacks_one),
+        (lab.check_scaled_matmul_function, mm_forward, _scale_from_saved_tensors),
+    ],
+    ids=["nothing saved", "scale unpacked from saved_tensors"],
+)
+def test_saved_tensors_miscounted_is_named(check, forward, backward):
+    """04.2/04.4: unpacking more tensors than forward saved got Python's bare ValueError."""
+    err = failure(check, make(forward, backward))
+    assert err.mistake == Fn.SAVED_COUNT.name
+
+
+def _backward_left_as_given(ctx, grad_output): ...
+
+
+def test_a_method_left_as_the_template_gave_it_is_not_written_yet():
+    """04.2: the template's `def backward(ctx, grad_output): ...` was told "returned None for x"."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), _backward_left_as_given, "Softplus"))
+    assert err.usage and "Softplus.backward is not written yet" in str(err)
+
+
+def test_a_function_without_forward_says_so():
+    """04.4: a ScaledMatmul that subclasses torch.autograd.Function and only overrides backward was told "your
+    forward is not written yet"."""
+    err = failure(
+        lab.check_scaled_matmul_function,
+        type("ScaledMatmul", (torch.autograd.Function,), {"backward": staticmethod(mm_backward)}),
+    )
+    assert err.usage and "has no forward" in str(err)

@@ -244,7 +244,24 @@ def _weight_transposed_in_place(self, x):
     return x @ self.weight.t_() + self.bias
 
 
+def _prints_output(self, x):
+    print((x @ self.weight.t() + self.bias).shape)
+
+
+def _weight_without_self(self, x):
+    return x @ weight.t() + bias  # noqa: F821 (the attributes, as a student reads them without self.)
+
+
+def _locals_only(self, i, o):
+    nn.Module.__init__(self)
+    weight = nn.Parameter(torch.randn(o, i))  # noqa: F841 (the mistake: a local name, gone when __init__ returns)
+    bias = nn.Parameter(torch.zeros(o))  # noqa: F841
+
+
 LINEAR_MISTAKES = {
+    "forward returns nothing": linear_variant(forward=_prints_output),  # seventh audit: "did the cell run?"
+    "attribute read without self": linear_variant(forward=_weight_without_self),  # seventh audit: bare NameError
+    "parameters kept in local names": linear_variant(init=_locals_only),  # seventh audit: facts only
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
     "missing bias": linear_variant(init=_no_bias),
     "names differ from nn.Linear's": linear_variant(init=_other_names),
@@ -329,6 +346,9 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.OUTPUT_SQUEEZED,
             nb05_nn_module.BIAS_ONE_NUMBER,
             nb05_nn_module.PARAMETER_INPLACE,
+            nb05_nn_module.NO_RETURN,
+            nb05_nn_module.NOT_ON_SELF,
+            nb05_nn_module.LOCAL_NAMES,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -401,6 +421,13 @@ def _meta(self, i, o):
     self.bias = nn.Parameter(torch.zeros(o, device="meta"))
 
 
+def _init_left_as_given(self, D_in, D_out): ...
+
+
+def _forward_left_as_given(self, x):
+    pass
+
+
 LINEAR_BAD_INPUT = {
     "None": (None, "MyLinear is None"),
     "a list": ([MyLinear], "Got list"),
@@ -433,6 +460,8 @@ LINEAR_BAD_INPUT = {
         "not written yet",
     ),
     "__init__ raises": (linear_variant(init=_raise_init), "ValueError: my own bug"),
+    "__init__ left as given": (linear_variant(init=_init_left_as_given), "MyLinear.__init__ is not written yet"),
+    "forward left as given": (linear_variant(forward=_forward_left_as_given), "MyLinear.forward is not written yet"),
     "meta parameters": (linear_variant(init=_meta), "meta device"),
 }
 
@@ -846,6 +875,16 @@ def _no_super_stack(self, D, H, depth):
 
 
 # Mistake name -> a ResidualStack that makes it.
+def _return_in_loop(self, x):
+    for block in self.blocks:
+        x = block(x)
+        return x
+
+
+def _module_list_called(self, x):
+    return self.blocks(x)
+
+
 STACK_MISTAKES = {
     "no residual": stack_variant(forward=_branch_only),
     "ReLU after the sum": stack_variant(forward=_relu_after_sum),
@@ -877,6 +916,8 @@ STACK_MISTAKES = {
     "part of the graph detached": stack_variant(forward=_detached_skip),
     "no gradient": stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).detach()),
     "no super().__init__()": stack_variant(init=_no_super_stack),
+    "return inside the loop": stack_variant(forward=_return_in_loop),  # seventh audit: expected/got only
+    "nn.ModuleList called": stack_variant(forward=_module_list_called),  # seventh audit: "not written yet"
 }
 
 
@@ -884,7 +925,7 @@ def test_every_stack_mistake_has_a_test():
     blocks = [
         nb05_nn_module._Block(nb05_nn_module._Layer(torch.eye(2), None), nb05_nn_module._Layer(torch.eye(2), None))
     ]
-    listed = {m.name for m in nb05_nn_module._stack_mistakes(blocks * 2, torch.zeros(1, 2), 2)}
+    listed = {m.name for m in nb05_nn_module._stack_mistakes(blocks * 3, torch.zeros(1, 2), 3)}
     module_level = {
         m.name
         for m in (
@@ -899,6 +940,7 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module.NO_SUPER,
             nb05_nn_module._wrong_count(2, 3),
             nb05_nn_module._wrong_count(5, 3),
+            nb05_nn_module.MODULE_LIST_CALLED,
         )
     }
     assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
@@ -1142,3 +1184,19 @@ def test_as_many_parameters_in_another_layout_are_said_to_be_as_many():
     with pytest.raises(lab.CheckError) as err:
         lab.check_residual_stack(stack_variant(init=init))
     assert "as many as expected" in err.value.got and "as nn.Linear stores them" in err.value.expected
+
+
+def test_a_stack_forward_that_prints_instead_of_returning_is_named(capsys):
+    """05.3, seventh audit: a forward that printed its output was told "the cell ... did not run"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=lambda self, x: print(ResidualStack.forward(self, x).shape)))
+    capsys.readouterr()
+    assert err.value.mistake == nb05_nn_module.NO_RETURN.name
+    assert "did not run" not in str(err.value)
+
+
+def test_a_stack_block_reading_its_layers_without_self_is_named():
+    """05.3, seventh audit: `blocks` read without self. in forward got a bare NameError."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=lambda self, x: blocks[0](x)))  # noqa: F821
+    assert err.value.mistake == nb05_nn_module.NOT_ON_SELF.name

@@ -519,6 +519,15 @@ def _nudges_kept_in_a_copy(f, w, eps=1e-6):
     return grad
 
 
+def _return_inside_the_loop(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = (f(w + e.view(w.shape)) - f(w - e.view(w.shape))) / (2 * eps)
+        return grad
+
+
 CHECKER_MISTAKES = {
     "nudge made in float32": _nudge_in_float32,
     "result not float64": lambda f, w: numeric_grad(f, w).float(),
@@ -528,6 +537,8 @@ CHECKER_MISTAKES = {
     # round 5 of the audit: e[i] = eps on a 2-d w got the general "several entries" sentence
     "a whole row nudged at once": _whole_rows,
     "not every entry visited": _rows_only,
+    # round 7 of the audit: a return inside the loop was told that range(len(w)) counts rows
+    "stopped after the first entry": _return_inside_the_loop,
     "factor 2: divided by eps": lambda f, w: numeric_grad(f, w, divisor=1.0),
     "factor 1/2": lambda f, w: numeric_grad(f, w, divisor=4.0),
     "wrong sign": lambda f, w: -numeric_grad(f, w),
@@ -566,7 +577,7 @@ def test_every_checker_mistake_has_a_test():
     names = {m.name for m in nb02._checker_mistakes(f, w)}
     names |= {"f evaluated in float32", "several entries nudged at once", "not every entry visited", "eps too small"}
     names |= {"a whole row nudged at once"}
-    names |= {"nothing nudged", "nudge made in float32"}
+    names |= {"nothing nudged", "nudge made in float32", "stopped after the first entry"}
     assert names <= set(CHECKER_MISTAKES)
 
 

@@ -118,6 +118,20 @@ def test_a_count_by_nonzero_is_a_data_dependent_size():
     assert info.value.mistake == "data-dependent size"
 
 
+def test_the_math_module_on_a_count_is_python_numbers():
+    """Audit 7: math.floor of the count broke the graph ("data-dependent expression") with no cause named."""
+    import math
+
+    def floors_the_count(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() < 0, -y, y)
+        return y * math.floor((y > 0).sum()) / len(y)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(floors_the_count)
+    assert info.value.mistake == "python numbers"
+
+
 def test_a_loop_over_the_elements_is_python_numbers_not_a_branch():
     """09.4: sum(1 for v in y if v > 0) was named "python branch", with a look at the flip."""
 
@@ -195,6 +209,7 @@ VALUES = {
     "flip each element": variant(flip="each"),
     "flip left out": variant(flip="none"),  # audit 6: half-finished answers had no cause named
     "share left out": variant(share="none"),
+    "only the scaling": variant(flip="none", share="none"),  # audit 7: `return y`, the stub's first line, unnamed
     "each entry by its own comparison": variant(share="mask"),
     "count, not share": variant(share="count"),
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named

@@ -204,6 +204,76 @@ def last_group_left_out(modules, points, programs):
     return out
 
 
+def never_written(modules, points, programs):
+    """The groups run, and their outputs never written into the result."""
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    out = torch.zeros_like(points)
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+    return out
+
+
+def groups_in_a_list(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs = []
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        outputs.append(h)
+    return outputs
+
+
+def returns_in_the_loop(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        return h
+
+
+def program_as_a_name(modules, points, programs):
+    out = torch.zeros_like(points)
+    for i, program in enumerate(programs):
+        out[i] = modules[program](points[i])
+    return out
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (groups_in_a_list, "groups returned apart"),
+        (returns_in_the_loop, "returned before every group ran"),
+        (program_as_a_name, "program used as a module's name"),
+    ],
+)
+def test_each_half_written_run_programs_is_named(student, name):
+    """Audit 7: a list of the groups' tensors ("not a tensor"), a return inside the loop ("wrong shape") and a
+    whole program looked up in modules (a bare KeyError) had no cause named."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(student)
+    assert info.value.mistake == name
+
+
+def test_a_run_programs_that_prints_says_it_returned_none(capsys):
+    def prints(modules, points, programs):
+        print(points)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(prints)
+    assert info.value.usage
+    assert info.value.message == "run_programs(modules, points, programs) returned None"
+
+
 MISTAKES = {
     "reversed program": reversed_programs,
     "each step on the points": each_step_on_the_points,
@@ -213,6 +283,7 @@ MISTAKES = {
     "steps in another order": grouped_as_sets,
     "another row's program": grouped_by_first_step,
     "rows never run": last_group_left_out,
+    "result never filled in": never_written,  # audit 7: "12 of 12 rows differ", no cause
     "no gradient": detached,
     "one call per row": one_row_at_a_time,
     "every row through every program": masked,

@@ -136,6 +136,33 @@ def test_a_sampler_for_two_processes_is_named_on_three():
     assert info.value.got == "an error for rank 2 of 3"
 
 
+def test_set_epoch_on_the_loader_is_named():
+    """10.6 audit 7: a bare AttributeError ("'DataLoader' object has no attribute 'set_epoch'"), no cause named."""
+
+    def epoch_told_to_the_loader(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+        loader.set_epoch(epoch)
+        return loader
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(epoch_told_to_the_loader)
+    assert info.value.mistake == nb10.SET_EPOCH_ON_THE_LOADER.name
+
+
+def test_a_loader_printed_not_returned_says_so(capsys):
+    """10.6 audit 7: "did not return a loader" said nothing of why."""
+
+    def prints_the_loader(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        sampler.set_epoch(epoch)
+        print(DataLoader(dataset, batch_size=batch_size, sampler=sampler))
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(prints_the_loader)
+    assert info.value.usage and "a print in its place" in info.value.hint
+
+
 def test_every_listed_mistake_has_a_test():
     assert [m.name for m in nb10.LOADER_MISTAKES] == list(MISTAKES)
 

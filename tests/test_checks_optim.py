@@ -203,8 +203,32 @@ def _no_momentum_default(self, params, lr=0.01, momentum=0.9):
     torch.optim.Optimizer.__init__(self, params, dict(lr=lr))
 
 
+def _lr_as_a_name(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(lr * state["v"])  # noqa: F821 (__init__'s parameter, as a student reads it in step)
+
+
+def _self_params(self):
+    for p in self.params:
+        if p.grad is not None:
+            self.update(p, self.param_groups[0])
+
+
+def _state_not_started(self, p, group):
+    state = self.state[p]
+    state["v"].mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 # Mistake name -> a student's SGDMomentum that makes it (the rule mistakes are generated above).
 CLASS_MISTAKES = {
+    "setting read as a plain name": variant(update=_lr_as_a_name),  # seventh audit: bare NameError
+    "parameters looked up in the wrong place": variant(step=torch.no_grad()(_self_params)),
+    "state read before it is created": variant(update=_state_not_started),
     "velocity aliases p.grad": variant(update=_aliased),
     "velocity outside self.state": variant(update=_outside_state),
     "state keyed by a number": variant(update=_keyed_by_id),
@@ -535,3 +559,33 @@ def test_a_return_at_a_none_gradient_hears_about_return():
         lab.check_sgd_momentum(variant(step=torch.no_grad()(_return_at_none)))
     assert err.value.mistake == "loop left at a None gradient"
     assert "or step() itself (return)" in err.value.hint
+
+
+def _groups_indexed_by_name(self):
+    for p in self.param_groups["params"]:
+        if p.grad is not None:
+            self.update(p, self.param_groups[0])
+
+
+def test_param_groups_indexed_like_one_group_is_named():
+    """06.3, seventh audit: `self.param_groups['params']` got Python's bare TypeError about list indices."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(step=torch.no_grad()(_groups_indexed_by_name)))
+    assert err.value.mistake == "parameters looked up in the wrong place"
+    assert "group['params']" not in str(err.value)  # the repaired line is never quoted
+
+
+def _step_left_as_given(self):
+    pass
+
+
+def _init_left_as_given(self, params, lr=0.01, momentum=0.9): ...
+
+
+@pytest.mark.parametrize("body", [{"step": torch.no_grad()(_step_left_as_given)}, {"__init__": _init_left_as_given}])
+def test_a_method_left_as_the_template_gave_it_is_not_written_yet(body):
+    """06.3, seventh audit: a step of `pass` was told that it "computes new values but never writes them"; an
+    __init__ of `...` that it does not call super().__init__."""
+    with pytest.raises(lab.CheckError, match="is not written yet") as err:
+        lab.check_sgd_momentum(variant(**body))
+    assert err.value.usage and err.value.mistake is None

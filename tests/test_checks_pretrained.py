@@ -358,6 +358,23 @@ def _step_in_the_mode_it_finds(model, optimizer, images, labels):
     return loss.item()
 
 
+def _stops_at_the_loss(model, optimizer, images, labels):
+    """Half-written: the loss is computed and returned, and nothing trains on it yet."""
+    model.eval()
+    loss = nn.functional.cross_entropy(model(images), labels)
+    return loss.item()
+
+
+def _item_before_backward(model, optimizer, images, labels):
+    """The loss made the float the prompt asks for before backward() ran on it."""
+    model.eval()
+    loss = nn.functional.cross_entropy(model(images), labels).item()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
@@ -405,6 +422,9 @@ TRANSFER_MISTAKES = [
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),
     # audit 3: passed, since nothing switched the model back to training mode between the steps
     (_prepare_in_eval_mode, _step_in_the_mode_it_finds, "eval mode set only in prepare_for_transfer"),
+    # audit 7: "no gradient at step" (a step that never ran), and a bare AttributeError
+    (make_prepare(), _stops_at_the_loss, "no backward, no step"),
+    (make_prepare(), _item_before_backward, "loss made a number before backward"),
 ]
 
 
@@ -544,3 +564,28 @@ def test_bad_steps_are_one_sentence(bad, monkeypatch):
     text = str(err.value)
     assert "could not use what it was given" not in text and "Traceback" not in text, text
     assert not _quotes_the_solution(err.value)
+
+
+def _stub_step(model, optimizer, images, labels):
+    pass
+
+
+def _returns_the_method(model, optimizer, images, labels):
+    loss = make_step(returns="detached")(model, optimizer, images, labels)
+    return loss.item
+
+
+@pytest.mark.parametrize(
+    "step, message",
+    [
+        (_stub_step, "transfer_step returned None and did nothing with the model"),
+        (_returns_the_method, "transfer_step returned a builtin_function_or_method, a method or function"),
+    ],
+    ids=["stub", "method"],
+)
+def test_an_unwritten_step_and_a_method_returned_are_one_sentence(step, message):
+    """Audit 7: a `pass` stub was told "no gradient at step", and `return loss.item` "must be a number"."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_transfer(make_prepare(), step)
+    assert err.value.usage
+    assert err.value.message.startswith(message)

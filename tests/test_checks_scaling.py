@@ -218,6 +218,17 @@ def not_scaled(model, optimizer, scaler, inputs, targets, dtype):
     return loss.detach()
 
 
+def scales_a_number(model, optimizer, scaler, inputs, targets, dtype):
+    """Audit 7: the loss made a number before it is scaled (a bare ValueError from the scaler)."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss.item()).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
 def optimizer_step_then_update(model, optimizer, scaler, inputs, targets, dtype):
     with torch.autocast(inputs.device.type, dtype=dtype):
         loss = F.cross_entropy(model(inputs), targets)
@@ -486,6 +497,7 @@ AMP_MISTAKES = {
     "softmax before the loss": [softmax_before_the_loss],
     "negative log-likelihood of the scores": [nll_of_the_scores],
     "device given for its type": [autocast_given_the_device],
+    "a number given to the scaler": [scales_a_number],
 }
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
@@ -669,6 +681,28 @@ def _dp(**wrong):
     return student
 
 
+def returns_in_the_loop(model, inputs, targets, world_size):
+    """Audit 7: the return indented into the loop over the ranks."""
+    shard = len(inputs) // world_size
+    for r in range(world_size):
+        model.zero_grad()
+        part = slice(r * shard, (r + 1) * shard)
+        F.cross_entropy(model(inputs[part]), targets[part]).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+
+def each_rank_kept(model, inputs, targets, world_size):
+    """Audit 7: half-written, each rank's gradients kept and returned, never averaged ("one gradient per parameter")."""
+    shard = len(inputs) // world_size
+    per_rank = []
+    for r in range(world_size):
+        model.zero_grad()
+        part = slice(r * shard, (r + 1) * shard)
+        F.cross_entropy(model(inputs[part]), targets[part]).backward()
+        per_rank.append([p.grad.clone() for p in model.parameters()])
+    return per_rank
+
+
 def no_clone(model, inputs, targets, world_size):
     n = len(inputs) // world_size
     kept = []
@@ -822,7 +856,7 @@ DP_MISTAKES = {
     "sum reduction": [_dp(reduction="sum")],
     "gradients not zeroed": [_dp(zero=False)],
     "last shard only": [no_clone],
-    "first shard only": [_dp(start=lambda r, n: 0), _dp(ranks=lambda w: 1, divide=lambda w: 1)],
+    "first shard only": [_dp(start=lambda r, n: 0), _dp(ranks=lambda w: 1, divide=lambda w: 1), returns_in_the_loop],
     "a shard dropped": [_dp(ranks=lambda w: w - 1)],
     "overlapping shards": [_dp(start=lambda r, n: r)],
     "weights changed": [steps_the_weights],
@@ -836,6 +870,7 @@ DP_MISTAKES = {
     "zeroed a grad that is None": [zeroes_grads_in_place],
     "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
     "parameters used up": [parameters_kept_as_a_generator],
+    "each rank's gradients returned": [each_rank_kept],
 }
 
 
@@ -845,7 +880,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
-    listed |= {nb10.PARAMETERS_USED_UP.name}
+    listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name}
     assert listed <= set(DP_MISTAKES)
 
 

@@ -162,6 +162,46 @@ def test_script_vs_trace_answers_bad_eager_functions(halvers, eager, message):
     assert message in str(info.value)
 
 
+def _returns_inside_the_loop(x):
+    while x.abs().max() > 1:
+        x = x / 2
+        return x
+    return x
+
+
+def test_a_return_inside_the_loop_is_named_with_the_if():
+    """Audit 7: the `return` indented into the loop's body halves once; the mistake spoke of an `if` only."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(_returns_inside_the_loop, None, None)
+    assert info.value.mistake == "if, not while"
+    assert "a `return` inside the loop" in info.value.hint
+
+
+def _prints_its_result(x):
+    while x.abs().max() > 1:
+        x = x / 2
+    print(x)
+
+
+@pytest.mark.parametrize("unfinished", [_prints_its_result, lambda x: None], ids=["prints", "returns None"])
+def test_a_halve_until_small_that_returns_nothing_says_so(unfinished, capsys):
+    """Audit 7: "the cell that computes what halve_until_small returned did not run" for a print, or a stub."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(unfinished, None, None)
+    assert info.value.usage
+    assert info.value.message == "your halve_until_small(x) returned None"
+    assert "print" in info.value.hint
+
+
+def test_a_traced_halve_that_is_the_traces_output_says_so(halvers):
+    """Audit 7: traced_halve = trace(...)(example), a tensor, got "not a TorchScript function" without a word why."""
+    scripted, traced = halvers
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(halve_until_small, scripted, traced(EXAMPLE))
+    assert info.value.usage
+    assert info.value.message == "traced_halve is a tensor, a result, not a TorchScript function"
+
+
 def _stops_at_a_half(x):
     while x.abs().max() > 0.5:
         x = x / 2
@@ -460,6 +500,36 @@ class ClippedNegationGate(Gate):
         return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: (-h).relu(), (h,))
 
 
+class NoReturnBranchGate(Gate):
+    """Audit 7: branch functions without `return` (a page of UncapturedHigherOrderOpError, no cause)."""
+
+    def forward(self, x):
+        h = self.linear(x)
+
+        def positive(h):
+            h.relu()
+
+        def negative(h):
+            h.neg()
+
+        return torch.cond(h.sum() > 0, positive, negative, (h,))
+
+
+class BranchesOnXGate(Gate):
+    """Audit 7: the operands are x, not h ("wrong shape (3, 4)", no cause)."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda t: t.relu(), lambda t: -t, (x,))
+
+
+class UnfinishedGate(Gate):
+    """Audit 7: h computed, nothing returned yet."""
+
+    def forward(self, x):
+        h = self.linear(x)  # noqa: F841
+
+
 class NoLinear(nn.Module):
     def forward(self, x):
         return x
@@ -512,6 +582,8 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (ResultsNotFunctionsGate, "branches not functions"),
         (NoOperandsGate, "operands missing"),
         (ClippedNegationGate, "the negating branch clipped"),
+        (NoReturnBranchGate, "branch returns no tensor"),
+        (BranchesOnXGate, "branches given x"),
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):
@@ -661,6 +733,14 @@ def test_cond_gate_refuses_a_layer_it_cannot_use(student, message):
         lab.check_cond_gate(student)
     assert info.value.usage
     assert "keep its __init__" in info.value.hint
+
+
+def test_an_unfinished_forward_says_it_returned_none():
+    """Audit 7: "the cell that computes CondGate()(x) did not run" for a forward without `return`."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(UnfinishedGate)
+    assert info.value.usage
+    assert info.value.message == "CondGate()(x) returned None"
 
 
 def test_cond_gate_stops_a_forward_that_never_returns(monkeypatch):

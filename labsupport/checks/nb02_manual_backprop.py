@@ -339,7 +339,9 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
         mistake = Mistake(
             "dx without transpose",
             (None, dout @ w, None),
-            why="dx = dout @ w misses a transpose: dx must have x's shape (N, D), so w enters as w.T",
+            why="dx multiplies dout by w as it stands, which runs only because this w is square: dx must have x's "
+            "shape (N, D), and its product must add up over K, the axis that dout and w share. Over which axis of w "
+            "does it add up now?",
             look="the factor w in dx's product",
         )
         mistakes.insert(0, mistake)
@@ -381,6 +383,14 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             look="the clamp in relu_forward: min= or max=",
         ),
         *_relu_backward_mistakes(h, dout),
+        Mistake(
+            "mask used as an index",
+            (None, dout[h > 0]),
+            why="indexing with a boolean mask picks the chosen entries out into a new 1-D tensor, so dh lost h's "
+            "shape: the gradient has one entry per entry of h, dout's value where the ReLU was on and 0 where it "
+            "was off",
+            look="the line that applies the mask to dout",
+        ),
     ]
 
 
@@ -988,6 +998,15 @@ def _entry_mistakes(f: _Recorder) -> list[Mistake]:
             look="the nudge: zeros everywhere except at entry i",
         )
         mistakes.append(several)
+    if seen["visited"] == 1 and f.w.numel() > 1:
+        first_only = Mistake(
+            "stopped after the first entry",
+            _any_answer,
+            why=f"only the first of w's {f.w.numel()} entries was ever nudged: the loop stopped after its first pass. "
+            "Which lines belong to the loop's body, and which come after it?",
+            look="the return line, and which block it belongs to",
+        )
+        mistakes.append(first_only)
     if seen["visited"] and seen["visited"] < f.w.numel():
         missed = Mistake(
             "not every entry visited",

@@ -511,6 +511,15 @@ def _one_update_short(seen: _Observed) -> bool:
     return all(_close(w, r) for w, r in zip(seen.weights, short))
 
 
+def _stopped_after_first_step(seen: _Observed) -> bool:
+    """Did the loop run one correct step and stop there (a return inside the loop)?"""
+    chunks = seen.problem.chunks
+    if seen.error is not None or seen.arrivals != (chunks, chunks):
+        return False
+    after_one = _descend(seen.problem).before[1]
+    return all(_close(w, r) for w, r in zip(seen.weights, after_one))
+
+
 def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
     if seen.error is not None:
@@ -560,6 +569,14 @@ _LOOP_MISTAKES = [
         why="backward() reached the caller's w1 and w2 in every step, but nothing changed them: which line is "
         "meant to change the tensors the caller passed in?",
         look="the update lines",
+    ),
+    Mistake(
+        "stopped after the first step",
+        _stopped_after_first_step,
+        why=f"the caller's weights end where one correct step leaves them, and backward() ran in that step alone: "
+        f"the loop stopped after its first pass instead of running all {STEPS} steps. Which lines belong to the "
+        "loop's body, and which come after it?",
+        look="the return line, and which block it belongs to",
     ),
     Mistake(
         "one update short",

@@ -31,6 +31,7 @@ from .core import (
     rel_error,
     run_student,
 )
+from .nb05_nn_module import expect_written, failing_line
 
 __all__ = ["check_sigmoid_prediction", "check_softplus_function", "check_scaled_matmul_function"]
 
@@ -85,6 +86,13 @@ def _function_class(cls: Any, name: str) -> type:
     if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
         if cls is torch.autograd.Function:
             raise CheckError(f"that is torch.autograd.Function itself: pass your subclass {name}", usage=True)
+        if cls.forward is torch.autograd.Function.forward:
+            raise CheckError(
+                f"{cls.__name__} has no forward: it neither defines one nor inherits one from another Function",
+                hint="a Function needs a static forward(ctx, ...) and a static backward(ctx, grad_output)",
+                usage=True,
+            )
+        expect_written(cls, ("forward", "backward"))
         return cls
     if cls is None:
         raise CheckError(
@@ -109,6 +117,9 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
     try:
         out = run_student(cls.apply, *leaves, what=f"{cls.__name__}.apply (your forward)")
     except CheckError as err:
+        with_ctx = cls.setup_context is torch.autograd.Function.setup_context  # else forward takes no ctx
+        if not err.usage and not _takes(cls.forward, int(with_ctx) + len(leaves)):
+            raise mistake_error(err.message, FORWARD_SIGNATURE) from None
         known = [(advice, name) for pattern, advice, name in _FUNCTION_ERRORS if re.search(pattern, str(err))]
         if not known:
             raise
@@ -121,6 +132,8 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
                 hint="the input belongs to the caller: compute the output with out-of-place operations",
                 mistake="forward changes its input",
             )
+    if out is None:
+        raise mistake_error(f"{cls.__name__}.forward returned None", NOTHING_RETURNED, expected="the output tensor")
     out = expect_tensor(out, "the forward output", finite=False)
     if out.grad_fn is None or not hasattr(out.grad_fn, "_forward_cls"):
         raise CheckError(
@@ -129,6 +142,65 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
             got=describe(out),
         )
     return out
+
+
+NOTHING_RETURNED = Mistake(
+    "nothing returned",
+    None,
+    why="the method computes its result but never hands it back, so autograd gets None: a function without a return "
+    "statement returns None, and print only shows a value, it does not give it to the caller",
+    look="the end of the method: what does it hand back?",
+)
+FORWARD_SIGNATURE = Mistake(
+    "forward's parameters",
+    None,
+    why="apply hands forward the context first and then its own arguments, one for one, and nothing else: a static "
+    "method has no self, so a parameter beyond those is one apply cannot fill (or one argument is missing)",
+    look="the def line of forward: which of its parameters does apply hand over?",
+)
+FORWARD_NAMES_IN_BACKWARD = Mistake(
+    "backward reads what forward did not hand over",
+    None,
+    why="backward runs later, in a call of its own: forward's local names (and its arguments) are gone by then, and "
+    "ctx carries only what forward put on it (attributes it set, and the tensors it saved for backward)",
+    look="backward: each name it reads, and the line of forward that hands it over",
+)
+SAVED_COUNT = Mistake(
+    "saved tensors miscounted",
+    None,
+    why="ctx.saved_tensors holds exactly the tensors forward saved, in that order, and nothing else: backward takes "
+    "out another number of them than forward put in (a number kept as an attribute of ctx is not among them)",
+    look="the line of forward that saves tensors, beside the line of backward that reads ctx.saved_tensors",
+)
+
+
+def _takes(method: Any, count: int) -> bool:
+    """Can ``method`` be called with ``count`` positional arguments? True when it cannot tell."""
+    try:
+        inspect.signature(method).bind(*[None] * count)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin)
+        return True
+    return True
+
+
+def _backward_misread(err: CheckError) -> Mistake | None:
+    """The mistake behind an error of backward that reads what forward did not hand over, or miscounts what it
+    saved; None for any other error."""
+    cause = err.__cause__
+    text = str(cause)
+    if isinstance(cause, NameError):
+        return FORWARD_NAMES_IN_BACKWARD
+    if isinstance(cause, AttributeError) and re.search(r"'\w*Backward\w*' object has no attribute", text):
+        return FORWARD_NAMES_IN_BACKWARD
+    if "saved_tensors" not in failing_line(err):
+        return None
+    if isinstance(cause, ValueError) and re.search(r"(not enough|too many) values to unpack", text):
+        return SAVED_COUNT
+    if isinstance(cause, IndexError) and "tuple index out of range" in text:
+        return SAVED_COUNT
+    return None
 
 
 SAVED_NOT_UNPACKED = Mistake(
@@ -144,17 +216,6 @@ def _tuple_used_as_tensor(err: CheckError) -> bool:
     """Did backward fail because it computed with a tuple (ctx.saved_tensors kept whole) where a tensor belongs?"""
     cause = err.__cause__
     return isinstance(cause, (TypeError, AttributeError)) and "tuple" in str(cause)
-
-
-def _takes_ctx_and_one_gradient(backward: Any) -> bool:
-    """Can autograd call ``backward(ctx, grad_output)`` (forward has one output)? True when it cannot tell."""
-    try:
-        inspect.signature(backward).bind(None, None)
-    except TypeError:
-        return False
-    except ValueError:  # no signature to read (a builtin)
-        return True
-    return True
 
 
 BACKWARD_SIGNATURE = Mistake(
@@ -174,8 +235,11 @@ def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
         with torch.no_grad():
             grads = run_student(out.grad_fn.apply, given, what=f"{cls.__name__}.backward")
     except CheckError as err:
-        if not err.usage and not _takes_ctx_and_one_gradient(cls.backward):
+        if not err.usage and not _takes(cls.backward, 2):
             raise mistake_error(err.message, BACKWARD_SIGNATURE) from None
+        misread = None if err.usage else _backward_misread(err)
+        if misread is not None:
+            raise mistake_error(err.message, misread) from None
         if err.usage or not _tuple_used_as_tensor(err):
             raise
         raise mistake_error(err.message, SAVED_NOT_UNPACKED) from None
@@ -192,6 +256,8 @@ def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise)
     """backward's values, one per forward argument: a gradient for each tensor, None for a number."""
     __tracebackhide__ = True
     wanted = f"one per argument of forward ({', '.join(ex.arguments)}), in that order"
+    if grads is None:
+        raise mistake_error(f"{cls.__name__}.backward returned None", NOTHING_RETURNED, expected=wanted)
     if isinstance(grads, list):
         raise CheckError(
             f"{cls.__name__}.backward returned a list",

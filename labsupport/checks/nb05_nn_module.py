@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import dis
 import inspect
 import itertools
+import re
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -70,6 +73,89 @@ def expect_class(obj: Any, base: type, name: str) -> type:
     if not issubclass(obj, base):
         raise CheckError(f"{obj.__name__} must be a subclass of {wanted}", got=f"class {obj.__name__}", usage=True)
     return obj
+
+
+#: The instructions of a body that does nothing: `...`, `pass`, a docstring, `return None`.
+_NOTHING_DONE = {"RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"}
+
+
+def empty_body(fn: Any) -> bool:
+    """Does ``fn``'s body do nothing (``...``, ``pass``, a docstring alone): a method left as the template gave it?"""
+    code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+    if code is None or code.co_name == "<lambda>":  # a template's method is a def; a lambda is written on purpose
+        return False
+    for instruction in dis.get_instructions(code):
+        if instruction.opname not in _NOTHING_DONE:
+            return False
+        if instruction.opname in ("LOAD_CONST", "RETURN_CONST") and instruction.argval is not None:
+            return False
+    return True
+
+
+def expect_written(cls: type, methods: tuple[str, ...]) -> None:
+    """A usage sentence for the first of ``methods`` that ``cls`` still has with an empty body (06 uses it too)."""
+    __tracebackhide__ = True
+    for method in methods:
+        if empty_body(getattr(cls, method, None)):
+            raise CheckError(
+                f"{cls.__name__}.{method} is not written yet: its body is only `...` or `pass`",
+                hint=f"write {method}, run its cell again, then run this check",
+                usage=True,
+            )
+
+
+def failing_line(err: CheckError) -> str:
+    """The source line where the exception behind ``err`` was raised ("" if unknown): the check reads it to tell
+    which of the student's statements failed (04, 06 and 07 use it)."""
+    cause = err.__cause__
+    if cause is None or cause.__traceback__ is None:
+        return ""
+    frames = traceback.extract_tb(cause.__traceback__)
+    return (frames[-1].line or "") if frames else ""
+
+
+NO_RETURN = Mistake(
+    "forward returns nothing",
+    None,
+    why="forward computes its result but never hands it back, so its caller gets None: a function without a return "
+    "statement returns None, and print only shows a value, it does not give it to the caller",
+    look="the end of forward: what does it hand back?",
+)
+
+
+def expect_output(result: Any, call: str) -> Any:
+    """``result`` of a module's forward, unless it is None (no return) or a tuple (one tensor is wanted)."""
+    __tracebackhide__ = True
+    if result is None:
+        raise mistake_error(f"{call} returned None", NO_RETURN, expected="the output tensor", got="None")
+    if isinstance(result, tuple):
+        raise CheckError(
+            f"{call} returned a tuple, not a tensor",
+            expected="the output tensor alone",
+            got=describe(result),
+            hint="forward hands back one tensor, the layer's output: a comma after the returned value, or a second "
+            "value beside it, makes a tuple",
+            usage=True,
+        )
+    return result
+
+
+NOT_ON_SELF = Mistake(
+    "attribute read without self",
+    None,
+    why="forward reads a name that __init__ stored on the module: inside forward that name is looked up as a local "
+    "or notebook variable, which does not exist; what __init__ keeps lives on the object that forward gets as self",
+    look="forward: the names it reads, and where __init__ put them",
+)
+
+
+def _attribute_without_self(err: CheckError, module: nn.Module) -> CheckError:
+    """``err``, or the NOT_ON_SELF mistake if forward raised a NameError for one of the module's attributes."""
+    cause = err.__cause__
+    name = getattr(cause, "name", None)
+    if isinstance(cause, NameError) and isinstance(name, str) and hasattr(module, name):
+        return mistake_error(err.message, NOT_ON_SELF)
+    return err
 
 
 def _build(cls: Any, name: str, *args: int) -> nn.Module:
@@ -319,6 +405,24 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
     return mistakes
 
 
+LOCAL_NAMES = Mistake(
+    "parameters kept in local names",
+    None,
+    why="__init__ creates its tensors but binds them to local names, which are gone when __init__ returns: a module "
+    "registers only what is assigned to its own attributes, on the object __init__ gets as self",
+    look="__init__: the left-hand side of each assignment",
+)
+
+
+def _keeps_locals(init: Any) -> bool:
+    """Does ``init`` bind local names beyond its parameters (where ``self.`` may be missing)?"""
+    code = getattr(inspect.unwrap(init), "__code__", None)
+    if code is None:
+        return False
+    arguments = code.co_argcount + code.co_kwonlyargcount
+    return code.co_nlocals > arguments
+
+
 def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     """Raise a CheckError naming what keeps ``nn.Linear(i, o)``'s state_dict from loading into ``layer``."""
     __tracebackhide__ = True
@@ -342,6 +446,8 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
         if set(params) & {"W", "w", "b", "B", "weights", "biases"} or len(params) == 2:
             raise mistake_error(f"{call} names its parameters differently from nn.Linear", OTHER_NAMES, **facts)
         raise mistake_error(f"{call} has parameters nn.Linear does not have", EXTRA_STATE, **facts)
+    if not params and _keeps_locals(type(layer).__init__):
+        raise mistake_error(f"{call}.parameters() yields nothing", LOCAL_NAMES, **facts)
     if "weight" not in params:
         raise CheckError(f"{call}.parameters() does not yield a weight", **facts)
     if "bias" not in params:
@@ -463,6 +569,9 @@ def _run_layer(layer: nn.Module, x: torch.Tensor, call: str) -> Any:
     try:
         return run_student(layer, x, what=f"{call}(x)", inplace_hint=LINEAR_INPLACE)
     except CheckError as err:
+        named = _attribute_without_self(err, layer)
+        if named is not err:
+            raise named from None
         if LEAF_INPLACE not in err.message:
             raise
         if _writes_into_parameters(layer, x, call):
@@ -501,7 +610,7 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     x = torch.randn(6, i, generator=g, dtype=torch.float64).requires_grad_()
     with _stale_copies_named(layer, call):
         with TorchCalls() as calls:
-            out = _run_layer(layer, x, call)
+            out = expect_output(_run_layer(layer, x, call), f"{call}(x)")
         if F.linear in calls.seen:  # what nn.Linear runs
             raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
         plain_x = x.detach()
@@ -587,6 +696,7 @@ def check_my_linear(MyLinear: Any) -> None:
     """``MyLinear(D_in, D_out)`` loads ``nn.Linear``'s state_dict, then gives its outputs and gradients."""
     __tracebackhide__ = True
     expect_class(MyLinear, nn.Module, "MyLinear")
+    expect_written(MyLinear, ("__init__", "forward"))
     if issubclass(MyLinear, nn.Linear):
         raise mistake_error("MyLinear is a subclass of nn.Linear", USES_LINEAR)
     sizes = [(4, 4), (5, 3), (3, 6)]
@@ -891,6 +1001,16 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
             why="forward applies every block twice",
         ),
     ]
+    if len(blocks) == depth and depth > 2:  # with two blocks, the first alone is also "a block skipped"
+        mistakes.append(
+            Mistake(
+                "return inside the loop",
+                _same_as(_stack(blocks[:1], x)),
+                why="forward hands back the output of the first block alone: its return runs in the first round of the "
+                "loop over the blocks (a return indented into the loop's body), so the loop never reaches the others",
+                look="forward: the indentation of its return",
+            )
+        )
     if len(blocks) == depth and depth > 1:
         mistakes.append(
             Mistake(
@@ -980,7 +1100,10 @@ INPLACE_SUM = Mistake(
     "the copy is what fc1 kept)",
     look="forward: h = h + ... makes a new tensor; h += ... writes into the old one",
 )
-STACK_INPLACE = "`h += ...` (or another in-place operation) on the caller's {name} writes into it: write h = h + ..."
+STACK_INPLACE = (
+    "an in-place operation (an augmented assignment such as +=, or a method ending in _) on the caller's {name} "
+    "writes into the caller's tensor: a block's sum should be a new tensor, and {name} stay as it was given"
+)
 
 
 def _wrong_count(k: int, depth: int) -> Mistake:
@@ -1126,14 +1249,40 @@ def _parameters(module: nn.Module, call: str) -> list[torch.Tensor]:
     return params
 
 
+MODULE_LIST_CALLED = Mistake(
+    "nn.ModuleList called",
+    None,
+    why="forward calls the container of the blocks as if it were a layer: an nn.ModuleList (like a Python list) only "
+    "holds its modules, it has no forward of its own, so calling it runs nothing; each block inside it has to be "
+    "called in turn",
+    look="forward: what is called with x, and what that object is",
+)
+
+
+def _run_stack(stack: nn.Module, x: torch.Tensor, call: str) -> Any:
+    """``stack.forward(x)``; calling the nn.ModuleList itself, or a block's attribute read without self, is named."""
+    __tracebackhide__ = True
+    try:
+        return run_student(stack.forward, x, what=f"{call}(x)", inplace_hint=STACK_INPLACE)
+    except CheckError as err:
+        if re.search(
+            r"Module \[Module(List|Dict)\] is missing the required|'(list|tuple)' object is not callable", err.message
+        ):
+            raise mistake_error(f"{call}(x) called the container of its blocks", MODULE_LIST_CALLED) from None
+        named = _attribute_without_self(err, stack)
+        if named is err:
+            raise
+        raise named from None
+
+
 def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None:
     __tracebackhide__ = True
     call = f"ResidualStack({D}, {H}, {depth})"
     stack = _build(cls, "ResidualStack", D, H, depth)
     x = torch.randn(7, D)
     x[0] *= 40  # a large row: some pre-activations above 6, where relu6 or a clamp part from the ReLU
-    result = run_student(stack.forward, x, what=f"{call}(x)", inplace_hint=STACK_INPLACE)
-    out = expect_tensor(result, f"{call}(x)", shape=(7, D), dtype=torch.float32)
+    result = _run_stack(stack, x, call)
+    out = expect_tensor(expect_output(result, f"{call}(x)"), f"{call}(x)", shape=(7, D), dtype=torch.float32)
     again = run_student(stack, x, what=f"{call}(x), called a second time")
     if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):
         raise mistake_error(f"two calls of {call}(x) on the same x give different outputs", FRESH_LAYERS)
@@ -1168,6 +1317,7 @@ def check_residual_stack(ResidualStack: Any) -> None:
     """``ResidualStack(D, H, depth)``: ``depth`` blocks with their own weights, each ``h + fc2(relu(fc1(h)))``."""
     __tracebackhide__ = True
     expect_class(ResidualStack, nn.Module, "ResidualStack")
+    expect_written(ResidualStack, ("__init__", "forward"))
     cases = [(5, 3, 3), (6, 4, 2)]
     with torch.random.fork_rng(devices=[]):
         for number, (D, H, depth) in enumerate(cases, start=1):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ from .core import (
     run_student,
     time_limit,
 )
-from .nb05_nn_module import expect_class
+from .nb05_nn_module import expect_class, expect_written, failing_line
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
 
@@ -690,12 +691,61 @@ def _completes(make: Callable, setup: _Setup) -> bool:
     return True
 
 
+SETTING_AS_NAME = Mistake(
+    "setting read as a plain name",
+    None,
+    why="step() reads a setting (the learning rate, the momentum) by the name of __init__'s parameter, but "
+    "__init__'s names are gone when it returns: the settings were handed to torch.optim.Optimizer, which keeps "
+    "them in every parameter group",
+    look="step(): where each setting it uses comes from",
+)
+PARAMETERS_LOOKED_UP = Mistake(
+    "parameters looked up in the wrong place",
+    None,
+    why="step() looks for the parameters where torch.optim.Optimizer does not keep them: it keeps a list of "
+    "parameter groups, each a dict with its own list of parameters and its own settings",
+    look="step(): the loop over the parameters, and what it iterates over",
+)
+STATE_NOT_STARTED = Mistake(
+    "state read before it is created",
+    None,
+    why="step() reads an entry of self.state[p] that nothing has put there yet: the state of a parameter starts "
+    "as an empty dict at the first step, so the first step has to create what later steps update",
+    look="step(): what happens to a parameter's state the first time step() sees it",
+)
+
+
+def _misread_optimizer(err: CheckError) -> Mistake | None:
+    """The mistake behind a NameError, AttributeError, TypeError or KeyError of step() that reads what the
+    optimizer keeps (settings, parameters, state) from the wrong place; None for any other error."""
+    cause = err.__cause__
+    text = str(cause)
+    name = getattr(cause, "name", None) if isinstance(cause, NameError) else None
+    if name == "params":
+        return PARAMETERS_LOOKED_UP
+    if name in ("lr", "momentum", "defaults", "learning_rate", "mu", "beta"):
+        return SETTING_AS_NAME
+    if isinstance(cause, AttributeError) and re.search(
+        r"object has no attribute '(params|parameters|lr|momentum)'", text
+    ):
+        return PARAMETERS_LOOKED_UP if "param" in text else SETTING_AS_NAME
+    line = failing_line(err)
+    if isinstance(cause, TypeError) and "list indices must be integers" in text and "param_groups[" in line:
+        return PARAMETERS_LOOKED_UP
+    if isinstance(cause, KeyError) and "state" in line and "step()" in err.message:
+        return STATE_NOT_STARTED
+    return None
+
+
 def _crash_mistake(make: Callable, err: CheckError, setup: _Setup) -> CheckError:
     """Name the mistake behind an error raised by the student's optimizer, where behaviour confirms it."""
     cause = err.__cause__
     short = dataclasses.replace(setup, steps=2)
     if isinstance(cause, KeyError) and cause.args and cause.args[0] in ("lr", "momentum"):
         return mistake_error(err.message, MISSING_DEFAULT)
+    written = _misread_optimizer(err)
+    if written is not None:
+        return mistake_error(err.message, written)
     if setup.unused and _completes(make, dataclasses.replace(short, unused=False)):
         return mistake_error(err.message, NONE_GRAD)
     text = str(cause)
@@ -780,6 +830,7 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     then with zero_grad(set_to_none=False), then resumed from state_dict()."""
     __tracebackhide__ = True
     cls = expect_class(SGDMomentum, torch.optim.Optimizer, "SGDMomentum")
+    expect_written(cls, ("__init__", "step"))
     if issubclass(cls, torch.optim.SGD):
         raise CheckError(
             "SGDMomentum derives from torch.optim.SGD, which it should replace",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import dis
 import math
 import re
 import time
@@ -42,6 +43,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .nb05_nn_module import empty_body, failing_line
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 
@@ -571,6 +573,15 @@ WRONG_EPOCHS = Mistake(
 )
 
 
+FIRST_EPOCH_ONLY = Mistake(
+    "train stops after its first epoch",
+    None,
+    "train stops after its first epoch: its return runs in the first round of the epoch loop (a return indented "
+    "into the loop's body), or the loop's count is not the epochs argument",
+    look="train: the indentation of its return, and the range of the epoch loop",
+)
+
+
 BATCHES_SKIPPED = Mistake(
     "batches skipped in every epoch",
     None,
@@ -631,7 +642,7 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
         ran = f"{epochs} epoch" if epochs == 1 else f"{epochs} epochs"
         return mistake_error(
             f"train ran {ran} of {per_epoch} batches where it was given epochs={EPOCHS}",
-            WRONG_EPOCHS,
+            FIRST_EPOCH_ONLY if epochs == 1 else WRONG_EPOCHS,
             expected=f"{n} training steps ({EPOCHS} epochs)",
             got=f"{in_training} ({ran})",
         )
@@ -1141,12 +1152,95 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
         _judge(f"the values logged under {tag!r}", _logged_values(logged, tag), want, mistakes)
 
 
+NOTEBOOK_OBJECT = Mistake(
+    "a notebook variable instead of an argument",
+    None,
+    "the function reads a model, loader, optimizer or scheduler of the notebook by its name, instead of the one it "
+    "was handed as an argument: whoever calls it (the check, or a later cell) passes its own, and the notebook's "
+    "object of the same kind is another one",
+    look="every name the function reads that is neither one of its parameters nor made inside it",
+)
+LABELS_AS_FLOATS = Mistake(
+    "labels converted to floats",
+    None,
+    "cross_entropy takes the labels as class indices, whole numbers of an integer dtype (the loader's labels are "
+    "such): labels converted to floats are read as something else, and refused",
+    look="the line that computes the loss, and what was done to the labels before it",
+)
+
+#: What a training function is handed, never to read from the notebook: a model (with parameters), a loader,
+#: an optimizer, a scheduler.
+_HANDED_OVER = (DataLoader, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+
+
+def _notebook_objects(fn: Any) -> list[str]:
+    """The names ``fn`` (and the functions inside it) reads from its notebook's globals that hold an object of a
+    kind it is handed as an argument."""
+    found = set()
+    todo = [getattr(fn, "__code__", None)]
+    namespace = getattr(fn, "__globals__", {})
+    while todo:
+        code = todo.pop()
+        if code is None:
+            continue
+        todo += [const for const in code.co_consts if hasattr(const, "co_code")]
+        for instruction in dis.get_instructions(code):
+            if instruction.opname != "LOAD_GLOBAL":
+                continue
+            value = namespace.get(instruction.argval)
+            model = isinstance(value, nn.Module) and any(True for _ in value.parameters())
+            if model or isinstance(value, _HANDED_OVER):
+                found.add(instruction.argval)
+    return sorted(found)
+
+
+def _named_crash(err: CheckError, functions: dict[str, Any]) -> CheckError:
+    """``err``, or a named mistake when a loop read a notebook object or gave cross_entropy float labels."""
+    if err.usage or (err.mistake and not err.mistake.startswith("raised")):
+        return err
+    if re.search(r"expected target dtype to be Long|expected scalar type Long but found Float", err.message):
+        return mistake_error(err.message, LABELS_AS_FLOATS)
+    for name, fn in functions.items():
+        objects = _notebook_objects(fn)
+        if objects:
+            read = ", ".join(objects)
+            return mistake_error(f"{err.message}\n  ({name} reads the notebook's {read})", NOTEBOOK_OBJECT)
+    return err
+
+
+def _not_written(fn: Any, name: str) -> None:
+    __tracebackhide__ = True
+    if empty_body(fn):
+        raise CheckError(
+            f"{name} is not written yet: its body is only `...` or `pass`",
+            hint=f"write {name}, run its cell again, then run this check",
+            usage=True,
+        )
+
+
 @exercise("07.1", "evaluate and train")
 def check_training_loop(evaluate, train) -> None:
     """evaluate on a batch-norm model with a short last batch; then train for EPOCHS epochs against the
     check's own loop: modes, steps, weights, history, and every value and step logged."""
     expect_function(evaluate, "evaluate")
     expect_function(train, "train")
+    _not_written(evaluate, "evaluate")
+    _not_written(train, "train")
+    try:
+        _judge_training_loop(evaluate, train)
+    except CheckError as err:
+        named = _named_crash(err, {"evaluate": evaluate, "train": train})
+        if named is err:
+            raise
+        raise named from None
+    passed(
+        "evaluate and train: modes, no_grad, per-image means, zero_grad/step, scheduler per batch, "
+        "history, and every value and step logged"
+    )
+
+
+def _judge_training_loop(evaluate: Any, train: Any) -> None:
+    __tracebackhide__ = True
     _check_evaluate(evaluate)
     loader, val = _loader(1, 90), _loader(2, 40)
     n = EPOCHS * len(loader)
@@ -1168,10 +1262,6 @@ def check_training_loop(evaluate, train) -> None:
     _check_history(student.history, ref, n)
     _check_steps(student.logged, n)
     _check_logged_values(student.logged, ref)
-    passed(
-        "evaluate and train: modes, no_grad, per-image means, zero_grad/step, scheduler per batch, "
-        "history, and every value and step logged"
-    )
 
 
 # ---------------------------------------------------------------- 07.2 do workers help?
@@ -1467,6 +1557,20 @@ def _cpu_seconds() -> float:
     return seconds
 
 
+def _capstone_crash(err: CheckError) -> CheckError:
+    """``err``, or a sentence for a train_capstone that is not finished (its return reads a name never assigned),
+    or a named mistake."""
+    cause = err.__cause__
+    name = getattr(cause, "name", None) if isinstance(cause, NameError) else None
+    if name in ("model", "val_accuracy") and failing_line(err).startswith("return"):
+        return CheckError(
+            f"train_capstone is not finished: its last line returns {name}, which nothing above it has assigned",
+            hint="build and train the model, measure val_accuracy on your validation part, then return both",
+            usage=True,
+        )
+    return _named_crash(err, {})
+
+
 def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tensor) -> tuple[Any, float, ForwardLog]:
     """The student's function on one thread, under a time limit, with its CPU time and its module calls."""
     __tracebackhide__ = True
@@ -1482,6 +1586,11 @@ def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tenso
                 what="train_capstone",
                 timeout=min(running.TIME_LIMIT, max(5.0, 2 * BUDGET)),
             )
+    except CheckError as err:
+        named = _capstone_crash(err)
+        if named is err:
+            raise
+        raise named from None
     finally:
         seconds = _cpu_seconds() - start
         torch.set_num_threads(threads)

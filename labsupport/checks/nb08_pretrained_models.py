@@ -662,11 +662,24 @@ STEP_BEFORE_BACKWARD = Mistake(
 )
 
 
+NOTHING_APPLIED = Mistake(
+    "no backward, no step",
+    _always,
+    "the step went no further than the loss: no gradient reached the head and the optimizer never stepped, so the "
+    "head stayed as it was; a training step goes on from its loss to the gradients, and then applies them (is "
+    "transfer_step finished, or does it return before those calls?)",
+    look="what transfer_step does after it has computed the loss",
+)
+
+
 def _not_applied(head: list[torch.Tensor], stepped: bool) -> Mistake:
-    """Why a step left the head as it was: no optimizer.step() (or one before backward), or no gradient when it ran."""
+    """Why a step left the head as it was: no optimizer.step() (or one before backward), no gradient when it ran,
+    or neither a gradient nor a step."""
     has_grad = any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in head)
     if has_grad and stepped:
         return STEP_BEFORE_BACKWARD
+    if not has_grad and not stepped:
+        return NOTHING_APPLIED
     if has_grad:
         return Mistake(
             "optimizer.step() missing",
@@ -728,6 +741,14 @@ def _check_step(model: nn.Module, mirror: Mirror, state: Snapshot, batch: tuple,
             look="what transfer_step returns",
         )
         raise mistake_error("transfer_step returned a tensor", mistake, expected="a Python float", got=describe(loss))
+    if callable(loss):
+        raise CheckError(
+            f"transfer_step returned a {type(loss).__name__}, a method or function, not the value of the loss",
+            expected="the loss, a float",
+            got=describe(loss),
+            hint="a method named without the parentheses that call it hands back the method itself, not its result",
+            usage=True,
+        )
     if loss is None:
         raise CheckError(
             "transfer_step returned None",
@@ -812,6 +833,15 @@ HEAD_UNDER_NO_GRAD = Mistake(
 )
 
 
+LOSS_A_NUMBER_TOO_SOON = Mistake(
+    "loss made a number before backward",
+    None,
+    "backward() was called on a Python number: the loss became a float (with .item(), float() or the math module) "
+    "before the gradients were computed, and a number has no graph to go back through; the step returns the loss "
+    "as a number, but only after backward() has run on the tensor",
+    look="where the loss stops being a tensor, and where backward() runs",
+)
+
 #: What mse_loss (and l1_loss) warn when the target's shape is not the scores': class indices against scores.
 TARGET_SIZE_WARNING = "that is different to the input size"
 
@@ -837,12 +867,25 @@ def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple
         except CheckError as err:
             if _raised_in_a_binary_loss(err):
                 raise mistake_error(err.message, BINARY_LOSS) from None  # BCE on the class indices, or long targets
+            if "'float' object has no attribute 'backward'" in err.message:
+                raise mistake_error(err.message, LOSS_A_NUMBER_TOO_SOON) from None
             if any(TARGET_SIZE_WARNING in str(warning.message) for warning in warned):
                 raise mistake_error(err.message, REGRESSION_LOSS) from None  # mse_loss(scores, labels): no broadcast
             no_grad = bool(modes.recording) and not modes.recording[-1]
             if not no_grad or "does not require grad" not in err.message:
                 raise
             raise mistake_error(err.message, HEAD_UNDER_NO_GRAD) from None
+
+
+def _refuse_unwritten(loss: Any, ran_forward: bool, stepped: bool) -> None:
+    """A transfer_step that returned None without a forward pass or an optimizer step is not written yet."""
+    __tracebackhide__ = True
+    if loss is None and not ran_forward and not stepped:
+        raise CheckError(
+            "transfer_step returned None and did nothing with the model: no forward pass, no optimizer step",
+            hint="it is not written yet (a stub left as it was?): fill it in, run its cell, then this check again",
+            usage=True,
+        )
 
 
 def _head_mode(model: nn.Module) -> _Modes:
@@ -921,7 +964,9 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
             state = _snapshot(model, optimizer, seed=100 * n + step)
             model.train()  # as a training loop leaves it, back from an evaluation (notebook 05)
             steps.count = 0
+            forwards = len(modes)
             loss = _run_step(transfer_step, model, optimizer, batch, modes, state.seed)
+            _refuse_unwritten(loss, len(modes) > forwards, steps.count > 0)
             state.head_training = modes[-1] if modes else True
             state.stepped = steps.count > 0
             error = _frozen_error(model, step, eval_in_prepare)

@@ -10,6 +10,7 @@ import io
 import itertools
 import logging
 import re
+import traceback
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -177,7 +178,9 @@ EAGER_MISTAKES = [
     Mistake(
         "if, not while",
         _on_every_input(_halve_once),
-        "it halved at most once: an `if` tests once, a loop tests again after every halving",
+        "it halved at most once: an `if` tests once, and a `return` inside the loop's body ends the function "
+        "after its first pass; the loop must test again after every halving, and hand x back once it is done",
+        look="what ends the loop: its condition, or something in its body",
     ),
     Mistake(
         "fixed number of passes",
@@ -237,6 +240,20 @@ EAGER_MISTAKES = [
 ]
 
 
+def _returned(value: Any, who: str) -> Any:
+    """``value``, unless it is None: a function whose result is not handed back yet (a stub left as given, no
+    `return`, a print in its place, or a change made in place)."""
+    __tracebackhide__ = True
+    if value is None:
+        raise CheckError(
+            f"{who} returned None",
+            hint="it does not hand back a result yet: is it finished? A function gives its result with `return`; "
+            "a print only shows a value, and a change made in place returns nothing",
+            usage=True,
+        )
+    return value
+
+
 def _eager_answers(halve_until_small: Any, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     answers = []
     for x in inputs:
@@ -246,6 +263,7 @@ def _eager_answers(halve_until_small: Any, inputs: list[torch.Tensor]) -> list[t
             what="your halve_until_small(x)",
             inplace_hint="x /= 2 writes into the caller's tensor: make a new tensor each time",
         )
+        got = _returned(got, "your halve_until_small(x)")
         answers.append(expect_tensor(got, "what halve_until_small returned", shape=tuple(x.shape), dtype=x.dtype))
     return answers
 
@@ -279,6 +297,15 @@ def _torchscript(obj: Any, name: str, how: str) -> Any:
     if obj is None:
         raise CheckError(f"{name} is None", hint="run the exercise cell that makes it", usage=True)
     why = f"{name} must come from torch.jit.{how}: a plain function or module is not a TorchScript graph"
+    if isinstance(obj, torch.Tensor):
+        raise CheckError(
+            f"{name} is a tensor, a result, not a TorchScript function",
+            expected=f"what torch.jit.{how} returns",
+            got=describe(obj),
+            hint=f"a tensor is what calling the {PAST[how]} function gives: the check needs the function itself, "
+            "kept without calling it",
+            usage=True,
+        )
     raise CheckError(
         f"{name} is not a TorchScript function",
         expected=f"what torch.jit.{how} returns",
@@ -578,6 +605,17 @@ COND_USAGE = [
         ),
     ),
     (
+        "unsupported branch return type",
+        Mistake(
+            "branch returns no tensor",
+            None,
+            "a branch function of torch.cond returns no tensor (None, from a body without `return`, or a Python "
+            "number): torch.cond hands back what the branch it runs returns, so each branch must end by returning "
+            "a tensor shaped like h",
+            look="the last line of each branch function",
+        ),
+    ),
+    (
         "when merging two branches' output in torch.cond",
         Mistake(
             "branches differ",
@@ -615,6 +653,23 @@ def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
         raise
 
 
+BRANCHES_ON_X = Mistake(
+    "branches given x",
+    None,
+    "the branches ran on x, the module's input, not on h: what CondGate returns has x's shape, one value per input "
+    "feature, where Gate applies its relu (or its negation) to the output of self.linear. Which tensor does "
+    "torch.cond hand to its branches?",
+    look="the operands of torch.cond",
+)
+
+
+def _ran_on_x(got: Any, x: torch.Tensor, h: torch.Tensor) -> bool:
+    """Is ``got`` Gate's rule applied to x itself (relu(x) or -x), not to h?"""
+    if not isinstance(got, torch.Tensor) or got.shape != x.shape or x.shape == h.shape:
+        return False
+    return torch.allclose(got, x.relu(), atol=1e-5) or torch.allclose(got, -x, atol=1e-5)
+
+
 def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(h, output) of the student's module on each batch, h = model.linear(x)."""
     runs = []
@@ -628,6 +683,13 @@ def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tenso
                 BRANCH_RETURNS_TUPLE,
                 expected=f"a tensor of shape {tuple(h.shape)}",
             )
+        if _ran_on_x(got, x, h):
+            raise mistake_error(
+                f"CondGate()(x) returned a tensor of shape {tuple(got.shape)}, x's shape",
+                BRANCHES_ON_X,
+                expected=f"shape {tuple(h.shape)}, that of h = self.linear(x)",
+            )
+        got = _returned(got, "CondGate()(x)")
         runs.append((h, expect_tensor(got, "CondGate()(x)", shape=tuple(h.shape), dtype=h.dtype)))
     return runs
 
@@ -936,6 +998,14 @@ SUMMARISE_MISTAKES = [
         look="what the returned vector is multiplied by",
     ),
     Mistake(
+        "only the scaling",
+        _variant(flip="none", share="none"),
+        "the result is x scaled and nothing more: summarise goes on from the scaled vector with two more steps, the "
+        "flip by the sign of its mean and the product by the share of its entries above 0, and summarise_graph "
+        "leaves both out (is it finished?)",
+        look="what summarise_graph does between the scaling and its return",
+    ),
+    Mistake(
         "each entry by its own comparison",
         _variant(share="mask"),
         "each entry was multiplied by its own comparison with 0 (1 or 0), which only zeroes the entries at or below "
@@ -995,7 +1065,8 @@ BRANCH_IN_PYTHON = Mistake(
 PYTHON_NUMBERS = Mistake(
     "python numbers",
     None,
-    "the tensor's values leave the graph as Python numbers (tolist, item, float, a loop over the elements): "
+    "the tensor's values leave the graph as Python numbers (tolist, item, float, the math module's functions, a "
+    "loop over the elements): "
     "a graph can only count with tensor operations, whose result stays a tensor",
     look="the share of positive entries",
 )
@@ -1028,8 +1099,9 @@ def _break_mistake(exc: BaseException, line: str) -> Mistake | None:
         return PRINT_LEFT_IN
     if "dynamic shape" in reason or SELECTS_BY_VALUE.search(line):
         return DATA_DEPENDENT_SIZE
-    numbers = ("tolist", "item(", "float(", "int(", "numpy", "__iter__")
-    if any(word in line for word in numbers) or any(word in reason for word in ("tolist", "item", "numpy")):
+    numbers = ("tolist", "item(", "float(", "int(", "numpy", "__iter__", "math.")
+    in_reason = ("tolist", "item", "numpy", "data-dependent expression")
+    if any(word in line for word in numbers) or any(word in reason for word in in_reason):
         return PYTHON_NUMBERS
     if LOOP_OVER_ELEMENTS.search(line):  # Dynamo reports the loop's `if v > 0` as a branch: the loop came first
         return PYTHON_NUMBERS
@@ -1149,6 +1221,7 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
             kind = type(err.__cause__).__name__ if err.__cause__ is not None else "an error"
             message = f"summarise_graph(x) raised {kind}: torch.cond refused a branch whose output aliases its input"
             raise mistake_error(message, BRANCH_RETURNS_ITS_INPUT) from None
+        got = _returned(got, "summarise_graph(x)")
         eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
     return eager
 
@@ -1273,6 +1346,11 @@ def _rows_never_run(got: torch.Tensor, want: torch.Tensor, points: torch.Tensor)
     return bool(ran.any()) and _each_row_one_of(got, candidates)
 
 
+def _nothing_written(got: torch.Tensor, points: torch.Tensor) -> bool:
+    """Is every row of ``got`` still a row of zeros or its own point: a result made, and never filled in?"""
+    return _each_row_one_of(got, [[torch.zeros_like(point), point] for point in points])
+
+
 def _program_slip_mistakes(modules: Any, points: torch.Tensor, programs: list, want: torch.Tensor) -> list[Mistake]:
     """Half-finished run_programs: a step left out, the steps in another order, a row through another row's
     program (the rows grouped by less than their whole program), a group that never ran."""
@@ -1308,6 +1386,13 @@ def _program_slip_mistakes(modules: Any, points: torch.Tensor, programs: list, w
             "the rows that ran are right, but some rows never went through their program (they came back as zeros "
             "or as their point): one group of rows was left out, every program of the batch must run",
             look="the loop over the groups: does it reach every one of them?",
+        ),
+        Mistake(
+            "result never filled in",
+            functools.partial(_nothing_written, points=points),
+            "no row of the result went through its program: each comes back as it was made (zeros, or its point), "
+            "so what the modules computed never reached the tensor that is returned (is it finished?)",
+            look="where each group's output is put into the result",
         ),
     ]
 
@@ -1405,6 +1490,74 @@ class ModuleWork(running.TorchCalls):
                 if isinstance(t, torch.Tensor):
                     made[id(t)] = t
         return result
+
+
+GROUPS_APART = Mistake(
+    "groups returned apart",
+    None,
+    "run_programs returned the results of its groups of rows, one tensor per program, side by side in a list: they "
+    "still have to become one tensor whose row i is row i of points after its own program",
+    look="what run_programs does with the groups' results before it returns",
+)
+
+RETURNED_EARLY = Mistake(
+    "returned before every group ran",
+    None,
+    "the result holds only some of the rows, each of them right: the function returned before every group of rows "
+    "had run, as a `return` inside the loop over the groups does on the loop's first pass",
+    look="where the `return` stands, and what the loop over the groups builds before it",
+)
+
+PROGRAM_AS_A_NAME = Mistake(
+    "program used as a module's name",
+    None,
+    "modules was looked up with a whole program, a tuple of step names: modules holds one module per step name, "
+    "and a program is a sequence of those names, each one module to apply in turn",
+    look="what the function looks up in modules",
+)
+
+
+def _program_result(got: Any, want: torch.Tensor) -> torch.Tensor:
+    """What run_programs returned, if it is one tensor shaped like ``want``; a half-finished result is named."""
+    __tracebackhide__ = True
+    got = _returned(got, "run_programs(modules, points, programs)")
+    if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
+        message = f"run_programs returned a {type(got).__name__} of {len(got)} tensors, not one tensor"
+        raise mistake_error(message, GROUPS_APART, expected=f"one tensor of shape {tuple(want.shape)}")
+    early = isinstance(got, torch.Tensor) and got.dim() == 2 and got.shape[1:] == want.shape[1:]
+    if early and 0 < len(got) < len(want):
+        close = torch.cdist(got.detach().double(), want.double()).min(dim=1).values < 1e-5
+        if bool(close.all()):
+            message = f"run_programs returned {len(got)} rows for {len(want)} points"
+            raise mistake_error(message, RETURNED_EARLY, expected=f"shape {tuple(want.shape)}")
+    return expect_tensor(got, "what run_programs returned", shape=tuple(want.shape), dtype=want.dtype)
+
+
+def _looked_up_a_program(err: CheckError) -> bool:
+    """Did the student's function fail looking up a tuple of names (a whole program) in the ModuleDict?"""
+    cause = err.__cause__
+    if not isinstance(cause, KeyError) or not cause.args or not isinstance(cause.args[0], tuple):
+        return False
+    frames = traceback.walk_tb(cause.__traceback__)
+    return any(frame.f_code.co_name == "__getitem__" and "container" in frame.f_code.co_filename for frame, _ in frames)
+
+
+def _call_run_programs(run_programs: Any, modules: torch.nn.ModuleDict, points: torch.Tensor, given: list) -> Any:
+    """The student's run_programs on the check's batch; a whole program looked up in modules is named."""
+    __tracebackhide__ = True
+    try:
+        return run_student(
+            run_programs,
+            modules,
+            points.clone(),
+            given,
+            what="run_programs(modules, points, programs)",
+            inplace_hint="make new tensors for the results; leave points as it came",
+        )
+    except CheckError as err:
+        if not _looked_up_a_program(err):
+            raise
+        raise mistake_error(err.message, PROGRAM_AS_A_NAME) from None
 
 
 def _module_grads(modules: torch.nn.ModuleDict, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
@@ -1511,18 +1664,11 @@ def check_run_programs(run_programs: Any) -> None:
     points, programs = program_batch()
     given = list(programs)
     with ModuleWork(modules) as work:
-        got = run_student(
-            run_programs,
-            modules,
-            points.clone(),
-            given,
-            what="run_programs(modules, points, programs)",
-            inplace_hint="make new tensors for the results; leave points as it came",
-        )
+        got = _call_run_programs(run_programs, modules, points, given)
     _refuse_changes(modules, before, programs, given)
-    got = expect_tensor(got, "what run_programs returned", shape=tuple(points.shape), dtype=points.dtype)
     with torch.no_grad():
         want = run_program_rows(reference, points, programs)
+    got = _program_result(got, want)
     if not torch.allclose(got.detach(), want, atol=1e-6):
         mistake = first_mistake(got.detach(), program_mistakes(reference, points, programs))
         message = "run_programs differs from running each row through its own program"

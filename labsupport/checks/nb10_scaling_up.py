@@ -252,6 +252,14 @@ SCALER_ERRORS = [
     ),
     dataclasses.replace(WEIGHTS_CAST, matches="Attempting to unscale FP16 gradients"),
     Mistake(
+        "a number given to the scaler",
+        "outputs must be a Tensor or an iterable of Tensors",
+        "the scaler was given the loss as a Python number (.item(), float()): scale() multiplies the loss tensor, "
+        "which keeps its graph, so that backward() can go through the scaled loss; a number has no graph, and the "
+        "scaler refuses it",
+        look="what the scaler's scale() is given",
+    ),
+    Mistake(
         "unscaled after the step",
         "unscale_() is being called after step()",
         "the gradients were to be unscaled after the scaler's step: by then the step has unscaled them itself and "
@@ -863,8 +871,9 @@ def data_parallel_mistakes(
         Mistake(
             "first shard only",
             shards[0],
-            "the result is the first shard's gradient alone: does every rank run, and take its own slice?",
-            look="the slice of each rank",
+            "the result is the first shard's gradient alone: does every rank run (a `return` inside the loop over "
+            "the ranks ends the function after the first one), and take its own slice?",
+            look="the slice of each rank, and where the function returns",
         ),
         Mistake("a shard dropped", _mean(shards[:-1], ws), "a shard was dropped: range(world_size) covers every rank"),
         dataclasses.replace(BATCH_SIZE_DIVISOR, matches=_mean(shards, len(x))),
@@ -892,7 +901,29 @@ def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws
     ]
 
 
+RANKS_NOT_AVERAGED = Mistake(
+    "each rank's gradients returned",
+    None,
+    "the function returned each rank's gradients, one list per rank: the exercise asks for their average, one "
+    "gradient per parameter, the same list of tensors loss.backward() on the whole batch would leave in .grad",
+    look="what the function does with the ranks' lists before it returns",
+)
+
+
+def _per_rank_lists(got: Any, count: int) -> bool:
+    """Is ``got`` a list of lists (one per rank), each holding ``count`` tensors?"""
+    if not isinstance(got, (list, tuple)) or len(got) < 2:
+        return False
+    return all(isinstance(part, (list, tuple)) and len(part) == count for part in got)
+
+
 def _grads_returned(got: Any, want: list[torch.Tensor]) -> list[torch.Tensor]:
+    if _per_rank_lists(got, len(want)):
+        raise mistake_error(
+            f"data_parallel_grads returned {len(got)} lists of gradients, not one",
+            RANKS_NOT_AVERAGED,
+            expected=f"a list of {len(want)} tensors, in model.parameters() order",
+        )
     if not isinstance(got, (list, tuple)) or len(got) != len(want):
         raise CheckError(
             "data_parallel_grads must return one gradient per parameter",
@@ -1341,6 +1372,15 @@ SHUFFLE_WITH_SAMPLER = Mistake(
 )
 
 
+SET_EPOCH_ON_THE_LOADER = Mistake(
+    "set_epoch on the loader",
+    None,
+    "set_epoch was called on the DataLoader, which has no such method: the epoch belongs to the DistributedSampler, "
+    "which decides which items the rank gets and in which order, and uses the epoch to shuffle anew",
+    look="which object is told the epoch",
+)
+
+
 SAMPLER_FOR_OTHER_WORLD = Mistake(
     "sampler made for another world size",
     None,
@@ -1360,6 +1400,8 @@ def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int,
         return run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
     except CheckError as err:
         said = str(err.__cause__ or err.message)
+        if "'DataLoader' object has no attribute 'set_epoch'" in said:
+            raise mistake_error(err.message, SET_EPOCH_ON_THE_LOADER) from None
         if "Invalid rank" in said:
             raise mistake_error(err.message, SAMPLER_FOR_OTHER_WORLD, got=f"an error for rank {rank} of {ws}") from None
         if "mutually exclusive with shuffle" not in said:
@@ -1379,8 +1421,15 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
             usage=True,
         )
     if loader is None or not hasattr(loader, "__iter__"):
+        hint = None
+        if loader is None:
+            hint = "it hands back nothing yet (no `return`, or a print in its place): is it finished?"
         raise CheckError(
-            "rank_loader_fixed did not return a loader", expected="a DataLoader", got=describe(loader), usage=True
+            "rank_loader_fixed did not return a loader",
+            expected="a DataLoader",
+            got=describe(loader),
+            hint=hint,
+            usage=True,
         )
     limit = n + 1  # one epoch of batches of at least one item each, and one more
     items = run_student(_first_items, loader, limit, what="iterating the loader rank_loader_fixed returned")

@@ -133,6 +133,10 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "convert one to the other's, with .to(...), rather than changing the model's type",
     ),
     (
+        r"could not infer output dtype|must be either a floating point",
+        "this operation needs floating-point values and got integers (Long): where did the values become integers?",
+    ),
+    (
         r"to have the same dtype|expected scalar type|dtype",
         "tensors of different dtypes: create new ones with dtype=x.dtype (or use torch.*_like)",
     ),
@@ -161,11 +165,98 @@ ERROR_HINTS: list[tuple[str, str]] = [
     ),
     (r"view size is not compatible|is not contiguous", "view() needs a contiguous tensor: use reshape()"),
     (
-        r"must be Tensor, not tuple|'tuple' object has no attribute",
+        r"must be Tensor, not tuple|'tuple' object has no attribute|instances of 'tuple'|type\(s\) for .*'tuple'",
         "a tuple where a tensor belongs: ctx.saved_tensors, and a function that returns several values, give a "
         "tuple; take the tensor out of it first",
     ),
     (r"index .* is out of bounds|out of range", "an index is out of range: check an off-by-one or the axis you index"),
+    # Python's own errors, as a half-written or not-yet-running answer raises them
+    (
+        r"^NameError",
+        "the line reads a name that nothing has assigned yet: a step of the function not written yet, a name "
+        "spelled differently where it is made (a parameter's name?), or a cell that defines it and has not run",
+    ),
+    (
+        r"^UnboundLocalError",
+        "the line reads a local variable before the function assigned it: its assignment is missing above, or "
+        "sits in a branch that did not run",
+    ),
+    (
+        r"'NoneType' object is not callable",
+        "something called as a function holds None: the name of an exercise not solved yet (it holds None until "
+        "its cell runs with an answer), or a variable that received a function's missing return value",
+    ),
+    (
+        r"NoneType",
+        "a value is None where a result was expected: a function that ends without `return` (yours from an "
+        "earlier exercise?), an argument left at its default None, or a .grad that no backward() has filled yet",
+    ),
+    (
+        r"'(int|float)' object is not callable",
+        "a number was called like a function: a name that holds a number (a parameter such as steps or chunks?) "
+        "followed by parentheses, or an operator missing before a parenthesis",
+    ),
+    (
+        r"'torch\.Size' object is not callable",
+        ".shape is an attribute that holds the sizes, not a method: it is read, not called",
+    ),
+    (
+        r"'torch\.Size' object cannot be interpreted as an integer",
+        "a whole shape went where one number is expected: which of its sizes (or how many elements in all) is meant?",
+    ),
+    (
+        r"'Tensor' object is not callable",
+        "a tensor was called like a function: parentheses right after a tensor, or after an attribute that is "
+        "not a method (.T, .shape), or a name that holds a tensor where a function was meant",
+    ),
+    (
+        r"only one element tensors can be converted|must be real number, not Tensor",
+        "a tensor of several values went where Python needs one number: the math module's functions, float(), "
+        "int() and .item() take a single value, and torch.tensor() of a list of tensors converts each to one",
+    ),
+    (
+        r"Boolean value of Tensor with more than one value is ambiguous",
+        "a tensor of several values was used where Python needs one True or False (an if, and/or/not, Python's "
+        "own max or min): each entry must be compared on its own, with tensor operations",
+    ),
+    (r"tensors used as indices must be", "an index tensor holds floats: indices are integers (or booleans)"),
+    (
+        r"Index tensor must have the same number of dimensions",
+        "gather's index needs as many axes as the tensor it reads from: compare the two shapes",
+    ),
+    (r"too many indices for tensor", "more indices than the tensor has axes: print its shape beside the line"),
+    (
+        r"must be a matrix|must be a [23]D tensor",
+        "a matrix product got an operand with another number of axes than it takes (mm: two, bmm: three): "
+        "print each operand's shape",
+    ),
+    (
+        r"shape '\[.*\]' is invalid for input of size",
+        "the sizes asked of a reshape or view do not multiply to the tensor's number of elements: where does "
+        "each size come from?",
+    ),
+    (
+        r"does not match the length of the desired ordering",
+        "permute names every axis of the tensor exactly once: count the tensor's axes",
+    ),
+    (
+        r"unsupported operand type\(s\).*'(builtin_function_or_method|method|function)'",
+        "a method or function was used without calling it, so the function itself, not its result, went into "
+        "the arithmetic",
+    ),
+    (
+        r"'list' object has no attribute|type\(s\) for .*'list'",
+        "a Python list where a tensor belongs: a list has no tensor methods and no elementwise arithmetic",
+    ),
+    (
+        r"numpy\.ndarray",
+        "a numpy array where a tensor belongs: torch functions take tensors, so stay in torch throughout",
+    ),
+    (
+        r"(not enough|too many) values to unpack",
+        "the names on the left of an assignment and the values on the right differ in number: what does the "
+        "right side hold (a tuple of how many? a tensor unpacks along its first axis)?",
+    ),
 ]
 
 
@@ -186,17 +277,31 @@ def _exception_text(exc: BaseException, limit: int = 6) -> str:
     return "\n".join(lines[:limit]) + f"\n  ({len(lines) - limit} more lines: lab.show_traceback() shows them all)"
 
 
-def _student_line(exc: BaseException) -> str | None:
-    """The last line of the student's own code (a notebook cell) that ``exc`` passed through."""
+def _student_lines(exc: BaseException) -> list[tuple[Any, str]]:
+    """(code object, line) of each frame of the student's own code (a notebook cell) that ``exc`` passed
+    through, outermost first, blank lines left out."""
     lines = []
     for frame, number in traceback.walk_tb(exc.__traceback__):
         filename = frame.f_code.co_filename
         if "ipykernel" in filename or filename.startswith("<"):
-            lines.append(linecache.getline(filename, number).strip())
-    for line in reversed(lines):
-        if line:
-            return line
-    return None
+            line = linecache.getline(filename, number).strip()
+            if line:
+                lines.append((frame.f_code, line))
+    return lines
+
+
+def _student_line(exc: BaseException) -> str | None:
+    """Where in the student's code ``exc`` was raised: the last line of theirs it passed through, and, when that
+    line is in another function of theirs (an earlier exercise's helper), the line of the called function that
+    called into it."""
+    lines = _student_lines(exc)
+    if not lines:
+        return None
+    code, where = lines[-1]
+    outer_code, outer = lines[0]
+    if outer_code is not code:
+        where += f"\n  called from your line:  {outer}"
+    return where
 
 
 def expect_function(fn: Any, what: str) -> None:
@@ -311,8 +416,12 @@ class TorchCalls(TorchFunctionMode):
 
 
 def _foreign_sizes(err: CheckError, case: tuple) -> list[int]:
-    """Sizes in a "shapes cannot be multiplied (AxB and CxD)" error that no tensor of the case has."""
-    match = re.search(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", str(err.__cause__ or ""))
+    """Sizes in a "shapes cannot be multiplied (AxB and CxD)" or a broadcasting error ("The size of tensor a (A)
+    must match the size of tensor b (B)") that no tensor of the case has."""
+    text = str(err.__cause__ or "")
+    match = re.search(r"shapes cannot be multiplied \((\d+)x(\d+) and (\d+)x(\d+)\)", text)
+    if match is None:
+        match = re.search(r"The size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text)
     if match is None:
         return []
     sizes = {size for a in case if isinstance(a, torch.Tensor) for size in a.shape}

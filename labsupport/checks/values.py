@@ -16,6 +16,9 @@ import torch
 
 from .feedback import CheckError, Mistake
 
+#: What a check says of ``...`` where an answer belongs.
+PLACEHOLDER = "... is the placeholder the prompt left: this part of the answer is not written yet"
+
 
 def describe(value: Any) -> str:
     """A short description: type, shape, dtype and device for tensors."""
@@ -26,6 +29,8 @@ def describe(value: Any) -> str:
         return f"numpy.{kind} of shape {tuple(value.shape)}, dtype {value.dtype}"
     if value is None:
         return "None"
+    if value is Ellipsis:
+        return "... (the placeholder)"
     if isinstance(value, (int, float, complex, bool)):
         return f"{kind} {plain(value)!r}"
     if isinstance(value, (list, tuple, dict, set, str)):
@@ -114,6 +119,12 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
     value = plain(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = "write the number without quotes" if isinstance(value, str) else None
+        if value is Ellipsis:
+            hint = PLACEHOLDER
+        elif isinstance(value, tuple):
+            hint = "one number is asked, and a tuple or list holds several (a comma in a return line makes a tuple)"
+        elif callable(value):
+            hint = "a function was given where the number it computes belongs"
         if value is None:
             hint = (
                 "None is what a function without a return statement gives (print shows a number, return hands "
@@ -145,11 +156,15 @@ def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
             f"{name} is None",
             expected=want,
             got="None",
-            hint=f"the cell that computes {name} did not run, or your function does not end with `return`",
+            hint=f"the cell that computes {name} did not run, or the function that makes it has no `return` for it "
+            "yet (a stub left as ... or pass, a print instead of a return, or a change made in place with nothing "
+            "returned)",
             usage=True,
         )
     hint = None
-    if type(value).__module__ == "numpy":
+    if value is Ellipsis:
+        hint = PLACEHOLDER
+    elif type(value).__module__ == "numpy":
         hint = "convert with torch.from_numpy(...), or stay in torch throughout"
     elif isinstance(value, (list, tuple)):
         hint = "build it with torch operations (or torch.stack / torch.tensor)"
@@ -311,6 +326,24 @@ def mistake_error(message: str, mistake: Mistake, **facts: Any) -> CheckError:
     )
 
 
+def _left_unfilled(got: torch.Tensor, wrong: torch.Tensor) -> str | None:
+    """What a result that is still 0 from some entry on says (``wrong`` marks the entries off the reference):
+    a result never filled in, or a loop that stopped early; None otherwise."""
+    flat_got = got.reshape(-1)
+    first = int(wrong.reshape(-1).int().argmax())
+    if flat_got[first:].any():
+        return None
+    if first == 0:
+        return (
+            "every entry is exactly 0, unlike the reference: a result created as zeros and never filled in (a step "
+            "not written yet), or a factor that is always 0"
+        )
+    return (
+        f"the first {first} entries (in row-major order) are right and every later one is still 0: a loop that "
+        "stopped early, after its first pass or short of the last index (a return inside it, or a range too short)"
+    )
+
+
 def compare(
     name: str,
     got: Any,
@@ -351,6 +384,8 @@ def compare(
         f"(max abs. error {fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})"
     )
     mistake = first_mistake(got, mistakes)
+    if mistake is None and hint is None:
+        hint = _left_unfilled(g, excess > 0)
     shown_expected, shown_got = fmt_apart(float(e.reshape(-1)[flat]), float(g.reshape(-1)[flat]))
     error = CheckError(
         message,
