@@ -387,6 +387,9 @@ HALF_WRITTEN_ERRORS = [
     (IndexError("tensors used as indices must be long, int, byte or bool tensors"), "integers"),
     (RuntimeError("shape '[7, -1]' is invalid for input of size 120"), "multiply"),
     (TypeError("mm(): argument 'input' (position 1) must be Tensor, not numpy.ndarray"), "numpy array"),
+    (RuntimeError("expected scalar type Long but found Float"), "class indices"),
+    (RuntimeError("nll_loss: expected target dtype to be Long or Byte, but got Float"), "class indices"),
+    (AttributeError("'float' object has no attribute 'backward'"), "Python number"),
 ]
 
 
@@ -443,3 +446,30 @@ def test_a_result_left_unfilled_is_named_as_such():
     with pytest.raises(CheckError) as info:
         core.compare("r", ref + 1, ref)
     assert info.value.hint is None  # wrong everywhere: no guess
+
+
+def test_a_stub_raised_without_a_message_reads_without_empty_parentheses():
+    def stub(x):
+        raise NotImplementedError
+
+    text = message(core.run_student, stub, 1, what="your f(x)")
+    assert "your f(x) is not written yet:" in text and "()" not in text
+
+
+def test_a_container_called_like_a_layer_is_named_not_called_unwritten():
+    blocks = torch.nn.ModuleList([torch.nn.Linear(2, 2)])
+    with pytest.raises(core.CheckError) as info:
+        core.run_student(lambda x: blocks(x), torch.ones(1, 2), what="your forward")
+    assert "called an nn.ModuleList as if it were a layer" in str(info.value)
+    assert "not written yet" not in str(info.value) and "each module it holds" in info.value.hint
+
+
+def test_a_module_whose_forward_is_misspelled_is_told_so():
+    class Net(torch.nn.Module):
+        def foward(self, x):
+            return x
+
+    with pytest.raises(core.CheckError) as info:
+        core.run_student(Net(), torch.ones(1, 2), what="your Net()(x)")
+    assert "called a Net, which has no forward method" in str(info.value)
+    assert "spelled" in info.value.hint

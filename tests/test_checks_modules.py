@@ -994,7 +994,7 @@ STACK_BAD_INPUT = {
     "extra dimension": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x)[None]), "extra leading"),
     "reduced output": (stack_variant(forward=lambda self, x: ResidualStack.forward(self, x).sum(1)), "wrong shape"),
     "forward raises": (stack_variant(forward=lambda self, x: 1 / 0), "ZeroDivisionError"),
-    "no forward": (type("ResidualStack", (nn.Module,), {"__init__": _python_list}), "not written yet"),
+    "no forward": (type("ResidualStack", (nn.Module,), {"__init__": _python_list}), "has no forward method"),
     "two constructor arguments": (stack_variant(init=lambda self, D, H: None), "TypeError"),
 }
 

@@ -31,7 +31,7 @@ from .core import (
     rel_error,
     run_student,
 )
-from .nb05_nn_module import expect_written, failing_line
+from .running import expect_written, failing_line
 
 __all__ = ["check_sigmoid_prediction", "check_softplus_function", "check_scaled_matmul_function"]
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import dis
 import inspect
 import itertools
 import re
-import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,7 +30,7 @@ from .core import (
     run_student,
 )
 from .predictions import number_in_text
-from .running import TorchCalls
+from .running import TorchCalls, expect_written
 
 __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_stack"]
 
@@ -73,45 +71,6 @@ def expect_class(obj: Any, base: type, name: str) -> type:
     if not issubclass(obj, base):
         raise CheckError(f"{obj.__name__} must be a subclass of {wanted}", got=f"class {obj.__name__}", usage=True)
     return obj
-
-
-#: The instructions of a body that does nothing: `...`, `pass`, a docstring, `return None`.
-_NOTHING_DONE = {"RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"}
-
-
-def empty_body(fn: Any) -> bool:
-    """Does ``fn``'s body do nothing (``...``, ``pass``, a docstring alone): a method left as the template gave it?"""
-    code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
-    if code is None or code.co_name == "<lambda>":  # a template's method is a def; a lambda is written on purpose
-        return False
-    for instruction in dis.get_instructions(code):
-        if instruction.opname not in _NOTHING_DONE:
-            return False
-        if instruction.opname in ("LOAD_CONST", "RETURN_CONST") and instruction.argval is not None:
-            return False
-    return True
-
-
-def expect_written(cls: type, methods: tuple[str, ...]) -> None:
-    """A usage sentence for the first of ``methods`` that ``cls`` still has with an empty body (06 uses it too)."""
-    __tracebackhide__ = True
-    for method in methods:
-        if empty_body(getattr(cls, method, None)):
-            raise CheckError(
-                f"{cls.__name__}.{method} is not written yet: its body is only `...` or `pass`",
-                hint=f"write {method}, run its cell again, then run this check",
-                usage=True,
-            )
-
-
-def failing_line(err: CheckError) -> str:
-    """The source line where the exception behind ``err`` was raised ("" if unknown): the check reads it to tell
-    which of the student's statements failed (04, 06 and 07 use it)."""
-    cause = err.__cause__
-    if cause is None or cause.__traceback__ is None:
-        return ""
-    frames = traceback.extract_tb(cause.__traceback__)
-    return (frames[-1].line or "") if frames else ""
 
 
 NO_RETURN = Mistake(
@@ -1265,9 +1224,7 @@ def _run_stack(stack: nn.Module, x: torch.Tensor, call: str) -> Any:
     try:
         return run_student(stack.forward, x, what=f"{call}(x)", inplace_hint=STACK_INPLACE)
     except CheckError as err:
-        if re.search(
-            r"Module \[Module(List|Dict)\] is missing the required|'(list|tuple)' object is not callable", err.message
-        ):
+        if re.search(r"called an nn\.Module(List|Dict) as if|'(list|tuple)' object is not callable", err.message):
             raise mistake_error(f"{call}(x) called the container of its blocks", MODULE_LIST_CALLED) from None
         named = _attribute_without_self(err, stack)
         if named is err:

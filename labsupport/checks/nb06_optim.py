@@ -30,7 +30,8 @@ from .core import (
     run_student,
     time_limit,
 )
-from .nb05_nn_module import expect_class, expect_written, failing_line
+from .nb05_nn_module import expect_class
+from .running import expect_written, failing_line
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
 

@@ -43,7 +43,7 @@ from .core import (
     read_prediction,
     run_student,
 )
-from .nb05_nn_module import empty_body, failing_line
+from .running import empty_body, failing_line
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 

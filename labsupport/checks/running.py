@@ -4,6 +4,7 @@ arguments changed in place, and the case-by-case engine for function exercises."
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import linecache
 import os
@@ -135,6 +136,16 @@ ERROR_HINTS: list[tuple[str, str]] = [
     (
         r"could not infer output dtype|must be either a floating point",
         "this operation needs floating-point values and got integers (Long): where did the values become integers?",
+    ),
+    (
+        r"expected target dtype to be Long|expected scalar type Long but found Float",
+        "a classification loss reads its targets as class indices, whole numbers of dtype torch.long: were the "
+        "labels converted to another dtype on the way?",
+    ),
+    (
+        r"'(float|int)' object has no attribute 'backward'",
+        "backward() was called on a Python number: the loss became one (.item(), float(), the math module) before "
+        "the gradients were computed, and a number has no graph to go back through",
     ),
     (
         r"to have the same dtype|expected scalar type|dtype",
@@ -333,6 +344,36 @@ def _argument_names(fn: Callable, count: int) -> list[str]:
     return names
 
 
+#: torch's NotImplementedError for a module called without a forward method of its own.
+_NO_FORWARD = re.compile(r'Module \[(\w+)\] is missing the required "forward" function')
+#: Containers of modules: they hold modules, and are not themselves called.
+_CONTAINERS = ("ModuleList", "ModuleDict", "ParameterList", "ParameterDict")
+
+
+def _not_implemented(exc: NotImplementedError, what: str) -> CheckError:
+    """A stub's NotImplementedError: not written yet. torch raises one too, for a module that has no forward:
+    a container called like a layer, or a class whose forward is misspelled or not indented inside it."""
+    missing = _NO_FORWARD.search(str(exc))
+    if missing and missing.group(1) in _CONTAINERS:
+        return CheckError(
+            f"{what} called an nn.{missing.group(1)} as if it were a layer",
+            hint=f"an nn.{missing.group(1)} holds modules so that their parameters are registered; it has no "
+            "forward of its own: each module it holds is called in turn",
+            mistake="container called",
+        )
+    if missing:
+        return CheckError(
+            f"{what} called a {missing.group(1)}, which has no forward method",
+            hint="a module computes in its method named forward: is it spelled so, and indented inside the class?",
+            mistake="no forward",
+        )
+    said = f" ({exc})" if str(exc) else ""
+    return CheckError(
+        f"{what} is not written yet{said}: fill in the exercise cell above, run it, then run this check again",
+        usage=True,
+    )
+
+
 def _student_failure(exc: BaseException, what: str, limit: float) -> CheckError:
     """The CheckError for what went wrong inside a student's function: too slow, not written yet, exit() called,
     or an exception (its line, and the advice for PyTorch's error)."""
@@ -344,10 +385,7 @@ def _student_failure(exc: BaseException, what: str, limit: float) -> CheckError:
             mistake="too slow",
         )
     if isinstance(exc, NotImplementedError):
-        return CheckError(
-            f"{what} is not written yet ({exc}): fill in the exercise cell above, run it, then run this check again",
-            usage=True,
-        )
+        return _not_implemented(exc, what)
     if isinstance(exc, SystemExit):
         return CheckError(
             f"{what} called exit() (SystemExit), which ends a program, not a function",
@@ -527,3 +565,42 @@ def _run_case(fn, case, number, total, reference, what, outputs, mistakes, rtol,
                 raise
             raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
     return worst
+
+
+#: The instructions of a body that does nothing: `...`, `pass`, a docstring, `return None`.
+_NOTHING_DONE = {"RESUME", "NOP", "LOAD_CONST", "RETURN_VALUE", "RETURN_CONST"}
+
+
+def empty_body(fn: Any) -> bool:
+    """Does ``fn``'s body do nothing (``...``, ``pass``, a docstring alone): a method left as the template gave it?"""
+    code = getattr(inspect.unwrap(fn), "__code__", None) if callable(fn) else None
+    if code is None or code.co_name == "<lambda>":  # a template's method is a def; a lambda is written on purpose
+        return False
+    for instruction in dis.get_instructions(code):
+        if instruction.opname not in _NOTHING_DONE:
+            return False
+        if instruction.opname in ("LOAD_CONST", "RETURN_CONST") and instruction.argval is not None:
+            return False
+    return True
+
+
+def expect_written(cls: type, methods: tuple[str, ...]) -> None:
+    """A usage sentence for the first of ``methods`` that ``cls`` still has with an empty body."""
+    __tracebackhide__ = True
+    for method in methods:
+        if empty_body(getattr(cls, method, None)):
+            raise CheckError(
+                f"{cls.__name__}.{method} is not written yet: its body is only `...` or `pass`",
+                hint=f"write {method}, run its cell again, then run this check",
+                usage=True,
+            )
+
+
+def failing_line(err: CheckError) -> str:
+    """The source line where the exception behind ``err`` was raised ("" if unknown): the check reads it to tell
+    which of the student's statements failed."""
+    cause = err.__cause__
+    if cause is None or cause.__traceback__ is None:
+        return ""
+    frames = traceback.extract_tb(cause.__traceback__)
+    return (frames[-1].line or "") if frames else ""
