@@ -275,7 +275,7 @@ def test_cases_hold_ties_and_the_prompt_says_where_ties_go():
     ties = [case[0] for case in nb01._keep_cases() if (case[0] == case[0].mean(1, keepdim=True)).any()]
     assert len(ties) >= 2
     nb = nbformat.read(ROOT / "notebooks" / "01_tensors.ipynb", as_version=4)
-    prompt = next(c.source for c in nb.cells if c.source.startswith("### Exercise 4"))
+    prompt = next(c.source for c in nb.cells if c.source.startswith("### Exercise 01.4"))
     assert "at or above" in prompt
 
 

@@ -24,12 +24,12 @@ def read(path: Path) -> nbformat.NotebookNode:
 def _heading_problem(cells: list, part: student.Parts) -> str | None:
     """What is wrong with an exercise's heading cell, or None."""
     if part.heading is None:
-        return "no heading cell (role 'heading': the '### Exercise k: title' cell)"
+        return "no heading cell (role 'heading': the '### Exercise NN.k: title' cell)"
     if part.heading > part.graded:
         return f"its heading (cell {part.heading}) comes after its {'solution' if part.solution else 'answer'}"
-    number = part.id.split(".", 1)[1]
-    if not re.search(rf"^### Exercise {re.escape(number)}: \S", cells[part.heading].source, re.MULTILINE):
-        return f"its heading cell {part.heading} has no '### Exercise {number}: title' line"
+    # the id itself, as the checks' messages, lab.hint and the gradebook name the exercise
+    if not re.search(rf"^### Exercise {re.escape(part.id)}: \S", cells[part.heading].source, re.MULTILINE):
+        return f"its heading cell {part.heading} has no '### Exercise {part.id}: title' line"
     return None
 
 
@@ -88,6 +88,23 @@ def test_exercise_ids_are_the_ids_the_checks_declare():
     assert not set(written) & declared, "a written answer has no check"
     # issue 26, item 4: written answers in 00 and 03-07 (09 and 10 add their own)
     assert {"00.5", "03.7", "04.3", "05.4", "06.2", "07.4"} <= set(written)
+
+
+def test_a_check_names_its_exercise_as_the_heading_does():
+    """A student reads "### Exercise 03.5: why did the network not learn?" above the exercise; its check's
+    failure block, lab.require and lab.hint say "Exercise 03.5: <title>": the same id and the same title
+    (the heading's, without its Markdown's backticks and dollar signs)."""
+    from labsupport.checks import feedback
+
+    differ = {}
+    for path in NOTEBOOKS:
+        nb = read(path)
+        for part in student.exercise_parts(nb, path):
+            heading = student.heading_title(nb.cells[part.heading].source)
+            shown = re.sub(r"[`$]", "", heading)
+            if part.solution is not None and feedback._TITLES.get(part.id) != shown:
+                differ[part.id] = (shown, feedback._TITLES.get(part.id))
+    assert differ == {}, differ
 
 
 def test_cell_ids_are_unique_across_the_series():

@@ -411,15 +411,15 @@ def test_a_reordered_pair_of_prediction_cells_is_graded_under_their_own_exercise
 def test_a_written_answer_whose_heading_sits_in_its_own_cell(predictions):
     src, sub = predictions
     assert [(w.id, w.label) for w in src.written] == [
-        ("97.3", "Exercise 3: explain"),
-        ("97.4", "Exercise 4: why did it win?"),
+        ("97.3", "Exercise 97.3: explain"),
+        ("97.4", "Exercise 97.4: why did it win?"),
     ]
     sub.cells[9].source = "Because of the learning rate."
     sub.cells[10].source = sub.cells[10].source.replace("Your answer here", "Adam's step adapts.")
     _, _, written = grade.rebuild(src, sub)
     assert written == [
-        {"exercise": "97.3", "label": "Exercise 3: explain", "answer": "Because of the learning rate."},
-        {"exercise": "97.4", "label": "Exercise 4: why did it win?", "answer": "Adam's step adapts."},
+        {"exercise": "97.3", "label": "Exercise 97.3: explain", "answer": "Because of the learning rate."},
+        {"exercise": "97.4", "label": "Exercise 97.4: why did it win?", "answer": "Adam's step adapts."},
     ]
 
 

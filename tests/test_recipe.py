@@ -34,7 +34,9 @@ def check_double(double: Any) -> None:
     passed("doubling: 2 cases match 2 * x")
 '''
 CELLS = [
-    nbformat.v4.new_markdown_cell("### Exercise 7: doubling a tensor\n\nWrite `double(x)`, which returns twice `x`."),
+    nbformat.v4.new_markdown_cell(
+        "### Exercise 01.7: doubling a tensor\n\nWrite `double(x)`, which returns twice `x`."
+    ),
     nbformat.v4.new_code_cell("def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION"),
     nbformat.v4.new_code_cell("lab.check_double(double)"),
 ]

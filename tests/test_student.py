@@ -71,13 +71,13 @@ def test_function_stub_keeps_scaffold_and_indentation():
     ed = student.make_edition(sample(), "99_sample.ipynb")
     src = ed.notebook.cells[3].source
     assert src == (
-        'def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n    raise NotImplementedError("Exercise 4: double it")'
+        'def f(x):\n    """Double x."""\n    # YOUR CODE HERE\n    raise NotImplementedError("Exercise 99.4: double it")'
     )
     ns = {}
     exec(src, ns)
-    with pytest.raises(NotImplementedError, match="^Exercise 4: double it$"):
+    with pytest.raises(NotImplementedError, match="^Exercise 99.4: double it$"):
         ns["f"](1)
-    assert [(e.cell, e.label, e.check_cell, e.blocks) for e in ed.exercises] == [(3, "Exercise 4: double it", 4, 1)]
+    assert [(e.cell, e.label, e.check_cell, e.blocks) for e in ed.exercises] == [(3, "Exercise 99.4: double it", 4, 1)]
     assert [(e.id, e.points, e.heading_cell) for e in ed.exercises] == [("99.4", 1, 2)]
 
 
@@ -96,7 +96,7 @@ def test_markdown_solution_becomes_answer_placeholder():
     ed = student.make_edition(sample(), "x.ipynb")
     assert ed.notebook.cells[6].source == "### Exercise 5: why\nWhy?\nYour answer here\nThe end."
     assert ed.written_answers == [6]
-    assert [(a.id, a.label, a.points, a.heading_cell) for a in ed.answers] == [("99.5", "Exercise 5: why", 0, 6)]
+    assert [(a.id, a.label, a.points, a.heading_cell) for a in ed.answers] == [("99.5", "Exercise 99.5: why", 0, 6)]
 
 
 def test_metadata_valid_and_marked():
@@ -127,13 +127,13 @@ def test_source_notebook_is_not_modified():
 @pytest.mark.parametrize(
     "headings, expected",
     [
-        (["### Exercise 2: the forward pass"], "Exercise 2: the forward pass"),
-        (["### Exercise: write the backward pass"], "Exercise 1: write the backward pass"),  # running number
-        (["### Exercise 3"], "Exercise 3"),
-        (["### Exercise 5 — dashes"], "Exercise 5: dashes"),
-        (["### Exercise 1: old", "## 5. A new section"], "Exercise 1"),  # a section heading stops the search
-        (["### Exercise 7: kept", "#### Hint"], "Exercise 7: kept"),  # a sub-heading does not
-        ([], "Exercise 1"),
+        (["### Exercise 2: the forward pass"], "Exercise 99.2: the forward pass"),
+        (["### Exercise: write the backward pass"], "Exercise 99.1: write the backward pass"),  # running number
+        (["### Exercise 3"], "Exercise 99.3"),
+        (["### Exercise 5 — dashes"], "Exercise 99.5: dashes"),
+        (["### Exercise 1: old", "## 5. A new section"], "Exercise 99.1"),  # a section heading stops the search
+        (["### Exercise 7: kept", "#### Hint"], "Exercise 99.7: kept"),  # a sub-heading does not
+        ([], "Exercise 99.1"),
     ],
 )
 def test_labels_from_the_nearest_heading(headings, expected):
@@ -153,7 +153,7 @@ def test_running_number_counts_exercise_cells():
             new_code_cell("lab.check_b(f)"),
         )
     )
-    assert [e.label for e in ed.exercises] == ["Exercise 1: first", "Exercise 2: second"]
+    assert [e.label for e in ed.exercises] == ["Exercise 99.1: first", "Exercise 99.2: second"]
 
 
 def test_label_with_quotes_is_a_valid_python_string():
@@ -168,7 +168,7 @@ def test_label_with_quotes_is_a_valid_python_string():
     exec(ed.notebook.cells[1].source, ns)
     with pytest.raises(NotImplementedError) as info:
         ns["f"](0)
-    assert str(info.value) == 'Exercise 1: the "L2" loss \\ `sum`'
+    assert str(info.value) == 'Exercise 99.1: the "L2" loss \\ `sum`'
 
 
 def test_top_level_block_sets_the_names_its_check_reads_to_none():
@@ -182,7 +182,7 @@ def test_top_level_block_sets_the_names_its_check_reads_to_none():
     )
     assert ed.notebook.cells[1].source == (
         "w = torch.zeros(3)\n# YOUR CODE HERE\nmodel = None\nloss = None\n"
-        'raise NotImplementedError("Exercise 2: model")'
+        'raise NotImplementedError("Exercise 99.2: model")'
     )
     assert "helper" not in ed.notebook.cells[1].source  # not read by the check: not revealed
 
@@ -195,7 +195,7 @@ def test_two_blocks_in_one_cell_and_no_check_cell():
     ed = student.make_edition(nb_of(new_code_cell(cell), new_code_cell("print(a())")))
     ex = ed.exercises[0]
     assert ex.blocks == 2 and ex.check_cell is None and ed.checks == 0
-    assert ed.notebook.cells[0].source.count('raise NotImplementedError("Exercise 1")') == 2
+    assert ed.notebook.cells[0].source.count('raise NotImplementedError("Exercise 99.1")') == 2
 
 
 # --------------------------------------------------------------------------- marker errors
@@ -321,7 +321,7 @@ def test_a_solution_region_is_what_the_metadata_says():
     )
     ed = student.make_edition(nb, "x.ipynb")
     assert [(e.id, e.cell, e.label, e.check_cell, e.heading_cell) for e in ed.exercises] == [
-        ("99.7", 2, "Exercise 7: ours", 4, 3)
+        ("99.7", 2, "Exercise 99.7: ours", 4, 3)
     ]
 
 

@@ -113,7 +113,7 @@ def test_run_unsolved_catches_cells_that_crash_after_an_unsolved_exercise(tmp_pa
     path = write_tiny(nb, tmp_path)
     report = student.run_unsolved(path, timeout=60, in_process=True)  # the walk's logic: no kernel needed
     first, _ = report.exercises
-    assert first.problems == [] and first.stub_message == "CheckError: not written yet (Exercise 1: double)"
+    assert first.problems == [] and first.stub_message == "CheckError: not written yet (Exercise 99.1: double)"
     assert report.problems[0].startswith("cell 11 uses double2, which an exercise makes, without lab.require")
     assert report.problems[1].startswith("cell 12 uses twice, which an exercise makes")
     assert report.problems[2].startswith("cell 5 crashes when nothing is solved: NotImplementedError")
@@ -142,8 +142,8 @@ def test_run_unsolved_in_a_kernel_reports_as_in_process(tmp_path):
     path = write_tiny(nb, tmp_path)
     report = student.run_unsolved(path, timeout=60)
     assert [e.stub_message for e in report.exercises] == [
-        "NotImplementedError: Exercise 1: double",
-        "NotImplementedError: Exercise 2: again",
+        "NotImplementedError: Exercise 99.1: double",
+        "NotImplementedError: Exercise 99.2: again",
     ]
     assert len(report.problems) == 1 and report.problems[0].startswith("cell 5 crashes when nothing is solved")
 
@@ -186,7 +186,7 @@ def test_verify_catches_checks_that_break_on_the_stub(tmp_path):
     report = student.verify(path, timeout=60)
     good, bad = report.exercises
     assert good.problems == [] and good.solved_output == "PASS  double"
-    assert good.stub_message == "CheckError: your function is not written yet (Exercise 1: double)"
+    assert good.stub_message == "CheckError: your function is not written yet (Exercise 99.1: double)"
     assert bad.stub_message.startswith("NameError") and bad.check_cell == 8
     assert any("raised NameError instead of a CheckError" in p for p in bad.problems)
     assert report.problems == []

@@ -136,12 +136,13 @@ def _own_heading(text: str) -> bool:
 
 
 def _number(text: str, running: int) -> str:
-    """The exercise's number in its heading (``### Exercise 3: ...``: 3), else ``running``."""
+    """The exercise's number in its heading (``### Exercise 01.3: ...`` or ``### Exercise 3: ...``: 3),
+    else ``running``."""
     for line in text.splitlines():
         h = student._HEADING.match(line)
         m = student._EXERCISE.match(h.group(2)) if h else None
         if m and m.group("num"):
-            return m.group("num")
+            return m.group("num").rsplit(".", 1)[-1]
     return str(running)
 
 

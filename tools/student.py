@@ -14,9 +14,9 @@ solution cell, each block between the lines ``### BEGIN SOLUTION`` and
 ``### END SOLUTION`` becomes a stub::
 
     # YOUR CODE HERE
-    raise NotImplementedError("Exercise 2: the forward pass")
+    raise NotImplementedError("Exercise 02.2: the forward pass")
 
-named by the exercise's id (``02.2``: 2) and its heading cell's title. When the
+named by the exercise's id and its heading cell's title. When the
 block sits at the top level of its cell, any name it assigns that the check
 cell reads is set to ``None`` first, so the check answers "got None" instead
 of a NameError. In an answer cell (markdown) the block becomes
@@ -260,11 +260,11 @@ def has_marker(text: str) -> bool:
 
 
 def heading_title(text: str) -> str:
-    """The title of the first ``### Exercise k: title`` line of a heading cell (display text:
+    """The title of the first ``### Exercise NN.k: title`` line of a heading cell (display text:
     the exercise's id is in the cell's metadata), or ``""``.
 
     Example:
-        >>> heading_title("Intro.\\n### Exercise 2: the forward pass")
+        >>> heading_title("Intro.\\n### Exercise 02.2: the forward pass")
         'the forward pass'
     """
     for line in text.splitlines():
@@ -643,17 +643,16 @@ def exercise_parts(nb: nbformat.NotebookNode, path: str | Path = "<notebook>") -
 
 
 def exercise_label(cells: list, ex_id: str, heading: int | None) -> str:
-    """``Exercise k: title``, what the stub raises: ``k`` from the id (``03.5``: 5), the title from
-    the exercise's heading cell.
+    """``Exercise NN.k: title``, what the stub raises: the exercise's id, as its heading, the checks'
+    messages, ``lab.hint`` and the gradebook name it, and the title from its heading cell.
 
     Example:
         >>> from nbformat.v4 import new_markdown_cell as md
-        >>> exercise_label([md("### Exercise 3: loss")], "07.3", 0)
-        'Exercise 3: loss'
+        >>> exercise_label([md("### Exercise 07.3: loss")], "07.3", 0)
+        'Exercise 07.3: loss'
     """
     title = heading_title(cells[heading].source) if heading is not None else ""
-    number = ex_id.split(".", 1)[-1]
-    return f"Exercise {number}: {title}" if title else f"Exercise {number}"
+    return f"Exercise {ex_id}: {title}" if title else f"Exercise {ex_id}"
 
 
 def _nbval_marked(cell, marker: str, *tags: str) -> bool:

@@ -517,7 +517,7 @@ def _asked_a_tensor_for_one_truth(err: CheckError) -> bool:
     return err.mistake == "raised RuntimeError" and "Boolean value of Tensor with more than one" in err.message
 
 
-@exercise("02.2", "the relu layer")
+@exercise("02.2", "the ReLU layer")
 def check_relu_layer(relu_forward: Any, relu_backward: Any) -> None:
     """Exercise 02.2: out and dh against autograd, then on an h with exact zeros (where any subgradient passes).
     Example: ``lab.check_relu_layer(relu_forward, relu_backward)``."""

@@ -160,7 +160,7 @@ def _two_path_reference(a: torch.Tensor, b: torch.Tensor) -> tuple:
     return _autograd(_two_path_loss, a, b)
 
 
-@exercise("03.1", "a gradient along two paths")
+@exercise("03.1", "predict a gradient, then let autograd confirm it")
 def check_predicted_gradients(predict: Any) -> None:
     """Check ``predict(a, b) -> (grad_a, grad_b)`` for ``L = sum((a * b + exp(a)) ** 2)``."""
     what = "your predict_grads(a, b)"
@@ -219,7 +219,7 @@ def _error_by_name(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("03.2", "a second backward() on one graph")
+@exercise("03.2", "predict, then run: backward() twice on the same loss")
 def check_backward_twice_prediction(prediction: Any) -> None:
     """Run exercise 03.2's experiment now and judge the prediction."""
     check_prediction(
@@ -273,7 +273,7 @@ def _three_numbers(prediction: Any) -> Any:
     return tuple(numbers)
 
 
-@exercise("03.3", "x.grad after backward(gradient=v)")
+@exercise("03.3", "predict, then run: a vector-Jacobian product")
 def check_vjp_prediction(prediction: Any) -> None:
     """Run exercise 03.3's experiment now and judge the prediction (three numbers)."""
     check_prediction(
@@ -314,7 +314,7 @@ def _one_number(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("03.4", "x.grad after dy.backward()")
+@exercise("03.4", "predict, then run: a second derivative")
 def check_second_derivative_prediction(prediction: Any) -> None:
     """Run exercise 03.4's experiment now and judge the prediction (a number)."""
     check_prediction(
@@ -1046,7 +1046,7 @@ def _judge_rate_followed(train: Any, what: str, chunks: int) -> None:
     )
 
 
-@exercise("03.5", "the loop that did not train")
+@exercise("03.5", "why did the network not learn?")
 def check_fixed_training(train: Any) -> None:
     """Check the repaired loop ``train(x, y, w1, w2, learning_rate, steps) -> losses``."""
     what = "train_fixed(x, y, w1, w2, learning_rate, steps)"
@@ -1082,7 +1082,7 @@ def _judge_chunks_followed(train: Any, what: str) -> None:
     )
 
 
-@exercise("03.6", "gradients accumulated over chunks")
+@exercise("03.6", "one update from several chunks")
 def check_accumulated_training(train: Any) -> None:
     """Check ``train(x, y, w1, w2, learning_rate, steps, chunks, log=None) -> losses``."""
     what = "train_accumulated(...)"

@@ -913,7 +913,7 @@ def _as_word(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("04.1", "where the plain sigmoid breaks")
+@exercise("04.1", "predict, then run: the plain sigmoid's gradient at x = -1000")
 def check_sigmoid_prediction(prediction: Any) -> None:
     """Run the plain sigmoid's backward at x = -1000 (float32) now and judge the prediction."""
     check_prediction(
@@ -931,13 +931,13 @@ def check_sigmoid_prediction(prediction: Any) -> None:
     )
 
 
-@exercise("04.2", "a stable softplus")
+@exercise("04.2", "Softplus as a Function")
 def check_softplus_function(cls: Any) -> None:
     """Check a softplus Function: values, gradients (any grad_output), |x| up to 800, float32, gradcheck."""
     _run_check(cls, _SOFTPLUS, "Softplus")
 
 
-@exercise("04.4", "the classmate's ScaledMatmul")
+@exercise("04.4", "fix the classmate's Function")
 def check_scaled_matmul_function(cls: Any) -> None:
     """Check ``forward(ctx, x, w, scale) -> scale * x @ w`` and its backward (None for ``scale``)."""
     _run_check(cls, _SCALED_MATMUL, "ScaledMatmul")

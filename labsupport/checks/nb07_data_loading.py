@@ -1295,7 +1295,7 @@ def _as_pair(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("07.2", "do workers help? (predict, then run)")
+@exercise("07.2", "predict, then run: do workers help on one core?")
 def check_workers_prediction(prediction) -> None:
     """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
     name = "2 workers on one core (sleep, spin)"
@@ -1873,7 +1873,7 @@ TRAINED_ON_COPIES = Mistake(
 )
 
 
-@exercise("07.3", "the capstone: 94% on held-out digits, distorted")
+@exercise("07.3", "the capstone")
 def check_capstone(train_capstone) -> dict:
     """Run train_capstone(images, labels) -> (model, validation accuracy) on one thread, timing its CPU;
     measure the model on digits it never saw (a split the check makes), distorted as HELD_OUT says, and

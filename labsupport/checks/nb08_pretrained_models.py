@@ -77,7 +77,7 @@ def _share_in_text(answer: Any) -> Any:
     return percent / 100
 
 
-@exercise("08.1", "where VGG16's parameters are (predict, then count)")
+@exercise("08.1", "predict, then count: where are VGG16's parameters?")
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     name = "the share of VGG16's parameters in its Linear layers"
@@ -939,7 +939,7 @@ def _check_other_width(prepare: Any) -> None:
         ) from None
 
 
-@exercise("08.2", "freeze, then a new head")
+@exercise("08.2", "feature extraction on a ResNet")
 def check_transfer(prepare_for_transfer, transfer_step) -> None:
     """prepare_for_transfer(resnet, N) -> (model, optimizer), then 3 x transfer_step(model, optimizer,
     images, labels): the backbone stays exactly as it was; the head moves as one reference SGD step says."""

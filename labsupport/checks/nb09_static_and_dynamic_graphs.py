@@ -1655,7 +1655,7 @@ def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) 
     return work.applications
 
 
-@exercise("09.5", "a modular network, batched")
+@exercise("09.5", "one batch, many networks")
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls."""
     modules = program_modules()

@@ -88,7 +88,7 @@ def to_keeps_parameters() -> str:
     return "new"
 
 
-@exercise("10.1", "does Module.to keep the Parameter objects?")
+@exercise("10.1", "does .to() replace the parameters?")
 def check_to_prediction(prediction: Any) -> None:
     """Predict-then-run: after ``model.to(...)``, is ``model.weight`` the object it was before?"""
     check_prediction(
@@ -721,7 +721,7 @@ def _described(device: ast.expr, values: dict[str, list[ast.expr]]) -> str:
     return text
 
 
-@exercise("10.2", "a training step with GradScaler")
+@exercise("10.2", "a training step with a GradScaler")
 def check_amp_step(amp_step: Callable) -> None:
     """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: bf16 and fp16, 3 steps each, the 2nd on inf;
     then bf16 with the scaler disabled."""
