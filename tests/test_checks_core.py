@@ -414,6 +414,18 @@ def test_an_error_inside_an_earlier_helper_names_the_line_that_called_it():
     assert "called from" not in message(core.run_student, cell["helper"], torch.ones(2, 3))
 
 
+def test_an_error_inside_a_comprehension_names_its_line_once():
+    cell = _cell_functions("def student(x):\n    return [y.mm(y) for y in [x]]\n")
+    text = message(core.run_student, cell["student"], torch.ones(2, 3))
+    assert "in your line:  return [y.mm(y) for y in [x]]" in text and "called from" not in text
+
+
+def test_a_tuple_for_a_tensor_is_asked_whether_more_was_returned_than_asked():
+    with pytest.raises(CheckError) as info:
+        core.expect_tensor((torch.ones(2), torch.ones(2)), "your forward(x)")
+    assert "a tuple where one tensor belongs" in info.value.hint
+
+
 def test_a_broadcast_error_with_a_size_from_outside_the_call_names_a_notebook_variable():
     outside = torch.ones(7)
     with pytest.raises(CheckError) as info:

@@ -310,7 +310,7 @@ def _student_line(exc: BaseException) -> str | None:
         return None
     code, where = lines[-1]
     outer_code, outer = lines[0]
-    if outer_code is not code:
+    if outer_code is not code and outer != where:  # a comprehension is code of its own, on the same line
         where += f"\n  called from your line:  {outer}"
     return where
 

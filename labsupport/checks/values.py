@@ -156,9 +156,9 @@ def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
             f"{name} is None",
             expected=want,
             got="None",
-            hint=f"the cell that computes {name} did not run, or the function that makes it has no `return` for it "
-            "yet (a stub left as ... or pass, a print instead of a return, or a change made in place with nothing "
-            "returned)",
+            hint="nothing was handed back: the function that makes it has no `return` for it yet (a stub left as ... "
+            "or pass, a print instead of a return, a change made in place with nothing returned), or a cell that "
+            "defines it has not run",
             usage=True,
         )
     hint = None
@@ -166,7 +166,12 @@ def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
         hint = PLACEHOLDER
     elif type(value).__module__ == "numpy":
         hint = "convert with torch.from_numpy(...), or stay in torch throughout"
-    elif isinstance(value, (list, tuple)):
+    elif isinstance(value, tuple):
+        hint = (
+            "a tuple where one tensor belongs: does the function hand back more than was asked (its result and "
+            "something else), or pieces that belong in one tensor?"
+        )
+    elif isinstance(value, list):
         hint = "build it with torch operations (or torch.stack / torch.tensor)"
     elif isinstance(value, (int, float)):
         hint = "keep the result as a tensor (drop .item() / float())"
