@@ -140,7 +140,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "Expected all tensors to be on the same device, but found at least two devices": "device",
         "element 0 of tensors does not require grad and does not have a grad_fn": "requires_grad",
         "Trying to backward through the graph a second time": "its own forward pass",
-        "view size is not compatible with input tensor's size and stride": "reshape",
+        "view size is not compatible with input tensor's size and stride": "copies the entries",
         "one of the variables needed for gradient computation has been modified by an inplace operation": "+=",
         "sigmoid(): argument 'input' (position 1) must be Tensor, not tuple": "ctx.saved_tensors",
         "Input type (torch.FloatTensor) and weight type (torch.DoubleTensor) should be the same": "dtype or device",

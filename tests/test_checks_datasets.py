@@ -391,7 +391,7 @@ def test_a_train_that_never_switches_to_training_mode_is_named():
 
 def test_the_learning_rate_is_judged_by_value_not_only_by_step():
     # issue 23: the rate logged after scheduler.step() passed, because the fake writer kept only steps
-    with pytest.raises(core.CheckError, match="read it before stepping the scheduler") as err:
+    with pytest.raises(core.CheckError, match="is the next step.s rate, not the one this step used") as err:
         lab.check_training_loop(make_evaluate(), make_train(lr="after"))
     assert "'lr'" in err.value.message
 
@@ -773,6 +773,20 @@ def test_a_percentage_is_not_blamed_on_training_images(clean_held_out):
     assert "percentage" in str(err.value) and "trained on" not in str(err.value)
 
 
+def _capstone_without_flattening(images, labels):
+    model = nn.Linear(64, 10)
+    model(images)  # images (N, 1, 8, 8) straight into a layer made for 64 inputs
+    return model.eval(), 0.9
+
+
+def test_a_linear_layer_on_unflattened_images_is_named():
+    # eighth audit: nn.Linear(64, 10) on (N, 1, 8, 8) images got only "write each operand's shape"
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(_capstone_without_flattening)
+    assert err.value.mistake == "images not flattened for Linear"
+    assert "last dimension" in err.value.hint and "Flatten" not in err.value.hint
+
+
 def test_the_capstone_time_budget(monkeypatch):
     monkeypatch.setattr(ds, "BUDGET", 0.01)
     with pytest.raises(core.CheckError, match="at most 0.01 s of CPU time") as err:
@@ -834,6 +848,7 @@ def test_every_mistake_the_checks_name_has_a_test():
     named = set(re.findall(r'Mistake\(\s*"([^"]+)"', source))
     tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES}
     tested.add("over budget")  # test_the_capstone_time_budget
+    tested.add("images not flattened for Linear")  # test_a_linear_layer_on_unflattened_images_is_named
     assert named == tested, f"untested: {named - tested}; unknown: {tested - named}"
 
 

@@ -787,3 +787,37 @@ def test_a_function_without_forward_says_so():
         type("ScaledMatmul", (torch.autograd.Function,), {"backward": staticmethod(mm_backward)}),
     )
     assert err.usage and "has no forward" in str(err)
+
+
+# ------------------------------------------------------------------ eighth round
+
+
+Classmate = make(mm_forward, lambda ctx, g: (ctx.scale * g.mm(ctx.saved_tensors[1].t()), None, None), "Classmate")
+
+
+class _SuperInBackward(Classmate):
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_x, _, _ = super().backward(ctx, grad_output)
+        x, _ = ctx.saved_tensors
+        return grad_x, ctx.scale * x.t().mm(grad_output), None
+
+
+class _ParentByName(Classmate):
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad_x, _, _ = Classmate.backward(ctx, grad_output)
+        x, _ = ctx.saved_tensors
+        return grad_x, ctx.scale * x.t().mm(grad_output), None
+
+
+def test_super_called_in_a_static_backward_is_named():
+    """04.4, eighth round: super().backward(...) inside the static backward got a bare TypeError."""
+    err = failure(lab.check_scaled_matmul_function, _SuperInBackward)
+    assert err.mistake == Fn.SUPER_IN_STATIC.name
+    assert "Classmate.backward" not in str(err)  # the repaired call is never quoted
+
+
+def test_the_parent_backward_called_by_its_class_name_passes(capsys):
+    lab.check_scaled_matmul_function(_ParentByName)
+    assert "PASS" in capsys.readouterr().out

@@ -258,7 +258,14 @@ def _locals_only(self, i, o):
     bias = nn.Parameter(torch.zeros(o))  # noqa: F841
 
 
+def _returns_inside_the_row_loop(self, x):
+    """05.1, eighth round: a return inside a loop over the rows got only "wrong shape (1, 4)"."""
+    for row in x:
+        return (row @ self.weight.t() + self.bias).unsqueeze(0)
+
+
 LINEAR_MISTAKES = {
+    "one row only": linear_variant(forward=_returns_inside_the_row_loop),
     "forward returns nothing": linear_variant(forward=_prints_output),  # seventh audit: "did the cell run?"
     "attribute read without self": linear_variant(forward=_weight_without_self),  # seventh audit: bare NameError
     "parameters kept in local names": linear_variant(init=_locals_only),  # seventh audit: facts only
@@ -349,6 +356,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.NO_RETURN,
             nb05_nn_module.NOT_ON_SELF,
             nb05_nn_module.LOCAL_NAMES,
+            nb05_nn_module.ONE_ROW_ONLY,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -885,7 +893,13 @@ def _module_list_called(self, x):
     return self.blocks(x)
 
 
+def _blocks_side_by_side(self, x):
+    """05.3, eighth round: the blocks' outputs on x summed got expected/got only."""
+    return sum(block(x) for block in self.blocks)
+
+
 STACK_MISTAKES = {
+    "blocks side by side": stack_variant(forward=_blocks_side_by_side),
     "no residual": stack_variant(forward=_branch_only),
     "ReLU after the sum": stack_variant(forward=_relu_after_sum),
     "missing ReLU": stack_variant(forward=_no_relu),

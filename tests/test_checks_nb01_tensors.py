@@ -191,6 +191,9 @@ PREDICATE_MISTAKES = [
     # round 6 of the audit (half-finished answers): each got a generic expected/got before
     ("pairwise_sq_dists", "a squared length left out", lambda a, b: (a**2).sum(1, keepdim=True) - 2 * a @ b.T),
     ("keep_above_row_mean", "a row left as it was", _keep_all_rows_but_the_last),
+    # eighth round: an intermediate step handed back, (3, 1, 4), got the bare shape only
+    ("per_sample_matmul", "x returned with its new axis", lambda x, w: x.unsqueeze(1)),
+    ("channels_first_rows", "one row per channel", lambda im: im.permute(0, 3, 1, 2).flatten(0, 1)),
 ]
 
 

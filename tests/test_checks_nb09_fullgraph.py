@@ -170,6 +170,35 @@ def test_a_mean_of_booleans_is_named():
     assert "different dtypes" not in info.value.hint
 
 
+def _where_on_a_python_bool(x):
+    y = x / x.abs().max()
+    y = torch.where(bool(y.mean() < 0), -y, y)
+    return y * (y > 0).float().mean()
+
+
+def _where_with_one_value(x):
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y)
+    return y * (y > 0).float().mean()
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (_where_on_a_python_bool, "torch.where given a Python bool"),
+        (_where_with_one_value, "torch.where given too few values"),
+    ],
+)
+def test_a_torch_where_called_wrongly_is_named(student, name):
+    """09.4 audit 8: torch's long list of torch.where's forms came with no cause."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(student)
+    assert info.value.mistake == name
+    assert "expected one of" not in info.value.message
+    text = f"{info.value.hint} {info.value.look}"
+    assert "y.mean() < 0" not in text and "-y, y" not in text
+
+
 def test_no_hint_quotes_the_fix():
     fixes = ("torch.where", "torch.cond", ".float().mean()", "count_nonzero", "(y > 0)", ".clone()")
     for mistake in [*nb09.GRAPH_BREAKS, *nb09.SUMMARISE_MISTAKES, nb09.MEAN_OF_BOOLEANS]:

@@ -230,6 +230,20 @@ def groups_in_a_list(modules, points, programs):
     return outputs
 
 
+def rows_in_a_list(modules, points, programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    outputs = [None] * len(programs)
+    for program, rows in rows_of.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        for k, row in enumerate(rows):
+            outputs[row] = h[k]
+    return outputs
+
+
 def returns_in_the_loop(modules, points, programs):
     rows_of = {}
     for i, program in enumerate(programs):
@@ -252,6 +266,7 @@ def program_as_a_name(modules, points, programs):
     "student, name",
     [
         (groups_in_a_list, "groups returned apart"),
+        (rows_in_a_list, "rows returned apart"),  # audit 8: called "one tensor per program"
         (returns_in_the_loop, "returned before every group ran"),
         (program_as_a_name, "program used as a module's name"),
     ],

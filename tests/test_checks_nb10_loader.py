@@ -150,6 +150,20 @@ def test_set_epoch_on_the_loader_is_named():
     assert info.value.mistake == nb10.SET_EPOCH_ON_THE_LOADER.name
 
 
+def test_the_epoch_as_the_loaders_generator_is_named():
+    """10.6 audit 8: generator=epoch failed only while the check iterated the loader, with torch's TypeError."""
+
+    def epoch_as_generator(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=epoch)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(epoch_as_generator)
+    assert info.value.mistake == nb10.EPOCH_AS_GENERATOR.name
+    assert "generator that is int 0" in info.value.message
+    assert "set_epoch" not in f"{info.value.hint} {info.value.look}"
+
+
 def test_a_loader_printed_not_returned_says_so(capsys):
     """10.6 audit 7: "did not return a loader" said nothing of why."""
 

@@ -203,6 +203,24 @@ def _no_momentum_default(self, params, lr=0.01, momentum=0.9):
     torch.optim.Optimizer.__init__(self, params, dict(lr=lr))
 
 
+def _no_defaults(self, params, lr=0.01, momentum=0.9):
+    torch.optim.Optimizer.__init__(self, params)
+
+
+@torch.no_grad()
+def _step_with_closure(self, closure):
+    SGDMomentum.step(self)
+
+
+def _momentum_under_its_symbol(self, p, group):
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["mu"]).add_(p.grad)
+    p.sub_(group["lr"] * state["v"])
+
+
 def _lr_as_a_name(self, p, group):
     state = self.state[p]
     if "v" not in state:
@@ -242,6 +260,9 @@ CLASS_MISTAKES = {
     "update recorded by autograd": variant(step=_no_no_grad),
     "no super().__init__()": variant(__init__=_no_super),
     "setting missing from defaults": variant(__init__=_no_momentum_default),
+    "no defaults given to Optimizer": variant(__init__=_no_defaults),  # eighth audit: bare TypeError
+    "step() requires an argument": variant(step=_step_with_closure),  # eighth audit: bare TypeError
+    "setting read under another key": variant(update=_momentum_under_its_symbol),  # eighth audit: bare KeyError
 }
 
 
@@ -394,14 +415,14 @@ def test_the_formula_waits_for_the_third_rung(capsys):
     assert "after step 1 of 6" in shown and "expected:" in shown and "got:" in shown
     assert "dampened" not in shown and "momentum * v" not in shown and "likely mistake:" not in shown
     assert "momentum * v" not in first.value.hint and "=" not in first.value.hint
-    assert "momentum * v + grad" in first.value.look
+    assert "momentum * v" not in first.value.look and "the line that updates v" in first.value.look
     with pytest.raises(lab.CheckError) as second:
         lab.check_sgd_momentum(_student_dampening())
     shown = "\n".join(second.value.rendered())
     assert "likely mistake: the gradient is scaled down (dampened)" in shown
     assert "look at" not in shown
     lab.hint("06.3")
-    assert "look at: step(): v = momentum * v + grad" in capsys.readouterr().out
+    assert "look at: step(): the line that updates v: how much of this step's gradient" in capsys.readouterr().out
 
 
 def test_the_module_has_no_lambdas_or_walruses():
@@ -565,6 +586,21 @@ def _groups_indexed_by_name(self):
     for p in self.param_groups["params"]:
         if p.grad is not None:
             self.update(p, self.param_groups[0])
+
+
+@torch.no_grad()
+def _loop_over_the_group_dict(self):
+    for group in self.param_groups:
+        for p in group:
+            if p.grad is not None:
+                self.update(p, group)
+
+
+def test_a_loop_over_a_group_dict_is_named():
+    """06.3 audit 8: `for p in group` walks the dict's keys; a bare AttributeError on a str."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(step=_loop_over_the_group_dict))
+    assert err.value.mistake == "parameters looked up in the wrong place"
 
 
 def test_param_groups_indexed_like_one_group_is_named():

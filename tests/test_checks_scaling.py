@@ -850,6 +850,18 @@ def divided_by_two(model, inputs, targets, world_size):
     return [g * world_size / 2 for g in data_parallel_grads(model, inputs, targets, world_size)]
 
 
+def stacks_every_parameter(model, inputs, targets, world_size):
+    """Each rank's gradients stacked into one tensor, as if every parameter had one shape."""
+    shard = len(inputs) // world_size
+    ranks = []
+    for r in range(world_size):
+        model.zero_grad()
+        part = slice(r * shard, (r + 1) * shard)
+        F.cross_entropy(model(inputs[part]), targets[part]).backward()
+        ranks.append(torch.stack([p.grad.clone() for p in model.parameters()]))
+    return list(torch.stack(ranks).mean(0))
+
+
 DP_MISTAKES = {
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
@@ -871,6 +883,7 @@ DP_MISTAKES = {
     "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
     "parameters used up": [parameters_kept_as_a_generator],
     "each rank's gradients returned": [each_rank_kept],
+    "gradients of all parameters stacked": [stacks_every_parameter],  # eighth audit: bare RuntimeError
 }
 
 
@@ -880,7 +893,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed = {m.name for m in nb10.data_parallel_mistakes(model, x, y, 2)}
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
-    listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name}
+    listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
     assert listed <= set(DP_MISTAKES)
 
 

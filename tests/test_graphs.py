@@ -540,6 +540,14 @@ class Broken(CondGate):
         raise RuntimeError("boom")
 
 
+class IndexedCondGate(Gate):
+    """torch.cond's result indexed as if it were a tuple: the first row of the output."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))[0]
+
+
 class NanGate(CondGate):
     def forward(self, x):
         return self.linear(x) * float("nan")
@@ -584,6 +592,7 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (ClippedNegationGate, "the negating branch clipped"),
         (NoReturnBranchGate, "branch returns no tensor"),
         (BranchesOnXGate, "branches given x"),
+        (IndexedCondGate, "cond's result indexed"),  # eighth audit: only "wrong shape"
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

@@ -135,13 +135,13 @@ def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mista
             "summed over a's rows",
             squares.sum(0),
             why="the sum runs over the points of a instead of over the coordinates",
-            look="the axis of the sum: the coordinates are the last axis",
+            look="the axis of the sum: which axis holds the coordinates?",
         ),
         Mistake(
             "summed over b's rows",
             squares.sum(1),
             why="the sum runs over the points of b instead of over the coordinates",
-            look="the axis of the sum: the coordinates are the last axis",
+            look="the axis of the sum: which axis holds the coordinates?",
         ),
         Mistake(
             "kept a size-1 axis",
@@ -153,7 +153,7 @@ def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mista
             "coordinates not summed",
             _has_three_axes,
             why="the squared differences are there, one per coordinate, but they are not added up",
-            look="reduce the (N, M, D) tensor over its last axis",
+            look="what happens to the (N, M, D) tensor of squared differences before it is returned",
         ),
         Mistake(
             "mean instead of sum",
@@ -172,7 +172,8 @@ def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
         Mistake(
             "summed before squaring",
             (a.sum(1)[:, None] - b.sum(1)[None, :]) ** 2,
-            why="the coordinates were added before squaring: square each difference first, then sum",
+            why="the coordinates were added before squaring, so positive and negative differences cancel before "
+            "anything is squared",
             look="the order of ** 2 and .sum()",
         ),
         Mistake(
@@ -346,7 +347,7 @@ LOOPS_OVER_COORDINATES = Mistake(
     why="the number of tensor operations grows with the number of coordinates D: a Python loop (or a sum over a "
     "generator) handles one coordinate at a time, where one broadcast subtraction holds all of them and one "
     "reduction adds them up",
-    look="subtract the whole rows at once, then sum the squares over the last axis",
+    look="the loop over the coordinates: which single operation could handle all of them at once?",
 )
 
 
@@ -472,14 +473,14 @@ def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> 
             scores.softmax(dim=1)[torch.arange(len(labels)), labels],
             why="those are the labels' probabilities (a softmax of each row): the exercise asks for the raw scores "
             "themselves",
-            look="pick from scores as they are, before any softmax",
+            look="what is done to scores before the entries are picked",
         ),
         Mistake(
             "per-sample cross-entropy",
             torch.nn.functional.cross_entropy(scores, labels, reduction="none"),
             why="that is each sample's cross-entropy, minus the log-probability of its label: the loss starts from "
             "the scores this exercise picks, but the exercise asks for the raw scores themselves",
-            look="pick from scores as they are, with no softmax, log or loss function",
+            look="what is done to scores before (or after) the entries are picked",
         ),
         Mistake(
             "wrong sign",
@@ -500,7 +501,7 @@ def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> 
             scores[torch.arange(len(labels)), labels - 1],
             why="each row gave the entry one column to the left of its label: the labels count the classes from 0, "
             "as the columns do, so labels[i] is the column number itself",
-            look="the column index: labels as they are, with nothing added or subtracted",
+            look="the column index: what is done to labels before they index?",
         ),
     ]
 
@@ -513,13 +514,13 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             scores[:, labels],
             why="scores[:, labels] gives every row all the labelled columns (N, N): the two indices must pair up, "
             "one row index per label",
-            look="index the rows with a tensor of the sample numbers too",
+            look="the row index: what pairs each label with its own row?",
         ),
         Mistake(
             "labels index the rows",
             scores[labels],
             why="scores[labels] picks whole rows: the labels are column numbers",
-            look="give the rows their own index tensor, and the labels the column position",
+            look="the index: which axis of scores do the labels number?",
         ),
         *_rows_and_columns_swapped(scores, labels),
         Mistake(
@@ -527,7 +528,7 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             scores.log_softmax(dim=1)[torch.arange(len(labels)), labels],
             why="those are the labels' log-probabilities (log_softmax, or minus a per-sample cross-entropy): the "
             "exercise asks for the raw scores themselves",
-            look="pick from scores as they are, before any softmax",
+            look="what is done to scores before the entries are picked",
         ),
         *_class_scores_picked_wrongly(scores, labels),
         Mistake(
@@ -536,26 +537,26 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             why="each entry is the score of its label in the first sample's row: the labels picked columns, but "
             "nothing picked the rows (gather with an index of shape (1, N), take, or an index into the flattened "
             "scores counts from the start of row 0)",
-            look="the row each entry comes from: sample i's entry lives in row i",
+            look="the row index: which row does sample i's entry come from?",
         ),
         *_gathered_along_rows(scores, labels),
         Mistake(
             "predicted classes",
             scores.argmax(dim=1),
             why="those are the classes with the largest score (argmax), not the scores of the true labels",
-            look="pick the value scores[i, labels[i]] itself",
+            look="what is picked: the score of the label, or the class that scores highest?",
         ),
         Mistake(
             "row maximum",
             scores.max(dim=1).values,
             why="that is each row's largest score, not the score of its label",
-            look="pick the column labels[i] in row i, whatever its value",
+            look="which column of each row is picked: the label's, or the largest?",
         ),
         Mistake(
             "kept a size-1 axis",
             _squeezes_to(_class_scores_reference(scores, labels)),
             why="the values are right, but an axis of size 1 is still there: one number per sample is asked, (N,)",
-            look="remove the axis of size 1 (squeeze, or index it with 0)",
+            look="the shape of the result: which axis of size 1 is left over?",
         ),
         NOT_FINITE,
     ]
@@ -586,7 +587,7 @@ def _classes_from_labels(err: CheckError) -> CheckError:
         got=err.message.splitlines()[0].replace("your correct_class_scores(scores, labels) ", ""),
         hint="the number of classes is taken from the labels (one_hot(labels) without num_classes, "
         "labels.max() + 1, unique): it counts only up to the largest label present",
-        look="the number of classes is scores.shape[1], whatever the labels contain",
+        look="where the number of classes comes from: which tensor knows it even when a class is missing?",
         mistake="classes counted from labels",
     )
 
@@ -596,7 +597,7 @@ LOOPS_OVER_SAMPLES = Mistake(
     None,
     why="the number of tensor operations grows with the number of samples: a Python loop (or a comprehension) "
     "picks one entry at a time, where one indexing picks every sample's entry at once",
-    look="index scores with two tensors of N entries: one numbering the rows, and labels for the columns",
+    look="the loop over the samples: which one indexing of scores could pick every sample's entry at once?",
 )
 
 
@@ -605,7 +606,7 @@ LOOPS_OVER_CLASSES = Mistake(
     None,
     why="the number of tensor operations grows with the number of classes C: a Python loop (or a sum over a "
     "generator) visits one class at a time, where one indexing picks every sample's entry whatever C is",
-    look="index scores with two tensors of N entries: one numbering the rows, and labels for the columns",
+    look="the loop over the samples: which one indexing of scores could pick every sample's entry at once?",
 )
 
 
@@ -618,7 +619,7 @@ ONE_SAMPLE_SQUEEZED = Mistake(
     _squeezed_to_0d,
     why="with one sample the result is a 0-d tensor: squeeze() without an axis removed the sample axis too, "
     "because N is 1 here; one number per sample is asked, (N,), whatever N is",
-    look="name the axis to remove: squeeze(1), or index it with [:, 0]",
+    look="the squeeze: which axes does it remove when N is 1?",
 )
 
 
@@ -710,7 +711,7 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
         Mistake(
             "column means",
             _keep(x, x.mean(dim=0, keepdim=True)),
-            why="those are column means (dim=0); a row's mean reduces along the row, dim=1",
+            why="those are column means (dim=0): each row's threshold is the mean of that row's own entries",
             look="the dim= of the mean",
         ),
         Mistake(
@@ -723,7 +724,7 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             "mean of the whole tensor",
             _keep(x, x.mean()),
             why="that is the mean of the whole tensor; each row has its own",
-            look="the mean needs a dim=",
+            look="the mean: over which axis does it reduce?",
         ),
         Mistake(
             "replaced by the mean",
@@ -743,7 +744,7 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             "keepdim forgotten",
             _keep(x, x.mean(dim=1)),
             why="the (N,) row means broadcast as a row, so column j was compared with row j's mean",
-            look="keep the reduced axis: the mean must have shape (N, 1)",
+            look="the shape of the row means: print it beside x's, and ask how it broadcasts",
         )
         mistakes.insert(1, mistake)
     listed = [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
@@ -787,7 +788,7 @@ def _keep_threshold_mistakes(x: torch.Tensor) -> list[Mistake]:
             "divided by the number of rows",
             by_rows,
             why="each row's sum was divided by the number of rows: a row's mean divides by the number of entries "
-            "in the row, x.shape[1]",
+            "in the row",
             look="what the row sums are divided by",
         )
         mistakes.insert(0, mistake)
@@ -809,19 +810,19 @@ def _keep_form_mistakes(x: torch.Tensor) -> list[Mistake]:
             "mask returned",
             _is_bool,
             why="that is the mask itself: the result keeps x's values where the mask is True",
-            look="use the mask to choose between x and 0",
+            look="the mask: where do x's values enter the result?",
         ),
         Mistake(
             "mask as numbers",
             (x >= row_mean).to(x.dtype),
             why="that is the mask as 1s and 0s: the result keeps x's values where the mask is True",
-            look="multiply by x, or use the mask to choose between x and 0",
+            look="the mask as numbers: where do x's values enter the result?",
         ),
         Mistake(
             "selected elements only",
             _is_one_dimensional,
             why="x[mask] gathers the chosen elements into a new 1-D tensor: the result keeps x's shape",
-            look="write through the mask into a copy of x, or use torch.where",
+            look="x[mask]: what shape does it give, and which shape is asked?",
         ),
         NOT_FINITE,
     ]
@@ -891,6 +892,19 @@ def _flattens_to(expected: torch.Tensor) -> Callable[[Any], bool]:
     return not_flat
 
 
+def _leading_axis_is(size: int, expected: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer holds ``expected``'s values in its order, with a first axis of ``size``."""
+
+    def regrouped(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.dim() < 2 or result.shape[0] != size:
+            return False
+        if result.numel() != expected.numel():
+            return False
+        return rel_error(result.reshape(expected.shape), expected) < 1e-4
+
+    return regrouped
+
+
 def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.5 for this batch."""
     n = len(images)
@@ -899,13 +913,13 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             "reshape without permute",
             images.reshape(n, -1),
             why="that is the stored (H, W, C) order: reshape never moves elements between axes",
-            look="put the channel axis before H and W (permute), then flatten",
+            look="where the channel axis sits when the rows are flattened: which operation moves axes?",
         ),
         Mistake(
             "H and W swapped",
             images.permute(0, 3, 2, 1).reshape(n, -1),
             why="each channel's values came out column by column: H and W traded places",
-            look="permute lists, for each new position, the OLD axis that goes there: (N, C, H, W) from (N, H, W, C)",
+            look="the numbers in permute(...): does each name the old axis that goes to that position?",
         ),
         Mistake(
             "inverse permutation",
@@ -918,7 +932,7 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             "batch axis moved",
             images.permute(3, 0, 1, 2).reshape(n, -1),
             why="the channel axis went in front of the batch axis: the rows no longer hold one image each",
-            look="the first number in permute(...): the batch axis stays first",
+            look="the first number in permute(...): which axis does it put first?",
         ),
         *_channels_first_axis_mistakes(images),
         Mistake(
@@ -926,13 +940,13 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             _flattens_to(_channels_first_reference(images)),
             why="the values are in the right order but each image is not one row yet (it is still (C, H, W), or "
             "(C, H*W)): one row per image is asked",
-            look="flatten everything after the batch axis",
+            look="the flatten: which axes does it merge, and how many are left?",
         ),
         Mistake(
             "batch flattened too",
             _is_one_dimensional,
             why="everything was flattened into one long row: one row per image is asked, (N, C*H*W)",
-            look="keep the batch axis when flattening",
+            look="the flatten: which axes does it merge?",
         ),
         NOT_FINITE,
     ]
@@ -952,10 +966,10 @@ def _channels_first_axis_mistakes(images: torch.Tensor) -> list[Mistake]:
         ),
         Mistake(
             "one row per channel",
-            _channels_first_reference(images).reshape(n * c, h * w),
-            why="each row holds one channel of one image, (N*C, H*W): the values are in the right order, but one "
-            "row per image is asked, all its channels one after the other",
-            look="the sizes the reshape is given: the rows count the images",
+            _leading_axis_is(n * c, _channels_first_reference(images)),
+            why="the first axis counts one channel of one image, N*C of them ((N*C, H*W), or (N*C, H, W)): the "
+            "values are in the right order, but one row per image is asked, all its channels one after the other",
+            look="the sizes the reshape (or flatten) is given: what does the first axis count?",
         ),
     ]
 
@@ -1004,6 +1018,17 @@ def _squeezed_everything(expected: torch.Tensor) -> Callable[[Any], bool]:
     return squeezed
 
 
+def _holds_input(x: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer holds the numbers of ``x`` alone, in x's order, in some other shape."""
+
+    def holds_x(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.shape == x.shape or result.numel() != x.numel():
+            return False
+        return rel_error(result.reshape(x.shape), x) < 1e-6
+
+    return holds_x
+
+
 def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.6 for this case."""
     return [
@@ -1011,19 +1036,19 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             "every sample with every matrix",
             x @ w,
             why="x @ w met every sample with every matrix (matmul broadcast x over w's batch): (B, B, K)",
-            look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b]",
+            look="the shapes matmul sees: which axes does it treat as a batch, and which as the matrices?",
         ),
         Mistake(
             "kept a size-1 axis",
             _squeezes_to(_per_sample_reference(x, w)),
             why="the values are right, but an axis of size 1 is still there: the result is (B, K)",
-            look="remove the size-1 axis from the product",
+            look="the shape of the result: which axis of size 1 is left over?",
         ),
         Mistake(
             "one matrix for all samples",
             x @ w[0],
             why="every sample used the first matrix: w[b] belongs to sample b",
-            look="the batch axis of w must stay",
+            look="what happens to w's batch axis before the product",
         ),
         Mistake(
             "summed over K",
@@ -1041,9 +1066,10 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             "every size-1 axis squeezed",
             _squeezed_everything(_per_sample_reference(x, w)),
             why="squeeze() without an axis removed K too, because K is 1 here: the result is (B, K) whatever K is",
-            look="name the axis to remove: squeeze(1)",
+            look="the squeeze: which axes does it remove when K is 1?",
         ),
         *_per_sample_sum_mistakes(x, w),
+        *_per_sample_unfinished_mistakes(x, w),
         NOT_FINITE,
     ]
 
@@ -1075,6 +1101,26 @@ def _per_sample_sum_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
     ]
 
 
+def _per_sample_unfinished_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
+    """Answers that hand back a step before the product is done: x with its new axis, or the products unsummed."""
+    return [
+        Mistake(
+            "x returned with its new axis",
+            _holds_input(x),
+            why="the result holds x's own numbers, only reshaped: the step that gives x its new axis is there, but "
+            "the tensor handed back is that step's result, not the product with w",
+            look="the tensor the function returns: which step made it?",
+        ),
+        Mistake(
+            "products not summed",
+            x[:, :, None] * w,
+            why="the result holds every product x[b, d] * w[b, d, k] on its own, shape (B, D, K): a matrix product "
+            "also adds these products up, over the axis the two factors share",
+            look="what happens to D between the products and the result",
+        ),
+    ]
+
+
 def _per_sample_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [
         _randn(60, (3, 4), (3, 4, 2)),
@@ -1088,7 +1134,7 @@ LOOPS_OVER_MATRICES = Mistake(
     None,
     why="the number of tensor operations grows with the number of samples: a Python loop (or a comprehension) "
     "multiplies one sample at a time, where one batched product handles every sample at once",
-    look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b] (matmul, bmm or einsum)",
+    look="the loop over the samples (or over D or K): which single batched product could handle them all?",
 )
 
 
@@ -1097,7 +1143,7 @@ LOOPS_OVER_AXES = Mistake(
     None,
     why="the number of tensor operations grows with the size of the matrices, D or K: a Python loop (or a sum "
     "over a generator) handles one row or column of w at a time, where one batched product handles them all",
-    look="give x an axis so that x[b] is a (1, D) matrix meeting only w[b] (matmul, bmm or einsum)",
+    look="the loop over the samples (or over D or K): which single batched product could handle them all?",
 )
 
 

@@ -280,7 +280,7 @@ def _check_layer(layer: _Layer, cases: list, reference: Callable, mistakes: Call
             got=err.got,
             hint=f"after the forward, {layer.changed} no longer holds what was passed in (for the ReLU: it holds "
             f"max({layer.changed}, 0)), so a cache that refers to it lacks the values the backward needs",
-            look=f"compute the output into a new tensor and leave {layer.changed} as it came",
+            look=f"{layer.name}_forward: every line that writes into {layer.changed}",
             mistake="forward changed its input",
         ) from None
 
@@ -402,7 +402,7 @@ def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake
             (None, dout),
             why="dh equals dout everywhere, no entry was set to 0: the gradient is 0 where h, the layer's input, "
             "is negative (its output max(h, 0) never is)",
-            look="where h < 0, the gradient must be 0: which tensor does the mask compare, and is it in the cache?",
+            look="the mask: which tensor does it compare with 0, and is that tensor in the cache?",
         ),
         Mistake(
             "ReLU mask inverted",
@@ -445,7 +445,7 @@ def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake
             "slope without dout",
             (None, (h > 0).to(h.dtype)),
             why="that is the ReLU's local slope alone: the chain rule multiplies it with dout",
-            look="the backward's return value needs dout in it",
+            look="the return line: where does dout enter it?",
         ),
     ]
 
@@ -459,7 +459,7 @@ NOT_FINITE_AT_ZERO = Mistake(
     None,
     why="dh is not finite exactly where h = 0: the backward divides by h (or by max(h, 0)), which is 0 there; "
     "the slope it needs is 0 or 1 on each side, and the text fixes a convention at 0",
-    look="relu_backward: build the slope from a comparison of h with 0, without dividing",
+    look="relu_backward: the division, and what it divides by where h is 0",
 )
 
 
@@ -508,7 +508,7 @@ PYTHON_MAX = Mistake(
     why="Python's built-in max(h, 0) (like an `if h > 0:`) asks whether the whole tensor h is greater than 0, "
     "one yes or no, which a tensor of several entries cannot answer: the ReLU compares every entry with 0 on its "
     "own, with a tensor operation",
-    look="the comparison with 0 in the layer: a torch function or method that works entry by entry",
+    look="the comparison with 0 in the layer: does it look at each entry, or at the whole tensor?",
 )
 
 
@@ -646,13 +646,15 @@ def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Ten
         Mistake(
             "factor 2 dropped",
             (None, g1 / 2, g2 / 2),
-            why="both gradients are half the reference: the derivative of (p - y)**2 with respect to p is 2 (p - y)",
+            why="both gradients are half the reference: the derivative of a square keeps the exponent as a factor, and "
+            "grad_y_pred lost it",
             look="grad_y_pred",
         ),
         Mistake(
             "wrong sign",
             (None, -g1, -g2),
-            why="both gradients point the wrong way: grad_y_pred is 2 (y_pred - y), not 2 (y - y_pred)",
+            why="both gradients point the wrong way: the difference in grad_y_pred is taken the other way round from "
+            "the one the loss squares, and the derivative of the loss with respect to y_pred keeps its order",
             look="grad_y_pred",
         ),
         Mistake(
@@ -772,7 +774,7 @@ WEIGHTS_CHANGED = Mistake(
     None,
     why="loss_and_grads changed w1 or w2 in place (a training step inside it?): it only computes the loss and the "
     "gradients, and the training loop that calls it updates the weights, so each step would update them twice",
-    look="loss_and_grads: nothing that writes into w1 or w2 (-=, .sub_, .copy_, ...)",
+    look="loss_and_grads: every line that writes into w1 or w2 (-=, .sub_, .copy_, ...)",
 )
 
 
@@ -937,7 +939,7 @@ def _precision_mistakes(f: _Recorder) -> list[Mistake]:
             _any_answer,
             why="f was evaluated in lower precision (float32 carries about 7 digits): dividing "
             "f(w + eps) - f(w - eps) by a small eps magnifies its rounding",
-            look="keep w's dtype (float64) in every tensor you build: zeros_like(w), no .float()",
+            look="every tensor you build, and every .float(): which dtype does f see?",
         )
         mistakes.append(lower)
     intended = _rounded_to_float32(f.summary()["eps"])
@@ -947,14 +949,14 @@ def _precision_mistakes(f: _Recorder) -> list[Mistake]:
             _any_answer,
             why=f"w moved by {f.summary()['eps']!r}, which is {intended:g} rounded to float32: the nudge was made "
             "in a float32 tensor (torch.zeros(...) without dtype=), but the difference was divided by the exact eps",
-            look="make the nudge with w's dtype: torch.zeros_like(w)",
+            look="the line that creates the nudge: which dtype does it get?",
         )
         mistakes.append(nudge)
     result = Mistake(
         "result not float64",
         _dtype_is_not(torch.float64),
         why="the result's dtype is not w's: torch.zeros(shape) makes float32 (or a .float() converted it)",
-        look="create the result with w's dtype: zeros_like(w)",
+        look="the line that creates the result: which dtype does it get?",
     )
     mistakes.append(result)
     return mistakes
@@ -985,8 +987,8 @@ def _entry_mistakes(f: _Recorder) -> list[Mistake]:
             "a whole row nudged at once",
             _any_answer,
             why=f"each evaluation of f moved a whole row of w, {f.w.shape[-1]} entries at once: on a 2-d tensor, "
-            "one index picks a row, not an entry, so the loop nudged len(w) whole rows where e_i nudges each of "
-            "the w.numel() entries on its own",
+            "one index picks a row, not an entry, so the loop nudged len(w) whole rows where e_i moves a single "
+            "entry",
             look="the index that writes eps into the nudge, and how many entries it reaches",
         )
         mistakes.append(rows)
@@ -1013,7 +1015,7 @@ def _entry_mistakes(f: _Recorder) -> list[Mistake]:
             _any_answer,
             why=f"only {seen['visited']} of w's {f.w.numel()} entries were ever nudged "
             "(range(len(w)) counts rows, not entries)",
-            look="loop over all w.numel() entries, on a flat view of w",
+            look="the range of the loop: what does it count, rows of w or its entries?",
         )
         mistakes.append(missed)
     return mistakes
@@ -1051,7 +1053,7 @@ def _step_mistakes(f: _Recorder) -> list[Mistake]:
             _any_answer,
             why=f"f was evaluated at w and {side} only: the one-sided difference errs by about eps/2 * f'', "
             "the central one by eps**2/6 * f'''",
-            look="evaluate f at w + eps e_i and at w - eps e_i, and divide by 2*eps",
+            look="the points where f is evaluated: on which sides of w do they lie?",
         )
         mistakes.append(one_sided)
     if eps < SMALLEST_EPS:
@@ -1081,7 +1083,7 @@ def _checker_mistakes(f: _Recorder, w: torch.Tensor) -> list[Mistake]:
         "not shaped like w",
         _not_shaped_like(w),
         why="the entries are there, but the result must have w's shape",
-        look="reshape the result to w.shape (or fill a zeros_like(w))",
+        look="the line that creates the result, and the shape it is given",
     )
     return [
         *_precision_mistakes(f),
@@ -1120,7 +1122,7 @@ def _left_as_found(numeric_grad: Callable) -> Callable:
             raise CheckError(
                 f"your numeric_grad(f, w) left w changed: after it returned, w differed by up to {drift:.2g}",
                 hint="a nudge was not undone; the prompt asks to leave w as you found it",
-                look="put w[i] back after evaluating f at both points, or nudge a copy of w",
+                look="what the loop leaves in w after f was evaluated at both points",
                 mistake="w left changed",
             )
         return result
@@ -1134,7 +1136,7 @@ def check_numeric_grad(numeric_grad: Any) -> None:
     what = "your numeric_grad(f, w)"
     expect_function(numeric_grad, what)
     cases = _checker_cases()
-    with _autograd_refused(what, "compute central differences: f at w + eps e_i and w - eps e_i, for each entry i"):
+    with _autograd_refused(what, "the exercise builds the gradient from values of f alone, with autograd off"):
         try:
             run_cases(
                 _left_as_found(_by_hand(numeric_grad)),
@@ -1187,7 +1189,7 @@ EPS_IGNORED = Mistake(
     None,
     why="the default was set by overwriting eps, whatever the caller passed: numeric_grad(f, w, eps=...) must "
     "nudge by the eps it is given, and use the default only when none is given",
-    look="the line that sets eps: give it a value only when it is None (or write the value as the default)",
+    look="the line that sets eps: when does it run, and what happens to the eps the caller gave?",
 )
 
 
@@ -1214,15 +1216,28 @@ def _judge_eps_followed(numeric_grad: Callable, what: str) -> None:
     )
 
 
+AXES_ASSUMED = Mistake(
+    "two axes assumed",
+    None,
+    why="numeric_grad reads an axis (or an index) that w does not have in this case: w may have any number of "
+    "axes, and the check also passes a vector, so code written for a matrix (w.shape[1], w[i, j]) fails there",
+    look="every w.shape[...] and every index into w or a nudge: how many axes do they assume?",
+)
+_AXIS_ERRORS = ("tuple index out of range", "too many indices for tensor")
+
+
 def _named_default(err: CheckError, numeric_grad: Callable) -> CheckError:
-    """The error as it came, unless it is the scaffold's eps=None left without a value."""
+    """The error as it came, unless it is the scaffold's eps=None left without a value, or code that assumes w
+    has two axes."""
+    if err.mistake == "raised IndexError" and any(text in err.message for text in _AXIS_ERRORS):
+        return mistake_error(err.message, AXES_ASSUMED)
     with contextlib.suppress(TypeError, ValueError):
         eps = inspect.signature(numeric_grad).parameters.get("eps")
         if eps is not None and eps.default is None and err.mistake == "raised TypeError" and "NoneType" in err.message:
             return CheckError(
                 err.message,
                 hint="the check calls numeric_grad(f, w), so eps keeps its default, None, and arithmetic with None fails",
-                look="give eps a value when it is None, at the top of the function",
+                look="the top of the function: what is eps when the caller gives none?",
                 mistake="eps left None",
             )
     return err

@@ -716,7 +716,7 @@ LOG_CALLED_WITHOUT_CHECK = Mistake(
     None,
     why="log is optional: called without it, the loop still called log(t, loss), and log is None then. The "
     "prompt says to call it only if it is given",
-    look="the line that calls log: only when log is not None",
+    look="the line that calls log: what is log when the caller gives none?",
 )
 
 
@@ -824,7 +824,9 @@ def _numbers(value: Any, what: str) -> list[float]:
         raise CheckError(
             f"{what} must be a list of numbers, one per step",
             got=describe(value),
-            hint="end the function with `return losses`" if value is None else "append one number per step",
+            hint="the function hands back nothing: what does its last line return?"
+            if value is None
+            else "a list of one number per step is asked: where does the loop collect each step's number?",
             usage=True,
         )
     numbers = []
@@ -839,7 +841,7 @@ LOSSES_KEEP_GRAPHS = Mistake(
     why="the losses returned are tensors that still require grad: each keeps the whole graph of its step's forward "
     "pass (every activation saved for backward()) alive for as long as the list lives, so the memory grows with "
     "every step, the very memory 03.6's chunks are meant to save. The losses are plain numbers, one float per step",
-    look="how each step's loss is recorded (and, with chunks, added up): a number, taken with .item()",
+    look="how each step's loss is recorded (and, with chunks, added up): a tensor, or a plain number?",
 )
 
 WEIGHTS_RETURNED = Mistake(

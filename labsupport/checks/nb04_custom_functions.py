@@ -120,6 +120,8 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
         with_ctx = cls.setup_context is torch.autograd.Function.setup_context  # else forward takes no ctx
         if not err.usage and not _takes(cls.forward, int(with_ctx) + len(leaves)):
             raise mistake_error(err.message, FORWARD_SIGNATURE) from None
+        if _super_without_instance(err):
+            raise mistake_error(err.message, SUPER_IN_STATIC) from None
         known = [(advice, name) for pattern, advice, name in _FUNCTION_ERRORS if re.search(pattern, str(err))]
         if not known:
             raise
@@ -185,11 +187,30 @@ def _takes(method: Any, count: int) -> bool:
     return True
 
 
+SUPER_IN_STATIC = Mistake(
+    "super() in a static method",
+    None,
+    why="super() without arguments starts from the method's first argument, which it takes for an instance of the "
+    "class: in a static method of a Function that argument is ctx, an object autograd made, not an instance, so "
+    "super() cannot find the parent class's method from it",
+    look="the line that calls super(): what its first argument is in a static method, and how else the parent "
+    "class can be named",
+)
+
+
+def _super_without_instance(err: CheckError) -> bool:
+    """Did the student's code fail because a zero-argument super() ran in a static method?"""
+    text = str(err.__cause__)
+    return "super(type, obj): obj must be an instance" in text or "super(): no arguments" in text
+
+
 def _backward_misread(err: CheckError) -> Mistake | None:
-    """The mistake behind an error of backward that reads what forward did not hand over, or miscounts what it
-    saved; None for any other error."""
+    """The mistake behind an error of backward that reads what forward did not hand over, miscounts what it
+    saved, or calls super() from a static method; None for any other error."""
     cause = err.__cause__
     text = str(cause)
+    if _super_without_instance(err):
+        return SUPER_IN_STATIC
     if isinstance(cause, NameError):
         return FORWARD_NAMES_IN_BACKWARD
     if isinstance(cause, AttributeError) and re.search(r"'\w*Backward\w*' object has no attribute", text):
@@ -595,14 +616,15 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "sigmoid of the output",
             (None, g * torch.sigmoid(y)),
-            "backward takes the sigmoid of the OUTPUT y: the derivative of softplus is the sigmoid of the input x",
+            "backward takes the sigmoid of the OUTPUT y = softplus(x): the derivative you derived on paper is a "
+            "function of one of the two tensors; which one does that formula take?",
         ),
         Mistake(
             "sigmoid(-x)",
             (None, g * torch.sigmoid(-x)),
             "the gradient is sigmoid(-x) = 1 / (1 + e^x), which is also exp(-y) with the output y: that is 1 minus "
-            "the derivative. The derivative of log(1 + e^x) is e^x / (1 + e^x) = sigmoid(x), close to 1 for large x "
-            "(where softplus follows x) and to 0 for very negative x",
+            "the derivative. The derivative of log(1 + e^x) is close to 1 for large x (where softplus follows x) and "
+            "to 0 for very negative x: which way round does yours go?",
         ),
         *_softplus_sign_mistakes(x, g),
         Mistake(
@@ -643,8 +665,8 @@ def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "sigmoid's derivative of x",
             (None, g * torch.sigmoid(x) * (1 - torch.sigmoid(x))),
-            "sigmoid(x) (1 - sigmoid(x)) is the derivative of the sigmoid: the derivative of softplus is the "
-            "sigmoid itself, one step less",
+            "sigmoid(x) (1 - sigmoid(x)) is the derivative of the sigmoid: one differentiation more than softplus's "
+            "backward needs",
         ),
         Mistake(
             "grad_output reduced to one number",
@@ -664,9 +686,8 @@ def _softplus_sign_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
         Mistake(
             "sigmoid of |x|",
             (None, g * torch.sigmoid(x.abs())),
-            "the gradient is right where x > 0 and wrong where x < 0: the derivative was evaluated at |x|, but "
-            "the derivative of softplus is the sigmoid of x itself, sign included; the |x| of the stable forward "
-            "does not carry over to its derivative (and a stable sigmoid written by hand needs one formula for "
+            "the gradient is right where x > 0 and wrong where x < 0: the derivative was evaluated at |x|, which "
+            "drops the sign of x; the |x| of the stable forward does not carry over to its derivative (and a stable sigmoid written by hand needs one formula for "
             "each sign of x)",
             look="backward: what the derivative is evaluated at, for a negative x",
             symptom="right where x > 0, wrong where x < 0",
@@ -675,9 +696,8 @@ def _softplus_sign_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "sigmoid of -|x|",
             (None, g * torch.sigmoid(-x.abs())),
             "the gradient is right where x < 0 and wrong where x > 0: the derivative was evaluated at -|x| (as in "
-            "exp(-|x|) / (1 + exp(-|x|)), the stable sigmoid's formula for negative x), but the derivative of "
-            "softplus is the sigmoid of x itself, sign included, and for x > 0 the stable sigmoid needs its other "
-            "formula",
+            "exp(-|x|) / (1 + exp(-|x|)), the stable sigmoid's formula for negative x), which drops the sign of x: "
+            "for x > 0 a stable sigmoid written by hand needs its other formula",
             look="backward: what the derivative is evaluated at, for a positive x",
             symptom="right where x < 0, wrong where x > 0",
         ),

@@ -26,6 +26,7 @@ from .core import (
     first_mistake,
     mistake_error,
     passed,
+    plain_tensor,
     read_prediction,
     run_student,
 )
@@ -37,15 +38,16 @@ __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_sta
 NO_SUPER = Mistake(
     "no super().__init__()",
     None,
-    why="__init__ does not start with super().__init__(), so nn.Module never sets up its registry of parameters",
-    look="the first line of __init__: super().__init__()",
+    why="nn.Module's own set-up never ran before __init__ stored its first attribute, so the module has no "
+    "registry of parameters to put them in",
+    look="the first line of __init__: what must nn.Module do before a parameter can be stored on the module?",
 )
 NO_GRADIENT = Mistake(
     "no gradient",
     None,
     why="forward cuts its computation from autograd's graph (.detach(), .data, torch.no_grad(), or a tensor "
     "rebuilt from numbers), so backward() cannot reach the parameters",
-    look="forward: use the parameters themselves, with no .detach() / .data / torch.no_grad()",
+    look="forward: every .detach(), .data or torch.no_grad() between the parameters and the output",
 )
 
 
@@ -201,7 +203,7 @@ UNREGISTERED = Mistake(
     "plain tensor, not registered",
     None,
     why="it is stored as a plain tensor; a module registers a tensor only when it is an nn.Parameter",
-    look="__init__: self.<name> = nn.Parameter(...)",
+    look="__init__: what each tensor is wrapped in before it is stored on self",
 )
 OPERATION_AFTER_PARAMETER = Mistake(
     "operation after nn.Parameter",
@@ -216,7 +218,7 @@ BUFFER_NOT_PARAMETER = Mistake(
     None,
     why="it is registered as a buffer: the module saves and moves it, but parameters() does not yield it, so no "
     "optimizer would ever train it",
-    look="__init__: an nn.Parameter, not register_buffer",
+    look="__init__: the call that stores the tensor: what kind of entry does it make?",
 )
 EQUAL_START = Mistake(
     "weights start equal",
@@ -224,13 +226,13 @@ EQUAL_START = Mistake(
     why="every output unit starts with the same weights (every entry one number such as zeros or ones, or one row "
     "repeated for every unit): then the units compute the same function and get the same gradient, so training "
     "can never tell them apart; the prompt asks for a random start, at any scale",
-    look="__init__: draw the initial weight at random (torch.randn, or an nn.init function)",
+    look="__init__: what the weight's first values are made from",
 )
 MISSING_BIAS = Mistake(
     "missing bias",
     None,
     why="the layer has no bias: nn.Linear adds a learned vector to every output",
-    look="__init__: a second nn.Parameter named bias",
+    look="__init__: which of nn.Linear's two tensors it creates",
 )
 OTHER_NAMES = Mistake(
     "names differ from nn.Linear's",
@@ -267,19 +269,19 @@ FROZEN = Mistake(
     "requires_grad=False",
     None,
     why="a parameter was created with requires_grad=False, so training would never change it",
-    look="__init__: nn.Parameter(...) without requires_grad=False",
+    look="__init__: the arguments each nn.Parameter(...) is given",
 )
 EXTRA_STATE = Mistake(
     "extra entries in state_dict",
     None,
     why="the layer holds parameters or buffers nn.Linear does not have, so its state_dict cannot load into it",
-    look="__init__: keep exactly weight and bias",
+    look="__init__: every tensor it stores on self, beside the keys of nn.Linear's state_dict",
 )
 USES_LINEAR = Mistake(
     "uses nn.Linear / F.linear",
     None,
     why="the exercise builds the layer from raw nn.Parameters: no nn.Linear or F.linear inside",
-    look="write the product with the weight and the sum with the bias yourself",
+    look="the line that hands the layer's work to nn.Linear or F.linear",
 )
 
 
@@ -311,7 +313,7 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             "bias not added",
             _same_as(x @ weight.t()),
             why="the bias is never added to the product",
-            look="forward: ... + self.bias",
+            look="forward: what happens to self.bias",
         ),
         Mistake(
             "bias subtracted",
@@ -331,7 +333,7 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             _either(*[activation(right) for activation in LAYER_ACTIVATIONS]),
             why="the output goes through an activation (a ReLU, sigmoid, tanh or softmax); nn.Linear is linear, "
             "the activation is a separate module",
-            look="forward: return the affine map itself",
+            look="forward: what is applied after the bias is added",
         ),
         _in_float32(right),
     ]
@@ -339,9 +341,9 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
         Mistake(
             "product scaled",
             _scaled(x @ weight.t(), bias),
-            why="the product x @ weight.T is multiplied by a constant; a scale for the initial weights belongs in "
+            why="the product with the weight is multiplied by a constant; a scale for the initial weights belongs in "
             "__init__, and the loaded weights are used as they are",
-            look="forward: x @ self.weight.T + self.bias, with no factor",
+            look="forward: every number that multiplies the product",
         )
     )
     mistakes.append(
@@ -349,7 +351,7 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             "bias scaled",
             _scaled(bias.expand_as(right), x @ weight.t()),
             why="the bias is multiplied by a constant; nn.Linear adds it once, as it is",
-            look="forward: ... + self.bias",
+            look="forward: what happens to self.bias",
         )
     )
     if weight.shape[0] == weight.shape[1]:
@@ -357,7 +359,8 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             Mistake(
                 "missing transpose",
                 _same_as(x @ weight + bias),
-                why="nn.Linear computes x @ weight.T: its weight holds one row per output",
+                why="nn.Linear's weight holds one row per output, shape (D_out, D_in): each output is the dot product of a "
+                "row of x with one row of the weight, which the product as written does not pair up",
                 look="forward: the product of x with the weight",
             )
         )
@@ -446,7 +449,7 @@ def _random_start(weight: torch.Tensor, call: str) -> None:
             f"{call}.weight starts with NaN or inf",
             expected="a random start: finite numbers",
             got=f"{int((~torch.isfinite(weight)).sum())} of {weight.numel()} not finite",
-            hint="torch.empty leaves whatever was in memory: fill the weight with random numbers",
+            hint="torch.empty leaves whatever was in memory: what gives the weight its values before it is used?",
         )
     weight = weight.detach().as_subclass(torch.Tensor)  # a subclass's own == may answer anything
     if weight.numel() > 1 and bool((weight == weight.reshape(-1)[0]).all()):
@@ -555,6 +558,25 @@ def _unfilled_memory_as_nan() -> Iterator[None]:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
 
 
+ONE_ROW_ONLY = Mistake(
+    "one row only",
+    None,
+    why="the output holds the result of a single row of x: a loop over the rows that hands back its first result "
+    "(a return inside the loop ends forward on its first pass) or keeps only the last one, where the layer maps "
+    "the whole batch at once",
+    look="forward: how many rows of x reach the tensor it returns",
+)
+
+
+def _one_row_only(out: Any, expected: torch.Tensor) -> bool:
+    """True if ``out`` is the first or the last row of ``expected`` alone (shape (D_out,) or (1, D_out))."""
+    if not isinstance(out, torch.Tensor) or out.numel() != expected.shape[1] or out.dim() > 2:
+        return False
+    row = plain_tensor(out).detach().double().cpu().reshape(-1)
+    ends = (expected[0], expected[-1])
+    return any(torch.allclose(row, end, rtol=1e-6, atol=1e-8) for end in ends)
+
+
 def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
     __tracebackhide__ = True
@@ -574,6 +596,11 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
             raise mistake_error(f"{call}(x) calls F.linear", USES_LINEAR)
         plain_x = x.detach()
         mistakes = _linear_mistakes(plain_x, weight, bias)
+        if _one_row_only(out, plain_x @ weight.t() + bias):
+            shapes = {"expected": f"shape (6, {o})", "got": f"shape {tuple(out.shape)}, one row's result"}
+            raise mistake_error(
+                f"{call}(x) has shape {tuple(out.shape)} for x of shape (6, {i})", ONE_ROW_ONLY, **shapes
+            )
         compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
     if out.grad_fn is None:
         raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
@@ -950,6 +977,14 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
         ),
         Mistake("returns the input", _same_as(x), why="forward returns its input unchanged"),
         Mistake(
+            "blocks side by side",
+            _same_as(sum(x + block.branch(x) for block in blocks)),
+            why="every block was applied to the stack's input x and their outputs were added up: the blocks sit "
+            "side by side instead of one after the other, where each block works on what the block before it "
+            "returned",
+            look="forward: what each block is given, and what happens to its output",
+        ),
+        Mistake(
             "not a ReLU",
             _either(*[_stack_with(blocks, x, act) for act in OTHER_ACTIVATIONS]),
             why="the branch uses another activation; the block is fc2(relu(fc1(h)))",
@@ -960,6 +995,12 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
             why="forward applies every block twice",
         ),
     ]
+    return mistakes + _loop_bound_mistakes(blocks, x, depth)
+
+
+def _loop_bound_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:
+    """A loop over the blocks that ends early: a return inside it, or one block too few."""
+    mistakes = []
     if len(blocks) == depth and depth > 2:  # with two blocks, the first alone is also "a block skipped"
         mistakes.append(
             Mistake(
@@ -1010,46 +1051,46 @@ FRESH_LAYERS = Mistake(
     why="two calls on the same input give different outputs, so something random runs in forward: a layer "
     "created inside forward starts from new random weights at every call, and dropout (which this block does "
     "not have) draws a new mask at every call",
-    look="__init__: create every layer once; forward only uses them, with nothing random",
+    look="forward: every layer or random draw it creates at each call",
 )
 NOT_REGISTERED = Mistake(
     "layers not registered",
     None,
     why="some layers are kept where nn.Module does not look (a plain Python list, dict or tuple), so parameters(), "
     "the optimizer and state_dict() miss them",
-    look="__init__: hold the blocks in an nn.ModuleList (or nn.Sequential)",
+    look="__init__: the container that holds the blocks: does nn.Module look inside it?",
 )
 NO_BIASES = Mistake(
     "layers without bias",
     None,
     why="the layers have no bias: fc1 and fc2 are nn.Linear layers, each with a weight and a bias",
-    look="__init__: nn.Linear(D, H) and nn.Linear(H, D), with their default bias=True",
+    look="__init__: the arguments given to each nn.Linear",
 )
 WRONG_HIDDEN = Mistake(
     "wrong hidden size",
     None,
     why="the hidden layer of each block does not have H units: fc1 maps D features to H, and fc2 maps H back to D",
-    look="__init__: nn.Linear(D, H) and nn.Linear(H, D)",
+    look="__init__: the sizes given to fc1 and fc2",
 )
 SHARED_BLOCK = Mistake(
     "one block repeated",
     None,
     why="the same fc1 and fc2 serve every position (one block object repeated, or one pair of layers applied "
     "depth times in a loop), so all positions share their weights",
-    look="__init__: create a new block, with its own two layers, for each position ([Block(...)] * depth repeats "
-    "one object)",
+    look="__init__: how many block objects are created: does [Block(...)] * depth, or a loop over one pair of "
+    "layers, make new ones?",
 )
 SHARED_LAYER = Mistake(
     "one layer shared by all blocks",
     None,
     why="one fc1 (or fc2) layer object serves every block, so the blocks share its weights",
-    look="__init__: each block creates its own fc1 and fc2",
+    look="__init__: where fc1 and fc2 are created, and how many times",
 )
 DETACHED = Mistake(
     "part of the graph detached",
     None,
     why="the outputs are right but the gradients differ: part of forward is cut from the graph (.detach(), .data)",
-    look="forward: no .detach() or .data on the way from x to the output",
+    look="forward: every .detach() or .data on the way from x to the output",
 )
 INPLACE_SUM = Mistake(
     "in-place sum in forward",
@@ -1057,7 +1098,7 @@ INPLACE_SUM = Mistake(
     why="forward changes h in place (`h += ...`) after a layer used it: fc1 keeps the h it was given for backward, "
     "and the in-place sum overwrites it, so autograd refuses to backpropagate (a copy made first does not help: "
     "the copy is what fc1 kept)",
-    look="forward: h = h + ... makes a new tensor; h += ... writes into the old one",
+    look="forward: the line that adds the branch to h: does it make a new tensor, or write into the one fc1 kept?",
 )
 STACK_INPLACE = (
     "an in-place operation (an augmented assignment such as +=, or a method ending in _) on the caller's {name} "
@@ -1078,7 +1119,7 @@ def _wrong_count(k: int, depth: int) -> Mistake:
         "wrong number of blocks",
         None,
         why=f"the stack builds {k} blocks for depth={depth}: depth does not set the number of blocks",
-        look="__init__: build one block per position, depth of them",
+        look="__init__: how many blocks it builds, and where that count comes from",
     )
 
 

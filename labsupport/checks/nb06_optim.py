@@ -7,7 +7,9 @@ import dataclasses
 import itertools
 import math
 import re
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -313,15 +315,14 @@ RULE_MISTAKES = [
         why="each step uses only the current gradient: nothing is carried over from one step to the next (a "
         "velocity computed into a local name, and never written back into self.state[p] nor updated in place, is "
         "gone when step() returns)",
-        look="step(): keep v in self.state[p] and update it at every step",
+        look="step(): where the velocity lives between two calls of step(), and what each step does to it",
     ),
     Mistake(
         "velocity not stored back",
         WrongRule((_velocity_not_stored,)),
         why="every step combines the gradient with the velocity the first step stored: the new velocity is bound "
         "to a local name (an assignment makes a new tensor), but self.state[p] still holds the old one, so the "
-        "velocity never builds up past its first value; it has to be written back into the state, or updated in "
-        "place",
+        "velocity never builds up past its first value",
         look="step(): after the velocity is updated, what self.state[p] holds",
     ),
     Mistake(
@@ -329,27 +330,27 @@ RULE_MISTAKES = [
         WrongRule((_unchanged,)),
         why="step() computes new values but never writes them into the parameters: binding a name to a new "
         "tensor does not change the tensor the name held before",
-        look="step(): change each p in place, p.sub_(...) or p -= ...; `p = p - ...` only rebinds a local name",
+        look="step(): the line that moves p: does it change the tensor the optimizer holds, or bind a new one?",
         symptom="the parameters are the same after every step",
     ),
     Mistake(
         "wrong sign",
         WrongRule((_uphill,)),
         why="the parameters move up the gradient: the step is added instead of subtracted",
-        look="step(): p -= lr * v",
+        look="step(): the line that moves p, and which way it moves",
     ),
     Mistake(
         "dampening",
         WrongRule((_dampened, _dampened_from_zero)),
         why="the gradient is scaled down (dampened) before it joins the velocity; the exercise adds the whole gradient",
-        look="step(): v = momentum * v + grad",
+        look="step(): the line that updates v: how much of this step's gradient joins it?",
     ),
     Mistake(
         "Nesterov momentum",
         WrongRule((_nesterov,)),
         why="this is Nesterov's variant, which looks ahead along the velocity; the exercise steps along the "
         "velocity itself",
-        look="step(): p -= lr * v",
+        look="step(): the line that moves p: what does it move along?",
     ),
     Mistake(
         "velocity plus gradient",
@@ -357,20 +358,20 @@ RULE_MISTAKES = [
         why="the step moves along the velocity plus the gradient: the velocity already holds the current gradient "
         "(added at full weight, the old velocity faded by the momentum), so the step moves along the velocity "
         "alone; adding the gradient again counts it twice, or lets the old velocity in without its momentum factor",
-        look="step(): p -= lr * v, with v already updated by this step's gradient",
+        look="step(): the line that moves p: which terms does it add, and which of them already holds this gradient?",
     ),
     Mistake(
         "lr applied twice",
         WrongRule((_lr_twice,)),
         why="the learning rate scales the gradient inside the velocity and then the velocity again in the step",
-        look="step(): v = momentum * v + grad, then p -= lr * v",
+        look="step(): count the places the lr appears; in which of the two lines does it belong?",
     ),
     Mistake(
         "first velocity updated again",
         WrongRule((_first_step_twice,)),
         why="at the first step the velocity is set to the gradient and then updated once more in the same step, "
         "so the first step moves by (1 + momentum) times the gradient",
-        look="step(): at a parameter's first step v = grad, and only at later steps v = momentum * v + grad",
+        look="step(): what the first step does to v right after creating it",
         symptom="the first step already differs",
     ),
     Mistake(
@@ -379,13 +380,13 @@ RULE_MISTAKES = [
         why="the learning rate scales the gradient inside the velocity, so the velocity carries old learning "
         "rates: the same steps while lr stays fixed, but after lr changes (the check halves it after the first "
         "step, as a scheduler would) the old velocity still moves by the old lr",
-        look="step(): v = momentum * v + grad, then p -= lr * v",
+        look="step(): the line that updates v: does a setting belong there besides the momentum?",
     ),
     Mistake(
         "lr missing",
         WrongRule((_no_lr,)),
         why="the step moves by the whole velocity: the learning rate is never applied",
-        look="step(): p -= lr * v",
+        look="step(): the line that moves p: how far does it go?",
     ),
     Mistake(
         "momentum factor missing",
@@ -413,35 +414,49 @@ RULE_MISTAKES = [
         "update order",
         WrongRule((_stale_from_zero, _stale_from_grad)),
         why="each step moves along the previous step's velocity: the velocity is updated after the parameters",
-        look="step(): first v = momentum * v + grad, then p -= lr * v",
+        look="step(): the order of the two updates, the velocity's and the parameter's",
     ),
     Mistake(
         "group settings ignored",
         WrongRule((_momentum,), settings=("constructor", "constructor lr", "constructor momentum", "first group")),
         why="every group is updated with the same settings, the constructor's or the first group's, but each group "
         "carries its own lr and momentum",
-        look="step(): read the lr and momentum of the group being updated, inside the loop over self.param_groups",
+        look="step(): which dict the lr and momentum are read from, and whether it changes with the group",
     ),
     Mistake(
         "constructor arguments ignored",
         WrongRule((_momentum,), fixed=({"lr": 0.01}, {"momentum": 0.9}, {"lr": 0.01, "momentum": 0.9})),
         why="the groups do not hold the lr and momentum given to the constructor: fixed numbers are passed as "
         "defaults to super().__init__",
-        look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+        look="__init__: the defaults dict it hands to torch.optim.Optimizer: where do its numbers come from?",
     ),
 ]
 NO_SUPER = Mistake(
     "no super().__init__()",
     None,
-    why="__init__ does not call super().__init__(params, defaults), so the optimizer has no param_groups, state "
-    "or hooks of torch's making (param_groups written by hand are not enough)",
-    look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+    why="torch.optim.Optimizer's own __init__ never runs, so the optimizer has no param_groups, state or hooks of "
+    "torch's making (param_groups written by hand are not enough)",
+    look="__init__: what it hands on to torch.optim.Optimizer, and when",
+)
+NO_DEFAULTS = Mistake(
+    "no defaults given to Optimizer",
+    None,
+    why="torch.optim.Optimizer.__init__ takes the parameters and a dict of default settings; without that dict no "
+    "group knows its lr or momentum",
+    look="__init__: the call to torch.optim.Optimizer's __init__, and what it is given",
+)
+STEP_NEEDS_ARGUMENT = Mistake(
+    "step() requires an argument",
+    None,
+    why="training loops (and the check) call optimizer.step() with no argument; an optimizer's step() may accept "
+    "a closure, but must not require one",
+    look="step(): its signature",
 )
 MISSING_DEFAULT = Mistake(
     "setting missing from defaults",
     None,
     why="the defaults given to super().__init__ lack lr or momentum, so a group without its own has none",
-    look="__init__: super().__init__(params, dict(lr=lr, momentum=momentum))",
+    look="__init__: which settings the defaults dict holds",
 )
 
 
@@ -459,7 +474,7 @@ LOOP_LEFT = Mistake(
     _rest_of_group_frozen,
     why="at a parameter without a gradient, step() leaves the loop over its group (break), or step() itself "
     "(return), instead of skipping that one parameter, so the parameters after it are never updated",
-    look="step(): for a parameter whose .grad is None, go on with the next parameter (continue), not out of the loop",
+    look="step(): what the loop does at a parameter whose .grad is None: where does the code go next?",
 )
 
 
@@ -500,54 +515,54 @@ NONE_GRAD = Mistake(
     "None gradient not skipped",
     None,
     why="a parameter that took no part in the loss has no gradient (p.grad is None), and step() uses it anyway",
-    look="step(): if p.grad is None: continue",
+    look="step(): the loop over a group's parameters: what happens to one whose .grad is None?",
 )
 NO_NO_GRAD = Mistake(
     "update recorded by autograd",
     None,
     why="step() changes the parameters in place while autograd records, which autograd refuses for its leaves",
-    look="decorate step() with @torch.no_grad()",
+    look="step(): is autograd recording while it runs? (torch.no_grad)",
 )
 SHARED_VELOCITY = Mistake(
     "one velocity for all parameters",
     None,
     why="one velocity is combined with the gradients of parameters of other shapes: each parameter needs its own",
-    look="step(): state = self.state[p], and v kept in state",
+    look="step(): where the velocity is kept: one for the optimizer, or one per parameter?",
 )
 ALIASED = Mistake(
     "velocity aliases p.grad",
     _revealed,
     why="the velocity is p.grad itself, not a copy, so zero_grad(set_to_none=False) wipes it and backward() adds "
     "into it",
-    look="step(): at the first step, state['v'] = p.grad.clone()",
+    look="step(): how the velocity is created at a parameter's first step: a new tensor, or p.grad itself?",
 )
 NOT_IN_STATE = Mistake(
     "velocity outside self.state",
     _revealed,
     why="part of what step() remembers is kept outside self.state, so state_dict() does not save it and a "
     "resumed run loses it",
-    look="step(): keep v in self.state[p]",
+    look="step(): where the velocity is kept: does state_dict() see it?",
 )
 STATE_BY_ID = Mistake(
     "state keyed by a number",
     _revealed,
     why="self.state is keyed by id(p) (or another stand-in) instead of the parameter itself; load_state_dict() "
     "hands the saved state to the new run's parameters, which have other ids, so a resumed run loses the velocity",
-    look="step(): state = self.state[p]",
+    look="step(): the key it uses into self.state",
 )
 STATE_BY_SHAPE = Mistake(
     "state keyed by shape",
     None,
     why="self.state is keyed by the parameter's shape (or its size), so parameters of one shape share a single "
     "velocity: the check's two biases have the same shape, and each one's step carries the other's gradients",
-    look="step(): state = self.state[p], one entry per parameter",
+    look="step(): the key it uses into self.state: can two parameters share it?",
 )
 LOW_PRECISION = Mistake(
     "velocity in float32",
     None,
     why="the velocity is kept at a lower precision (float32 or less) while the parameters are float64, so the "
     "updates lose precision",
-    look="step(): create v from the gradient (p.grad.clone() or torch.zeros_like(p))",
+    look="step(): how the velocity is created: which dtype does it get?",
 )
 
 
@@ -707,6 +722,13 @@ PARAMETERS_LOOKED_UP = Mistake(
     "parameter groups, each a dict with its own list of parameters and its own settings",
     look="step(): the loop over the parameters, and what it iterates over",
 )
+SETTING_UNDER_ANOTHER_KEY = Mistake(
+    "setting read under another key",
+    None,
+    "step() reads a setting of the group under a key the group does not have: a group holds its settings under "
+    "the names of the defaults dict handed to torch.optim.Optimizer (and of any setting the group brings itself)",
+    look="step(): the keys it reads from the group, and those of the defaults dict in __init__",
+)
 STATE_NOT_STARTED = Mistake(
     "state read before it is created",
     None,
@@ -714,6 +736,14 @@ STATE_NOT_STARTED = Mistake(
     "as an empty dict at the first step, so the first step has to create what later steps update",
     look="step(): what happens to a parameter's state the first time step() sees it",
 )
+
+
+def _group_key_read(line: str, cause: KeyError) -> bool:
+    """Does ``line`` read the missing key from a name that stands for a parameter group (group, g, pg, ...)?"""
+    key = cause.args[0] if cause.args else None
+    if not isinstance(key, str):
+        return False
+    return re.search(rf"\b(\w*group\w*|g|pg)\[\s*['\"]{re.escape(key)}['\"]\s*\]", line) is not None
 
 
 def _misread_optimizer(err: CheckError) -> Mistake | None:
@@ -730,12 +760,27 @@ def _misread_optimizer(err: CheckError) -> Mistake | None:
         r"object has no attribute '(params|parameters|lr|momentum)'", text
     ):
         return PARAMETERS_LOOKED_UP if "param" in text else SETTING_AS_NAME
+    if isinstance(cause, AttributeError) and "'str' object has no attribute" in text:
+        return PARAMETERS_LOOKED_UP  # a loop over a group dict gives its keys
     line = failing_line(err)
+    if isinstance(cause, KeyError) and "step()" in err.message and _group_key_read(line, cause):
+        return SETTING_UNDER_ANOTHER_KEY
     if isinstance(cause, TypeError) and "list indices must be integers" in text and "param_groups[" in line:
         return PARAMETERS_LOOKED_UP
     if isinstance(cause, KeyError) and "state" in line and "step()" in err.message:
         return STATE_NOT_STARTED
     return None
+
+
+def _call_refused(cause: TypeError) -> bool:
+    """Was the TypeError raised by the call itself (a required argument missing), before any line of the
+    student's method ran? Its last frame is then the caller's: the check's, or torch.no_grad's wrapper."""
+    frames = traceback.extract_tb(cause.__traceback__)
+    if not frames or "required positional argument" not in str(cause):
+        return False
+    last = Path(frames[-1].filename).resolve()
+    callers = (Path(torch.__file__).resolve().parent, Path(__file__).resolve().parent)
+    return any(last.is_relative_to(caller) for caller in callers)
 
 
 def _crash_mistake(make: Callable, err: CheckError, setup: _Setup) -> CheckError:
@@ -744,12 +789,16 @@ def _crash_mistake(make: Callable, err: CheckError, setup: _Setup) -> CheckError
     short = dataclasses.replace(setup, steps=2)
     if isinstance(cause, KeyError) and cause.args and cause.args[0] in ("lr", "momentum"):
         return mistake_error(err.message, MISSING_DEFAULT)
+    text = str(cause)
+    if isinstance(cause, TypeError) and "required positional argument: 'defaults'" in text:
+        return mistake_error(err.message, NO_DEFAULTS)
+    if isinstance(cause, TypeError) and ".step()" in err.message and _call_refused(cause):
+        return mistake_error(err.message, STEP_NEEDS_ARGUMENT)
     written = _misread_optimizer(err)
     if written is not None:
         return mistake_error(err.message, written)
     if setup.unused and _completes(make, dataclasses.replace(short, unused=False)):
         return mistake_error(err.message, NONE_GRAD)
-    text = str(cause)
     if "leaf Variable" in text and _completes(make, dataclasses.replace(short, wrap_no_grad=True)):
         return mistake_error(err.message, NO_NO_GRAD)
     if "must match the size" in text:

@@ -179,16 +179,15 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
         Mistake(
             "mean of batch means",
             Near(sum(m.batch_losses) / batches),
-            "the mean of the batch means weighs the short last batch like a full one: add up the per-image "
-            "losses (reduction='sum', or each batch mean times that batch's number of images), then divide by "
-            "the count",
-            look="loss_sum += F.cross_entropy(logits, labels, reduction=...)",
+            "the mean of the batch means weighs the short last batch like a full one: the mean asked for is over "
+            "the images, each counting once",
+            look="what the loop adds up per batch, and what it divides by at the end",
         ),
         Mistake(
             "loss summed, not averaged",
             Near(m.loss_sum),
-            "that is the sum of the per-image losses: divide it by the number of images",
-            look="return loss_sum / ..., ...",
+            "that is the sum of the per-image losses, not their mean",
+            look="what evaluate returns as the loss",
         ),
         Mistake(
             "one batch only",
@@ -203,8 +202,8 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
         Mistake(
             "batch means divided by the image count",
             Near(sum(m.batch_losses) / m.images),
-            "the batch means were added up, then divided by the number of images: each batch mean must first "
-            "be multiplied by its batch size (or use reduction='sum')",
+            "the batch means were added up, then divided by the number of images: a batch mean already divides by "
+            "its batch's size, so the images are divided out twice",
         ),
         Mistake(
             "batch means times loader.batch_size",
@@ -217,14 +216,14 @@ def _loss_mistakes(m: Measured) -> list[Mistake]:
             "loss divided by batches times batch size",
             Near(m.loss_sum / m.slots) if m.slots else None,
             "the summed loss was divided by the number of batches times loader.batch_size, but the last batch is "
-            "short: count the images themselves (len(labels) of each batch)",
+            "short, so that product is more than the number of images",
             look="what the summed loss is divided by",
         ),
         Mistake(
             "loss divided by the number of batches",
             Near(m.loss_sum / batches),
             "the summed loss was divided by the number of batches (len(loader)): the mean asked for is per image",
-            look="return loss_sum / ..., ...",
+            look="what the summed loss is divided by",
         ),
         *_loss_function_mistakes(m),
     ]
@@ -256,21 +255,21 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
         Mistake(
             "count, not fraction",
             Near(m.correct),
-            "that is the number of right answers: divide by the number of images",
-            look="return ..., correct / total",
+            "that is the number of right answers, not the share of the images they make up",
+            look="what evaluate returns as the accuracy",
         ),
         Mistake("percent", Near(100 * m.acc), "that is a percentage: the accuracy is asked as a fraction in [0, 1]"),
         Mistake(
             "mean of batch accuracies",
             Near(sum(m.batch_accs) / len(m.batch_accs)),
-            "the mean of the batch accuracies weighs the short last batch like a full one: count the right "
-            "answers over all images, then divide by their number",
+            "the mean of the batch accuracies weighs the short last batch like a full one, though each image "
+            "should count once",
         ),
         Mistake(
             "batch accuracies divided by the image count",
             Near(sum(m.batch_accs) / m.images),
-            "each batch's accuracy (a fraction) was added up, then divided by the number of images: add up the "
-            "right answers themselves (a count per batch), then divide by the number of images",
+            "each batch's accuracy (a fraction) was added up, then divided by the number of images: a fraction "
+            "already divides by its batch's size, so the images are divided out twice",
             look="what is added up per batch for the accuracy",
         ),
         Mistake("one batch only", Near(m.batch_accs[-1]), "that is the last batch's accuracy alone"),
@@ -303,7 +302,7 @@ def _acc_mistakes(m: Measured) -> list[Mistake]:
             "divided by batches times batch size",
             Near(m.correct / m.slots) if m.slots else None,
             "the right answers were divided by the number of batches times the batch size, but the last batch is "
-            "short: count the images themselves",
+            "short, so that product is more than the number of images",
             look="what the count of right answers is divided by",
         ),
     ]
@@ -337,9 +336,8 @@ def _evaluate_mode_mistake(spy: _Spy, model: nn.Module) -> CheckError | None:
             Mistake(
                 "model.eval() missing",
                 None,
-                "model.eval() is missing at the start of evaluate: batch norm "
-                "normalised with each batch's own statistics",
-                look="model.eval()  # first line of evaluate",
+                "evaluate measured the model in training mode: batch norm normalised with each batch's own statistics",
+                look="evaluate: which mode the model is in before its loop",
             ),
             expected="every forward pass in eval mode",
             got=f"{in_training} in training mode",
@@ -351,8 +349,8 @@ def _evaluate_mode_mistake(spy: _Spy, model: nn.Module) -> CheckError | None:
             Mistake(
                 "torch.no_grad() missing",
                 None,
-                "torch.no_grad() is missing: measuring builds graphs nobody uses, which costs memory and time",
-                look="@torch.no_grad() above def evaluate, or with torch.no_grad(): around the loop",
+                "evaluate lets autograd record: measuring builds graphs nobody uses, which costs memory and time",
+                look="evaluate: is autograd recording during its loop? (torch.no_grad)",
             ),
             expected="no graph (grad disabled)",
             got=f"{with_graph} with grad enabled",
@@ -363,8 +361,9 @@ def _evaluate_mode_mistake(spy: _Spy, model: nn.Module) -> CheckError | None:
             Mistake(
                 "model.train() missing at the end",
                 None,
-                "evaluate must leave the model in training mode: call model.train() before it returns",
-                look="model.train()  # before return",
+                "evaluate leaves the model in eval mode, so the training that follows runs in it: evaluate is "
+                "meant to hand the model back in training mode",
+                look="evaluate: the model's mode when it returns",
             ),
             expected="training mode again",
             got="eval mode",
@@ -625,9 +624,9 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
             Mistake(
                 "model.train() missing",
                 None,
-                "model.train() is missing at the start of each epoch: the model came to train in eval mode (the "
-                "check hands it over so, as after a checkpoint was evaluated), or evaluate left it there",
-                look="model.train()  # first line of the epoch loop",
+                "train trains the model in eval mode: the model came to train in eval mode (the check hands it "
+                "over so, as after a checkpoint was evaluated), or evaluate left it there, and nothing switched it",
+                look="train: the model's mode at the start of each epoch",
             ),
             expected="training mode while training",
             got=f"{in_eval} passes in eval mode",
@@ -672,14 +671,14 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
         mistake = Mistake(
             "optimizer.step() missing",
             0,
-            "optimizer.step() is never called: the weights never change",
-            look="optimizer.step()  # after loss.backward()",
+            "the optimizer never takes a step: the weights never change",
+            look="train: the batch loop, after the gradients are computed",
         )
         error = CheckError(
             f"optimizer.step() ran {student.steps} times in {EPOCHS} epochs of {n // EPOCHS} batches",
             expected=f"{n} (one per batch)",
             got=str(student.steps),
-            hint="one optimizer.step() per batch, after loss.backward()",
+            hint="how many optimizer steps does one batch take, and where in the batch loop?",
         )
         if student.steps == 0:
             return mistake_error(error.message, mistake, expected=error.expected, got=error.got)
@@ -690,15 +689,15 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             Mistake(
                 "scheduler never stepped",
                 0,
-                "scheduler.step() is never called: the rate never changes",
-                look="scheduler.step()  # after optimizer.step(), in the batch loop",
+                "the scheduler is never stepped: the rate never changes",
+                look="train: the batch loop, and what moves the schedule on",
             ),
             Mistake(
                 "scheduler per epoch",
                 EPOCHS,
                 "scheduler.step() sits in the epoch loop: this schedule is meant to advance after every "
                 "batch (the prompt: 'stepping the scheduler after each batch')",
-                look="scheduler.step()  # inside the batch loop, after optimizer.step()",
+                look="train: which loop scheduler.step() sits in",
             ),
         ]
         message = f"scheduler.step() ran {sched} times in {EPOCHS} epochs of {n // EPOCHS} batches"
@@ -709,7 +708,7 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             message,
             expected=f"{n} (one per batch)",
             got=str(sched),
-            hint="one scheduler.step() per batch, after optimizer.step()",
+            hint="how often is the schedule meant to advance, and where in train does it?",
         )
     return None
 
@@ -728,15 +727,15 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
         Mistake(
             "zero_grad missing",
             Near(unzeroed, 1e-5),
-            "optimizer.zero_grad() is missing: each backward adds its gradients to those of all earlier batches",
-            look="optimizer.zero_grad()  # before loss.backward()",
+            "the gradients are never cleared: each backward adds its gradients to those of all earlier batches",
+            look="train: the batch loop, before backward()",
         ),
         Mistake(
             "zero_grad once per epoch",
             Near(per_epoch, 1e-5),
             "optimizer.zero_grad() runs once per epoch, before the batch loop: within an epoch each backward adds "
             "its gradients to those of the epoch's earlier batches, so every step but the epoch's first follows a "
-            "sum of old gradients; the gradients are cleared for every batch",
+            "sum of old gradients",
             look="train: where optimizer.zero_grad() sits, in the epoch loop or in the batch loop",
         ),
         Mistake(
@@ -744,20 +743,20 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
             Near(_flat_weights(start), 1e-9),
             "optimizer.step() found no gradients: loss.backward() is missing or runs after optimizer.step(), or "
             "zero_grad() runs between backward() and step()",
-            look="zero_grad(), backward(), step(): in this order",
+            look="train: the order of zero_grad(), backward() and step() in the batch loop",
         ),
         Mistake(
             "loss summed over the batch",
             Near(summed, 1e-5),
             "the training loss sums the batch's per-image losses (reduction='sum'): its gradient, and so every "
-            "step, grows with the batch size; the training loss is the batch mean, F.cross_entropy's default",
+            "step, grows with the batch size, unlike the batch mean, F.cross_entropy's default",
             look="train: the loss that backward() is called on",
         ),
         Mistake(
             "scheduler before step",
             Near(early, 1e-5),
             "scheduler.step() runs before optimizer.step(): each step used the next step's rate",
-            look="optimizer.step() first, then scheduler.step()",
+            look="train: the order of the two step() calls",
         ),
     ]
 
@@ -766,8 +765,8 @@ LOSS_WITH_GRAPH = Mistake(
     "loss kept with its graph",
     None,
     "each loss tensor kept in the history holds on to its step's whole graph (every activation it was computed "
-    "from), so memory grows with every step; a number is all the history needs",
-    look="train: history['loss'].append(loss.item())",
+    "from), so memory grows with every step, though a number is all the history needs",
+    look="train: what is appended to history['loss']",
 )
 
 
@@ -886,7 +885,7 @@ def _steps_of(entries: list[tuple[Any, Any]], tag: str) -> list[float]:
                 "no step given",
                 None,
                 "add_scalar(tag, value) without a step puts every point at step 0 (or "
-                "at the call count): pass the step as the third argument",
+                "at the call count), so the curves have no x-axis of steps",
             ),
             expected="add_scalar(tag, value, step)",
             got=f"{sum(s is None for s in steps)} calls without a step",
@@ -921,7 +920,7 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
                     f"nothing was logged under {tag!r}",
                     expected=f"{count} values ({what})",
                     got=f"tags logged: {sorted(logged) or 'none'}",
-                    hint="writer.add_scalar(tag, value, step) with the tags the prompt names",
+                    hint="which tags does the prompt name, and does train log each of them?",
                 )
             if len(entries) != count:
                 raise _count_error(tag, len(entries), count, what, n)
@@ -942,14 +941,14 @@ PER_STEP_TAG_PER_EPOCH = Mistake(
     "per-step tag logged per epoch",
     None,
     "a tag meant for every step was logged once per epoch: its add_scalar sits after the batch loop (one indent "
-    "too few), so the curve gets one point per epoch; 'loss/train' and 'lr' describe each step, inside the batch loop",
-    look="train: the indentation of writer.add_scalar('loss/train', ...) and writer.add_scalar('lr', ...)",
+    "too few), so the curve gets one point per epoch, while 'loss/train' and 'lr' describe each step",
+    look="train: the indentation of the per-step add_scalar calls",
 )
 PER_EPOCH_TAG_PER_STEP = Mistake(
     "per-epoch tag logged per step",
     None,
     "a tag meant for each epoch was logged at every step: its add_scalar sits inside the batch loop (one indent "
-    "too many); 'accuracy/train', 'accuracy/val' and 'loss/val' sum up a whole epoch, after its batch loop",
+    "too many), while 'accuracy/train', 'accuracy/val' and 'loss/val' sum up a whole epoch",
     look="train: the indentation of the per-epoch writer.add_scalar calls",
 )
 
@@ -969,8 +968,8 @@ def _count_error(tag: str, logged: int, count: int, what: str, n: int) -> CheckE
 EPOCH_AS_STEP = Mistake(
     "epoch number as step",
     None,
-    "the epoch number was logged as the step: log at the count of "
-    "optimizer steps so far, so per-epoch points line up with the per-step curves",
+    "the epoch number was logged as the step, so the per-epoch points do not line up with the per-step curves, "
+    "whose steps count optimizer steps",
 )
 EPOCH_START_AS_STEP = Mistake(
     "step at the epoch's start",
@@ -1000,7 +999,7 @@ def _wrong_steps(
         if _offset(steps, numberings) is not None:
             raise mistake_error(message, mistake, expected=expected, got=str(shown))
     raise CheckError(
-        message, expected=expected, got=str(shown), hint="count the optimizer steps in a variable and log at that count"
+        message, expected=expected, got=str(shown), hint="what does train count, and which count does it log at?"
     )
 
 
@@ -1016,13 +1015,12 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
             "mean of batch accuracies",
             Near(ref.train_batch_accs),
             "the mean of the batch accuracies weighs the "
-            "short last batch like a full one: count right answers over the epoch, divide by the images seen",
+            "short last batch like a full one, though each image should count once",
         ),
         Mistake(
             "last batch only",
             Near(ref.train_last_accs),
-            "that is the accuracy of the epoch's last batch alone: count the right answers of every batch of the "
-            "epoch, then divide by the images seen",
+            "that is the accuracy of the epoch's last batch alone: the earlier batches' right answers are lost",
         ),
         Mistake(
             "re-measured after the epoch",
@@ -1042,7 +1040,7 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
         Mistake(
             "count, not fraction",
             Near(ref.train_correct),
-            "that is a count of right answers: divide by the number of images seen in the epoch",
+            "that is a count of right answers, not the share of the epoch's images they make up",
         ),
         Mistake(
             "right answers divided by the number of batches",
@@ -1082,8 +1080,7 @@ def _step_loss_mistakes(ref: Run) -> list[Mistake]:
             "running mean of the losses",
             NearAny((_running_means(ref.losses, per_epoch), _running_means(ref.losses, len(ref.losses)))),
             "each step's value is the mean of the losses so far (a running mean over the epoch or the whole run, "
-            "as a progress bar shows): "
-            "the per-step loss is that step's own loss.item()",
+            "as a progress bar shows), while the per-step loss is that step's own",
             look="what is appended and logged as each step's loss",
         )
     ]
@@ -1092,8 +1089,7 @@ def _step_loss_mistakes(ref: Run) -> list[Mistake]:
 LR_AS_LIST = Mistake(
     "rate logged as a list",
     None,
-    "scheduler.get_last_lr() returns a list, one rate per parameter group, and add_scalar takes one number: "
-    "log the rate of the (only) group, the list's first element",
+    "scheduler.get_last_lr() returns a list, one rate per parameter group, and add_scalar takes one number",
     look="the value given to writer.add_scalar('lr', ...)",
 )
 
@@ -1119,24 +1115,21 @@ def _check_logged_values(logged: dict[str, list[tuple[Any, Any]]], ref: Run) -> 
         Mistake(
             "lr logged after scheduler.step()",
             Near(ref.lrs_after),
-            "the rate was read after scheduler.step(): that "
-            "is the next step's rate; read it before stepping the scheduler",
-            look="writer.add_scalar('lr', ..., step) before scheduler.step()",
+            "the rate was read after scheduler.step(): that is the next step's rate, not the one this step used",
+            look="train: where the rate is read, relative to scheduler.step()",
         ),
         Mistake(
             "initial rate logged",
             Near([ref.lrs[0]] * len(ref.lrs)),
             "the logged rate never changes: it is "
-            "the initial rate, not the one the scheduler set (scheduler.get_last_lr()[0], or "
-            "optimizer.param_groups[0]['lr'])",
+            "the initial rate, not the one the scheduler set (which the scheduler and the optimizer both keep)",
         ),
         Mistake(
             "get_lr() for get_last_lr()",
             Near(ref.get_lrs),
             "scheduler.get_lr() is not the rate in use: it is the formula the scheduler applies inside its own "
             "step() (where this schedule decays, it already gives the decayed rate), and torch warns when it is "
-            "called elsewhere; the rate this step used is scheduler.get_last_lr()[0] (or "
-            "optimizer.param_groups[0]['lr'])",
+            "called elsewhere; the scheduler keeps the rate this step used under another name",
             look="the value given to writer.add_scalar('lr', ...)",
         ),
     ]
@@ -1568,7 +1561,18 @@ def _capstone_crash(err: CheckError) -> CheckError:
             hint="build and train the model, measure val_accuracy on your validation part, then return both",
             usage=True,
         )
+    if re.search(r"shapes cannot be multiplied \(\d+x8 and 64x\d+\)", err.message):
+        return mistake_error(err.message, UNFLATTENED_IMAGES)
     return _named_crash(err, {})
+
+
+UNFLATTENED_IMAGES = Mistake(
+    "images not flattened for Linear",
+    None,
+    "nn.Linear works on the last dimension of its input only: given images of shape (N, 1, 8, 8) it sees rows of "
+    "8 pixels, while a layer made for 64 inputs expects each digit's 64 pixels as one vector",
+    look="your model's first layers: the shape of what reaches the first nn.Linear",
+)
 
 
 def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tensor) -> tuple[Any, float, ForwardLog]:
@@ -1683,7 +1687,7 @@ def _model_and_estimate(got: Any) -> tuple[nn.Module, float]:
         raise CheckError(
             "train_capstone must return (model, val_accuracy)",
             got=describe(got),
-            hint="end with `return model, val_accuracy`",
+            hint="return a pair: the trained model first, then your validation accuracy",
             usage=True,
         )
     model, estimate = got
@@ -1706,21 +1710,21 @@ def _estimate_outside(estimate: float, log: ForwardLog, images: torch.Tensor, la
             "count, not fraction",
             None,
             f"that is a count of right answers (of {counts[estimate]} "
-            "images): divide by the number of images you measured on",
+            "images), not the share of them the model gets right",
         )
         return mistake_error(message, mistake, expected="a fraction in [0, 1]", got=fmt(estimate))
     if 1 < estimate <= 100:
         mistake = Mistake(
             "percent",
             None,
-            "that is a percentage: return the accuracy as a fraction (right answers / images), without the factor 100",
+            "that is a percentage, where the accuracy is asked as a fraction in [0, 1]",
         )
         return mistake_error(message, mistake, expected="a fraction in [0, 1]", got=fmt(estimate))
     return CheckError(
         message,
         expected="a fraction in [0, 1]",
         got=fmt(estimate),
-        hint="return (right answers on your validation part) / (its number of images)",
+        hint="the accuracy is the share of your validation images the model gets right",
         usage=True,
     )
 
@@ -1756,7 +1760,7 @@ FLAT_INPUT = Mistake(
     None,
     "the model works on images flattened to 64 numbers, but the images it is given, by the check as by "
     "train_capstone's caller, have the shape (N, 1, 8, 8): the flattening happened in your training code, outside "
-    "the model, so the returned model cannot take the images it is meant for; make the flattening part of the model",
+    "the model, so the returned model cannot take the images it is meant for",
     look="the first layer of the returned model, and where your training code reshapes the images",
 )
 
@@ -1823,9 +1827,8 @@ def _estimate_error(estimate: float, accuracy: float, source: Source, held: int)
             "estimate on training images",
             None,
             "your estimate was measured on images the model "
-            "had trained on, so it says how well the model remembers, not how well it generalises: "
-            "measure on a validation part that never goes into the training loader",
-            look="val_accuracy = ... model(images[val]) ..., with val left out of the training data",
+            "had trained on, so it says how well the model remembers, not how well it generalises",
+            look="the images val_accuracy is measured on, and whether the training loader ever saw them",
         )
         return mistake_error(
             "your estimate is not measured on a validation part kept aside from training",
@@ -1867,8 +1870,7 @@ TRAINED_ON_COPIES = Mistake(
     "estimate on augmented training images",
     None,
     "the images of your validation part, or altered copies of them, went into training: the estimate says how "
-    "well the model remembers them, not how well it generalises; keep the validation part out of every training "
-    "batch, augmented or not",
+    "well the model remembers them, not how well it generalises",
     look="which indices the training loader is built from",
 )
 
@@ -1892,9 +1894,9 @@ def check_capstone(train_capstone) -> dict:
         mistake = Mistake(
             "returned in training mode",
             None,
-            "call model.eval() before you measure (and return): "
-            "dropout and batch norm act differently in training mode",
-            look="model.eval()",
+            "dropout and batch norm act differently in training mode, and the model is still in it when it is "
+            "measured and returned",
+            look="the end of train_capstone: which mode is the model in when you measure it, and when you return it?",
         )
         raise mistake_error(
             "the model came back in training mode",

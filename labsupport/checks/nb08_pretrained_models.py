@@ -164,7 +164,7 @@ def _prepared(
         raise CheckError(
             "prepare_for_transfer must return (model, optimizer)",
             got=describe(got),
-            hint="end with `return model, optimizer`",
+            hint="prepare_for_transfer returns a pair: the model, then its optimizer",
             usage=True,
         )
     model, optimizer = got
@@ -233,7 +233,8 @@ def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_hea
         mistake = Mistake(
             "head frozen",
             None,
-            "the new head was frozen too: freeze the backbone first, then replace the head (a new layer requires grad)",
+            "the new head was frozen too: the freezing reached every parameter the model held at that moment, the "
+            "new head's included (a layer made afterwards would require grad)",
         )
         return mistake_error("the new head does not require grad", mistake, expected="requires_grad=True", got="False")
     return _optimizer_error(optimizer, head, old_head)
@@ -400,8 +401,8 @@ EVAL_ONLY_IN_PREPARE = Mistake(
     None,
     "prepare_for_transfer put batch norm in eval mode, but a mode does not stay set: a training loop switches the "
     "model back with model.train() after each evaluation (notebook 05; lab.fit does it every epoch), and at the next "
-    "step batch norm updates its running statistics again; the check did the same before each step, so it is "
-    "transfer_step that must put the backbone in eval mode, every time",
+    "step batch norm updates its running statistics again; the check did the same before each step, so a mode set "
+    "once, before training, is gone by the next step",
     look="the start of transfer_step: in which mode is the backbone when the forward pass runs?",
 )
 
@@ -438,8 +439,8 @@ def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) ->
         mistake = Mistake(
             "batch norm in training mode",
             None,
-            "batch norm's running statistics still update: the model is in training mode during the step; "
-            "put the backbone (or the whole model) in eval mode: only the head learns",
+            "batch norm's running statistics still update: the model is in training mode during the step, "
+            "though only the head learns",
             look="the start of transfer_step: in which mode is the backbone when the forward pass runs?",
         )
         return mistake_error(
@@ -782,8 +783,8 @@ def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple, want: float) -
         Mistake(
             "loss recomputed after the step",
             functools.partial(math.isclose, after, rel_tol=1e-4),
-            "the loss returned was computed again after optimizer.step(), with the updated head: "
-            "return the loss of this step's forward pass, the one backward() went through",
+            "the loss returned was computed again after optimizer.step(), with the updated head, not the loss "
+            "this step's backward() went through",
             look="where transfer_step computes the loss it returns",
         ),
     ]

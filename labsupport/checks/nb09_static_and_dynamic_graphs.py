@@ -663,6 +663,22 @@ BRANCHES_ON_X = Mistake(
 )
 
 
+COND_RESULT_INDEXED = Mistake(
+    "cond's result indexed",
+    None,
+    "torch.cond hands back what its branch returns, here one tensor shaped like h; indexing that result takes "
+    "one of its rows, not an element of a tuple",
+    look="what forward does with torch.cond's result before returning it",
+)
+
+
+def _first_row_only(got: Any, h: torch.Tensor) -> bool:
+    """Is ``got`` the first row of Gate's output (or of the other branch's), a (B, 3) result indexed [0]?"""
+    if not isinstance(got, torch.Tensor) or h.dim() != 2 or got.shape != h.shape[1:]:
+        return False
+    return torch.allclose(got, h[0].relu(), atol=1e-5) or torch.allclose(got, -h[0], atol=1e-5)
+
+
 def _ran_on_x(got: Any, x: torch.Tensor, h: torch.Tensor) -> bool:
     """Is ``got`` Gate's rule applied to x itself (relu(x) or -x), not to h?"""
     if not isinstance(got, torch.Tensor) or got.shape != x.shape or x.shape == h.shape:
@@ -682,6 +698,12 @@ def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tenso
                 f"CondGate()(x) returned a {type(got).__name__} of {len(got)}, not a tensor",
                 BRANCH_RETURNS_TUPLE,
                 expected=f"a tensor of shape {tuple(h.shape)}",
+            )
+        if _first_row_only(got, h):
+            raise mistake_error(
+                f"CondGate()(x) returned a tensor of shape {tuple(got.shape)}, one row of h's shape",
+                COND_RESULT_INDEXED,
+                expected=f"shape {tuple(h.shape)}, that of h = self.linear(x)",
             )
         if _ran_on_x(got, x, h):
             raise mistake_error(
@@ -1202,6 +1224,37 @@ MEAN_OF_BOOLEANS = Mistake(
 )
 
 
+WHERE_CONDITION_NOT_A_TENSOR = Mistake(
+    "torch.where given a Python bool",
+    None,
+    "torch.where takes its condition as a tensor: turned into a Python bool first, the choice is made by Python "
+    "again (which one graph cannot hold), and torch.where refuses the bool besides",
+    look="the first argument of torch.where",
+)
+WHERE_VALUE_MISSING = Mistake(
+    "torch.where given too few values",
+    None,
+    "torch.where picks, entry by entry, between two values: one for where the condition holds and one for where it "
+    "does not. Called with the condition and a single value, it matches none of its forms",
+    look="the arguments of torch.where: which value does it take where the condition is false?",
+)
+#: torch's words for a torch.where call that matches none of its forms, and the types it was given.
+WHERE_REFUSED = re.compile(r"where\(\) received an invalid combination of arguments - got \(([^)]*)\)")
+
+
+def _where_mistake(message: str) -> Mistake | None:
+    """The mistake behind torch.where's refusal of its arguments, from the types torch lists; None otherwise."""
+    found = WHERE_REFUSED.search(message)
+    if found is None:
+        return None
+    given = [word.strip() for word in found.group(1).split(",") if word.strip()]
+    if given and given[0] == "bool":
+        return WHERE_CONDITION_NOT_A_TENSOR
+    if len(given) == 2:
+        return WHERE_VALUE_MISSING
+    return None
+
+
 def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
     """summarise_graph on every input, run eagerly; torch.cond's refusal of a branch that returns its input is named."""
     __tracebackhide__ = True
@@ -1212,6 +1265,11 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
         except CheckError as err:
             if BOOL_MEAN_ERROR in err.message:
                 raise mistake_error(err.message, MEAN_OF_BOOLEANS) from None
+            where = _where_mistake(err.message)
+            if where is not None:
+                lines = err.message.splitlines()
+                yours = [line for line in lines if line.startswith("  in your line:")]
+                raise mistake_error("\n".join([lines[0].split(" - got")[0], *yours]), where) from None
             if _names_an_earlier_length(err, x, eager):
                 raise mistake_error(
                     err.message, LENGTH_WRITTEN_IN, got=f"an error on the vector of {len(x)} numbers"
@@ -1500,6 +1558,14 @@ GROUPS_APART = Mistake(
     look="what run_programs does with the groups' results before it returns",
 )
 
+ROWS_APART = Mistake(
+    "rows returned apart",
+    None,
+    "run_programs returned its rows one by one, side by side in a list: the caller gets one tensor, whose row i is "
+    "row i of points after its own program",
+    look="what run_programs does with the rows it has computed before it returns",
+)
+
 RETURNED_EARLY = Mistake(
     "returned before every group ran",
     None,
@@ -1523,7 +1589,9 @@ def _program_result(got: Any, want: torch.Tensor) -> torch.Tensor:
     got = _returned(got, "run_programs(modules, points, programs)")
     if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
         message = f"run_programs returned a {type(got).__name__} of {len(got)} tensors, not one tensor"
-        raise mistake_error(message, GROUPS_APART, expected=f"one tensor of shape {tuple(want.shape)}")
+        rows = len(got) == len(want) and all(t.shape == want.shape[1:] for t in got)
+        mistake = ROWS_APART if rows else GROUPS_APART
+        raise mistake_error(message, mistake, expected=f"one tensor of shape {tuple(want.shape)}")
     early = isinstance(got, torch.Tensor) and got.dim() == 2 and got.shape[1:] == want.shape[1:]
     if early and 0 < len(got) < len(want):
         close = torch.cdist(got.detach().double(), want.double()).min(dim=1).values < 1e-5

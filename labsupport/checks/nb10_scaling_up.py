@@ -325,7 +325,8 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
             hint="a missing `return`, or the value of a call that gives nothing back (backward, the optimizer's or "
             "the scaler's step): amp_step ends with the step's loss"
             if loss is None
-            else "return the loss tensor itself, detached",
+            else "a Python number (what .item() or float() give) cannot be stacked with the other steps' losses: "
+            "what kind of value does the loss start as, before it is turned into a number?",
             usage=True,
         )
     loss = expect_tensor(loss, name, shape=(), finite=finite)
@@ -1069,6 +1070,16 @@ GRAD_STILL_NONE = Mistake(
 #: What autograd.grad says when it is given no tensors to differentiate (a generator of parameters used up).
 GRAD_OF_NOTHING = "`inputs` argument to `grad()` cannot be empty"
 
+GRADIENTS_STACKED = Mistake(
+    "gradients of all parameters stacked",
+    None,
+    "the gradients of different parameters were stacked into one tensor, but they have different shapes (a "
+    "convolution's weight, a bias, ...), so torch.stack refuses them: the ranks' gradients can be combined "
+    "parameter by parameter, each with the same parameter's gradients of the other ranks",
+    look="what is stacked with what, where the ranks' gradients are combined",
+)
+
+
 PARAMETERS_USED_UP = Mistake(
     "parameters used up",
     None,
@@ -1097,6 +1108,8 @@ def _run_parallel_grads(
     except CheckError as err:
         if GRAD_OF_NOTHING in err.message:
             raise mistake_error(err.message, PARAMETERS_USED_UP) from None
+        if "stack expects each tensor to be equal size" in err.message:
+            raise mistake_error(err.message, GRADIENTS_STACKED) from None
         if "'NoneType' object has no attribute 'zero_'" not in err.message:
             raise
         raise mistake_error(err.message, GRAD_STILL_NONE) from None
@@ -1381,13 +1394,22 @@ SET_EPOCH_ON_THE_LOADER = Mistake(
 )
 
 
+EPOCH_AS_GENERATOR = Mistake(
+    "epoch given as the loader's generator",
+    None,
+    "a DataLoader's generator is a torch.Generator, a source of random numbers, not a number: the loader is built "
+    "without complaint, and refuses the number only when a loop iterates it. With a sampler, the loader's generator "
+    "does not decide the order anyway: which object does, and what does it need to hear about the epoch?",
+    look="where the function hands over `epoch`, and to which object",
+)
+
+
 SAMPLER_FOR_OTHER_WORLD = Mistake(
     "sampler made for another world size",
     None,
     "the DistributedSampler refused the rank it was given, since it was told of another number of processes than "
     "the world_size the function receives (a number written in, such as the 2 GPUs of the colleague's script, or "
-    "the arguments in each other's places): the sampler must be told of exactly the processes the function is "
-    "called for",
+    "the arguments in each other's places)",
     look="the number of processes the sampler is told of",
 )
 
@@ -1407,6 +1429,20 @@ def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int,
         if "mutually exclusive with shuffle" not in said:
             raise
         raise mistake_error(err.message, SHUFFLE_WITH_SAMPLER) from None
+
+
+def _expect_generator(loader: Any) -> None:
+    """A DataLoader given a generator that is not a torch.Generator (the epoch, say) fails only when iterated:
+    name the mistake before the check iterates it."""
+    __tracebackhide__ = True
+    generator = getattr(loader, "generator", None)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise mistake_error(
+            f"the DataLoader rank_loader_fixed returned was given a generator that is {describe(generator)}, which "
+            "iterating the loader refuses (TypeError)",
+            EPOCH_AS_GENERATOR,
+            expected="a torch.Generator, or no generator",
+        )
 
 
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
@@ -1431,6 +1467,7 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
             hint=hint,
             usage=True,
         )
+    _expect_generator(loader)
     limit = n + 1  # one epoch of batches of at least one item each, and one more
     items = run_student(_first_items, loader, limit, what="iterating the loader rank_loader_fixed returned")
     if len(items) > n:
@@ -1600,7 +1637,7 @@ LOADER_MISTAKES = [
         "shards overlap",
         _overlapping_shards,
         "the ranks' parts overlap while some items are never seen: each rank shuffles differently, so their parts "
-        "are cut from different permutations (every rank must shuffle with the same seed and the same epoch number)",
+        "are cut from different permutations: what must the ranks' samplers agree on for their parts to fit together?",
         look="the sampler's seed, and the epoch number each rank shuffles with",
     ),
     Mistake(

@@ -174,7 +174,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         r"grad can be implicitly created only for scalar outputs",
         "backward() without an argument needs a scalar: reduce the loss, or pass gradient=",
     ),
-    (r"view size is not compatible|is not contiguous", "view() needs a contiguous tensor: use reshape()"),
+    (
+        r"view size is not compatible|is not contiguous",
+        "view() reads the tensor's memory in place, so it needs a contiguous tensor, and a transposed or "
+        "permuted one is not: which relative of view() copies the entries when it must?",
+    ),
     (
         r"must be Tensor, not tuple|'tuple' object has no attribute|instances of 'tuple'|type\(s\) for .*'tuple'",
         "a tuple where a tensor belongs: ctx.saved_tensors, and a function that returns several values, give a "
