@@ -945,6 +945,18 @@ def test_data_parallel_names_each_mistake(mistake, student):
     assert info.value.mistake == mistake
 
 
+def test_parameters_used_up_is_named_in_the_words_of_older_torch_too():
+    """torch before 2.14 (2.11 on the GPU machines) says "grad requires non-empty inputs." where 2.14 says
+    "`inputs` argument to `grad()` cannot be empty": the mistake was named on one and not the other."""
+
+    def older_torchs_words(model, inputs, targets, world_size):
+        raise ValueError("grad requires non-empty inputs.")
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_data_parallel_grads(older_torchs_words)
+    assert info.value.mistake == "parameters used up"
+
+
 def test_a_split_by_size_that_averages_right_is_told_by_the_calls_it_made():
     """10.3: split(world_size) passed, since the mean of any equal split is the whole-batch gradient."""
     with pytest.raises(lab.CheckError) as info:

@@ -1067,8 +1067,9 @@ GRAD_STILL_NONE = Mistake(
 )
 
 
-#: What autograd.grad says when it is given no tensors to differentiate (a generator of parameters used up).
-GRAD_OF_NOTHING = "`inputs` argument to `grad()` cannot be empty"
+#: What autograd.grad says when it is given no tensors to differentiate (a generator of parameters used up):
+#: torch 2.14's words, then those of the torch versions before it (2.11 on the GPU machines).
+GRAD_OF_NOTHING = re.compile(r"`inputs` argument to `grad\(\)` cannot be empty|grad requires non-empty inputs")
 
 GRADIENTS_STACKED = Mistake(
     "gradients of all parameters stacked",
@@ -1106,7 +1107,7 @@ def _run_parallel_grads(
             inplace_hint="{name} was changed in place: the function only reads the batch",
         )
     except CheckError as err:
-        if GRAD_OF_NOTHING in err.message:
+        if GRAD_OF_NOTHING.search(err.message):
             raise mistake_error(err.message, PARAMETERS_USED_UP) from None
         if "stack expects each tensor to be equal size" in err.message:
             raise mistake_error(err.message, GRADIENTS_STACKED) from None
