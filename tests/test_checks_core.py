@@ -390,6 +390,12 @@ HALF_WRITTEN_ERRORS = [
     (RuntimeError("expected scalar type Long but found Float"), "class indices"),
     (RuntimeError("nll_loss: expected target dtype to be Long or Byte, but got Float"), "class indices"),
     (AttributeError("'float' object has no attribute 'backward'"), "Python number"),
+    # the same float targets on CUDA, in torch 2.11's words (the GPU machine)
+    (
+        NotImplementedError("\"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for 'Float'"),
+        "class indices",
+    ),
+    (NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'"), "no version for the dtype"),
 ]
 
 
@@ -485,3 +491,16 @@ def test_a_module_whose_forward_is_misspelled_is_told_so():
         core.run_student(Net(), torch.ones(1, 2), what="your Net()(x)")
     assert "called a Net, which has no forward method" in str(info.value)
     assert "spelled" in info.value.hint
+
+
+def test_torchs_missing_kernel_is_an_error_of_the_answer_not_a_stub():
+    """On CUDA, float targets make torch raise NotImplementedError ("... not implemented for 'Float'"): it read
+    "train(...) is not written yet" on the GPU machine."""
+
+    def float_targets(x):
+        raise NotImplementedError("\"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for 'Float'")
+
+    with pytest.raises(CheckError) as info:
+        core.run_student(float_targets, 1, what="your train(...)")
+    assert "not written yet" not in str(info.value) and "raised NotImplementedError" in str(info.value)
+    assert "class indices" in info.value.hint

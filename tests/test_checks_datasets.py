@@ -371,6 +371,18 @@ def test_each_loop_mistake_is_named(evaluate_flags, train_flags, name):
     assert err.value.hint and name not in err.value.message  # rung 1 says what, not the mistake
 
 
+def test_float_labels_are_named_in_the_words_of_cuda_too():
+    """On the GPU machine (torch 2.11, CUDA) cross_entropy on float labels raises NotImplementedError
+    ('"nll_loss_forward_reduce_cuda_kernel_2d_index" not implemented for 'Float''): it read "not written yet"."""
+
+    def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+        raise NotImplementedError("\"nll_loss_forward_reduce_cuda_kernel_2d_index\" not implemented for 'Float'")
+
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(make_evaluate(), train)
+    assert err.value.mistake == "labels converted to floats", str(err.value)
+
+
 def test_a_step_before_backward_hears_about_the_order():
     """07.1: optimizer.step() before loss.backward() was told "backward() is missing" or "zero_grad() runs
     between": neither was true."""

@@ -43,7 +43,7 @@ from .core import (
     read_prediction,
     run_student,
 )
-from .running import empty_body, failing_line
+from .running import FLOAT_TARGETS, empty_body, failing_line
 
 __all__ = ["check_training_loop", "check_workers_prediction", "check_capstone"]
 
@@ -1191,7 +1191,7 @@ def _named_crash(err: CheckError, functions: dict[str, Any]) -> CheckError:
     """``err``, or a named mistake when a loop read a notebook object or gave cross_entropy float labels."""
     if err.usage or (err.mistake and not err.mistake.startswith("raised")):
         return err
-    if re.search(r"expected target dtype to be Long|expected scalar type Long but found Float", err.message):
+    if re.search(FLOAT_TARGETS, err.message):
         return mistake_error(err.message, LABELS_AS_FLOATS)
     for name, fn in functions.items():
         objects = _notebook_objects(fn)

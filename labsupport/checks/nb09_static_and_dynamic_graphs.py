@@ -561,6 +561,22 @@ def _negation_clipped(got: torch.Tensor, h: torch.Tensor) -> bool:
     return False
 
 
+OPERANDS_MISSING = Mistake(
+    "operands missing",
+    None,
+    "the branch functions take an argument, but torch.cond had no operands to give them: its last argument "
+    "is the tuple of tensors it passes to whichever branch runs",
+    look="the arguments of torch.cond, and those of the branch functions",
+)
+
+BRANCH_MUTATES = Mistake(
+    "branch changes its input",
+    None,
+    "a branch of torch.cond changes its input in place (relu_, neg_, +=), which cond cannot capture: each branch "
+    "must compute and return a new tensor",
+    look="the two functions given to torch.cond",
+)
+
 # What torch says when torch.cond is called the wrong way, and the mistake behind it.
 COND_USAGE = [
     (
@@ -594,16 +610,9 @@ COND_USAGE = [
             look="the second and third arguments of torch.cond",
         ),
     ),
-    (
-        "missing required positional argument",
-        Mistake(
-            "operands missing",
-            None,
-            "the branch functions take an argument, but torch.cond had no operands to give them: its last argument "
-            "is the tuple of tensors it passes to whichever branch runs",
-            look="the arguments of torch.cond, and those of the branch functions",
-        ),
-    ),
+    ("missing required positional argument", OPERANDS_MISSING),
+    ("failed to bind arguments when attempting to inline", OPERANDS_MISSING),  # torch 2.11's words
+    ("input mutation during higher order op tracing", BRANCH_MUTATES),  # torch 2.11: refused before export
     (
         "unsupported branch return type",
         Mistake(
@@ -763,15 +772,6 @@ PYTHON_BRANCH = Mistake(
     "the branch is decided in Python on a tensor's value (an `if`, .item(), bool()), which one graph cannot "
     "hold: which operator, met in the section on fullgraph=True, keeps both branches inside the graph?",
     look="forward's `if` (CondGate runs Gate's forward unless it defines its own)",
-)
-
-
-BRANCH_MUTATES = Mistake(
-    "branch changes its input",
-    None,
-    "a branch of torch.cond changes its input in place (relu_, neg_, +=), which cond cannot capture: each branch "
-    "must compute and return a new tensor",
-    look="the two functions given to torch.cond",
 )
 
 

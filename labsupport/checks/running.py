@@ -114,6 +114,14 @@ def stopped_after(seconds: float, what: str, why: str) -> Iterator[None]:
 
 
 # PyTorch's error texts, and what they usually mean in a student's code.
+#: What a classification loss says about float targets: on the CPU, and on CUDA (where torch names its kernel).
+FLOAT_TARGETS = (
+    r"expected target dtype to be Long|expected scalar type Long but found Float"
+    r"|nll_loss\w*\" not implemented for '(Float|Double|Half|BFloat16)'"
+)
+#: torch's NotImplementedError for an operation that has no kernel for a dtype (not a stub's).
+_NO_KERNEL = re.compile(r"\" not implemented for '\w+'")
+
 ERROR_HINTS: list[tuple[str, str]] = [
     (
         r"mat1 and mat2 shapes|size mismatch, got|Expected size for first two dimensions"
@@ -138,7 +146,7 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "this operation needs floating-point values and got integers (Long): where did the values become integers?",
     ),
     (
-        r"expected target dtype to be Long|expected scalar type Long but found Float",
+        FLOAT_TARGETS,
         "a classification loss reads its targets as class indices, whole numbers of dtype torch.long: were the "
         "labels converted to another dtype on the way?",
     ),
@@ -146,6 +154,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         r"'(float|int)' object has no attribute 'backward'",
         "backward() was called on a Python number: the loss became one (.item(), float(), the math module) before "
         "the gradients were computed, and a number has no graph to go back through",
+    ),
+    (
+        r"not implemented for '\w+'",
+        "this operation has no version for the dtype named at the end of the message (on this device): which "
+        "tensor has a dtype it was not meant to have?",
     ),
     (
         r"to have the same dtype|expected scalar type|dtype",
@@ -388,7 +401,7 @@ def _student_failure(exc: BaseException, what: str, limit: float) -> CheckError:
             "exercise needs",
             mistake="too slow",
         )
-    if isinstance(exc, NotImplementedError):
+    if isinstance(exc, NotImplementedError) and not _NO_KERNEL.search(str(exc)):
         return _not_implemented(exc, what)
     if isinstance(exc, SystemExit):
         return CheckError(
