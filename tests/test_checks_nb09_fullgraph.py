@@ -346,6 +346,13 @@ def test_a_cond_branch_that_returns_its_input_is_named(capsys):
         y = torch.cond(y.mean() < 0, lambda v: -v, lambda v: v, (y,))
         return y * (y > 0).float().mean()
 
+    try:
+        cond_keeps_y(torch.randn(5))
+    except Exception:  # torch 2.11 and later refuse a branch that returns its input
+        pass
+    else:  # torch 2.6 runs it: the function is then a right answer, and passes
+        lab.check_fullgraph_fix(cond_keeps_y)
+        return
     with pytest.raises(lab.CheckError) as info:
         lab.check_fullgraph_fix(cond_keeps_y)
     assert info.value.mistake == "cond branch returns its input", str(info.value)

@@ -144,8 +144,21 @@ def run_in_process(nb: nbformat.NotebookNode, folder: str | Path, *, timeout: fl
                     error = TimeoutError(f"the cell did not finish within {timeout:g} s")
                 cell.outputs = _outputs(captured.stdout, captured.stderr, error)
         finally:
-            shell.reset(new_session=False)
+            _reset(shell)
             InteractiveShell.clear_instance()
+
+
+def _reset(shell) -> None:
+    """``shell.reset()``: it deletes the namespace's names one by one, and deleting one may take another with it
+    (torch 2.6's Dynamo removes its ``__resume_at_...`` functions then), which reset reports as a KeyError: the
+    names left are deleted by the next try."""
+    for _ in range(10):
+        try:
+            shell.reset(new_session=False)
+            return
+        except KeyError:
+            continue
+    shell.reset(new_session=False)
 
 
 def _outputs(stdout: str, stderr: str, error: BaseException | None) -> list:

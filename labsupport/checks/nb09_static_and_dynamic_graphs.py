@@ -611,6 +611,7 @@ COND_USAGE = [
         ),
     ),
     ("missing required positional argument", OPERANDS_MISSING),
+    ("missing a required argument", OPERANDS_MISSING),  # torch 2.6's words
     ("failed to bind arguments when attempting to inline", OPERANDS_MISSING),  # torch 2.11's words
     ("input mutation during higher order op tracing", BRANCH_MUTATES),  # torch 2.11: refused before export
     (
@@ -636,6 +637,12 @@ COND_USAGE = [
     ),
 ]
 
+_COND_MISTAKES = {mistake.name: mistake for _, mistake in COND_USAGE}
+COND_USAGE += [  # torch 2.6's words for two of them
+    ("expected branches to return a possibly nested", _COND_MISTAKES["branch returns no tensor"]),
+    ("expect branches to return tensors with same metadata", _COND_MISTAKES["branches differ"]),
+]
+
 BRANCH_RETURNS_TUPLE = Mistake(
     "branch returns a tuple",
     None,
@@ -645,6 +652,18 @@ BRANCH_RETURNS_TUPLE = Mistake(
 )
 
 
+def _reason_in_causes(err: BaseException, phrase: str) -> str | None:
+    """The first line holding ``phrase`` in the errors ``err`` was raised from (torch 2.6 raises a generic
+    "Cond doesn't work unless it is captured completely" from the error that says why), or None."""
+    cause, depth = err.__cause__, 0
+    while cause is not None and depth < 6:
+        for line in str(cause).splitlines():
+            if phrase in line.lower():
+                return line.strip()
+        cause, depth = cause.__cause__ or cause.__context__, depth + 1
+    return None
+
+
 def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
     """``model(x)``, with torch.cond's own complaints about how it was called turned into named mistakes."""
     try:
@@ -652,6 +671,9 @@ def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
     except CheckError as err:
         text = err.message.lower()
         for phrase, mistake in COND_USAGE:
+            reason = _reason_in_causes(err, phrase) if phrase not in text else None
+            if reason:  # torch 2.6 says why only in the error it was raised from
+                raise mistake_error(f"{err.message.splitlines()[0]} {reason}"[:300], mistake) from None
             if phrase in text:
                 first = err.message.splitlines()[0]
                 if first.count("(") > first.count(")"):  # a tensor printed over several lines: cut before it
@@ -787,7 +809,8 @@ def _export(model: torch.nn.Module, x: torch.Tensor) -> Any:
         message = f"torch.export refused CondGate ({type(exc).__name__}: {reason[:220]})"
         if _is_data_dependent(exc):
             raise mistake_error(message, PYTHON_BRANCH) from None
-        if "input mutation" in str(exc).lower():
+        # torch 2.6 traces the branch and then refuses its in-place change of a tensor that requires grad
+        if "input mutation" in str(exc).lower() or "used in an in-place operation" in str(exc):
             raise mistake_error(message, BRANCH_MUTATES) from None
         raise CheckError(message) from None
 
