@@ -196,6 +196,16 @@ def test_run_cases_refuses_zero_cases_and_counts_outputs():
     assert "returned the wrong number of values" in err
     err = message(core.run_cases, lambda x: None, cases, lambda x: (x, x), what="f", outputs=("a", "b"))
     assert "missing `return`" in err
+    for kind, made in (("generator", lambda x: (v for v in (x, x))), ("dict", lambda x: {"a": x, "b": x})):
+        err = message(core.run_cases, made, cases, lambda x: (x, x), what="f", outputs=("a", "b"))
+        assert f"f returned {kind} where a tuple of 2 values belongs" in err
+
+
+def test_a_wrong_shape_in_a_later_case_says_which_case():
+    # right on the first case's sizes only (a size written into the answer): the case says so
+    cases = [(torch.ones(2, 3),), (torch.ones(4, 3),)]
+    err = message(core.run_cases, lambda x: x.sum(1)[:2], cases, lambda x: x.sum(1), what="f")
+    assert "wrong shape in case 2 of 2 (inputs of shape (4, 3))" in err
 
 
 def test_run_cases_names_a_mistake_in_one_of_several_outputs():

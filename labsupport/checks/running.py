@@ -498,6 +498,14 @@ def _outputs_of(result: Any, outputs: Sequence[str], what: str) -> tuple:
         return (result,)
     if isinstance(result, (tuple, list)) and len(result) == len(outputs):
         return tuple(result)
+    if result is not None and not isinstance(result, (tuple, list, torch.Tensor, int, float)):  # a generator, a dict
+        raise CheckError(
+            f"{what} returned {type(result).__name__} where a tuple of {len(outputs)} values belongs",
+            expected=f"a tuple ({', '.join(outputs)})",
+            got=describe(result),
+            hint="return the values themselves, one per output, in this order: a tuple or a list",
+            usage=True,
+        )
     raise CheckError(
         f"{what} returned the wrong number of values",
         expected=f"a tuple ({', '.join(outputs)})",

@@ -374,9 +374,15 @@ def compare(
             "fix those first",
             usage=True,
         )
-    got = expect_tensor(
-        got, name, shape=tuple(expected.shape), dtype=expected.dtype if dtype else None, device=expected.device
-    )
+    try:
+        got = expect_tensor(
+            got, name, shape=tuple(expected.shape), dtype=expected.dtype if dtype else None, device=expected.device
+        )
+    except CheckError as err:
+        if where:  # which case gave the wrong shape, dtype or device: a sizes-dependent answer shows itself
+            err.message = f"{err.message} {where}"
+            err.args = (err._text(),)
+        raise
     g = got.detach().double().cpu()
     e = expected.double().cpu()
     excess = (g - e).abs() - (atol + rtol * e.abs())
