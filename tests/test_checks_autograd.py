@@ -91,6 +91,19 @@ def test_two_path_mistake_is_named(k):
     assert err.hint == TWO_PATH_MISTAKES[k].why
 
 
+def _two_path_exponentiating_a(a, b):
+    grads = two_path(a, b)
+    a.exp_()  # the caller's a: the notebook hands in a.detach(), which shares a's memory
+    return grads
+
+
+def test_two_path_that_writes_into_a_is_named():
+    """03.1: right gradients, then a.exp_() on the caller's a, passed (the check never looked at a again)."""
+    err = failure(lab.check_predicted_gradients, _two_path_exponentiating_a)
+    assert err.mistake == "changed a in place"
+    assert "a.detach()" in err.hint
+
+
 def test_grad_a_with_a_for_b_is_named():
     """03.1: d(a * b)/da taken as a (grad_b's factor) got a generic expected/got."""
 

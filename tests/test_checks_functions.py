@@ -821,3 +821,51 @@ def test_super_called_in_a_static_backward_is_named():
 def test_the_parent_backward_called_by_its_class_name_passes(capsys):
     lab.check_scaled_matmul_function(_ParentByName)
     assert "PASS" in capsys.readouterr().out
+
+
+def _float32_backward(ctx, g):
+    x, w = ctx.saved_tensors
+    grad_x = ctx.scale * g.float().mm(w.float().t())
+    grad_w = ctx.scale * x.float().t().mm(g.float())
+    return grad_x.double(), grad_w.double(), None
+
+
+def test_a_backward_computed_in_float32_is_named():
+    """04.4: float32 inside backward, cast back, passed when its rounding stayed under rtol=1e-6."""
+    err = failure(lab.check_scaled_matmul_function, make(mm_forward, _float32_backward, "ScaledMatmul"))
+    assert err.mistake == "gradients in float32"
+
+
+def _sizes_written_in(ctx, g):
+    x, w = ctx.saved_tensors
+    grad_x = torch.zeros(5, 4, dtype=g.dtype)
+    grad_x = grad_x + ctx.scale * g.mm(w.t())
+    return grad_x, ctx.scale * x.t().mm(g), None
+
+
+def test_sizes_written_into_backward_fail():
+    """04.4: both cases had x (5, 4) and w (4, 3), so a backward that wrote those sizes in passed."""
+    failure(lab.check_scaled_matmul_function, make(mm_forward, _sizes_written_in, "ScaledMatmul"))
+
+
+def _flattened_view(ctx, g):
+    (x,) = ctx.saved_tensors
+    return (g.view(-1) * torch.sigmoid(x).view(-1)).view(x.shape)
+
+
+def _remembered_by_shape(ctx, g):
+    (x,) = ctx.saved_tensors
+    if x.shape not in _REMEMBERED:
+        _REMEMBERED[x.shape] = torch.sigmoid(x)
+    return g * _REMEMBERED[x.shape]
+
+
+_REMEMBERED = {}
+
+
+@pytest.mark.parametrize("backward", [_flattened_view, _remembered_by_shape], ids=["view(-1)", "memoised"])
+def test_a_backward_right_only_on_contiguous_or_first_inputs_fails(backward):
+    """04.2: every case had a contiguous grad_output and its own shape, so view(-1) and a cache keyed by shape
+    passed; the last case repeats case 1's shape with other values, transposed."""
+    _REMEMBERED.clear()
+    failure(lab.check_softplus_function, make(save_x(stable), backward))

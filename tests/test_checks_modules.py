@@ -1214,3 +1214,46 @@ def test_a_stack_block_reading_its_layers_without_self_is_named():
     with pytest.raises(lab.CheckError) as err:
         lab.check_residual_stack(stack_variant(forward=lambda self, x: blocks[0](x)))  # noqa: F821
     assert err.value.mistake == nb05_nn_module.NOT_ON_SELF.name
+
+
+# ------------------------------------------------------------------ ninth audit: wrong answers that passed
+
+
+def _remembering_forward(self, x):
+    if getattr(self, "kept", None) is None:
+        self.kept = x @ self.weight.t() + self.bias
+    return self.kept
+
+
+def test_a_layer_that_keeps_its_first_output_fails():
+    """05.1: each layer was called once, so a forward that returned its first output again passed."""
+    with pytest.raises(lab.CheckError, match="called a second time, on another x of shape"):
+        lab.check_my_linear(linear_variant(forward=_remembering_forward))
+
+
+def test_a_layer_for_matrices_that_uses_dot_t_gets_the_note_and_no_torch_warning(capsys, recwarn):
+    """05.1: `(self.weight @ x.T).T` printed torch's deprecation warning for .T on the (2, 3, D_in) input."""
+    transposes = linear_variant(forward=lambda self, x: (self.weight @ x.T).T + self.bias)
+    lab.check_my_linear(transposes)
+    captured = capsys.readouterr()
+    assert captured.out.startswith("PASS  MyLinear")
+    assert "your layer gives an error there" in captured.out and ".T reverses the order of ALL" in captured.out
+    assert "UserWarning" not in captured.err and not [w for w in recwarn if "x.T" in str(w.message)]
+
+
+def _stack_keeping_its_output(self, x):
+    if getattr(self, "kept", None) is None:
+        self.kept = ResidualStack.forward(self, x)
+    return self.kept
+
+
+def _stack_of_seven_rows(self, x):
+    h = torch.zeros(7, x.shape[1]) + x
+    return ResidualStack.forward(self, h)
+
+
+@pytest.mark.parametrize("forward", [_stack_keeping_its_output, _stack_of_seven_rows], ids=["kept", "7 rows"])
+def test_a_stack_right_only_for_the_first_input_or_its_batch_size_fails(forward):
+    """05.3: both calls used the same x of 7 rows, so a kept output or a batch size written in passed."""
+    with pytest.raises(lab.CheckError, match=r"shape \(4, 5\)|size of tensor a \(7\)"):
+        lab.check_residual_stack(stack_variant(forward=forward))

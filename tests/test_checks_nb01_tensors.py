@@ -194,6 +194,8 @@ PREDICATE_MISTAKES = [
     # eighth round: an intermediate step handed back, (3, 1, 4), got the bare shape only
     ("per_sample_matmul", "x returned with its new axis", lambda x, w: x.unsqueeze(1)),
     ("channels_first_rows", "one row per channel", lambda im: im.permute(0, 3, 1, 2).flatten(0, 1)),
+    # ninth round: a squeeze at the end passed, since every case had more than one point on each side
+    ("pairwise_sq_dists", "every size-1 axis squeezed", lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1).squeeze()),
 ]
 
 
@@ -585,6 +587,20 @@ def test_a_squeeze_without_an_axis_fails_on_one_sample():
     err = info.value
     assert err.mistake == "every size-1 axis squeezed"
     assert "(1,)" in str(err)
+
+
+@pytest.mark.parametrize(
+    "squeeze",
+    [lambda d: d.squeeze(), lambda d: d.squeeze(1)],
+    ids=["squeeze()", "squeeze(1) with one point in b"],
+)
+def test_pairwise_squeezed_fails_on_one_point(squeeze):
+    """01.1: (...).sum(-1).squeeze() returns (M,) for one point in a and passed (every case had N, M > 1)."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_pairwise_sq_dists(lambda a, b: squeeze(((a[:, None] - b[None]) ** 2).sum(-1)))
+    err = info.value
+    assert err.mistake == "every size-1 axis squeezed"
+    assert "squeeze() without an axis" in err.hint
 
 
 def _pairwise_unsqueezing_in_place(a, b):

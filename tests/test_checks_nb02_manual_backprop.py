@@ -126,6 +126,20 @@ def test_a_training_step_inside_loss_and_grads_is_named():
     assert "changed the w1 it was given" in info.value.message
 
 
+def test_data_written_into_by_loss_and_grads_is_named():
+    """02.3: right loss and gradients, then y overwritten in place (y -= y_pred style), passed."""
+
+    def overwriting_y(x, y, w1, w2):
+        result = loss_and_grads(x, y, w1, w2)
+        y.sub_(torch.relu(x @ w1) @ w2)
+        return result
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(overwriting_y)
+    assert info.value.mistake == nb02.DATA_CHANGED.name
+    assert "changed the y it was given" in info.value.message
+
+
 def test_lecture_relu_backward_that_writes_into_dout_passes(capsys):
     """02.2: the lecture's `dout[h < 0] = 0` got "keep h intact"; the prompt does not forbid it."""
     lab.check_relu_layer(relu_forward, lecture_relu_backward)
@@ -164,10 +178,19 @@ def test_restoring_really_leaves_w_an_ulp_off():
     assert not torch.equal(w, before) and float((w - before).abs().max()) < 1e-15
 
 
-def test_backward_returning_a_list_or_a_one_tuple_passes(capsys):
+def test_backward_returning_a_list_passes(capsys):
     lab.check_linear_layer(linear_forward, lambda dout, c: [dout @ c[1].t(), c[0].t() @ dout])
-    lab.check_relu_layer(lambda h: [h.relu(), h], lambda dout, h: (dout * (h > 0),))
+    lab.check_relu_layer(lambda h: [h.relu(), h], relu_backward)
     assert capsys.readouterr().out.count("PASS") == 2
+
+
+@pytest.mark.parametrize("wrap", [tuple, list], ids=["one-tuple", "one-list"])
+def test_relu_backward_returning_a_one_tuple_is_named(wrap):
+    """02.2: `return (dh,)` passed, then broke 02.3; the prompt asks relu_backward for dh itself, a tensor."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(relu_forward, lambda dout, h: wrap([dout * (h > 0)]))
+    assert info.value.mistake == nb02.GRADIENT_IN_A_TUPLE.name
+    assert "inside a " + wrap.__name__ in info.value.message
 
 
 # --------------------------------------------------------------------------- the rule: no autograd
@@ -314,6 +337,20 @@ def test_linear_mistakes_as_students_write_them(backward, fragment):
     with pytest.raises(lab.CheckError) as info:
         lab.check_linear_layer(linear_forward, backward)
     assert info.value.mistake == fragment
+
+
+def _backward_transposing_x_in_place(dout, cache):
+    x, w = cache
+    x.t_()  # the caller's x: in 02.3 the data itself
+    return dout @ w.t(), x @ dout
+
+
+def test_linear_layer_that_leaves_x_transposed_is_named():
+    """02.1: right dx and dw, with the caller's x left transposed by x.t_(), passed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_linear_layer(linear_forward, _backward_transposing_x_in_place)
+    assert info.value.mistake == nb02.INPUT_CHANGED.name
+    assert "the x passed to the forward is changed" in info.value.message
 
 
 def test_forward_that_overwrites_h_is_named_with_the_argument():

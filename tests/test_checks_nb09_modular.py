@@ -477,3 +477,37 @@ def test_a_function_that_runs_backward_is_told_to_return_the_result(student):
         lab.check_run_programs(student)
     assert info.value.message.startswith("run_programs ran backward on what it computed")
     assert "without running backward" in info.value.message
+
+
+def grouped_by_set_of_names(modules, points, programs):
+    """09.5 audit 9: grouped by the set of a program's names, each group run through its first row's program; it
+    passed while no two programs of the batch held the same names."""
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(frozenset(program), []).append(i)
+    out = torch.zeros_like(points)
+    for rows in rows_of.values():
+        h = points[rows]
+        for name in programs[rows[0]]:
+            h = modules[name](h)
+        out[rows] = h
+    return out
+
+
+def each_step_once(modules, points, programs):
+    """09.5 audit 9: a program's repeated step run once; it passed while no program repeated a step."""
+    return grouped(modules, points, [tuple(dict.fromkeys(program)) for program in programs])
+
+
+def test_programs_with_the_same_names_in_another_order_are_told_apart():
+    points, programs = nb09.program_batch_reordered()
+    assert ("scale", "rotate") in programs and ("rotate", "scale") in programs
+    assert any(len(set(program)) < len(program) for program in programs)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(grouped_by_set_of_names)
+    assert info.value.mistake == "steps in another order"
+    assert info.value.got == "2 of 6 rows differ"
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(each_step_once)
+    assert info.value.message == "run_programs differs from running each row through its own program"
+    assert info.value.got == "2 of 6 rows differ"

@@ -338,3 +338,51 @@ def test_the_colleagues_shuffle_kept_beside_the_sampler_is_named():
     assert info.value.mistake == "shuffle kept with the sampler"
     text = f"{info.value.hint} {info.value.look}"
     assert "set_epoch" not in text and "sampler=sampler" not in text
+
+
+def one_pass_iterator(dataset, rank, world_size, epoch, batch_size=32):
+    return iter(fixed(dataset, rank, world_size, epoch, batch_size))
+
+
+def one_pass_generator(dataset, rank, world_size, epoch, batch_size=32):
+    return (batch for batch in fixed(dataset, rank, world_size, epoch, batch_size))
+
+
+@pytest.mark.parametrize("student", [one_pass_iterator, one_pass_generator])
+def test_an_iterator_in_place_of_the_loader_is_named(student):
+    """10.6 audit 9: iter(loader) passed, since the check walked each returned object once."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(student)
+    assert info.value.mistake == nb10.ONE_PASS_ONLY.name
+    assert info.value.message.endswith("and 0 when iterated a second time")
+    assert "iter(" not in f"{info.value.hint} {info.value.look}"
+
+
+def through_a_batch_sampler(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    batches = torch.utils.data.BatchSampler(sampler, batch_size, drop_last=False)
+    return DataLoader(dataset, batch_sampler=batches)
+
+
+def test_a_batch_sampler_over_the_distributed_sampler_passes(capsys):
+    """Another design the prompt allows; it is iterated twice like any loader."""
+    lab.check_rank_loader(through_a_batch_sampler)
+    assert capsys.readouterr().out.startswith("PASS  rank_loader_fixed")
+
+
+def sampler_in_shuffles_place(dataset, rank, world_size, epoch, batch_size=32):
+    chosen = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    chosen.set_epoch(epoch)
+    return DataLoader(dataset, batch_size, chosen)
+
+
+def test_a_sampler_passed_positionally_is_named():
+    """10.6 audit 9: DataLoader(dataset, batch_size, sampler) puts the sampler on shuffle; it was named "every rank
+    sees all data", which the student's line seems to contradict."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(sampler_in_shuffles_place)
+    assert info.value.mistake == nb10.SAMPLER_AS_SHUFFLE.name
+    assert info.value.message == "with 50 items on 2 ranks, the ranks get 50, 50 items in epoch 0"
+    text = f"{info.value.hint} {info.value.look}"
+    assert "third parameter is shuffle" in text and "sampler=" not in text

@@ -397,6 +397,16 @@ class ItemGate(Gate):
         return h.relu() if h.sum().item() > 0 else -h
 
 
+class ItemPredicateGate(Gate):
+    """Correct (audit 9 decided): the predicate made with .item(). Export and fullgraph=True trace the .item() into
+    the graph (aten.item, then a symbolic comparison), so the cond node still holds both branches and the exported
+    program takes either one, as the check runs it on every batch."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum().item() > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
 class WhereGate(Gate):
     def forward(self, x):
         h = self.linear(x)
@@ -564,7 +574,7 @@ class Endless(CondGate):
             time.sleep(0.01)
 
 
-@pytest.mark.parametrize("student", [CondGate, OperandsGate, MeanGate, OwnInit])
+@pytest.mark.parametrize("student", [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate])
 def test_cond_gate_passes_every_correct_design(student, capsys):
     lab.check_cond_gate(student)
     assert capsys.readouterr().out == (

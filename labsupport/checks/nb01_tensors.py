@@ -112,7 +112,8 @@ def _has_three_axes(result: Any) -> bool:
 
 def _pairwise_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.1 for the points a and b."""
-    return [*_pairwise_broadcast_mistakes(a, b), *_pairwise_formula_mistakes(a, b), NOT_FINITE]
+    squeezed = [_squeezed_mistake(a, b)] if 1 in (len(a), len(b)) else []
+    return [*squeezed, *_pairwise_broadcast_mistakes(a, b), *_pairwise_formula_mistakes(a, b), NOT_FINITE]
 
 
 def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
@@ -302,7 +303,20 @@ def _pairwise_cases() -> list[tuple[torch.Tensor, torch.Tensor]]:
         _randn(21, (7, 6), (2, 6)),
         _randn(22, (3, 4), (3, 4)),  # square: a transposed result keeps the shape
         _randn(23, (5, 2), (4, 2), dtype=torch.float32),
+        _randn(24, (1, 3), (4, 3)),  # a single point in a, then in b: the result keeps its axis of size 1
+        _randn(25, (5, 2), (1, 2)),
     ]
+
+
+def _squeezed_mistake(a: torch.Tensor, b: torch.Tensor) -> Mistake:
+    return Mistake(
+        "every size-1 axis squeezed",
+        _squeezed_everything(_pairwise_reference(a, b)),
+        why="with a single point in a (or in b) the result lost its axis of size 1: squeeze() without an axis "
+        "removes every axis of size 1, also the one that counts the points; entry [i, j] needs both axes, "
+        "(N, M), whatever N and M are",
+        look="the squeeze (or the reshape) at the end: which axes does it remove when N or M is 1?",
+    )
 
 
 USES_CDIST = Mistake(

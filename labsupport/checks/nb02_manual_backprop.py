@@ -216,11 +216,28 @@ def _split_forward(result: Any, name: str) -> tuple[Any, Any]:
     return out, cache
 
 
+GRADIENT_IN_A_TUPLE = Mistake(
+    "gradient wrapped in a tuple",
+    None,
+    why="a backward returns one gradient per input of its forward, and this forward has one input: the prompt asks "
+    "for that gradient itself, a tensor, while a tuple or list around it stops the next step (02.3 multiplies it "
+    "with a matrix, which a tuple cannot be)",
+    look="the return line of the backward: what is around the gradient?",
+)
+
+
 def _split_backward(result: Any, name: str, outputs: tuple[str, ...]) -> tuple:
     """The gradients a backward returned, one per input, or a sentence saying what it must return."""
     __tracebackhide__ = True
     if len(outputs) == 1 and not isinstance(result, (tuple, list)):
         return (result,)
+    if len(outputs) == 1 and len(result) == 1:
+        raise mistake_error(
+            f"{name}_backward(dout, cache) returned its gradient inside a {type(result).__name__}",
+            GRADIENT_IN_A_TUPLE,
+            expected=f"{outputs[0]}, a tensor",
+            got=f"a {type(result).__name__} holding one {describe(result[0])}",
+        )
     if isinstance(result, (tuple, list)) and len(result) == len(outputs):
         return tuple(result)
     wanted = outputs[0] if len(outputs) == 1 else f"({', '.join(outputs)})"
@@ -232,29 +249,64 @@ def _split_backward(result: Any, name: str, outputs: tuple[str, ...]) -> tuple:
     )
 
 
+INPUT_CHANGED = Mistake(
+    "layer changed its input",
+    None,
+    why="the gradients are right, but the layer wrote into a tensor it was given (an operation whose name ends in "
+    "_, such as t_ or mul_, or an assignment into it), and the cache holds those very tensors: in 02.3 they are "
+    "the data x and the weights, so every call would change them",
+    look="every in-place operation in the forward and the backward: which tensor does it write into?",
+)
+
+
 class _Layer:
     """The student's forward, then their backward on its cache, as one function of a case's tensors;
-    it notes whether the forward changed its input in place."""
+    it notes whether the forward changed its input in place. ``kept``: the names of the inputs that must
+    come back unchanged after the backward (the linear layer's x and w)."""
 
-    def __init__(self, name: str, forward: Any, backward: Any, grads: tuple[str, ...]) -> None:
+    def __init__(
+        self, name: str, forward: Any, backward: Any, grads: tuple[str, ...], kept: tuple[str, ...] = ()
+    ) -> None:
         self.name = name
         self.forward = _by_hand(forward)
         self.backward = _by_hand(backward)
         self.grads = grads
+        self.kept = kept
         self.changed: str | None = None
 
     def __call__(self, *args: torch.Tensor) -> tuple:
         inputs = args[:-1]
         dout = args[-1]
-        before = inputs[0].clone()
+        before = [a.clone() for a in inputs]
         result = run_student(self.forward, *inputs, what=f"your {self.name}_forward")
         out, cache = _split_forward(result, self.name)
-        if not torch.equal(inputs[0], before):
+        if not torch.equal(inputs[0], before[0]):
             self.changed = _first_parameter(self.forward)
         if isinstance(out, torch.Tensor):
             out = out.clone()  # as it was before the backward ran (a backward may write into its cache)
         grads = run_student(self.backward, dout, cache, what=f"your {self.name}_backward(dout, cache)")
+        self._judge_kept(inputs, before)
         return (out, *_split_backward(grads, self.name, self.grads))
+
+    def _judge_kept(self, inputs: tuple, before: list) -> None:
+        """The inputs named in ``kept`` must hold what they held before the forward ran."""
+        __tracebackhide__ = True
+        for name, now, then in zip(self.kept, inputs, before):
+            if now.shape == then.shape and torch.equal(now, then):
+                continue
+            got = describe(now)
+            if now.shape == then.shape:
+                got = f"{name} changed by up to {_largest_change(now, then)}"
+            raise mistake_error(
+                f"after your {self.name}_forward and {self.name}_backward, the {name} passed to the forward is changed",
+                INPUT_CHANGED,
+                expected=f"{name} as it was passed in, {describe(then)}",
+                got=got,
+            )
+
+
+def _largest_change(now: torch.Tensor, then: torch.Tensor) -> str:
+    return f"{float((now.double() - then.double()).abs().max()):.3g}"
 
 
 def _check_layer(layer: _Layer, cases: list, reference: Callable, mistakes: Callable) -> None:
@@ -357,7 +409,7 @@ def check_linear_layer(linear_forward: Any, linear_backward: Any) -> None:
     """Exercise 02.1: out, dx and dw against autograd. Example: ``lab.check_linear_layer(linear_forward, linear_backward)``."""
     _expect_layer(linear_forward, linear_backward, "linear")
     cases = _linear_cases()
-    layer = _Layer("linear", linear_forward, linear_backward, ("dx", "dw"))
+    layer = _Layer("linear", linear_forward, linear_backward, ("dx", "dw"), kept=("x", "w"))
     _check_layer(layer, cases, _linear_reference, _linear_mistakes)
     passed(f"linear layer: out, dx, dw match autograd on {len(cases)} cases (max rel. error < {TOL:g})")
 
@@ -778,21 +830,36 @@ WEIGHTS_CHANGED = Mistake(
 )
 
 
+DATA_CHANGED = Mistake(
+    "data changed inside",
+    None,
+    why="loss_and_grads wrote into x or y, the data it was given (an operation whose name ends in _, or an "
+    "assignment into the tensor): it only reads them, and the training loop passes the same x and y at every "
+    "step, so each step would see other data",
+    look="every in-place operation in loss_and_grads and in the layers it calls: which tensor does it write into?",
+)
+
+
 def _weights_kept(loss_and_grads: Callable) -> Callable:
-    """``loss_and_grads``, failing with WEIGHTS_CHANGED when a call changes the w1 or w2 it was given."""
+    """``loss_and_grads``, failing with WEIGHTS_CHANGED when a call changes the w1 or w2 it was given, and with
+    DATA_CHANGED when it changes x or y."""
 
     @functools.wraps(loss_and_grads)
     def run(x: Any, y: Any, w1: Any, w2: Any) -> Any:
-        before = [w.clone() if isinstance(w, torch.Tensor) else w for w in (w1, w2)]
+        given = {"w1": w1, "w2": w2, "x": x, "y": y}
+        before = {name: t.clone() if isinstance(t, torch.Tensor) else t for name, t in given.items()}
         result = loss_and_grads(x, y, w1, w2)
-        for name, old, new in zip(("w1", "w2"), before, (w1, w2)):
-            if isinstance(new, torch.Tensor) and not torch.equal(old, new):
-                raise mistake_error(
-                    f"your loss_and_grads(x, y, w1, w2) changed the {name} it was given",
-                    WEIGHTS_CHANGED,
-                    expected=f"{name} as it was passed in",
-                    got=f"{name} changed by at most {float((new - old).abs().max()):.3g}",
-                )
+        for name, new in given.items():
+            old = before[name]
+            if not isinstance(new, torch.Tensor) or (new.shape == old.shape and torch.equal(old, new)):
+                continue
+            change = "its shape" if new.shape != old.shape else f"at most {float((new - old).abs().max()):.3g}"
+            raise mistake_error(
+                f"your loss_and_grads(x, y, w1, w2) changed the {name} it was given",
+                WEIGHTS_CHANGED if name.startswith("w") else DATA_CHANGED,
+                expected=f"{name} as it was passed in",
+                got=f"{name} changed by {change}",
+            )
         return result
 
     return run

@@ -156,6 +156,14 @@ def _inner_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
     ]
 
 
+#: predict_grads only reads a and b: the notebook's next cell hands it a.detach(), which shares a's memory.
+PREDICT_IN_PLACE = (
+    "predict_grads only reads its inputs, but an operation whose name ends in _ (exp_, mul_, add_) or an "
+    "assignment into {name} (+=, {name}[...] =) wrote into the caller's tensor; the notebook hands it a.detach(), "
+    "which shares a's memory, so a itself would change"
+)
+
+
 def _two_path_reference(a: torch.Tensor, b: torch.Tensor) -> tuple:
     return _autograd(_two_path_loss, a, b)
 
@@ -181,6 +189,7 @@ def check_predicted_gradients(predict: Any) -> None:
                 what=what,
                 outputs=("grad_a", "grad_b"),
                 mistakes=_two_path_mistakes,
+                inplace_hint=PREDICT_IN_PLACE,
             )
     except CheckError as err:
         if "not finite" not in err.message or err.mistake:

@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import itertools
 import re
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -615,6 +616,27 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     if x.grad is None:
         raise CheckError(f"x gets no gradient through {call}(x): forward cuts its input from the graph")
     compare("the gradient of x", x.grad, upstream @ weight, rtol=1e-10, atol=1e-12, where=where)
+    _check_second_call(layer, call, weight, bias, g, where)
+
+
+def _check_second_call(
+    layer: nn.Module, call: str, weight: torch.Tensor, bias: torch.Tensor, g: torch.Generator, where: str
+) -> None:
+    """A second call, on another batch of another size, gives its own output and gradients, as in a training
+    loop: nothing is kept from the first call (an output, or a tensor computed from the weight)."""
+    __tracebackhide__ = True
+    o, i = weight.shape
+    x = torch.randn(3, i, generator=g, dtype=torch.float64)
+    what = f"{call}(x) called a second time, on another x of shape (3, {i})"
+    out = expect_output(_run_layer(layer, x, f"{call}"), what)
+    compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12, where=where)
+    layer.zero_grad()
+    upstream = torch.randn(3, o, generator=g, dtype=torch.float64)
+    run_student(_backward, out, upstream, what=f"backward through {what}")
+    weight_grad = layer.weight.grad
+    if weight_grad is None:
+        raise mistake_error(f"{call}.weight gets no gradient from the second call's backward()", NO_GRADIENT)
+    compare(f"the gradient of weight after {what}", weight_grad, upstream.t() @ x, rtol=1e-10, atol=1e-12)
 
 
 OUTPUT_SQUEEZED = Mistake(
@@ -664,17 +686,26 @@ def _leading_dimensions_note(cls: type) -> str | None:
     __tracebackhide__ = True
     i, o = 5, 3
     layer, call, x, reference = _loaded_layer(cls, i, o, (2, 3))
-    try:
-        out = run_student(layer, x, what=f"{call}(x)")
-        compare(f"{call}(x)", out, reference(x), rtol=1e-10, atol=1e-12)
-    except CheckError as err:
-        got = err.got or "an error"
-        return (
-            f"nn.Linear also takes input with more leading dimensions, shape (*, D_in), such as (2, 3, {i}) -> "
-            f"(2, 3, {o}); your layer gives {got} there. `@` broadcasts over leading dimensions; mm, addmm and a "
-            "2-D einsum do not."
+    with warnings.catch_warnings(record=True) as caught:  # a right answer gets no warning printed by the check
+        warnings.simplefilter("always")
+        try:
+            out = run_student(layer, x, what=f"{call}(x)")
+            compare(f"{call}(x)", out, reference(x), rtol=1e-10, atol=1e-12)
+        except CheckError as err:
+            got = err.got or "an error"
+        else:
+            return None
+    note = (
+        f"nn.Linear also takes input with more leading dimensions, shape (*, D_in), such as (2, 3, {i}) -> "
+        f"(2, 3, {o}); your layer gives {got} there. `@` broadcasts over leading dimensions; mm, addmm and a "
+        "2-D einsum do not."
+    )
+    if any("x.T" in str(warning.message) for warning in caught):
+        note += (
+            " And .T reverses the order of ALL the dimensions of a tensor with more than two (PyTorch warns that "
+            "this use is deprecated), not only the last two: the batch dimensions move to the end."
         )
-    return None
+    return note
 
 
 @exercise("05.1", "a layer from raw parameters")
@@ -1307,7 +1338,21 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
         _structure(parts, out, x64, depth, facts, call)
     readings = [parts, _parts(copies, D, H, transposed=True)]
     blocks = _matching_stack(readings, out, x64, depth, call, where)
+    _check_other_batch(stack, blocks, D, call, where)
     _check_gradients(stack, out, copies, blocks, x64, call, where)
+
+
+def _check_other_batch(stack: nn.Module, blocks: list, D: int, call: str, where: str) -> None:
+    """A call on another x, of another batch size, gives that x's output: nothing is kept from an earlier
+    call, and no size is written into forward."""
+    __tracebackhide__ = True
+    x = torch.randn(4, D)
+    what = f"{call}(x) for another x, of shape (4, {D})"
+    result = _run_stack(stack, x, call)
+    out = expect_tensor(expect_output(result, what), what, shape=(4, D), dtype=torch.float32)
+    with torch.no_grad():
+        reference = _stack(blocks, x.double())
+    compare(what, out, reference.float(), rtol=1e-4, atol=1e-5, where=where)
 
 
 @exercise("05.3", "a stack of residual blocks")

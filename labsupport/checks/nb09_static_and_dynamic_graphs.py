@@ -1350,6 +1350,15 @@ def program_batch() -> tuple[torch.Tensor, list[tuple[str, ...]]]:
     return points, [programs[r] for r in rows]
 
 
+def program_batch_reordered() -> tuple[torch.Tensor, list[tuple[str, ...]]]:
+    """A second, smaller batch: two programs with the same steps in opposite orders, and one that repeats a step,
+    so that rows grouped by their set of names (or a program's steps run once each) show."""
+    programs = [("scale", "rotate"), ("rotate", "scale"), ("shift", "shift")]
+    rows = [0, 1, 2, 1, 0, 2]
+    points = torch.randn(len(rows), 2, generator=torch.Generator().manual_seed(97))
+    return points, [programs[r] for r in rows]
+
+
 def run_program_rows(modules: Any, points: torch.Tensor, programs: list, *, reverse: bool = False) -> torch.Tensor:
     """The reference: each row through its own program's modules, one row at a time (or in reverse order)."""
     rows = []
@@ -1746,13 +1755,11 @@ def _check_program_work(work: ModuleWork, points: torch.Tensor, programs: list) 
     return work.applications
 
 
-@exercise("09.5", "one batch, many networks")
-def check_run_programs(run_programs: Any) -> None:
-    """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls."""
+def _judge_programs(run_programs: Any, points: torch.Tensor, programs: list) -> int:
+    """``run_programs`` on one batch against one row at a time: values, gradients, module calls (their number)."""
     modules = program_modules()
     reference = copy.deepcopy(modules)  # the reference runs on the modules as they were before the call
     before = _module_tensors(modules)
-    points, programs = program_batch()
     given = list(programs)
     with ModuleWork(modules) as work:
         got = _call_run_programs(run_programs, modules, points, given)
@@ -1769,7 +1776,16 @@ def check_run_programs(run_programs: Any) -> None:
             raise mistake_error(message, mistake, **facts)
         raise CheckError(message, **facts)
     _check_program_gradients(got, modules, reference, points, programs)
-    calls = _check_program_work(work, points, programs)
+    return _check_program_work(work, points, programs)
+
+
+@exercise("09.5", "one batch, many networks")
+def check_run_programs(run_programs: Any) -> None:
+    """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls; on
+    the batch the PASS line reports, then on one whose programs share their steps in other orders."""
+    points, programs = program_batch()
+    calls = _judge_programs(run_programs, points, programs)
+    _judge_programs(run_programs, *program_batch_reordered())
     passed(
         f"run_programs: {len(points)} rows, {len(set(programs))} programs, equal to one row at a time with the same "
         f"gradients, in {calls} module calls instead of {sum(len(p) for p in programs)}"

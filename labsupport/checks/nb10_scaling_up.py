@@ -625,11 +625,12 @@ FIXED_DEVICE_TYPE = Mistake(
 DEVICE_AUTOCASTS = (torch.cpu.amp.autocast, torch.cuda.amp.autocast)  # deprecated, each fixed to its device
 
 
-def _function_node(amp_step: Callable) -> ast.FunctionDef | None:
-    """amp_step's own syntax tree, or None where its source cannot be read (a lambda, a built function, a file
-    changed since): the source is only a second look, so a failure to read it judges nothing."""
+def _function_node(function: Callable) -> ast.FunctionDef | None:
+    """A student's function's own syntax tree (amp_step's, rank_loader_fixed's), or None where its source cannot
+    be read (a lambda, a built function, a file changed since): the source is only a second look, so a failure to
+    read it judges nothing."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(amp_step)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
     except Exception:  # OSError, TypeError, SyntaxError, tokenize.TokenError, ...: nothing to read
         return None
     for node in ast.walk(tree):
@@ -1446,6 +1447,29 @@ def _expect_generator(loader: Any) -> None:
         )
 
 
+ONE_PASS_ONLY = Mistake(
+    "an iterator returned",
+    None,
+    "rank_loader_fixed returned something that gives its batches only once (an iterator over the DataLoader, or a "
+    "generator), so a second pass over it finds nothing: a loader serves its epoch each time it is iterated, which "
+    "len(), a second look at what a rank gets, and a training loop that walks the data again all rely on",
+    look="what the function returns",
+)
+
+
+def _expect_another_pass(loader: Any, batches: int, limit: int) -> None:
+    """A loader gives its epoch again when iterated again; an iterator over one (or a generator) is used up."""
+    __tracebackhide__ = True
+    again = run_student(_first_items, loader, limit, what="iterating the loader rank_loader_fixed returned again")
+    if len(again) >= batches:
+        return
+    raise mistake_error(
+        f"the loader rank_loader_fixed returned gave {batches} batches, and {len(again)} when iterated a second time",
+        ONE_PASS_ONLY,
+        expected=f"the same {batches} batches each time it is iterated",
+    )
+
+
 def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> list[int]:
     """The indices rank ``rank`` iterates in ``epoch``, from the student's loader (a usage error if not batches)."""
     loader = _build_loader(rank_loader, n, ws, batch, rank, epoch)
@@ -1478,6 +1502,8 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
             hint="return the DataLoader itself: one pass over it is one epoch",
             usage=True,
         )
+    if rank == 0 and epoch == 0:  # once per case: a loader with worker processes starts them for every pass
+        _expect_another_pass(loader, len(items), limit)
     indices = []
     sizes = []
     for item in items:
@@ -1674,6 +1700,45 @@ LOADER_MISTAKES = [
 ]
 
 
+SAMPLER_AS_SHUFFLE = Mistake(
+    "sampler passed where shuffle goes",
+    None,
+    "the sampler was given to the DataLoader as its third positional argument, and DataLoader's third parameter is "
+    "shuffle, not sampler: the loader reads the sampler as a true value, shuffles the whole dataset with a sampler "
+    "of its own, and never asks the DistributedSampler, so every rank gets every item. Which parameter does each "
+    "positional argument of that call land on?",
+    look="the positional arguments of the DataLoader call, against the order of DataLoader's parameters",
+)
+
+
+def _is_sampler(expr: ast.expr, values: dict[str, list[ast.expr]]) -> bool:
+    """Is ``expr`` a sampler: a call of a ...Sampler class, or a local name holding one (or named for one)?"""
+    candidates = [expr]
+    if isinstance(expr, ast.Name):
+        if "sampler" in expr.id.lower():
+            return True
+        candidates += values.get(expr.id, [])
+    for candidate in candidates:
+        if isinstance(candidate, ast.Call) and ast.unparse(candidate.func).endswith("Sampler"):
+            return True
+    return False
+
+
+def _sampler_in_shuffles_place(rank_loader: Callable) -> bool:
+    """Does rank_loader's source give a DataLoader a sampler as its third positional argument, which is shuffle?
+    Read only once every rank got every item: the source names the cause, the behaviour decides the verdict."""
+    function = _function_node(rank_loader)
+    if function is None:
+        return False
+    values = _local_values(function)
+    for call in ast.walk(function):
+        if not isinstance(call, ast.Call) or len(call.args) < 3:
+            continue
+        if ast.unparse(call.func).endswith("DataLoader") and _is_sampler(call.args[2], values):
+            return True
+    return False
+
+
 def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
     """(what is wrong, what was expected) for the first property the ranks' indices break, or None."""
     share = -(-run.n // run.ws)  # DistributedSampler pads the dataset to equal parts
@@ -1717,6 +1782,9 @@ def check_rank_loader(rank_loader_fixed: Any) -> None:
             continue
         message, expected = problem
         mistake = first_mistake(run, LOADER_MISTAKES)
+        every_rank_all = mistake is not None and mistake.name == "every rank sees all data"
+        if every_rank_all and _sampler_in_shuffles_place(rank_loader_fixed):
+            mistake = SAMPLER_AS_SHUFFLE
         if mistake is not None:
             raise mistake_error(message, mistake, expected=expected)
         raise CheckError(message, expected=expected)
