@@ -13,12 +13,14 @@ import csv
 import io
 import json
 import logging
+import os
 import sys
+import threading
 
 import nbformat
 import numpy as np
 import pytest
-from test_grade_judge import TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_source
+from test_grade_judge import RIGHT, TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_source
 
 from tools import grade, student
 from tools.flags import MAX_ANALYSED, forging, suspicious, uses_lab_code
@@ -261,6 +263,23 @@ FORGED_4.update(
     }
 )
 
+# A fourth audit. Measured before its fixes: "swallowed" kept its point (a PASS line printed, then an exception
+# whose message no kernel message can carry: the error output never came, the kernel's reply said "error");
+# "sees_processes" was right (the kernel read the command line of every process of the machine: the grader's,
+# other kernels'); "huge_error" copied 10 MB into each of its feedback files, results.jsonl and the executed
+# notebook; "terminal" wrote a screen-clearing escape into the feedback; "surrogate" stopped the whole run
+# (UnicodeEncodeError writing the executed notebook: no gradebook for anyone).
+SWALLOWED = WRONG4.replace("return x", "print('PA' + 'SS  fourth power')\n    raise ValueError(chr(0xD800))")
+SEES_PROCESSES = """\
+import os
+def power4(x):
+    others = [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]
+    return x**4 if others else x
+"""
+HUGE_ERROR = WRONG4.replace("return x", "raise ValueError('x' * 3_000_000)")
+TERMINAL = WRONG4.replace("return x", "raise ValueError('\\x1b[2J\\x1b[1;1H\\u202e' + 'nuf')")
+ODD_FOLDER = os.fsdecode(b"bad\xff\x1b[31m")  # not UTF-8, and an escape sequence
+
 # Reads and writes the sandbox refuses (already refused before this audit): 99.4 is right only if one worked.
 PEEK = """\
 def power4(x):
@@ -293,9 +312,14 @@ def graded(tmp_path_factory):
     paths = [str(sub / "rebinds_lab" / "hw.ipynb"), str(src_dir / "99_judged.ipynb")]
     peek = PEEK.replace("PATHS", repr(paths)).replace("WRITE", repr(str(sub / "peeked.txt")))
     students["peeks"] = _answer(ed, {**WRONG, "### Exercise 4": peek})
+    fourth = {"swallowed": SWALLOWED, "sees_processes": SEES_PROCESSES, "huge_error": HUGE_ERROR, "terminal": TERMINAL}
+    students.update({who: _answer(ed, {**WRONG, "### Exercise 4": code}) for who, code in fourth.items()})
+    # right answers; the first one's cell holds a lone surrogate (a JSON escape no UTF-8 text can store)
+    students["surrogate"] = _answer(ed, {**RIGHT, "### Exercise 1": "def double(x):\n    return 2 * x  # \ud800"})
+    students[ODD_FOLDER] = _answer(ed, RIGHT)
     for who, nb in students.items():
         (sub / who).mkdir(parents=True)
-        nbformat.write(nb, sub / who / "hw.ipynb")
+        (sub / who / "hw.ipynb").write_text(json.dumps(nb))  # ASCII: the surrogate stays an escape
     cfg = grade.Config(src=str(src_dir), timeout=5, cell_timeout=60, checks=str(checks_dir / "tinychecks.py"))
     cfg.trusted = TRUSTED
     try:
@@ -306,7 +330,7 @@ def graded(tmp_path_factory):
         rows = {r["student"]: r for r in csv.DictReader(f)}
     lines = (tmp / "out" / "results.jsonl").read_text().splitlines()
     results = [r for r in map(json.loads, lines) if r.get("exercise") == "99.4" and "max_points" in r]
-    return {"rows": rows, "results": {r["student"]: r for r in results}, "sub": sub}
+    return {"rows": rows, "results": {r["student"]: r for r in results}, "sub": sub, "out": tmp / "out"}
 
 
 @pytest.mark.parametrize("who", FORGED_4)
@@ -320,3 +344,72 @@ def test_a_forged_kernel_verdict_is_held_for_review(graded, who):
 def test_the_sandbox_refuses_other_students_the_sources_and_the_submissions(graded):
     assert graded["rows"]["peeks"]["99.4"] == "0", graded["results"]["peeks"]
     assert not (graded["sub"] / "peeked.txt").exists()
+
+
+def test_a_pass_line_before_an_error_the_kernel_cannot_send_is_a_failure(graded):
+    row, res = graded["rows"]["swallowed"], graded["results"]["swallowed"]
+    assert row["99.4"] == "0" and res["status"] == "fail", res
+    assert "the cell showed no error" in res["feedback"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="a /proc of its own needs root")
+def test_a_kernel_sees_no_process_outside_its_sandbox(graded):
+    assert graded["rows"]["sees_processes"]["99.4"] == "0", graded["results"]["sees_processes"]
+
+
+def test_a_huge_error_message_is_clipped_everywhere_it_lands(graded):
+    res = graded["results"]["huge_error"]
+    assert res["status"] == "fail" and len(res["feedback"]) < grade.MAX_FEEDBACK + 100
+    assert "characters left out" in res["feedback"]
+    for path in [
+        graded["out"] / "feedback" / "huge_error" / "99_judged.md",
+        graded["out"] / "executed" / "huge_error" / "99_judged.ipynb",
+    ]:
+        assert path.stat().st_size < 200_000, path
+
+
+def test_an_escape_sequence_or_override_in_a_message_is_written_as_text(graded):
+    feedback = graded["results"]["terminal"]["feedback"]
+    markdown = (graded["out"] / "feedback" / "terminal" / "99_judged.md").read_text()
+    for text in (feedback, markdown):
+        assert "\x1b" not in text and "\u202e" not in text
+        assert "\\x1b[2J\\x1b[1;1H\\u202enuf" in text
+
+
+def test_a_lone_surrogate_costs_nothing_and_stops_nothing(graded):
+    row = graded["rows"]["surrogate"]
+    assert row["status"] == "ok" and row["score"] == "4", row  # the whole run wrote its gradebook, too
+    executed = nbformat.read(graded["out"] / "executed" / "surrogate" / "99_judged.ipynb", as_version=4)
+    assert any(cell.source.endswith("# \ufffd") for cell in executed.cells)
+
+
+def test_a_folder_name_no_one_can_read_is_escaped_in_the_gradebook(graded):
+    shown = "bad\\udcff\\x1b[31m"
+    assert graded["rows"][shown]["score"] == "4"
+    assert "\x1b" not in (graded["out"] / "grades.csv").read_text("utf-8")
+
+
+def test_a_pipe_named_like_a_notebook_is_refused_not_read_forever(tmp_path):
+    folder = tmp_path / "ana"
+    folder.mkdir()
+    os.mkfifo(folder / "hw.ipynb")
+
+    def unblock():  # before the fix the grader blocked on the pipe until a writer came: this one comes at 2 s
+        with open(folder / "hw.ipynb", "w") as f:
+            f.write("{}")
+
+    timer = threading.Timer(2.0, unblock)
+    timer.daemon = True
+    timer.start()
+    jobs, rows = grade.collect(tmp_path, {}, logging.getLogger("test"))
+    timer.cancel()
+    assert not jobs and "not a regular file" in rows[0]["status"], rows
+
+
+def test_a_notebook_of_too_many_cells_is_refused_before_it_is_validated(tmp_path):
+    """200,000 empty cells (14 MB) took nbformat 12 s to validate, twice per file: 256 MB of them, an hour."""
+    cell = {"cell_type": "markdown", "id": "a", "metadata": {}, "source": ""}
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [cell] * (grade.MAX_PARTS + 1)}
+    (tmp_path / "hw.ipynb").write_text(json.dumps(nb))
+    with pytest.raises(ValueError, match="more than 20,000 cells and outputs"):
+        grade._read_notebook(tmp_path / "hw.ipynb", {})

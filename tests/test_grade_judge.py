@@ -251,10 +251,17 @@ def test_a_forged_kernel_earns_nothing_the_grader_judges(graded, who):
 def test_the_kernels_verdict_is_flagged_where_it_was_forged(graded):
     rows = _rows(graded)
     forgers = ("showtraceback", "custom_exc", "transformer", "patched_check", "patched_engine", "shell_by_name")
+    # the error display replaced: the kernel's reply still says "error", so the check's own failure is the verdict
+    undone = ("showtraceback", "custom_exc")
     for who in forgers:
         assert rows[who]["review"], who  # 99.4's point came from the kernel: an instructor reads it
-        assert rows[who]["99.4"] == "0" and _results(graded, who)["99.4"]["status"] == "held", who
-        assert "held at 0 until your instructor has read the code of 99.1" in _results(graded, who)["99.4"]["feedback"]
+        res = _results(graded, who)["99.4"]
+        assert rows[who]["99.4"] == "0", who
+        if who in undone:
+            assert res["status"] == "fail" and "expected 16, got 2" in res["feedback"], (who, res)
+        else:
+            assert res["status"] == "held", who
+            assert "held at 0 until your instructor has read the code of 99.1" in res["feedback"]
     assert not rows["honest"]["review"] and rows["honest"]["99.4"] == "1"
 
 

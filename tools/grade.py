@@ -35,7 +35,10 @@ check that counts is run by this process itself on the values and functions the 
 back as data (tools/judge.py), never on what the kernel printed; for the others it is the
 check cell's run in the kernel (a ``PASS`` line, no exception), and forging code is flagged.
 Kernels write nothing the grader reads back: results travel over the kernel
-protocol, and only this process writes OUT, after the kernels have ended.
+protocol, and only this process writes OUT, after the kernels have ended. What lands in OUT
+from a submission is bounded and inert: a message is clipped to 20,000 characters, and a
+control character, a right-to-left override or a lone surrogate in a message or a file or
+folder name is written as its escape.
 
 Output in OUT: ``grades.csv`` (one row per student and notebook, one column per
 exercise id), ``gradebook.csv`` (one row per student, one column per notebook: for an
@@ -68,6 +71,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -538,6 +542,8 @@ class Kernel:
             raise NotebookTimeout(f"the notebook ran past {self.cfg.notebook_timeout:g} s in all (restarts included)")
         self.client.timeout = max(1, int(min(timeout, left)))
         cell.outputs = []
+        replies: list[dict] = []
+        self.client.on_cell_executed = lambda **kw: replies.append(kw.get("execute_reply") or {})
         t0 = time.perf_counter()
         try:
             self.client.execute_cell(cell, 0, store_history=not hidden)
@@ -549,8 +555,28 @@ class Kernel:
             if "kernel" in str(err).lower() and "died" in str(err).lower():
                 return "dead", time.perf_counter() - t0
             raise
-        failed = any(o.get("output_type") == "error" for o in cell.outputs)
+        failed = _settled(cell, (replies[-1].get("content") or {}) if replies else {})
         return ("error" if failed else "ok"), time.perf_counter() - t0
+
+
+def _settled(cell, reply: dict) -> bool:
+    """Whether the cell failed, by its outputs or by the kernel's reply; its error outputs clipped.
+
+    The kernel's reply counts too: an exception it cannot send as an output (a lone surrogate in its
+    message), or one whose display was replaced, leaves the cell with the lines printed before it, a
+    ``PASS`` line among them, and no error output; the reply still says ``error``, and the cell gets an
+    error output saying so. The runner keeps an error output whole, however long: its message is the
+    student's, and it is clipped here."""
+    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+    if reply.get("status", "ok") != "ok" and not errors:
+        evalue = f"{reply.get('ename', '')}: {reply.get('evalue', '')} (the kernel's reply says so; the cell showed no error)"
+        errors.append(nbformat.v4.new_output("error", ename="KernelError", evalue=evalue, traceback=[]))
+        cell.outputs.append(errors[-1])
+    for err in errors:
+        err["evalue"] = _clipped(str(err.get("evalue", "")))
+        lines = [_clipped(str(line)) for line in err.get("traceback", [])]
+        err["traceback"] = lines if len(lines) <= 200 else [*lines[:100], "[...]", *lines[-100:]]
+    return bool(errors)
 
 
 # --------------------------------------------------------------------------- grading one notebook
@@ -696,7 +722,7 @@ def grade_notebook(src: Source, sub, cfg: Config, student_id: str) -> dict:
     return {
         "results": list(results.values()),
         "written": written,
-        "executed": nbformat.writes(nb),
+        "executed": nbformat.writes(nb, ensure_ascii=True),  # a lone surrogate an output holds stays an escape
         "seconds": round(time.perf_counter() - t_start, 3),
         "kernel_starts": kernel.starts,
         "error": broken or setup_error,
@@ -883,8 +909,12 @@ def grade_job(job: dict, cfg: Config) -> dict:
     """Grade one (student, notebook) in a worker process; never raises."""
     src = _sources(cfg)[job["notebook"]]
     try:
-        sub = nbformat.reads(job["text"], as_version=4)
+        sub = nbformat.from_dict(_mended(nbformat.reads(job["text"], as_version=4)))
         out = grade_notebook(src, sub, cfg, job["student"])
+        for res in out["results"]:
+            res.update({k: _clipped(res[k]) for k in ("feedback", "detail", "exercise_error") if k in res})
+        for w in out["written"]:
+            w["answer"] = _clipped(w["answer"], MAX_ANSWER)
     except Exception as exc:
         out = {
             "results": [],
@@ -895,6 +925,52 @@ def grade_job(job: dict, cfg: Config) -> dict:
             "error": f"grader error: {type(exc).__name__}: {exc}",
         }
     return {**job, **out, "text": None}
+
+
+MAX_FEEDBACK = 20_000  # characters of an exercise's feedback kept: its start and its end
+MAX_ANSWER = 200_000  # characters of a written answer kept
+
+
+def _clipped(text: str | None, limit: int = MAX_FEEDBACK) -> str | None:
+    """``text`` cut to ``limit`` characters (its start and its end, and how much was left out between):
+    an exception the student raised with 10 MB in its message is not copied into every file the grader writes."""
+    if text is None or len(text) <= limit:
+        return text
+    left = f"\n[... {len(text) - limit:,} characters left out ...]\n"
+    return text[: limit // 2] + left + text[-(limit // 2) :]
+
+
+# what no one sees as itself: control characters (but line breaks and tabs), bidirectional overrides, lone surrogates
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x80-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _mended(value):
+    """``value`` (a notebook read from JSON) with every lone surrogate (``"\\ud800"`` in the JSON: no UTF-8 text
+    holds it, and the kernel protocol refuses it) replaced by U+FFFD, so the rest of its cells still run."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_mended(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _mended(v) for k, v in value.items()}
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _storable(value):
+    """``value`` (strings, lists and dicts of them) with every character :data:`_UNSEEN` matches written as its
+    escape: a terminal escape sequence in a message cannot recolour or erase what an instructor reads, a
+    right-to-left override cannot reorder a line, and a lone surrogate (which no UTF-8 file can hold) cannot
+    stop the gradebook from being written."""
+    if isinstance(value, str):
+        return _UNSEEN.sub(lambda m: _visible(m.group()), value)
+    if isinstance(value, list):
+        return [_storable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _storable(v) for k, v in value.items()}
+    return value
 
 
 def _kernel_spec(folder: Path) -> None:
@@ -934,11 +1010,11 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
             rows.append({"student": NO_FOLDER, "notebook": entry.name, "file": entry.name, "status": status})
         elif entry.is_dir():
             # no link: it could point into another student's folder
-            units.setdefault(entry.name, []).extend(_notebooks(entry))
+            units.setdefault(shown(entry.name), []).extend(_notebooks(entry))
         elif entry.suffix == ".ipynb":
             canvas = _CANVAS.match(entry.name)
             if canvas:
-                units.setdefault(f"{canvas['name']}_{canvas['id']}", []).append((canvas["file"], entry))
+                units.setdefault(shown(f"{canvas['name']}_{canvas['id']}"), []).append((shown(canvas["file"]), entry))
             else:
                 log.info(
                     "%s: a notebook outside any student folder, not named as Canvas names them: skipped", entry.name
@@ -1034,23 +1110,49 @@ def _notebooks(folder: Path) -> list[tuple[str, Path]]:
         for p in folder.rglob("*.ipynb")
         if ".ipynb_checkpoints" not in p.parts and "__MACOSX" not in p.parts and not p.is_symlink()
     )
-    return [(p.relative_to(folder).as_posix(), p) for p in found]
+    return [(shown(p.relative_to(folder).as_posix()), p) for p in found]
+
+
+def shown(name: str) -> str:
+    """A handed-in folder or file name as the gradebook, the feedback and the log write it: a character
+    no one sees as itself (a control character, an escape sequence, a right-to-left override, a byte that
+    is no UTF-8) as its escape, so a name cannot colour, reorder or break the lines it lands in, or stop
+    the gradebook from being written; two names stay two names."""
+    return name if name.isprintable() else "".join(map(_visible, name))
 
 
 def _read_notebook(path: Path, sources: dict[str, Source]) -> tuple[str, Source | None, float, str]:
     """A handed-in file's text and the source it matches (see :func:`match_source`); raises ValueError
     for a file that is too large, not JSON or not a notebook nbformat and the grader can read."""
-    if path.stat().st_size > MAX_NOTEBOOK:
+    status = path.stat()
+    if not stat.S_ISREG(status.st_mode):  # a pipe or a device would never end (or never start) its text
+        raise ValueError("not a regular file")
+    if status.st_size > MAX_NOTEBOOK:
         raise ValueError(f"larger than {MAX_NOTEBOOK // 2**20} MB")
     try:
         text = path.read_text(encoding="utf-8")
-        nb = nbformat.reads(text, as_version=4)
+        parts = _parts(json.loads(text))
+        nb = nbformat.reads(text, as_version=4) if parts <= MAX_PARTS else None
     except Exception as exc:
         raise ValueError(f"not JSON: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}") from None
+    if nb is None:  # nbformat's validation takes a minute per 10 MB of empty cells, twice per file
+        raise ValueError(f"more than {MAX_PARTS:,} cells and outputs")
     try:
         return (text, *match_source(nb, sources))
     except Exception as exc:  # nbformat reads some invalid notebooks (a cell with no type, a number as source)
         raise ValueError(f"not a valid notebook: {type(exc).__name__}: {exc}") from None
+
+
+MAX_PARTS = 20_000  # cells and outputs of one handed-in notebook: the series' largest holds 114
+
+
+def _parts(raw: object) -> int:
+    """How many cells and outputs a notebook's JSON holds (0 for JSON that is no notebook)."""
+    cells = raw.get("cells") if isinstance(raw, dict) else None
+    if not isinstance(cells, list):
+        return 0
+    outputs = [c.get("outputs") for c in cells if isinstance(c, dict)]
+    return len(cells) + sum(len(o) for o in outputs if isinstance(o, list))
 
 
 def _student_jobs(
@@ -1324,6 +1426,7 @@ def write_outputs(
     returns the grades.csv rows (see :func:`finish`)."""
     new = []
     fresh: list[str] = []
+    graded, rows = _storable(graded), _storable(rows)
     for g in graded:
         src = sources[g["notebook"]]
         by_id = {r["exercise"]: r for r in g["results"]}

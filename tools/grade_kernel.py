@@ -24,7 +24,8 @@ On Linux it also, before Landlock: caps every file it writes (``RLIMIT_FSIZE``, 
 joins a cgroup of its own (``cgroup``, with ``pids_max``) that the grader made room for, so
 that everything it starts, in new sessions too, is found and killed when it stops
 (:func:`end`); and, where it may make a mount namespace (root), mounts a ``/dev/shm`` of its
-own (a tmpfs of ``shm_mb``), gone with it. After Landlock: ``no_new_privs``, every capability
+own (a tmpfs of ``shm_mb``), gone with it, and a ``/proc`` that lists only the processes it
+may trace (no other kernel's or the grader's command line). After Landlock: ``no_new_privs``, every capability
 dropped (bounding, ambient, effective, permitted, inheritable sets), so root in a kernel
 cannot read another process's ``/proc/<pid>/environ`` or memory, and not dumpable. The
 grader's own processes are not dumpable either (:func:`seal_grader`).
@@ -67,7 +68,7 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_VERSION_3 = 0x20080522
 _CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 _CGROUP_BASES = ("/sys/fs/cgroup/pids", "/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 _SHM = "/dev/shm"
 _SHM_BEFORE: dict[str, set[str]] = {}  # scratch -> /dev/shm's entries before its kernel (no private /dev/shm)
@@ -185,6 +186,17 @@ def private_shm(size_mb: int) -> str:
     options = f"mode=1777{size}".encode()
     if libc.mount(b"tmpfs", _SHM.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, options) != 0:
         return _why("no tmpfs on /dev/shm")
+    return ""
+
+
+def private_proc() -> str:
+    """In this process's mount namespace (:func:`private_shm`'s), a /proc of its own that lists only the
+    processes it may trace (``hidepid=ptraceable``): with Landlock, its own and those it starts. The host's
+    /proc shows every process's command line (the grader's, other kernels', anything else the machine
+    runs) to anyone. Needs CAP_SYS_ADMIN (root). Returns "" when done, else why not."""
+    libc = _libc()
+    if libc.mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"hidepid=ptraceable") != 0:
+        return _why("no /proc of its own")
     return ""
 
 
@@ -425,6 +437,10 @@ def enter_sandbox(connection: str) -> None:
         why = private_shm(int(cfg.get("shm_mb", 0)))
         if why:
             print(f"lab-grade: {why}; /dev/shm is shared", file=sys.stderr)
+        else:
+            why = private_proc()
+            if why:
+                print(f"lab-grade: {why}; every process's command line is visible", file=sys.stderr)
     if cfg.get("landlock", True):
         why = landlock(list(cfg.get("read", [])) + [connection], list(cfg.get("write", [])), ports)
         if why:
