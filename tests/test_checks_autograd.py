@@ -71,7 +71,28 @@ def two_path(a, b):
     return 2 * d * (b + a.exp()), 2 * d * a
 
 
-@pytest.mark.parametrize("answer", [two_path, lambda a, b: list(two_path(a, b))], ids=["tuple", "list"])
+def two_path_in_place_on_its_own_tensors(a, b):
+    d = a * b
+    d.add_(a.exp())  # d is a new tensor: writing into it leaves a and b alone
+    two_d = d.mul_(2)
+    grad_a = torch.empty_like(a)
+    torch.mul(two_d, b + a.exp(), out=grad_a)
+    return grad_a, two_d * a
+
+
+def two_path_on_clones(a, b):
+    exp_a = a.clone().exp_()
+    b_plus = b.clone()
+    b_plus.add_(exp_a)
+    d = torch.addcmul(exp_a, a, b)
+    return 2 * d * b_plus, 2 * d * a
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [two_path, lambda a, b: list(two_path(a, b)), two_path_in_place_on_its_own_tensors, two_path_on_clones],
+    ids=["tuple", "list", "in place on new tensors", "in place on clones"],
+)
 def test_two_path_reference_passes(answer, capsys):
     lab.check_predicted_gradients(answer)
     assert capsys.readouterr().out.startswith("PASS  predicted gradients")

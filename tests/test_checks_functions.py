@@ -115,6 +115,58 @@ class ScaledMatmulWithNeeds(torch.autograd.Function):
         return grad_a, grad_b, None
 
 
+def _stable_softplus(x):
+    return x.clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+
+
+class SoftplusContiguousView(torch.autograd.Function):
+    """Ninth audit (a transposed grad_output): contiguous() before view(-1) is right."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return _stable_softplus(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (x,) = ctx.saved_tensors
+        flat = grad_output.contiguous().view(-1) * torch.sigmoid(x).contiguous().view(-1)
+        return flat.view(x.shape)
+
+
+class SoftplusFromBoth(torch.autograd.Function):
+    """Saves x and y: the derivative is exp(x - y), and a new tensor written into in place."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = _stable_softplus(x)
+        ctx.save_for_backward(x, y)
+        return y
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, y = ctx.saved_tensors
+        local = torch.exp(x - y)
+        local.mul_(grad_output)
+        return local
+
+
+class ScaledMatmulScaleFirst(torch.autograd.Function):
+    """Ninth audit (other sizes, float64 to 1e-7): the scale on grad_output first, @ and a scale kept as a float."""
+
+    @staticmethod
+    def forward(ctx, x, w, scale):
+        ctx.save_for_backward(x, w)
+        ctx.scale = float(scale)
+        return scale * x.mm(w)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        g = grad_output * ctx.scale
+        return g @ w.T, x.T @ g, None
+
+
 def test_the_notebook_solutions_pass(capsys):
     lab.check_softplus_function(notebook_classes("nb04-c108")["Softplus"])
     classmate = notebook_classes("nb04-c115")["ClassmateScaledMatmul"]
@@ -135,6 +187,9 @@ def test_the_notebook_solutions_pass(capsys):
         (lab.check_softplus_function, SoftplusModern),
         (lab.check_scaled_matmul_function, ScaledMatmul),
         (lab.check_scaled_matmul_function, ScaledMatmulWithNeeds),
+        (lab.check_softplus_function, SoftplusContiguousView),
+        (lab.check_softplus_function, SoftplusFromBoth),
+        (lab.check_scaled_matmul_function, ScaledMatmulScaleFirst),
     ],
     ids=lambda value: getattr(value, "__name__", ""),
 )

@@ -62,6 +62,30 @@ def _registered(self, i, o):
     self.register_parameter("bias", nn.Parameter(torch.randn(o)))
 
 
+def _sizes_and_a_call_counter(self, i, o):
+    nn.Module.__init__(self)
+    self.in_features = i
+    self.out_features = o
+    self.weight = nn.Parameter(torch.empty(o, i))
+    self.bias = nn.Parameter(torch.empty(o))
+    self.register_buffer("calls", torch.zeros((), dtype=torch.long), persistent=False)
+    self.last_shape = None
+    self.reset_parameters()
+
+
+def _reset_parameters(self):
+    nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+    bound = 1 / math.sqrt(self.in_features)
+    nn.init.uniform_(self.bias, -bound, bound)
+
+
+def _counting_forward(self, x):
+    assert x.shape[-1] == self.in_features
+    self.calls += 1
+    self.last_shape = tuple(x.shape)  # a fact about the call, never a value used by the next one
+    return torch.einsum("...i,oi->...o", x, self.weight) + self.bias
+
+
 CORRECT_LINEARS = {
     "the notebook's": MyLinear,
     "bias declared first, kaiming init": linear_variant(init=_bias_first),
@@ -71,6 +95,16 @@ CORRECT_LINEARS = {
     "addmm": linear_variant(forward=lambda self, x: torch.addmm(self.bias, x, self.weight.t())),
     "einsum": linear_variant(forward=lambda self, x: torch.einsum("ni,oi->no", x, self.weight) + self.bias),
     "matmul with .T": linear_variant(forward=lambda self, x: torch.matmul(x, self.weight.T) + self.bias),
+    # ninth audit (a second call on another batch): sizes, a shape and a counter kept on the layer are right
+    "sizes, a call counter and the last shape kept": type(
+        "MyLinear",
+        (MyLinear,),
+        {
+            "__init__": _sizes_and_a_call_counter,
+            "reset_parameters": _reset_parameters,
+            "forward": _counting_forward,
+        },
+    ),
 }
 
 
@@ -264,6 +298,14 @@ def _returns_inside_the_row_loop(self, x):
         return (row @ self.weight.t() + self.bias).unsqueeze(0)
 
 
+def _transpose_made_on_the_first_call(self, x):
+    """05.1, ninth audit: a transpose made once, in the first call, passed (it views the weight's memory,
+    so loads into that memory showed through; a .to() or .double() gives the weight new memory)."""
+    if getattr(self, "weight_t", None) is None:
+        self.weight_t = self.weight.t()
+    return x @ self.weight_t + self.bias
+
+
 LINEAR_MISTAKES = {
     "one row only": linear_variant(forward=_returns_inside_the_row_loop),
     "forward returns nothing": linear_variant(forward=_prints_output),  # seventh audit: "did the cell run?"
@@ -294,6 +336,7 @@ LINEAR_MISTAKES = {
     "a copy of the weight kept": linear_variant(
         init=_cached_transpose, forward=lambda self, x: x @ self.weight_t + self.bias
     ),
+    "tensor kept from an earlier call": linear_variant(forward=_transpose_made_on_the_first_call),
     "computed in float32": linear_variant(forward=_in_float32),
     "operation after nn.Parameter": linear_variant(init=_scaled_after_wrapping),
     "output squeezed": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).squeeze()),
@@ -357,6 +400,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.NOT_ON_SELF,
             nb05_nn_module.LOCAL_NAMES,
             nb05_nn_module.ONE_ROW_ONLY,
+            nb05_nn_module.KEPT_FROM_AN_EARLIER_CALL,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -657,6 +701,22 @@ def _reversed(self, x):
     return x
 
 
+def _zero_last_layers(self, D, H, depth):
+    """Each block starts as the identity: fc2's weight and bias are zeros (the skip connection's idea)."""
+    _with_blocks(self, Block, D, H, depth)
+    for block in self.blocks:
+        nn.init.zeros_(block.fc2.weight)
+        nn.init.zeros_(block.fc2.bias)
+
+
+def _functional_forward_noting_the_batch(self, x):
+    self.last_batch = x.shape[0]  # kept for a log, never read back by forward
+    for b in self.blocks:
+        inner = torch.relu(F.linear(x, b.fc1.weight, b.fc1.bias))
+        x = x + F.linear(inner, b.fc2.weight, b.fc2.bias)
+    return x
+
+
 CORRECT_STACKS = {
     "the notebook's": ResidualStack,
     "fc2 declared before fc1": stack_variant(
@@ -669,6 +729,9 @@ CORRECT_STACKS = {
     "raw weights stored (in, out)": stack_variant(
         init=lambda self, D, H, depth: _with_blocks(self, TransposedRawBlock, D, H, depth)
     ),
+    # ninth audit (a call on another batch): blocks that start as the identity, and a batch size noted in forward
+    "fc2 initialised to zero": stack_variant(init=_zero_last_layers),
+    "F.linear, the batch size noted": stack_variant(forward=_functional_forward_noting_the_batch),
 }
 
 

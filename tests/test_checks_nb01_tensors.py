@@ -75,12 +75,28 @@ def _pairwise_by_expansion(a, b):
     return (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
 
 
+def _pairwise_repeated_then_viewed(a, b):
+    n, m = len(a), len(b)
+    diff = a.repeat_interleave(m, dim=0) - b.repeat(n, 1)
+    return (diff**2).sum(1).view(n, m)
+
+
+def _pairwise_by_expansion_keepdim(a, b):
+    aa = (a * a).sum(-1, keepdim=True)
+    bb = (b * b).sum(-1, keepdim=True)
+    return (aa - 2 * a @ b.t() + bb.t()).clamp_min(0)
+
+
 CORRECT = {
     "pairwise_sq_dists": [
         lambda a, b: ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1),
         lambda a, b: (a.unsqueeze(1) - b.unsqueeze(0)).pow(2).sum(dim=2),
         _pairwise_by_expansion,
         lambda a, b: torch.einsum("nmd->nm", (a[:, None] - b[None]) ** 2),
+        # ninth audit: a squeeze of one named axis, or a reshape to (N, M) at the end, keeps a single point's axis
+        lambda a, b: (a[:, None, :] - b[None, :, :]).pow(2).sum(-1, keepdim=True).squeeze(-1),
+        _pairwise_repeated_then_viewed,
+        _pairwise_by_expansion_keepdim,
     ],
     "correct_class_scores": [
         lambda s, i: s[torch.arange(len(i)), i],

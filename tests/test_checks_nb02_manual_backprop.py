@@ -184,6 +184,63 @@ def test_backward_returning_a_list_passes(capsys):
     assert capsys.readouterr().out.count("PASS") == 2
 
 
+def _linear_forward_into_out(x, w):
+    out = torch.empty(x.shape[0], w.shape[1], dtype=x.dtype)
+    torch.mm(x, w, out=out)
+    return out, (x.clone(), w.clone())
+
+
+def _linear_backward_transposing_its_clones(dout, cache):
+    x, w = cache
+    x.t_()  # the cache holds clones: writing into them leaves the caller's x and w alone
+    w.t_()
+    return dout.mm(w), x.mm(dout)
+
+
+def _linear_backward_into_zeros(dout, cache):
+    x, w = cache
+    dx = torch.zeros_like(x)
+    dw = torch.zeros_like(w)
+    dx.addmm_(dout, w.t())
+    dw.addmm_(x.t(), dout)
+    return dx, dw
+
+
+def _relu_backward_on_a_clone(dout, h):
+    dh = dout.clone()
+    dh[h <= 0] = 0
+    return dh
+
+
+def _loss_and_grads_in_place_on_its_own_tensors(x, y, w1, w2):
+    h = x @ w1
+    h_relu = h.clone()
+    h_relu.clamp_(min=0)
+    y_pred = h_relu @ w2
+    diff = y_pred - y
+    loss = (diff * diff).sum()
+    grad_y_pred = diff.mul_(2)
+    grad_w2 = h_relu.t() @ grad_y_pred
+    grad_h = grad_y_pred @ w2.t()
+    grad_h[h <= 0] = 0
+    grad_w1 = torch.empty_like(w1)
+    torch.mm(x.t(), grad_h, out=grad_w1)
+    return loss, grad_w1, grad_w2
+
+
+def test_in_place_work_on_the_layers_own_tensors_passes(capsys):
+    """Ninth audit: the inputs are now watched for in-place writes; writing into fresh tensors, clones, out=
+    targets and read-only .t() views of the inputs is right and passes."""
+    lab.check_linear_layer(_linear_forward_into_out, _linear_backward_transposing_its_clones)
+    lab.check_linear_layer(lambda x, w: (x @ w, (x.t(), w.t())), lambda dout, c: (dout @ c[1], c[0] @ dout))
+    lab.check_linear_layer(linear_forward, _linear_backward_into_zeros)
+    lab.check_relu_layer(relu_forward, _relu_backward_on_a_clone)
+    lab.check_relu_layer(relu_forward, lambda dout, h: torch.where(h > 0, dout, 0.0))
+    lab.check_relu_layer(relu_forward, lambda dout, h: dout.masked_fill(h <= 0, 0))
+    lab.check_loss_and_grads(_loss_and_grads_in_place_on_its_own_tensors)
+    assert capsys.readouterr().out.count("PASS  ") == 7
+
+
 @pytest.mark.parametrize("wrap", [tuple, list], ids=["one-tuple", "one-list"])
 def test_relu_backward_returning_a_one_tuple_is_named(wrap):
     """02.2: `return (dh,)` passed, then broke 02.3; the prompt asks relu_backward for dh itself, a tensor."""

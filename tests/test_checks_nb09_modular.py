@@ -82,7 +82,58 @@ class DirectForward:
         return self.module.forward(h)
 
 
-@pytest.mark.parametrize("student", [grouped, index_put, by_step, grouped_by_hand, grouped_forward])
+def shared_prefixes(modules, points, programs):
+    """Rows whose programs begin alike run that beginning together (a tree of prefixes): fewer calls still."""
+    result = [None] * len(programs)
+    pending = [(list(range(len(programs))), points, 0)]
+    while pending:
+        rows, h, depth = pending.pop()
+        next_rows = {}
+        for k, i in enumerate(rows):
+            if len(programs[i]) == depth:
+                result[i] = h[k]
+            else:
+                next_rows.setdefault(programs[i][depth], []).append(k)
+        for name, ks in next_rows.items():
+            pending.append(([rows[k] for k in ks], modules[name](h[ks]), depth + 1))
+    return torch.stack(result)
+
+
+def sorted_groups_row_by_row(modules, points, programs):
+    """Grouped by tuple(program), programs in sorted order, rows put back one at a time."""
+    groups = {}
+    for i, program in enumerate(programs):
+        groups.setdefault(tuple(program), []).append(i)
+    result = [None] * len(programs)
+    for program in sorted(groups):
+        h = points[groups[program]]
+        for name in program:
+            h = modules[name](h)
+        for k, i in enumerate(groups[program]):
+            result[i] = h[k]
+    return torch.stack(result)
+
+
+def scattered(modules, points, programs):
+    """Grouped by program, concatenated, then scattered back to the rows' places."""
+    outputs, order = by_program(modules, points, programs)
+    index = order[:, None].expand(-1, points.shape[1])
+    return torch.zeros_like(points).scatter(0, index, outputs)
+
+
+@pytest.mark.parametrize(
+    "student",
+    [
+        grouped,
+        index_put,
+        by_step,
+        grouped_by_hand,
+        grouped_forward,
+        shared_prefixes,
+        sorted_groups_row_by_row,
+        scattered,
+    ],
+)
 def test_every_batched_design_passes(student, capsys):
     lab.check_run_programs(student)
     out = capsys.readouterr().out

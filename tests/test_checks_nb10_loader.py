@@ -49,7 +49,35 @@ def seed_per_rank(dataset, rank, world_size, epoch, batch_size=32):
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-@pytest.mark.parametrize("student", [fixed, other_seed])
+def shuffle_false_then_sampler_positionally(dataset, rank, world_size, epoch, batch_size=32):
+    """DataLoader's third parameter is shuffle: False there, the sampler fourth, is right."""
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size, False, sampler)
+
+
+def _loader_for(dataset, sampler, batch_size):
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=False)
+
+
+def through_a_helper(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    loader = _loader_for(dataset, sampler, batch_size)
+    loader.sampler.set_epoch(epoch)  # after the loader is built: the sampler is asked when the loader is iterated
+    return loader
+
+
+def with_a_generator_per_epoch(dataset, rank, world_size, epoch, batch_size=32):
+    sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    generator = torch.Generator().manual_seed(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator)
+
+
+@pytest.mark.parametrize(
+    "student",
+    [fixed, other_seed, shuffle_false_then_sampler_positionally, through_a_helper, with_a_generator_per_epoch],
+)
 def test_every_correct_loader_passes(student, capsys):
     lab.check_rank_loader(student)
     assert capsys.readouterr().out.startswith("PASS  rank_loader_fixed: on 2 and 3 ranks each rank gets its own")

@@ -619,17 +619,56 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     _check_second_call(layer, call, weight, bias, g, where)
 
 
+KEPT_FROM_AN_EARLIER_CALL = Mistake(
+    "tensor kept from an earlier call",
+    None,
+    why="forward keeps a tensor it computed in an earlier call (an output, or a transpose of the weight made "
+    "once) and uses it again: it holds the weights as they were then, in the memory they had then, so once other "
+    "weights are loaded, or the layer is moved with .to() or .double(), the layer answers with the old ones",
+    look="forward: every self.<name> = ... it sets, and whether a later call reads it back",
+)
+
+
+@contextlib.contextmanager
+def _kept_from_an_earlier_call_named(layer: nn.Module, call: str) -> Iterator[None]:
+    """A wrong second call while the layer holds a plain tensor that carries a graph (computed from a parameter in
+    an earlier call) names that tensor."""
+    __tracebackhide__ = True
+    try:
+        yield
+    except CheckError as err:
+        kept = [name for name, t in vars(layer).items() if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not kept:
+            raise
+        names = ", ".join(f"self.{name}" for name in kept)
+        raise mistake_error(
+            f"{err.message.splitlines()[0]} ({call} keeps {names} from an earlier call)",
+            KEPT_FROM_AN_EARLIER_CALL,
+            expected=err.expected,
+            got=err.got,
+        ) from None
+
+
 def _check_second_call(
     layer: nn.Module, call: str, weight: torch.Tensor, bias: torch.Tensor, g: torch.Generator, where: str
 ) -> None:
-    """A second call, on another batch of another size, gives its own output and gradients, as in a training
-    loop: nothing is kept from the first call (an output, or a tensor computed from the weight)."""
+    """A second call, on another batch of another size, after the layer was converted (new memory for every
+    parameter, as .to() gives) and other weights were loaded, gives its own output and gradients: nothing is kept
+    from the first call (an output, or a tensor computed from the weight, such as a transpose made once)."""
     __tracebackhide__ = True
     o, i = weight.shape
+    weight = torch.randn(o, i, generator=g, dtype=torch.float64)
+    bias = torch.randn(o, generator=g, dtype=torch.float64)
+    layer.float()
+    _load_linear_state(layer, call, {"weight": weight.clone(), "bias": bias.clone()})
     x = torch.randn(3, i, generator=g, dtype=torch.float64)
-    what = f"{call}(x) called a second time, on another x of shape (3, {i})"
+    what = (
+        f"{call}(x) called a second time, on another x of shape (3, {i}), after .float(), .double() and a "
+        "load_state_dict of other weights"
+    )
     out = expect_output(_run_layer(layer, x, f"{call}"), what)
-    compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12, where=where)
+    with _kept_from_an_earlier_call_named(layer, call):
+        compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12, where=where)
     layer.zero_grad()
     upstream = torch.randn(3, o, generator=g, dtype=torch.float64)
     run_student(_backward, out, upstream, what=f"backward through {what}")
