@@ -30,11 +30,17 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
+def _made_by_a_library(folder: Path) -> bool:
+    """A folder that a library makes for the life of a process and deletes when it exits: multiprocessing's
+    ``pymp-*`` (a forkserver's socket lives there), and torch 2.6's folder for its remote-module template,
+    which ``import torch._dynamo`` (and so torchvision) makes in every process, a forkserver's too."""
+    return folder.name.startswith("pymp-") or [p.name for p in folder.iterdir()] == ["_remote_module_non_scriptable.py"]
+
+
 def _unsolved(path: Path, runs: Path, temporary: Path) -> None:
     report = student.run_unsolved(path, in_process=True)
     gc.collect()  # the notebook's namespace is gone: a TemporaryDirectory it held is deleted now
-    left = sorted(p.name for p in temporary.iterdir() if not p.name.startswith("pymp-"))  # multiprocessing's own,
-    # deleted when this Python exits (a forkserver's socket lives there)
+    left = sorted(p.name for p in temporary.iterdir() if not _made_by_a_library(p))
     assert not left, f"the student edition of {path.name} left temporary files behind: {left}"
     problems = report.all_problems
     assert not problems, (
