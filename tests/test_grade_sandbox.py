@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from tools import grade, grade_kernel
-from tools.flags import forging, suspicious
+from tools.flags import forging, suspicious, uses_lab_code
 
 ROOT = Path(__file__).resolve().parent.parent
 LINUX = sys.platform == "linux" and Path("/proc/self/stat").exists()
@@ -87,6 +87,17 @@ UNFLAGGED_BEFORE = {
     "operator patched": "from operator import eq\nimport operator as op\nop.eq = lambda a, b: True",
     "stdout replaced": "import sys\nsys.stdout = open('out.txt', 'w')",
     "an object's class replaced": "class Weird:\n    pass\nanswer = Weird()\nanswer.__class__ = float",
+    # a fifth audit's: each held nothing before its fixes (vars() is locals(), or a module's namespace; np is the
+    # setup's numpy; getattr(self.f, ...) reached past self)
+    "vars() rebinds lab": "vars()['lab'] = object()",
+    "vars() of numpy": "vars(np)['allclose'] = lambda *a, **k: True",
+    "numpy of the setup patched": "np.testing.assert_allclose = print",
+    "numpy of the setup in a list": "x = [np][0]\nx.allclose = print",
+    "a computed getattr past self": "class N:\n    def f(self):\n        return getattr(self.f, '__glob' + 'als__')['lab']",
+    # `self` that is no method's own object: numpy.testing.np is numpy, which no analysis of files can name
+    "a free function's self": "def patch(self):\n    self.allclose = lambda *a, **k: True\npatch(np.testing.np)",
+    "a method called unbound": "class P:\n    def patch(self):\n        self.allclose = lambda *a, **k: True\n"
+    "P.patch(np.testing.np)",
 }
 
 # Honest code a solution may hold: none of it holds points (the solved notebooks' own are tested below).
@@ -99,6 +110,57 @@ HONEST = {
     "an environment variable for DDP": "import os\nos.environ['MASTER_PORT'] = '29500'",
     "a class of one's own": "x = torch.ones(2)\nprint(x.__class__.__name__)",
     "a step on lists of tensors": "torch._foreach_mul_(velocity, 0.9)\ntorch._foreach_add_(params, velocity, alpha=-0.1)",
+    # a fifth audit's honest solutions, each held before its fixes (tools/flags.py: own objects, plain getters)
+    "a membership test of globals()": "def f(x):\n    return x\nprint('f' in globals(), 'x' not in locals())",
+    "vars() of one's own class": "class Linear:\n    @staticmethod\n    def forward(x, w):\n        return x @ w, (x, w)\n"
+    "print(sorted(k for k in vars(Linear) if not k.startswith('_')))",
+    "__dict__ of one's own class": "class ReLU:\n    def forward(self, h):\n        return h.clamp(min=0), h\n"
+    "print(ReLU.__dict__.keys())",
+    "vars(self)": "class Cpu:\n    def __init__(self, cores):\n        self.cores = cores\n\n    def peak(self):\n"
+    "        return vars(self)['cores'] * 2",
+    "setattr of a computed name on one's own object": "class Ops:\n    pass\n\nops = Ops()\n"
+    "for name, fn in {'forward': abs, 'backward': max}.items():\n    setattr(ops, name, fn)",
+    "a function put on one's own object": "class Helpers:\n    scale = 2.0\n\nhelpers = Helpers()\n"
+    "helpers.double = lambda x: x * helpers.scale\nsetattr(helpers, 'triple', lambda x: 3 * x)",
+    "a method of one's own model replaced": "class Stack(nn.Module):\n    def forward(self, x):\n        return x\n\n"
+    "probe = Stack()\nplain = probe.forward\nprobe.forward = lambda x: plain(x) * 1.0\ndel probe.forward",
+    "a layer's forward replaced": "from torch import nn\nlin = nn.Linear(4, 4)\nplain_forward = lin.forward\n\n"
+    "def noisy(x):\n    return plain_forward(x) + 0.0\n\nlin.forward = noisy",
+    "attrgetter of a plain attribute": "import operator\ngrad_of = operator.attrgetter('grad', 'weight.data')\n"
+    "from operator import attrgetter\nnames = attrgetter('fc')",
+    "methodcaller of a plain method": "from operator import methodcaller\nsize = methodcaller('size', 0)",
+    "getattr and setattr by a name bound to a string": "HEAD = 'fc'\n\ndef prepare(model, num_classes):\n"
+    "    old = getattr(model, HEAD)\n    setattr(model, HEAD, nn.Linear(old.in_features, num_classes))",
+}
+
+# Code next to the fifth audit's narrowed rules: each still holds the kernel-judged points.
+NEAR_THE_OWN_OBJECTS = {
+    "a class attribute bound to lab, read through vars": "class T:\n    x = lab\nvars(T)['x'].check_power = print",
+    "a class attribute bound to nn.ReLU, read through __dict__": "class T:\n    act = nn.ReLU\n"
+    "T.__dict__['act'].forward = print",
+    "a constant name that is watched": "HEAD = '_ip'\nshell = getattr(exit, HEAD)",
+    "a name bound twice": "HEAD = 'fc'\nHEAD = '__glob' + 'als__'\ng = getattr(print, HEAD)",
+    "a parameter shadowing a constant": "HEAD = 'fc'\ndef f(o, HEAD):\n    return getattr(o, HEAD)",
+    "attrgetter of a dotted path through a watched name": "import operator\ne = operator.attrgetter('__self__.eval')(print)",
+    "attrgetter of a computed name": "from operator import attrgetter\nname = '_' + 'ip'\ns = attrgetter(name)(exit)",
+    "attrgetter passed on": "from operator import attrgetter\ng = attrgetter('grad')\nh = attrgetter\n"
+    "s = h('_i' + 'p')(exit)",
+    "an own class whose __new__ returns torch's": "class P:\n    def __new__(cls):\n        return torch.Tensor\n"
+    "p = P()\np.abs = lambda self: self * 0",
+    "an own class whose __getattr__ returns torch's": "class P:\n    def __getattr__(self, n):\n"
+    "        return torch.Tensor\np = P()\np.x.abs = lambda self: self * 0",
+    "an own class rebound": "class P:\n    pass\nP = lambda: torch.Tensor\np = P()\np.abs = lambda self: self * 0",
+    "a metaclass": "class M(type):\n    pass\nclass P(metaclass=M):\n    pass\np = P()\np.abs = lambda s: s",
+    "a layer's class by a computed getattr": "lin = nn.Linear(2, 2)\n"
+    "getattr(lin, '__cl' + 'ass__').forward = lambda s, x: x",
+    "a layer's class by setattr": "lin = nn.Linear(2, 2)\nsetattr(type(lin), 'forward', lambda s, x: x)",
+    "nn rebound, then a 'layer'": "import numpy as nn\nr = nn.Random()\nr.abs = lambda s: s",
+    "torch's class under an own object's attribute": "class P:\n    pass\np = P()\np.t = torch.Tensor\n"
+    "p.t.abs = lambda s: s * 0",
+    "globals() read, not tested": "x = 'lab' in globals() or globals()['lab']",
+    "vars() compared, not tested": "ok = vars() == {}",
+    "self bound at the top": "import numpy\nself = numpy.testing.np\nself.allclose = lambda *a, **k: True",
+    "a free function's self, by a computed getattr": "def peek(self):\n    return getattr(self, '__glob' + 'als__')",
 }
 
 
@@ -110,6 +172,16 @@ def test_forgeries_by_name_and_always_equal_objects_hold_points(name):
 @pytest.mark.parametrize("name", HONEST)
 def test_honest_code_holds_no_points(name):
     assert forging(suspicious(HONEST[name])) == [], name
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_code_keeps_a_grader_judged_point(name):
+    assert uses_lab_code(HONEST[name]) == [], name  # 'may run the lab's own code' scores 0 there
+
+
+@pytest.mark.parametrize("name", NEAR_THE_OWN_OBJECTS)
+def test_code_near_ones_own_objects_holds_points(name):
+    assert forging(suspicious(NEAR_THE_OWN_OBJECTS[name])), name
 
 
 def test_a_computed_attribute_of_self_is_honest():

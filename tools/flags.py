@@ -14,6 +14,12 @@ an allowed module runs (a string annotation ``typing.get_type_hints`` evaluates,
 a pickle ``np.load``/``torch.load`` is told to read, a module the cell wrote and put on ``sys.path``,
 a replaced process), and an attribute reached by a name the analysis never sees (``getattr`` passed
 on, ``string.Formatter``'s fields, ``functools.update_wrapper``'s ``assigned``, a torch.fx node).
+
+What the cell builds is its own: an object of a class it defines (none with ``__new__``, ``__getattr__``...
+or a metaclass) or a layer it builds (``nn.Linear(...)``) may take functions, and attributes by computed
+names; ``vars(MyClass)`` and ``MyClass.__dict__`` read its own attributes (while no attribute of the cell is
+bound to a module). A name bound once to a string names an attribute as the string does,
+``attrgetter("grad")`` a plain one, and ``"x" in globals()`` only asks.
 """
 
 from __future__ import annotations
@@ -555,17 +561,161 @@ def _aliased_attributes(tree: ast.AST) -> set[str]:
     return found
 
 
+def _bound_names(tree: ast.AST) -> dict[str, int]:
+    """How many times the cell binds each name (assignments, loops, parameters, imports, defs, classes)."""
+    counts: dict[str, int] = {}
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names = [node.id]
+        elif isinstance(node, ast.arg):
+            names = [node.arg]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [(a.asname or a.name).split(".")[0] for a in node.names]
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)) and node.name:
+            names = [node.name]
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            names = node.names * 2  # bound elsewhere too: never a constant of this cell
+        for name in names:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _constant_names(tree: ast.Module, counts: dict[str, int]) -> set[str]:
+    """Names the cell binds once, at its top level, to a string (``HEAD = "fc"``): ``getattr(model, HEAD)``
+    names its attribute as plainly as ``getattr(model, "fc")`` (the string itself is read as a constant)."""
+    return {
+        node.targets[0].id
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+        and counts.get(node.targets[0].id) == 1
+    }
+
+
+_OWN_CLASS_HOOKS = ("__new__", "__getattr__", "__getattribute__", "__setattr__")  # what makes X() or x.a another's
+
+
+def _own_objects(tree: ast.Module, counts: dict[str, int]) -> tuple[set[str], set[str], set[str]]:
+    """The classes the cell defines, the objects it builds from them, and the layers it builds (``nn.Linear(...)``),
+    each name bound once: a function or an attribute put on such an object changes nothing of the lab's or
+    torch's. None when a class of the cell could build or reach something else (``__new__``, ``__getattr__``...,
+    a metaclass)."""
+    classes = [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]
+    for cls in classes:
+        methods = {item.name for item in cls.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        if cls.keywords or methods.intersection(_OWN_CLASS_HOOKS):
+            return set(), set(), set()
+    own = {c.name for c in classes if counts.get(c.name) == 1}
+    imports = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imports.update({a.asname: a.name for a in node.names if a.asname})
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imports.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+    instances, layers = set(), set()
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        call, name = node.value, node.targets[0].id
+        if not isinstance(call, ast.Call) or counts.get(name) != 1:
+            continue
+        root = _plain_root(call.func)
+        path = _dotted(call.func, {**_SETUP_MODULES, **imports})
+        plain = counts.get(root or "", 0) == (root in imports or root == "torch")  # nn, torch: not rebound
+        if plain and path[:2] == ["torch", "nn"] and len(path) == 3 and path[2][:1].isupper():
+            layers.add(name)
+        elif isinstance(call.func, ast.Name) and call.func.id in own:
+            instances.add(name)
+    return own, instances, layers
+
+
+def _selves(tree: ast.AST, counts: dict[str, int]) -> set[str]:
+    """``self``, ``ctx``, ``cls``, each bound only as the first parameter of a method of a class of the cell:
+    ``def patch(self): self.allclose = ...`` outside a class is handed whatever the call passes (a module)."""
+    firsts: dict[str, int] = {}
+    methods: dict[tuple[str, str], str] = {}  # (class, method) -> its first parameter (not a staticmethod's)
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for item in cls.body:
+            if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.args.posonlyargs + item.args.args:
+                first = (item.args.posonlyargs + item.args.args)[0].arg
+                firsts[first] = firsts.get(first, 0) + 1
+                static = any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in item.decorator_list)
+                methods[cls.name, item.name] = "" if static else first
+    unbound = {  # MyClass.patch(np.testing.np): the method's self is whatever the call passes
+        methods.get((n.func.value.id, n.func.attr), "")
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+    }
+    return {name for name in _OWN_OBJECTS if counts.get(name, 0) == firsts.get(name, 0) and name not in unbound}
+
+
+def _safe_getters(tree: ast.AST) -> set[int]:
+    """The ``attrgetter``/``methodcaller`` of calls that name plain attributes in string constants
+    (``attrgetter("grad")``): the ids of their function nodes. A dunder, a private name or one of the names
+    this analysis watches (``_ATTRIBUTES``) keeps its reason."""
+    safe = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        given = node.args[:1] if name == "methodcaller" else node.args
+        if name not in ("attrgetter", "methodcaller") or not given or name == "attrgetter" and node.keywords:
+            continue
+        if all(isinstance(a, ast.Constant) and isinstance(a.value, str) and _plain_path(a.value) for a in given):
+            safe.add(id(node.func))
+    return safe
+
+
+def _plain_path(text: str) -> bool:
+    """``"grad"``, ``"weight.data"``: public attributes only, none that this analysis watches."""
+    parts = text.split(".")
+    return all(p.isidentifier() and not p.startswith("_") and p not in _ATTRIBUTES for p in parts)
+
+
+def _membership_tests(tree: ast.AST) -> set[int]:
+    """The ``globals``/``locals``/``vars`` of ``"x" in globals()``: a yes or no, no object reached."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and all(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops):
+            for right in node.comparators:
+                if isinstance(right, ast.Call) and isinstance(right.func, ast.Name) and not right.args:
+                    if right.func.id in ("globals", "locals", "vars") and not right.keywords:
+                        found.add(id(right.func))
+    return found
+
+
 class _Visitor(ast.NodeVisitor):
     def __init__(self) -> None:
         self.reasons: list[str] = []
         self.guarded = set(_GUARDED_NAMES)
         self.aliases = dict(_SETUP_MODULES)  # a name bound by an import -> the module it names
-        self.imported: set[str] = set()  # names bound by imports of other modules (os, sys, math...)
-        self.modules = set(_GUARDED_NAMES)  # names bound to modules: see _escapes
+        # names bound by imports of other modules (os, sys, math...), and numpy as the setup cells bind it
+        self.imported: set[str] = {"np"}
+        self.modules = set(_GUARDED_NAMES) | {"np"}  # names bound to modules: see _escapes
         self.classes: set[str] = set()  # names bound to a class reached through type() or __class__
         self.functions: set[str] = set()  # the names of the functions the code defines
         self.called: set[int] = set()  # the ids of the nodes called as functions (``f`` of ``f(x)``)
         self.aliased: set[str] = set()  # attributes bound to a module or its objects (``class T: x = lab``)
+        self.own: set[str] = set()  # the classes the code defines (see _own_objects)
+        self.instances: set[str] = set()  # the objects it builds from them
+        self.layers: set[str] = set()  # the layers it builds (nn.Linear(...))
+        self.constants: set[str] = set()  # names bound once to a string (see _constant_names)
+        self.selves: set[str] = set(_OWN_OBJECTS)  # the names of _OWN_OBJECTS bound only as a method's own
+        self.exempt: set[int] = set()  # nodes whose name says less than it seems (see suspicious)
+        self.plain_getters: set[str] = set()  # attrgetter/methodcaller imported, only ever called on plain names
+
+    def _owned(self, node: ast.AST, all_kinds: bool = True) -> bool:
+        """Is ``node`` the bare name of the code's own object (``self``, an object of a class it defined; with
+        ``all_kinds``, that class or a layer it built too) while no attribute of the code is bound to a
+        module (``class T: x = lab``)? ``getattr(layer, "__cl" + "ass__")`` would be torch's class."""
+        names = ({"self"} & self.selves) | self.instances | (self.own | self.layers if all_kinds else set())
+        return isinstance(node, ast.Name) and node.id in names and not self.aliased
 
     def add(self, reason: str) -> None:
         if reason not in self.reasons:
@@ -610,7 +760,8 @@ class _Visitor(ast.NodeVisitor):
         self._module(module)
         for alias in node.names:
             self._module(f"{module}.{alias.name}")
-            if alias.name in _CALLS or alias.name in _ATTRIBUTES and _ATTRIBUTES[alias.name]:
+            plain = (alias.asname or alias.name) in self.plain_getters  # attrgetter("grad") wherever it is used
+            if not plain and (alias.name in _CALLS or alias.name in _ATTRIBUTES and _ATTRIBUTES[alias.name]):
                 self.add(_CALLS.get(alias.name) or _ATTRIBUTES[alias.name])
             if alias.name in _EVALUATES_STRINGS or alias.name == "*":
                 self.add(_EVALUATES_STRINGS.get(alias.name, "runs code by name (a * import binds names unseen)"))
@@ -647,19 +798,20 @@ class _Visitor(ast.NodeVisitor):
             if isinstance(target, ast.Attribute) and (target.attr in _DUNDERS or _is_dunder(target.attr)):
                 self.add(f"{verb} {target.attr}")
 
-    def _function_into(self, target: ast.AST, value: ast.AST) -> None:
-        """A function put into an attribute of an object the code did not build as ``self`` (a method of a
-        module or class replaced, however the analysis lost track of which: ``m.allclose = lambda *a: True``)."""
+    def _function_into(self, owner: ast.AST, value: ast.AST) -> None:
+        """A function put into an attribute of ``owner``, an object the code did not build as ``self`` (a method
+        of a module or class replaced, however the analysis lost track of which: ``m.allclose = lambda *a: True``).
+        An object of its own class, or a layer it built, is its own (``probe.forward = ...``)."""
         function = isinstance(value, ast.Lambda) or isinstance(value, ast.Name) and value.id in self.functions
-        root = _root(target)
-        if function and root not in _OWN_OBJECTS:
+        root = _root(owner)
+        if function and root not in self.selves and not self._owned(owner):
             self.add(f"assigns a function to an attribute of {root or 'an object'} (replaces a method?)")
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in node.targets:
             self._target(target, "assigns")
             if isinstance(target, ast.Attribute):
-                self._function_into(target, node.value)
+                self._function_into(target.value, node.value)
         names = [t.id for t in node.targets if isinstance(t, ast.Name)]
         value = node.value
         if isinstance(value, (ast.Name, ast.Attribute)) and _plain_root(value) in self.guarded:
@@ -729,11 +881,14 @@ class _Visitor(ast.NodeVisitor):
         func = node.func.id if isinstance(node.func, ast.Name) else ""
         if func in ("setattr", "delattr") and node.args and _root(node.args[0]) in self.guarded:
             self.add(f"{func}() on an attribute of {_root(node.args[0])} (the lab's checks or torch)")
-        named = len(node.args) > 1 and isinstance(node.args[1], ast.Constant)
-        if func in _BY_NAME and len(node.args) > 1 and not named and _root(node.args[0]) != "self":
+        name = node.args[1] if len(node.args) > 1 else None
+        named = isinstance(name, ast.Constant) or isinstance(name, ast.Name) and name.id in self.constants
+        if func in _BY_NAME and len(node.args) > 1 and not named and not self._owned(node.args[0], all_kinds=False):
             self.add(f"{func}() of an attribute whose name is computed")  # getattr(shell, "input_" + ...)
         if func == "setattr" and len(node.args) == 3:
             self._function_into(node.args[0], node.args[2])
+        if func == "vars" and len(node.args) == 1 and not node.keywords and self._owned(node.args[0]):
+            self.exempt.add(id(node.func))  # vars(self), vars(MyClass): the code's own attributes
         if func == "type" and len(node.args) == 3:
             self.add("a class made by type() (its methods given by name)")
         self._unpickles(node)
@@ -777,7 +932,7 @@ class _Visitor(ast.NodeVisitor):
             self.add(f"reaches attributes by name ({node.id} passed on as a value)")  # reduce(getattr, names, f)
         if node.id in _EVALUATES_STRINGS:
             self.add(_EVALUATES_STRINGS[node.id])
-        if node.id in _CALLS:
+        if node.id in _CALLS and id(node) not in self.exempt:
             self.add(_CALLS[node.id])
         elif node.id in ("__builtins__", "builtins"):
             self.add("builtins")
@@ -786,6 +941,8 @@ class _Visitor(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         reason = _ATTRIBUTES.get(node.attr)
+        if node.attr == "__dict__" and self._owned(node.value) or id(node) in self.exempt:
+            reason = None  # MyClass.__dict__, self.__dict__; operator.attrgetter("grad")
         if reason:
             self.add(reason)
         owner = node.value.attr if isinstance(node.value, ast.Attribute) else _root(node.value)
@@ -850,6 +1007,13 @@ def suspicious(source: str) -> list[str]:
     visitor.functions = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     visitor.called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     visitor.aliased = _aliased_attributes(tree)
+    counts = _bound_names(tree)
+    visitor.constants = _constant_names(tree, counts)
+    visitor.own, visitor.instances, visitor.layers = _own_objects(tree, counts)
+    visitor.selves = _selves(tree, counts)
+    visitor.exempt = _membership_tests(tree) | _safe_getters(tree)
+    loads = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in ("attrgetter", "methodcaller")]
+    visitor.plain_getters = {n.id for n in loads} - {n.id for n in loads if id(n) not in visitor.exempt}
     try:
         visitor.visit(tree)
         for reason in [*magics, *_escapes(tree, visitor.modules, visitor.aliases)]:
@@ -987,6 +1151,7 @@ _FORGING = (
     "__import__",
     "importlib",
     "globals()",
+    "vars()",  # vars() is locals(); vars(np) a module's namespace, written like a dict (not the code's own)
     "__globals__",
     "__code__",
     "__closure__",
