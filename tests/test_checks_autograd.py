@@ -273,6 +273,13 @@ def test_right_predictions_pass_in_any_form(ex_id, answer, capsys):
     assert out.startswith("PASS") and "recorded answer" in out
 
 
+def test_the_prompts_own_word_unchanged_counts_as_same(capsys):
+    """Tenth audit: 03.2's prompt glosses "same" as ".grad is unchanged", and "unchanged" was refused."""
+    lab.check_backward_twice_prediction("Unchanged")
+    assert capsys.readouterr().out.startswith("NOT RIGHT  a second backward() on one graph")
+    assert predictions.COMMITTED["03.2"].answer == "same"
+
+
 @pytest.mark.parametrize("ex_id", PREDICTIONS)
 def test_a_0d_tensor_is_converted(ex_id, capsys):
     check, right, _ = PREDICTIONS[ex_id]

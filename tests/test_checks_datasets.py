@@ -569,6 +569,27 @@ def test_a_wrong_prediction_is_recorded_first_and_never_passes(measured, capsys)
     assert core.COMMITTED["07.2"].answer == ("faster", "faster")
 
 
+@pytest.mark.parametrize("answer", [(True, False), ("yes", "no"), ["Yes", "No"], "yes, no"], ids=repr)
+def test_yes_and_no_answer_the_question_as_it_is_asked(answer, measured, capsys):
+    """Tenth audit: the prompt asks "does num_workers=2 make an epoch clearly faster?", and (True, False) or
+    ("yes", "no") were refused as not one of the choices."""
+    lab.check_workers_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  2 workers on one core (sleep, spin): ('faster', 'not faster')")
+
+
+def test_a_machine_that_cannot_pin_one_core_says_so_and_gives_no_note_to_a_right_answer(monkeypatch, capsys):
+    """Tenth audit: where the experiment cannot pin one core (macOS, Windows), spinning workers come out faster;
+    ('faster', 'faster') then passed, and lab.hint gave it the note "Two spinning workers share one core"."""
+    monkeypatch.setattr(ds, "worker_speedup", lambda mode: 1.9)
+    monkeypatch.delattr(ds.os, "sched_getaffinity", raising=False)
+    lab.check_workers_prediction(("faster", "faster"))
+    assert capsys.readouterr().out.startswith("PASS")
+    lab.hint("07.2")
+    explained = capsys.readouterr().out
+    assert "share one core" not in explained and "About" not in explained
+    assert "cannot pin the experiment to one core, so its spinning workers had idle cores" in explained
+
+
 def test_the_prediction_is_measured(capsys, monkeypatch):
     measured = []  # which experiments the check runs (nbval of notebook 07 runs the real ones)
 

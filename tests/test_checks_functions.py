@@ -493,6 +493,14 @@ def test_wrong_then_right_records_the_first_answer(wrong, capsys):
     assert predictions.COMMITTED["04.1"].answer in ("0", "inf", "error")
 
 
+@pytest.mark.parametrize("answer, word", [("0.0", "0"), ("-0", "0"), (" Infinity ", "inf"), ("'0.'", "0")])
+def test_sigmoid_prediction_reads_a_number_written_as_text(answer, word, capsys):
+    """Tenth audit: 0.0 was read as the choice "0", but "0.0" was refused as not one of the choices."""
+    lab.check_sigmoid_prediction(answer)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert predictions.COMMITTED["04.1"].answer == word
+
+
 @pytest.mark.parametrize("wrong", ["0", "inf", "error"])
 def test_each_wrong_prediction_gets_its_note_from_lab_hint(wrong, capsys):
     lab.check_sigmoid_prediction(wrong)

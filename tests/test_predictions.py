@@ -224,3 +224,24 @@ def test_a_near_spelling_of_one_choice_is_refused_with_the_choice_it_resembles()
     assert "did you mean 'error'? Write the choice exactly as listed" in text
     assert core.COMMITTED == {}  # refused, not committed: the outcome is still hidden
     assert "did you mean" not in refused(check_guess, "grows")  # like no choice: no suggestion
+
+
+def test_a_right_answer_never_gets_the_note_meant_for_it_as_a_mistake(capsys):
+    """Tenth audit: where the outcome depends on the machine, a choice listed as a mistake can be right; its note
+    ("not what limits them") then followed a PASS in lab.hint."""
+    judge("doubled", "doubled", choices=CHOICES, mistakes={"doubled": "doubling needs a new forward pass."})
+    assert capsys.readouterr().out.startswith("PASS")
+    lab.hint("q")
+    explained = capsys.readouterr().out
+    assert "doubling needs" not in explained and "About" not in explained and "Why: because." in explained
+
+
+def test_a_word_with_a_negating_prefix_is_not_told_to_write_the_choice_it_negates():
+    """Tenth audit: "incorrect" was answered "did you mean 'correct'?", the opposite of what it says."""
+    choices = ("error", "correct", "wrong")
+    for word in ("incorrect", "Uncorrect", "not-correct"):
+        text = refused(judge, word, "error", choices=choices)
+        assert "did you mean" not in text and "'correct'?" not in text
+        assert "rules a choice out" in text
+    assert "did you mean 'correct'?" in refused(judge, "corect", "error", choices=choices)
+    assert core.COMMITTED == {}

@@ -217,14 +217,14 @@ def _backward_twice() -> str:
     return "same"
 
 
-#: The error's own name, which says "error" as well as the choice does.
-ERROR_NAMES = ("runtimeerror", "runtime error")
+#: Other words for a choice: the error's own name, and the prompt's own gloss of "same" (".grad is unchanged").
+OTHER_WORDS = {"runtimeerror": "error", "runtime error": "error", "unchanged": "same"}
 
 
 def _error_by_name(prediction: Any) -> Any:
-    """03.2's answer with the error's own name ("RuntimeError") read as the choice "error"."""
-    if isinstance(prediction, str) and str.strip(prediction, " '\"`.!").lower() in ERROR_NAMES:
-        return "error"
+    """03.2's answer with the error's own name ("RuntimeError") read as the choice "error", "unchanged" as "same"."""
+    if isinstance(prediction, str):
+        return OTHER_WORDS.get(str.strip(prediction, " '\"`.!").lower(), prediction)
     return prediction
 
 

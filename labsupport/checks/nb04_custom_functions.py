@@ -954,8 +954,14 @@ def _plain_sigmoid_gradient() -> str:
 
 
 def _as_word(prediction: Any) -> Any:
-    """A number answer (0, float("inf"), a 0-d tensor) as the word the choices use; anything else unchanged."""
+    """A number answer (0, float("inf"), a 0-d tensor, or written as text: "0.0", "Infinity") as the word the
+    choices use; anything else unchanged."""
     __tracebackhide__ = True
+    if isinstance(prediction, str):
+        try:
+            prediction = float(prediction.strip(" '\"`"))
+        except ValueError:
+            return prediction
     number = isinstance(prediction, (int, float)) and not isinstance(prediction, bool)
     if isinstance(prediction, torch.Tensor) and prediction.numel() == 1 and prediction.device.type != "meta":
         number = prediction.dtype != torch.bool

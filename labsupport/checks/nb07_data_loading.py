@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import dis
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -1267,11 +1268,19 @@ _JOINER = re.compile(r"[\s_-]+")
 _AROUND_A_PAIR = re.compile(r"^[\s(\[]+|[\s)\].]+$")
 
 
+#: The question asks "does num_workers=2 make an epoch clearly faster?": yes and no answer it too.
+_YES_NO = {True: "faster", False: "not faster", "yes": "faster", "no": "not faster"}
+
+
 def _spelled_word(item: Any) -> Any:
-    """One half of the pair with its words joined by one space ("not-faster" as "not faster"); else unchanged."""
+    """One half of the pair with its words joined by one space ("not-faster" as "not faster"), and yes or no
+    (True or False) as the word it answers; else unchanged."""
+    if isinstance(item, bool):
+        return _YES_NO[item]
     if not isinstance(item, str):
         return item
-    return _JOINER.sub(" ", item.strip(" '\"")).strip()
+    word = _JOINER.sub(" ", item.strip(" '\"")).strip()
+    return _YES_NO.get(word.lower(), word)
 
 
 def _as_pair(prediction: Any) -> Any:
@@ -1283,7 +1292,7 @@ def _as_pair(prediction: Any) -> Any:
         return prediction
     parts = re.split(r"[,/;]", _AROUND_A_PAIR.sub("", prediction))
     halves = tuple(_spelled_word(part) for part in parts)
-    if len(halves) == 2 and all(half.lower() in WORDS for half in halves):
+    if len(halves) == 2 and all(isinstance(half, str) and half.lower() in WORDS for half in halves):
         return halves
     return prediction
 
@@ -1297,13 +1306,18 @@ def check_workers_prediction(prediction) -> None:
     # sleeping reads come close to 2x; spinning ones reach 1.5x only when two other busy programs share the core
     sleep = "faster" if worker_speedup("sleep") > 1.6 else "not faster"
     spin = "faster" if worker_speedup("spin") > 1.6 else "not faster"
+    why = (
+        "A sleeping read leaves the core free for the other worker; a spinning one needs the core itself, "
+        "so workers help only while there are idle cores."
+    )
+    if not hasattr(os, "sched_getaffinity"):  # macOS, Windows: the experiment ran on all cores
+        why += " This system cannot pin the experiment to one core, so its spinning workers had idle cores."
     check_prediction(
         name,
         prediction,
         (sleep, spin),
         choices=choices,
-        why="A sleeping read leaves the core free for the other worker; a spinning one needs the core itself, "
-        "so workers help only while there are idle cores.",
+        why=why,
         mistakes={
             ("faster", "faster"): "Two spinning workers share one core: no more CPU than one.",
             ("not faster", "not faster"): "While one worker sleeps, the other can read.",

@@ -132,6 +132,8 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
     return got
 
 
+RULED_OUT = "your text rules a choice out; write the one choice you expect instead, alone, as a word"
+
 #: Words that turn a sentence against the choice it names ("not the mask", "it isn't new").
 _NEGATION = re.compile(r"\b(not|no|never|nor)\b|n't\b")
 
@@ -145,10 +147,14 @@ def _choice_mentioned(got: Any, choices: Sequence[Any]) -> str | None:
     if len(words) != 1:
         return None
     if _NEGATION.search(re.sub(rf"\b{re.escape(words[0].lower())}\b", " ", got)):
-        return "your text rules a choice out; write the one choice you expect instead, alone, as a word"
+        return RULED_OUT
     return (
         f"write the choice alone, as a word: your text mentions {words[0]!r}; if that is your answer, write just that"
     )
+
+
+#: What turns a word into its opposite when written before it ("incorrect", "unsafe", "non-zero").
+_NEGATED_WORD = re.compile(r"(in|un|non|not|im|ir|il|dis)[\s_-]?")
 
 
 def _close_spelling(got: Any, choices: Sequence[Any]) -> str | None:
@@ -159,6 +165,8 @@ def _close_spelling(got: Any, choices: Sequence[Any]) -> str | None:
     close = difflib.get_close_matches(got, words, n=2, cutoff=0.75)
     if len(close) != 1:
         return None
+    if got.endswith(close[0]) and _NEGATED_WORD.fullmatch(got[: -len(close[0])]):
+        return RULED_OUT  # "incorrect" is not a misspelling of "correct": it means the opposite
     return (
         f"{got!r} is not one of the choices as written; did you mean {close[0]!r}? Write the choice exactly as listed"
     )
@@ -221,7 +229,8 @@ def check_prediction(
     record = COMMITTED.get(ex_id)
     if record is None:
         right = _same(got, actual, rel)
-        record = Committed(name, got, actual, right, why, question, _note_for(got, mistakes, rel))
+        note = None if right else _note_for(got, mistakes, rel)  # a note on a mistake never contradicts a PASS
+        record = Committed(name, got, actual, right, why, question, note)
         COMMITTED[ex_id] = record
         _first_verdict(record, ex_id)
         return
