@@ -19,6 +19,19 @@ def test_the_derivation_gives_the_measured_speedups():
     assert nb10.ddp_speedups() == (3.72, 0.69)
 
 
+def test_the_measurement_the_notebook_prints_is_the_derivations_outcome(capsys):
+    # the cell after the check prints the measurement (lab.print_ddp_scaling), not a table in the text
+    four_gpus = tuple(ratios[-1] for _, ratios in nb10.MEASURED_SCALING.values())
+    assert four_gpus == nb10.ddp_speedups()
+    lab.print_ddp_scaling()
+    shown = capsys.readouterr().out
+    assert "14,700 img/s  (3.72x)" in shown and "23,100 img/s  (0.69x)" in shown
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    check = next(i for i, c in enumerate(cells) if "check_speedup_prediction" in "".join(c["source"]))
+    assert "lab.print_ddp_scaling()" in "".join(cells[check + 1]["source"])
+    assert 'lab.require("10.4")' in "".join(cells[check + 1]["source"])
+
+
 def test_the_notebook_states_the_checks_inputs():
     text = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"])
     for case in nb10.SCALING.values():

@@ -86,6 +86,42 @@ def test_student_edition_holds_no_solution_line_and_no_output(path):
         assert "NBVAL_" not in c.source
 
 
+def predicted_numbers(cells) -> set[str]:
+    """The specific numbers a prediction's solution commits to (``prediction = (3.72, 0.69)``: "3.72", "0.69"):
+    floats written with two decimals or more, which no other text of a notebook holds by chance."""
+    found = set()
+    for i, cell in enumerate(cells):
+        text = "".join(cell["source"])
+        lines = text.splitlines()
+        for begin, end in student.solution_blocks(text, cell=i):
+            for line in lines[begin + 1 : end]:
+                if line.strip().startswith("prediction"):
+                    found |= set(re.findall(r"(?<![\w.])\d+\.\d{2,}(?![\w.])", line.split("#")[0]))
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_predicted_number_is_readable_in_the_student_edition(path):
+    # 10.4's derived speed-ups once stood in a table right under the answer cell; the measurement is
+    # printed by a cell that runs once the prediction is recorded
+    import nbformat
+
+    numbers = predicted_numbers(json.loads(path.read_text())["cells"])
+    edition = student.make_edition(nbformat.read(path, as_version=4), path).notebook
+    shown = [
+        (k, n)
+        for k, c in enumerate(edition.cells)
+        for n in numbers
+        if re.search(rf"(?<![\w.]){re.escape(n)}(?!\d)", c.source)
+    ]
+    assert not shown, f"a prediction's answer is readable in the student edition (cell, number): {shown}"
+
+
+def test_the_predicted_number_scan_finds_the_answer_it_was_written_for():
+    cells = [{"source": "### BEGIN SOLUTION\nprediction = (3.72, 0.69)   # 4 x 64.9\n### END SOLUTION"}]
+    assert predicted_numbers(cells) == {"3.72", "0.69"}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_no_line_of_the_student_edition_reads_as_a_marker(path):
     # marker text outside a solution or answer cell stops the build (tools/student.py), so what

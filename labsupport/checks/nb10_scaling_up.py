@@ -42,6 +42,7 @@ __all__ = [
     "check_ddp_equivalence",
     "check_speedup_prediction",
     "check_rank_loader",
+    "print_ddp_scaling",
 ]
 
 
@@ -1244,6 +1245,34 @@ SCALING = {
     "DigitsCNN": ScalingCase(64, 16, 1.92, 1.92, 0.85),
 }
 GPUS = 4
+
+
+#: What benchmarks/ddp_scaling.py measured for the two jobs (benchmarks/RESULTS.md): images per second on 1, 2
+#: and 4 GPUs, and the speed-up over one GPU (from the unrounded step times). A cell after Exercise 10.4 prints
+#: it once the prediction is recorded: a table in the notebook's text would answer the exercise before it is tried.
+MEASURED_SCALING = {
+    "ResNet-50 (25.6 M parameters), 256 images per GPU (weak scaling)": ((3940, 7440, 14700), (1.0, 1.89, 3.72)),
+    "the DigitsCNN (0.04 M), one batch of 64 split over the GPUs (strong scaling)": (
+        (33400, 27300, 23100),
+        (1.0, 0.82, 0.69),
+    ),
+}
+
+
+def print_ddp_scaling() -> None:
+    """Print the throughputs measured for notebook 10's two DDP jobs on 1, 2 and 4 H100 GPUs (images per second,
+    and the speed-up over one GPU without DDP).
+
+    Example:
+        >>> print_ddp_scaling()  # doctest: +ELLIPSIS
+        images per second (speed-up over 1 GPU without DDP), measured on 4 H100 GPUs:
+        ...
+    """
+    print("images per second (speed-up over 1 GPU without DDP), measured on 4 H100 GPUs:")
+    for job, (rates, ratios) in MEASURED_SCALING.items():
+        print(f"  {job}:")
+        for gpus, rate, ratio in zip((1, 2, 4), rates, ratios):
+            print(f"    {gpus} GPU{'s' if gpus > 1 else ' '}  {rate:>7,} img/s  ({ratio:.2f}x)")
 
 
 def speedup(case: ScalingCase, *, gpus: int = GPUS, images_scale: bool = True, ddp: bool = True) -> float:
