@@ -151,6 +151,8 @@ def make_train(evaluate=None, **mistakes):
         history = {"loss": [], "val_loss": [], "val_acc": []}
         step = 0
         for epoch in range(mistakes.get("fixed_epochs", epochs) + mistakes.get("extra_epochs", 0)):
+            if mistakes.get("step_restarts"):
+                step = 0
             if not mistakes.get("never_train_mode") and (not mistakes.get("no_train_mode") or epoch == 0):
                 model.train()
             if mistakes.get("zero_grad_per_epoch"):
@@ -228,6 +230,7 @@ def make_train(evaluate=None, **mistakes):
                 "last_batch": batch_accs[-1],
                 "val": val_acc,
                 "over_batches": correct / len(train_loader),
+                "slots": correct / (len(train_loader) * train_loader.batch_size),
             }[mistakes.get("train_acc") if mistakes.get("train_acc") != "remeasured" else None]
             if mistakes.get("train_acc") == "remeasured":
                 train_acc = evaluate(model, train_loader)[1]
@@ -358,6 +361,10 @@ LOOP_MISTAKES = [
     ({}, dict(fixed_epochs=1), "train stops after its first epoch"),
     ({}, dict(notebook_loader=True), "a notebook variable instead of an argument"),
     ({}, dict(float_labels=True), "labels converted to floats"),
+    # found by the ninth audit: a step count set to 0 inside the epoch loop got expected/got only
+    ({}, dict(step_restarts=True), "step count restarts every epoch"),
+    # and an epoch's images counted as batches times loader.batch_size got expected/got only
+    ({}, dict(train_acc="slots"), "divided by batches times batch size"),
 ]
 
 

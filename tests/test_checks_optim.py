@@ -57,8 +57,21 @@ def _zero_grad_override(self, set_to_none=True):
             p.grad = None
 
 
+def _velocity_as_the_state(self, p, group):
+    """The velocity is self.state[p] itself (a tensor, not a dict), and self.state also counts the steps."""
+    self.state["steps"] = self.state.get("steps", 0) + 1
+    v = self.state.get(p)
+    if not isinstance(v, torch.Tensor):
+        self.state[p] = p.grad.clone()
+    else:
+        v.mul_(group["momentum"]).add_(p.grad)
+    p.sub_(group["lr"] * self.state[p])
+
+
 CORRECT = {
     "the notebook's": SGDMomentum,
+    # ninth audit: the check now looks for the state under each parameter; this keeps it there in its own way
+    "velocity as the state itself, a step count beside": variant(update=_velocity_as_the_state),
     "velocity from zeros, out of place": variant(update=_zeros_first),
     "velocity from zeros in place, p.data assigned": variant(update=_data_assigned),
     "own zero_grad": variant(zero_grad=_zero_grad_override),
@@ -179,6 +192,20 @@ def _keyed_by_id(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _keyed_by_position(self):
+    """Velocities keyed by (group index, position in the group): every run of the check comes out right."""
+    for index, group in enumerate(self.param_groups):
+        for position, p in enumerate(group["params"]):
+            if p.grad is None:
+                continue
+            state = self.state[(index, position)]
+            if "v" not in state:
+                state["v"] = p.grad.clone()
+            else:
+                state["v"].mul_(group["momentum"]).add_(p.grad)
+            p.sub_(group["lr"] * state["v"])
+
+
 def _first_group_only(self):
     for group in self.param_groups[:1]:
         for p in group["params"]:
@@ -263,6 +290,8 @@ CLASS_MISTAKES = {
     "no defaults given to Optimizer": variant(__init__=_no_defaults),  # eighth audit: bare TypeError
     "step() requires an argument": variant(step=_step_with_closure),  # eighth audit: bare TypeError
     "setting read under another key": variant(update=_momentum_under_its_symbol),  # eighth audit: bare KeyError
+    # ninth audit: state keyed by position passed, though the prompt keeps v in self.state[p]
+    "state not kept under the parameter": variant(step=torch.no_grad()(_keyed_by_position)),
 }
 
 

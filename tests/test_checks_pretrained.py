@@ -101,11 +101,15 @@ def test_a_wrong_share_is_recorded_first_and_never_passes(capsys):
 
 
 def make_prepare(freeze=True, replace=True, classes=None, freeze_head=False, optimizer="head", nan=False,
-                 head=None, momentum=0.0, lr=0.01, kind=torch.optim.SGD, width=None):  # fmt: skip
+                 head=None, momentum=0.0, lr=0.01, kind=torch.optim.SGD, width=None, reset=False):  # fmt: skip
     """prepare_for_transfer; each keyword switches on one way of writing it (a mistake or a variant)."""
 
     def prepare(model, num_classes):
         old_params = list(model.fc.parameters())
+        if reset:
+            for module in model.modules():
+                if hasattr(module, "reset_parameters"):
+                    module.reset_parameters()
         if freeze:
             model.requires_grad_(False)
         if replace:
@@ -398,6 +402,8 @@ TRANSFER_MISTAKES = [
     (make_prepare(), make_step(recompute=True), "loss recomputed after the step"),
     (make_prepare(head="sequential"), make_step(recompute=True), "loss recomputed after the step"),  # dropout
     (make_prepare(), make_step(no_grad=True), "head under no_grad"),  # was: a generic requires_grad cause
+    # ninth audit: re-initialised pretrained weights were told "the optimizer updated them" (it held the head only)
+    (make_prepare(reset=True), make_step(), "backbone changed by prepare_for_transfer"),
     (make_prepare(), make_step(returns="tensor"), "loss returned as a tensor"),  # issue 23: passed
     (make_prepare(), make_step(returns="detached"), "loss returned as a tensor"),
     # the audit's: a generic "weight does not match" (the first two), "holds none of the new head's" (the third)

@@ -232,8 +232,11 @@ def _momentum_on_both(p, g, v, lr, mu):
 PROMPT_DEFAULTS = {"lr": 0.01, "momentum": 0.9}
 
 
-def _settings(group: dict, first: dict, constructor: dict, which: str) -> dict:
-    """The lr and momentum a replayed optimizer uses for ``group`` (``first``: its first group)."""
+def _settings(group: dict, first: dict, constructor: dict, which: str, initial_lr: float) -> dict:
+    """The lr and momentum a replayed optimizer uses for ``group`` (``first``: its first group; ``initial_lr``:
+    the group's lr when the optimizer was made)."""
+    if which == "initial lr":
+        return {"lr": initial_lr, "momentum": group["momentum"]}
     if which in ("step lr", "step momentum"):
         name = which.split()[1]
         return {**group, name: PROMPT_DEFAULTS[name]}
@@ -252,7 +255,8 @@ class _RuleOptimizer(torch.optim.Optimizer):
     """SGD with momentum written with a given update rule: how the check replays a known wrong answer.
     ``settings``: "group" reads each group's lr and momentum; "constructor" uses the constructor's for every
     group ("constructor lr" / "constructor momentum": only that one); "first group" uses the first group's for
-    every group. ``fixed`` replaces the constructor's arguments by fixed numbers (an __init__ that ignores them)."""
+    every group; "initial lr" keeps each group's lr as it was when the optimizer was made. ``fixed`` replaces the
+    constructor's arguments by fixed numbers (an __init__ that ignores them)."""
 
     def __init__(self, params, rule, lr, momentum, settings="group", fixed=None):
         hyper = {"lr": lr, "momentum": momentum}
@@ -261,11 +265,12 @@ class _RuleOptimizer(torch.optim.Optimizer):
         self.rule = rule
         self.constructor = hyper
         self.settings = settings
+        self.initial_lrs = [group["lr"] for group in self.param_groups]
 
     @torch.no_grad()
     def step(self):
-        for group in self.param_groups:
-            hyper = _settings(group, self.param_groups[0], self.constructor, self.settings)
+        for group, initial_lr in zip(self.param_groups, self.initial_lrs):
+            hyper = _settings(group, self.param_groups[0], self.constructor, self.settings, initial_lr)
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -422,6 +427,15 @@ RULE_MISTAKES = [
         why="every group is updated with the same settings, the constructor's or the first group's, but each group "
         "carries its own lr and momentum",
         look="step(): which dict the lr and momentum are read from, and whether it changes with the group",
+    ),
+    Mistake(
+        "lr read once",
+        WrongRule((_momentum,), settings=("initial lr",)),
+        why="each group moves at the lr it had when the optimizer was made: the rate was read once (in __init__, "
+        "or at a parameter's first step) and kept, so when the group's lr changes later, as a scheduler changes it "
+        "(the check halves it after the first step), the steps go on at the old rate; the group holds the rate in "
+        "force at each step",
+        look="step(): where the lr of each update comes from, and when it was read",
     ),
     Mistake(
         "constructor arguments ignored",
@@ -870,6 +884,47 @@ def _keyed_by_stand_ins(optimizer: Any) -> bool:
     return isinstance(states, dict) and any(not isinstance(key, torch.Tensor) for key in states)
 
 
+STATE_NOT_PER_PARAMETER = Mistake(
+    "state not kept under the parameter",
+    None,
+    why="the velocities are kept in self.state, but under other keys than the parameters themselves (a position "
+    "in a group, a counter, a name): such a key names a place in today's list of parameters, not the parameter, "
+    "so it points at another one once groups are added or a gradient comes and goes, and whatever looks up "
+    "optimizer.state[p] finds nothing; the exercise keeps each velocity under its own parameter",
+    look="step(): the key it uses into self.state",
+)
+
+
+def _stateless_parameters(optimizer: Any) -> list[tuple[int, ...]]:
+    """The shapes of the parameters that have a gradient but nothing in ``optimizer.state`` under themselves."""
+    states = getattr(optimizer, "state", None)
+    if not isinstance(states, dict):
+        return []
+    missing = []
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            kept = states.get(p)
+            if p.grad is not None and (kept is None or (isinstance(kept, dict) and not kept)):
+                missing.append(tuple(p.shape))
+    return missing
+
+
+def _expect_state_per_parameter(optimizer: Any) -> None:
+    """The prompt keeps v in self.state[p]: after a run, each parameter with a gradient has state there."""
+    __tracebackhide__ = True
+    missing = _stateless_parameters(optimizer)
+    if not missing:
+        return
+    keys = ", ".join(repr(key) for key in list(optimizer.state)[:3])
+    raise mistake_error(
+        f"after the run, self.state holds nothing under {len(missing)} of the parameters that have a gradient "
+        f"(shapes {', '.join(map(str, missing))})",
+        STATE_NOT_PER_PARAMETER,
+        expected="each such parameter's velocity kept under the parameter itself",
+        got=f"keys {keys}" if keys else "an empty self.state",
+    )
+
+
 def _torch_sgd(groups: list) -> torch.optim.Optimizer:
     return torch.optim.SGD(groups, lr=LR, momentum=MOMENTUM)
 
@@ -899,4 +954,5 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     resumed, resumed_optimizer = _student_run(make, resume_setup)
     lost = STATE_BY_ID if _keyed_by_stand_ins(resumed_optimizer) else NOT_IN_STATE
     _compare_runs(resumed, _trajectory(_torch_sgd, resume_setup)[0], [lost])
+    _expect_state_per_parameter(optimizer)
     passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")

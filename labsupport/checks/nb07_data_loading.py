@@ -455,6 +455,7 @@ class Run:
     val_before: Measured | None = None  # on val_loader before the first epoch: the untrained model
     remeasured: list[Measured] = dataclasses.field(default_factory=list)  # per epoch, on the training loader
     weights: torch.Tensor | None = None
+    slots: int = 0  # len(loader) * loader.batch_size: more than an epoch's images when the last batch is short
 
 
 def _reference_train(
@@ -470,7 +471,7 @@ def _reference_train(
     "every batch", "every epoch" (before the batch loop) or "never"."""
     optimizer, scheduler = _optimizer(model)
     device = pick_device()
-    run = Run(val_before=_measure(model, val))
+    run = Run(val_before=_measure(model, val), slots=len(loader) * (loader.batch_size or 1))
     for _ in range(EPOCHS):
         model.train()
         if zero_grad == "every epoch":
@@ -928,7 +929,8 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
             steps = _steps_of(entries, tag)
             offsets[tag] = _offset(steps, bases)
             if offsets[tag] is None:
-                _wrong_steps(tag, steps, bases, _epoch_step_mistakes(per_batch) if count == EPOCHS else [])
+                known = _epoch_step_mistakes(per_batch) if count == EPOCHS else _per_step_mistakes(per_batch)
+                _wrong_steps(tag, steps, bases, known)
         if len(set(offsets.values())) > 1:
             raise CheckError(
                 f"the tags {', '.join(map(repr, tags))} are logged at different steps",
@@ -982,11 +984,28 @@ EPOCH_START_AS_STEP = Mistake(
 )
 
 
+STEP_COUNT_RESTARTS = Mistake(
+    "step count restarts every epoch",
+    None,
+    "the step count starts again from zero at every epoch (it is set to 0 inside the epoch loop), so each epoch's "
+    "points are drawn over the first epoch's and the curves run back on themselves; the step is the count of "
+    "optimizer steps taken since training began, set once before the epochs",
+    look="train: where the step count is set to its starting value",
+)
+
+
 def _epoch_step_mistakes(per_batch: int) -> list[tuple[list[list[int]], Mistake]]:
     """Wrong step numberings of the per-epoch tags, each with its mistake."""
     epoch_numbers = [list(range(1, EPOCHS + 1)), list(range(EPOCHS))]
     epoch_starts = [[per_batch * e for e in range(EPOCHS)]]
-    return [(epoch_numbers, EPOCH_AS_STEP), (epoch_starts, EPOCH_START_AS_STEP)]
+    restarted = [[per_batch] * EPOCHS, [per_batch - 1] * EPOCHS]
+    return [(epoch_numbers, EPOCH_AS_STEP), (epoch_starts, EPOCH_START_AS_STEP), (restarted, STEP_COUNT_RESTARTS)]
+
+
+def _per_step_mistakes(per_batch: int) -> list[tuple[list[list[int]], Mistake]]:
+    """Wrong step numberings of the per-step tags, each with its mistake."""
+    restarted = [list(range(1, per_batch + 1)) * EPOCHS, list(range(per_batch)) * EPOCHS]
+    return [(restarted, STEP_COUNT_RESTARTS)]
 
 
 def _wrong_steps(
@@ -1049,6 +1068,14 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
             "the epoch's right answers were divided by its number of batches (len(train_loader)): the accuracy is "
             "per image, right answers over the images seen in the epoch",
             look="what the epoch's count of right answers is divided by",
+        ),
+        Mistake(
+            "divided by batches times batch size",
+            Near([correct / ref.slots for correct in ref.train_correct]),
+            "the epoch's images were counted as the number of batches times the batch size (loader.batch_size "
+            "added per batch, say), but the last batch is short, so that count is more than the images the epoch "
+            "saw; each batch holds as many images as it has labels",
+            look="how train counts the images of the epoch",
         ),
     ]
 

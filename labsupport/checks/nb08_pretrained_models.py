@@ -412,6 +412,37 @@ def _batch_norm_in_eval(model: nn.Module) -> bool:
     return any(isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.training for m in model.modules())
 
 
+BACKBONE_CHANGED_IN_PREPARE = Mistake(
+    "backbone changed by prepare_for_transfer",
+    None,
+    "prepare_for_transfer itself changed the backbone, before any training step: the pretrained weights it was "
+    "handed (or their batch-norm statistics) are what feature extraction keeps and builds on; re-initialising "
+    "layers (reset_parameters, an init function applied to the whole model), loading other weights or running "
+    "the model in training mode throws that away, and only the new head is meant to start fresh",
+    look="prepare_for_transfer: everything it does to the model besides freezing it and replacing model.fc",
+)
+
+
+def _changed_by_prepare(model: nn.Module) -> CheckError | None:
+    """Backbone parameters or buffers that no longer hold the pretrained values right after prepare_for_transfer
+    (only entries kept under the same name: a swapped batch norm is judged after the steps)."""
+    original = _resnet18().state_dict()
+    now = model.state_dict()
+    changed = [
+        k
+        for k, v in original.items()
+        if not k.startswith("fc.") and k in now and now[k].shape == v.shape and not torch.equal(v, now[k].cpu())
+    ]
+    if not changed:
+        return None
+    return mistake_error(
+        "right after prepare_for_transfer, before any step, the backbone no longer holds the weights it was given",
+        BACKBONE_CHANGED_IN_PREPARE,
+        expected="every backbone parameter and buffer as it was",
+        got=f"{len(changed)} changed, e.g. {changed[0]}",
+    )
+
+
 def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) -> CheckError | None:
     """After a step, every backbone parameter and buffer must hold what the pretrained model held; the model came
     to the step in training mode (``eval_in_prepare``: prepare_for_transfer had put batch norm in eval mode)."""
@@ -949,7 +980,7 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
     for n in CLASSES:
         model, optimizer, old_head = _prepared(prepare_for_transfer, n)
         eval_in_prepare = _batch_norm_in_eval(model)
-        error = _structure_error(model, optimizer, old_head)
+        error = _structure_error(model, optimizer, old_head) or _changed_by_prepare(model)
         if error is not None:
             raise error
         _probe_new_head(model, n, old_head)
