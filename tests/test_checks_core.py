@@ -73,6 +73,45 @@ def test_exercise_labels_failures_and_records_success(capsys):
         lab.require("99.1")
 
 
+def test_a_predictions_demo_waits_for_any_recorded_answer_and_says_so(capsys):
+    """The cell after a prediction shows what happens: it runs once an answer is recorded, right or wrong, and
+    before that asks for the prediction (never for a PASS that a wrong first answer can no longer get)."""
+    from labsupport.checks.predictions import check_prediction
+
+    @core.exercise("99.8", "predict the sign", prediction=True)
+    def check_sign(prediction):
+        check_prediction("the sign", prediction, "plus", choices=("plus", "minus"), why="it is squared")
+
+    with pytest.raises(core.ExerciseNotSolved) as info:
+        lab.require("99.8")
+    text = str(info.value)
+    assert "write your prediction and run its check first" in text and "PASS" not in text
+    with pytest.raises(CheckError):
+        check_sign(None)  # no answer yet: nothing is recorded
+    with pytest.raises(core.ExerciseNotSolved):
+        lab.require("99.8")
+    check_sign("minus")
+    assert "NOT RIGHT" in capsys.readouterr().out
+    lab.require("99.8")  # a wrong answer is on record: the demo may show what happens
+
+
+def test_every_prediction_check_is_declared_as_one():
+    """Each check that records a prediction is declared with prediction=True, so that require() asks its demo
+    cell for an answer, not for a PASS."""
+    import inspect
+
+    from labsupport import checks
+    from labsupport.checks import feedback
+
+    recording = set()
+    for name in dir(checks):
+        fn = getattr(checks, name)
+        ex_id = getattr(fn, "exercise_id", None)
+        if ex_id and "check_prediction(" in inspect.getsource(inspect.unwrap(fn)):
+            recording.add(ex_id)
+    assert len(recording) >= 14 and recording <= feedback._PREDICTIONS
+
+
 def test_an_error_inside_a_check_becomes_a_message():
     @core.exercise("99.2", "broken spec")
     def check_broken(value):

@@ -106,20 +106,28 @@ def test_no_predicted_number_is_readable_in_the_student_edition(path):
     # printed by a cell that runs once the prediction is recorded
     import nbformat
 
+    # 08.1's share once stood as "89%" in the markdown right under its check
     numbers = predicted_numbers(json.loads(path.read_text())["cells"])
     edition = student.make_edition(nbformat.read(path, as_version=4), path).notebook
-    shown = [
-        (k, n)
-        for k, c in enumerate(edition.cells)
-        for n in numbers
-        if re.search(rf"(?<![\w.]){re.escape(n)}(?!\d)", c.source)
-    ]
+    shown = [(k, n) for k, c in enumerate(edition.cells) for n in numbers if _reads_as(n, c.source)]
     assert not shown, f"a prediction's answer is readable in the student edition (cell, number): {shown}"
+
+
+def _reads_as(number: str, text: str) -> bool:
+    """Whether ``text`` holds ``number`` (``0.89``), or a fraction's percentage (``89%``, ``89 %``)."""
+    if re.search(rf"(?<![\w.]){re.escape(number)}(?!\d)", text):
+        return True
+    if float(number) >= 1:
+        return False
+    percent = f"{float(number) * 100:.0f}"
+    return re.search(rf"(?<![\w.]){percent}\s?%", text) is not None
 
 
 def test_the_predicted_number_scan_finds_the_answer_it_was_written_for():
     cells = [{"source": "### BEGIN SOLUTION\nprediction = (3.72, 0.69)   # 4 x 64.9\n### END SOLUTION"}]
     assert predicted_numbers(cells) == {"3.72", "0.69"}
+    assert _reads_as("0.69", "a speed-up of 0.69x") and _reads_as("0.89", "So 89% of VGG16's parameters")
+    assert not _reads_as("0.89", "189% or 0.891 or 1.89") and not _reads_as("3.72", "372%")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -181,6 +181,7 @@ class _Ledger:
 _LAST: list[BaseException | None] = [None]
 _LEDGER: dict[str, _Ledger] = {}
 _TITLES: dict[str, str] = {}  # every exercise id a check declares -> its title
+_PREDICTIONS: set[str] = set()  # the ids of predict-then-run exercises: any recorded answer lets their demo run
 _CURRENT: list[str] = []  # the exercise whose check is running (predictions record under it)
 
 
@@ -243,11 +244,14 @@ def _called_wrongly(check: Callable, args: tuple, kwargs: dict) -> str | None:
     return None
 
 
-def exercise(ex_id: str, title: str) -> Callable[[Callable], Callable]:
+def exercise(ex_id: str, title: str, *, prediction: bool = False) -> Callable[[Callable], Callable]:
     """Declare the check of exercise ``ex_id`` (``"02.1"``): failures are labelled with it
     and climb its hint ladder, success marks it solved for :func:`require`, and an
-    unexpected error inside the check becomes a sentence, not a traceback."""
+    unexpected error inside the check becomes a sentence, not a traceback. A ``prediction``
+    (predict, then run) counts as done for :func:`require` once an answer is recorded, right or not."""
     _TITLES[ex_id] = title
+    if prediction:
+        _PREDICTIONS.add(ex_id)
 
     def decorate(check: Callable) -> Callable:
         @functools.wraps(check)
@@ -299,6 +303,13 @@ def require(*ex_ids: str) -> None:
     """
     __tracebackhide__ = True
     missing = [ex_id for ex_id in ex_ids if not _ledger(ex_id).solved]
+    unanswered = [ex_id for ex_id in missing if ex_id in _PREDICTIONS]
+    if unanswered:  # the cell shows what a prediction is about: only once an answer is on record
+        names = " and ".join(f"Exercise {ex_id} ({_TITLES[ex_id]})" for ex_id in unanswered)
+        raise ExerciseNotSolved(
+            f"this cell shows what happens in {names}: write your prediction and run its check first "
+            "(your first answer is recorded, right or not), then run this cell again."
+        )
     if missing:
         names = " and ".join(f"Exercise {ex_id} ({_TITLES.get(ex_id, 'see above')})" for ex_id in missing)
         if len(missing) == 1:

@@ -398,7 +398,7 @@ def _side_of_square(prediction: Any) -> Any:
     return int(match.group(2))
 
 
-@exercise("00.3", "which size gets closer to the peak")
+@exercise("00.3", "which size gets closer to the peak", prediction=True)
 def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
     """Time a 16 and a 1024 fp32 matmul on ``device``, then judge ``prediction`` (16 or 1024)."""
     name = "which size gets closer to the peak"

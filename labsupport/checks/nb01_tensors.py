@@ -427,7 +427,7 @@ STORAGE_NOTES = {
 }
 
 
-@exercise("01.2", "predict which write reaches t")
+@exercise("01.2", "predict which write reaches t", prediction=True)
 def check_storage_prediction(prediction: Any) -> None:
     """Exercise 01.2: which selection shares t's memory, measured. Example: ``lab.check_storage_prediction(prediction)``."""
     check_prediction(

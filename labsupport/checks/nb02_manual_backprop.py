@@ -1332,7 +1332,7 @@ LR_NOTES = {
 }
 
 
-@exercise("02.5", "predict a larger learning rate")
+@exercise("02.5", "predict a larger learning rate", prediction=True)
 def check_lr_prediction(prediction: Any) -> None:
     """Exercise 02.5: the loss after 50 steps of 1e-4 against 1e-6, measured. Example: ``lab.check_lr_prediction(prediction)``."""
     choices = ("falls faster", "falls slower", "diverges")

@@ -228,7 +228,7 @@ def _error_by_name(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("03.2", "predict, then run: backward() twice on the same loss")
+@exercise("03.2", "predict, then run: backward() twice on the same loss", prediction=True)
 def check_backward_twice_prediction(prediction: Any) -> None:
     """Run exercise 03.2's experiment now and judge the prediction."""
     check_prediction(
@@ -282,7 +282,7 @@ def _three_numbers(prediction: Any) -> Any:
     return tuple(numbers)
 
 
-@exercise("03.3", "predict, then run: a vector-Jacobian product")
+@exercise("03.3", "predict, then run: a vector-Jacobian product", prediction=True)
 def check_vjp_prediction(prediction: Any) -> None:
     """Run exercise 03.3's experiment now and judge the prediction (three numbers)."""
     check_prediction(
@@ -323,7 +323,7 @@ def _one_number(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("03.4", "predict, then run: a second derivative")
+@exercise("03.4", "predict, then run: a second derivative", prediction=True)
 def check_second_derivative_prediction(prediction: Any) -> None:
     """Run exercise 03.4's experiment now and judge the prediction (a number)."""
     check_prediction(

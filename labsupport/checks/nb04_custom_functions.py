@@ -977,7 +977,7 @@ def _as_word(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("04.1", "predict, then run: the plain sigmoid's gradient at x = -1000")
+@exercise("04.1", "predict, then run: the plain sigmoid's gradient at x = -1000", prediction=True)
 def check_sigmoid_prediction(prediction: Any) -> None:
     """Run the plain sigmoid's backward at x = -1000 (float32) now and judge the prediction."""
     check_prediction(

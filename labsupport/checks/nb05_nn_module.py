@@ -770,7 +770,7 @@ def check_my_linear(MyLinear: Any) -> None:
 # ------------------------------------------------------------------ 05.2 the prediction
 
 
-@exercise("05.2", "what the optimizer sees")
+@exercise("05.2", "what the optimizer sees", prediction=True)
 def check_layer_list_prediction(prediction: Any) -> None:
     """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True

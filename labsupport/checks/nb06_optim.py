@@ -83,7 +83,7 @@ def _sweep(steps: int) -> dict[str, tuple[float, float]]:
     return best
 
 
-@exercise("06.1", "which optimizer wins a fair race?")
+@exercise("06.1", "which optimizer wins a fair race?", prediction=True)
 def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
     """Run notebook 06's sweep (each optimizer at every lr of SWEEP_LRS, ``steps`` steps) and name the winner."""
     __tracebackhide__ = True

@@ -1324,7 +1324,7 @@ def _as_pair(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("07.2", "predict, then run: do workers help on one core?")
+@exercise("07.2", "predict, then run: do workers help on one core?", prediction=True)
 def check_workers_prediction(prediction) -> None:
     """Measure whether 2 workers make an epoch faster on one core, in sleep and in spin mode."""
     name = "2 workers on one core (sleep, spin)"

@@ -77,7 +77,7 @@ def _share_in_text(answer: Any) -> Any:
     return percent / 100
 
 
-@exercise("08.1", "predict, then count: where are VGG16's parameters?")
+@exercise("08.1", "predict, then count: where are VGG16's parameters?", prediction=True)
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     name = "the share of VGG16's parameters in its Linear layers"

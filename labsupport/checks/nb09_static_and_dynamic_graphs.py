@@ -433,7 +433,7 @@ def fullgraph_outcome() -> str:
     return "wrong"
 
 
-@exercise("09.2", "does fullgraph=True accept a data-dependent branch?")
+@exercise("09.2", "does fullgraph=True accept a data-dependent branch?", prediction=True)
 def check_fullgraph_prediction(prediction: Any) -> None:
     """Predict-then-run: ``torch.compile(flip_if_negative, fullgraph=True)`` on a negative input."""
     choices = ("error", "correct", "wrong")

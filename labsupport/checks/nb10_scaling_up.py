@@ -89,7 +89,7 @@ def to_keeps_parameters() -> str:
     return "new"
 
 
-@exercise("10.1", "does .to() replace the parameters?")
+@exercise("10.1", "does .to() replace the parameters?", prediction=True)
 def check_to_prediction(prediction: Any) -> None:
     """Predict-then-run: after ``model.to(...)``, is ``model.weight`` the object it was before?"""
     check_prediction(
@@ -1344,7 +1344,7 @@ def _pair_in_text(prediction: Any) -> Any:
     return prediction
 
 
-@exercise("10.4", "the speed-up, before the measurement")
+@exercise("10.4", "the speed-up, before the measurement", prediction=True)
 def check_speedup_prediction(prediction: Any) -> None:
     """Predict-then-run: the 4-GPU throughput speed-ups (ResNet-50, DigitsCNN) from a step's compute and DDP's cost."""
     name = "4-GPU speed-up (ResNet-50, DigitsCNN)"
