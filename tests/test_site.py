@@ -252,6 +252,55 @@ def test_exercise_cells_look_like_the_student_edition(built, path):
         assert f'NotImplementedError("{ex.label}")' in shown
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_predictions_outcome_is_on_the_page(built, path):
+    """A cell that shows a prediction's outcome (it begins with lab.require of a prediction) is on the page
+    without its output, and says why; nothing its stored output prints is on the page."""
+    source = nbformat.read(path, as_version=4)
+    predictions = {
+        c.metadata["lab"]["exercise"]
+        for c in source.cells
+        if c.metadata.get("lab", {}).get("role") == "check" and "_prediction(" in c.source
+    }
+    demos = [c for c in source.cells if c.cell_type == "code" and _required(c) & predictions]
+    raw = (built / f"{path.stem}.html").read_text()
+    hidden = [c for c in cell_divs(raw) if "celltag_lab-outcome" in c]
+    assert len(hidden) == len(demos) and all("jp-mod-noOutputs" in c for c in hidden)
+    shown = text_of(built / f"{path.stem}.html")
+    for cell in demos:
+        for out in cell.outputs:
+            for line in "".join(out.get("text", "")).splitlines():
+                assert len(line.strip()) < 12 or line.strip() not in shown, (
+                    f"a prediction's outcome is on the page: {line}"
+                )
+
+
+def _required(cell) -> set[str]:
+    """The exercise ids of the ``lab.require(...)`` that opens ``cell``."""
+    first = cell.source.split("\n", 1)[0]
+    return set(re.findall(r'"(\d+\.\d+)"', first)) if first.startswith("lab.require(") else set()
+
+
+def test_the_site_hides_the_outcome_of_a_prediction_only():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in ("a = 1", "print(a)")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nb.cells[1].source = 'lab.require("99.1")\nprint(a)'
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="the outcome\n")]
+    check = nbformat.v4.new_code_cell("lab.check_sign_prediction(prediction)")
+    edition = student.Edition(nb, exercises=[student.Exercise(cell=0, label="x", check_cell=2, blocks=1, id="99.1")])
+    nb.cells.insert(2, check)
+    nb.cells[1], nb.cells[2] = nb.cells[2], nb.cells[1]  # the check, then the demo
+    edition.exercises[0].check_cell = 1
+    website.hide_outcomes(edition)
+    assert nb.cells[2].outputs == [] and "lab-outcome" in nb.cells[2].metadata["tags"]
+    assert nb.cells[0].outputs  # not a demo
+    check.source = "lab.check_power(power)"  # not a prediction: its later cells keep their outputs
+    nb.cells[2].outputs = [nbformat.v4.new_output("stream", text="the outcome\n")]
+    nb.cells[2].metadata["tags"] = []
+    website.hide_outcomes(edition)
+    assert nb.cells[2].outputs
+
+
 @pytest.mark.parametrize(
     "markup, kept",
     [

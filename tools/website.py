@@ -5,7 +5,9 @@
 One HTML page per notebook, with the stored outputs and plots of the demos, and
 an index. The site is public, so it never shows a solution: each page is made
 from the *student edition* of its notebook (solution regions become stubs;
-exercise and check cells lose their outputs), keeping the other cells' outputs.
+exercise and check cells lose their outputs), keeping the other cells' outputs, except
+those that show what a prediction is about (they begin with ``lab.require`` of a
+prediction exercise): a reader would see every outcome before predicting it.
 Each page links to its notebook in Colab and to a download of its student
 edition, which the site carries under ``student/`` (publish the folder as the
 ``gh-pages`` branch and the Colab links resolve).
@@ -55,9 +57,17 @@ CELL_STYLE = (
     ".celltag_lab-exercise::before,.celltag_lab-check::before{font:600 .85rem system-ui,sans-serif;color:#555}"
     '.celltag_lab-exercise::before{content:"Exercise: your code goes here"}'
     '.celltag_lab-check::before{content:"Check: run it after the exercise"}'
+    ".celltag_lab-outcome{border-left:4px solid #9aa3ad;padding-left:.4rem}"
+    ".celltag_lab-outcome::after{font:600 .85rem system-ui,sans-serif;color:#555;"
+    'content:"Output not shown here: it is what the prediction above asks about. In the notebook it runs once '
+    'your prediction is recorded."}'
 )
 EXERCISE_TAG = "lab-exercise"
 CHECK_TAG = "lab-check"
+OUTCOME_TAG = "lab-outcome"
+# A prediction's check (lab.check_sweep_prediction(...)), and the lab.require(...) that opens its demo cells.
+PREDICTION_CHECK = re.compile(r"\blab\.check_\w*_prediction\(")
+REQUIRE = re.compile(r"lab\.require\(([^)]*)\)")
 MATHJAX_DIR = "mathjax"
 # The files of jupyter-server-mathjax's MathJax 2.7 that its TeX-AMS-MML_HTMLorMML config loads
 # to typeset TeX in Chromium and Firefox (HTML-CSS output, STIX-Web fonts), with the TeX
@@ -163,6 +173,23 @@ def mark_exercises(edition: student.Edition) -> None:
                 tags.append(tag)
 
 
+def hide_outcomes(edition: student.Edition) -> None:
+    """Empty the stored outputs of the cells that show a prediction's outcome (they begin with
+    ``lab.require`` of a prediction exercise) and tag them (CELL_STYLE says why on the page): the
+    public site would otherwise print every prediction's answer before the student makes it."""
+    cells = edition.notebook.cells
+    predictions = {
+        ex.id
+        for ex in edition.exercises
+        if ex.check_cell is not None and PREDICTION_CHECK.search(cells[ex.check_cell].source)
+    }
+    for cell in cells:
+        required = REQUIRE.match(cell.source) if cell.cell_type == "code" else None
+        if required and predictions & set(re.findall(r"[\"']([0-9]+\.[0-9]+)[\"']", required.group(1))):
+            cell.outputs = []
+            cell.metadata.setdefault("tags", []).append(OUTCOME_TAG)
+
+
 def nav(name: str, names: list[str]) -> str:
     """The bar at the top of a page: index, Colab, download, previous and next."""
     i = names.index(name)
@@ -200,6 +227,7 @@ def build(src: Path, out: Path) -> list[Path]:
         source = nbformat.read(path, as_version=4)
         edition = student.make_edition(source, path, keep_outputs=True)
         mark_exercises(edition)
+        hide_outcomes(edition)
         (out / "student" / path.name).write_bytes(student.generate(path))
         body, _ = exporter.from_notebook_node(edition.notebook)
         if 'class="jp-Mermaid"' in body:
