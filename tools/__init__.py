@@ -5,5 +5,6 @@
   kernel) and ``forkkernel`` (its opt-in zygote, ``--fork``);
 - ``website``: the static website (``make site``), with ``colab`` (the Colab links and install block);
 - ``regenerate``: re-execute notebooks to refresh their stored outputs (``make regenerate``);
-- ``nbauthor``: a notebook from a Python outline.
+- ``nbauthor``: a notebook from a Python outline;
+- ``runner`` (the one notebook runner) and ``files`` (output files written whole or not at all).
 """

@@ -33,6 +33,8 @@ from pathlib import Path
 import nbformat
 import tomllib
 
+from .files import write_notebook
+
 ROOT = Path(__file__).resolve().parent.parent
 #: THE setting a fork changes: the GitHub repository (owner/name) the lab is published from.
 #: Its tag v<version> is what pip installs; its site branch holds the site and the student edition.
@@ -155,7 +157,7 @@ def main(argv: list[str]) -> int:
             stale.append(path.name)
             if argv[0] == "apply":
                 cell.source = wanted
-                nbformat.write(nb, path)
+                write_notebook(path, nb)
     readme = README.read_text()
     if with_links(readme) != readme:
         stale.append(f"{README.name} (its Colab links or pip line)")

@@ -21,6 +21,8 @@ import nbformat
 
 from tools import student
 
+from .files import write_notebook
+
 WORDS_PER_MINUTE = 150
 LINES_PER_MINUTE = 10
 MINUTES = {"written": 10, "predict": 4, "capstone": 45, "code": 12}
@@ -124,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"  {section.minutes:4d}  {section.title[:60]}  {ids}")
         if args.write:
             write(nb, found)
-            nbformat.write(nb, path)
+            write_notebook(path, nb)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,8 @@ exercise id), ``gradebook.csv`` (one row per student, one column per notebook: f
 LMS import), ``feedback/<student>/<notebook>.md`` and ``.html``,
 ``results.jsonl`` (one line per exercise, with timings and the instructor-only
 details), ``executed/<student>/<notebook>.ipynb`` (the rebuilt notebook with its
-outputs) and ``logs/grade-<time>.log``.
+outputs) and ``logs/grade-<time>.log``. Each file is replaced whole (tools/files.py): a crash
+or Ctrl-C leaves the earlier gradebook as it was, never a file cut short.
 
 Instructor-only cases: ``grading/extra/<notebook stem>.py`` (``--extra`` picks
 another folder) may define ``extra_<id with _ for .>(ns)`` (e.g. ``extra_02_1``),
@@ -65,6 +66,7 @@ import csv
 import difflib
 import hashlib
 import html
+import io
 import json
 import logging
 import os
@@ -83,6 +85,7 @@ import nbformat
 
 from . import forkkernel, grade_kernel, judge
 from . import student as edition  # the markers, labels and the student edition
+from .files import write_atomic
 from .flags import forging, lab_names_used, suspicious, uses_lab_code
 from .grade_kernel import ZYGOTE_VARIABLE
 from .runner import notebook_client
@@ -1390,12 +1393,13 @@ def _csv_uncell(text: str) -> str:
 
 def _write_csv(path: Path, header: list[str], rows: list) -> None:
     """A CSV file whose every cell went through :func:`_csv_cell`; ``rows`` are dicts or lists."""
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow([_csv_cell(h) for h in header])
-        for row in rows:
-            cells = [row.get(h, "") for h in header] if isinstance(row, dict) else row
-            writer.writerow([_csv_cell(c) for c in cells])
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow([_csv_cell(h) for h in header])
+    for row in rows:
+        cells = [row.get(h, "") for h in header] if isinstance(row, dict) else row
+        writer.writerow([_csv_cell(c) for c in cells])
+    write_atomic(path, buffer.getvalue())
 
 
 def _read_csv(path: Path) -> list[dict]:
@@ -1459,14 +1463,12 @@ def write_outputs(
         folder = out / "feedback" / _safe(g["student"])
         folder.mkdir(parents=True, exist_ok=True)
         md = feedback_markdown(g, sources)
-        (folder / f"{g['notebook']}.md").write_text(md, encoding="utf-8")
-        (folder / f"{g['notebook']}.html").write_text(
-            feedback_html(md, f"{g['student']}: {g['notebook']}"), encoding="utf-8"
-        )
+        write_atomic(folder / f"{g['notebook']}.md", md)
+        write_atomic(folder / f"{g['notebook']}.html", feedback_html(md, f"{g['student']}: {g['notebook']}"))
         if g["executed"]:
             ex_dir = out / "executed" / _safe(g["student"])
             ex_dir.mkdir(parents=True, exist_ok=True)
-            (ex_dir / f"{g['notebook']}.ipynb").write_text(g["executed"], encoding="utf-8")
+            write_atomic(ex_dir / f"{g['notebook']}.ipynb", g["executed"])
     for r in rows:
         src = sources.get(r["notebook"])
         row = {
@@ -1508,8 +1510,7 @@ def _merge(
             r = json.loads(line)
             if (r["student"], r["notebook"]) not in keys:
                 lines.append(line)
-    with open(out / "results.jsonl", "w", encoding="utf-8") as jl:
-        jl.writelines(line + "\n" for line in [*fresh, *lines])
+    write_atomic(out / "results.jsonl", "".join(line + "\n" for line in [*fresh, *lines]))
 
 
 def merge_parts(out: Path, parts: list[Path], sources: dict[str, Source], **late) -> list[dict]:
@@ -1683,7 +1684,7 @@ def write_sheets(out: Path, results: list[dict], sources: dict[str, Source]) -> 
                 filled.append({"student": who, "exercise": w.id, "points": "" if total is None else f"{total:g}"})
                 filled[-1].update(comment=old.get("comment", ""), max_points=f"{w.points:g}")
         _write_csv(path, header, rows)
-        path.with_suffix(".html").write_text(_sheet_html(w, answers[w.id], path.name), encoding="utf-8")
+        write_atomic(path.with_suffix(".html"), _sheet_html(w, answers[w.id], path.name))
     return filled
 
 
@@ -1713,8 +1714,8 @@ def _instructor_notes(path: Path, notes: list[str], title: str) -> None:
         return
     text = path.read_text(encoding="utf-8").split("\n" + _NOTES + "\n")[0].rstrip()
     text += "\n\n" + _NOTES + "\n\n" + "\n\n".join(notes) + "\n"
-    path.write_text(text, encoding="utf-8")
-    path.with_suffix(".html").write_text(feedback_html(text, title), encoding="utf-8")
+    write_atomic(path, text)
+    write_atomic(path.with_suffix(".html"), feedback_html(text, title))
 
 
 _MISTAKE = re.compile(r"likely mistake:\s*(.+)", re.I)
@@ -1778,7 +1779,8 @@ def write_report(out: Path, table: list[dict], results: list[dict], sources: dic
     cells = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(line.get(h, '')))}</td>" for h in header) + "</tr>\n" for line in lines
     )
-    (out / "report.html").write_text(
+    write_atomic(
+        out / "report.html",
         '<!doctype html>\n<html><head><meta charset="utf-8"><title>Class report</title>\n'
         "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:.2em .5em}"
         "table{border-collapse:collapse}</style></head>\n<body>\n<h1>Class report</h1>\n"
@@ -1788,7 +1790,6 @@ def write_report(out: Path, table: list[dict], results: list[dict], sources: dic
         + "</tr>\n"
         + cells
         + "</table>\n</body></html>\n",
-        encoding="utf-8",
     )
 
 
@@ -1956,7 +1957,7 @@ def _policy(out: Path, deadline: str | None, penalty: float | None) -> tuple[flo
     saved.setdefault("late_penalty", 10.0)
     if deadline is not None or penalty is not None:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "policy.json").write_text(json.dumps(saved) + "\n")
+        write_atomic(out / "policy.json", json.dumps(saved) + "\n")
     return when, float(saved["late_penalty"])
 
 

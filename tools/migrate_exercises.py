@@ -39,6 +39,7 @@ from pathlib import Path
 import nbformat
 
 from . import student
+from .files import write_notebook
 
 _CHECK_CALL = re.compile(r"\bcheck\w*\s*\(")
 _CELL_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -241,7 +242,7 @@ def migrate(path: Path, *, write: bool = True) -> list[str]:
         raise RuntimeError(f"{path}: the migration would change more than cell ids and metadata; nothing written")
     student.exercise_parts(nb, path)  # what every tool reads must now be valid
     if done and write:
-        nbformat.write(nb, path)
+        write_notebook(path, nb)
     return done
 
 

@@ -25,6 +25,7 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from . import student
+from .files import write_notebook
 from .migrate_exercises import new_cell_id, series_prefix
 
 KERNEL = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
     nb.metadata["language_info"] = {"name": "python"}
     old = nbformat.read(dst, as_version=4).cells if dst.exists() else []
     keep_ids(nb.cells, old, dst.stem)  # stable ids: diffs stay small, the grader finds the cells
-    nbformat.write(nb, dst)
+    write_notebook(dst, nb)
     return 0
 
 

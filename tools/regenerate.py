@@ -45,6 +45,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 
+from .files import write_notebook
 from .runner import blank_skipped, notebook_client, restore_skipped
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -202,7 +203,7 @@ def execute(path: Path, timeout: int = 600, refresh_ignored: bool = False, refre
     nb = normalise(nb)
     if not refresh_images:
         keep_close_images(before, nb)
-    nbformat.write(nb, path)
+    write_notebook(path, nb)
     return seconds
 
 

@@ -79,6 +79,8 @@ import nbformat
 import tomllib
 from nbconvert.preprocessors import ClearOutputPreprocessor
 
+from .files import write_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ".generated.json"
 BACKUP_DIR = "backup"
@@ -769,14 +771,7 @@ def _save_manifest(out: Path, files: dict[str, str]) -> None:
     text = json.dumps(data, indent=1, sort_keys=True) + "\n"
     path = out / MANIFEST
     if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+        write_atomic(path, text)
 
 
 def _backup(out: Path, rel: Path) -> Path:
@@ -825,10 +820,10 @@ def build(src_dir: Path, out: Path, force: bool = False, log=print) -> int:
                     log(f"kept     {dest}: it differs from the generated copy (your work?)")
                     continue
                 log(f"backup   {dest} -> {_backup(out, rel)}")
-            _write_atomic(dest, data)
+            write_atomic(dest, data)
             log(f"updated  {dest}")
         else:
-            _write_atomic(dest, data)
+            write_atomic(dest, data)
             log(f"created  {dest}")
         manifest[key] = sha
     _save_manifest(out, manifest)
@@ -858,7 +853,7 @@ def prepare(src_dir: Path, out: Path, log=print) -> int:
     for rel, data in generated.items():
         key, dest, sha = rel.as_posix(), out / rel, _sha(data)
         if not dest.exists():
-            _write_atomic(dest, data)
+            write_atomic(dest, data)
             manifest[key] = sha
             log(f"created  {dest}")
             continue
