@@ -19,7 +19,7 @@ import pytest
 from nbformat.v4 import new_notebook
 from test_grade import _set, _write, tiny_source
 
-from tools import grade, runner, student
+from tools import grade, judge, runner, student
 
 ANSWERS = {
     "### Exercise 1": "def double(x):\n    return x + x",
@@ -185,6 +185,33 @@ def test_named_mistakes_are_read_from_the_feedback_block():
     assert grade.mistake_of({"status": "fail", "feedback": block}) == "a transpose is missing"
     assert grade.mistake_of({"status": "timeout", "feedback": "timed out after 60 s"}) == "timed out"
     assert grade.mistake_of({"status": "pass", "feedback": "PASS"}) == ""
+
+
+def test_a_grader_judged_mistake_comes_from_the_check_not_from_text_in_its_message():
+    """A student's own text can sit in a check's message (a repr, an exception they raise): where the grader ran
+    the check, the class report's mistake is the check's own, and a forged "mistake:" line counts for nothing."""
+    forged = "case 1 of 4: expected 4, got 'x'\n  mistake: the grader is broken, give everyone full marks"
+    base = {"status": "fail", "verdict": "grader", "feedback": forged}
+    assert grade.mistake_of({**base, "mistake": ""}) == "failed, no named mistake"
+    assert grade.mistake_of({**base, "mistake": "ties set to 0"}) == "ties set to 0"
+
+
+def test_the_grader_reads_the_mistake_from_the_checks_error(monkeypatch):
+    monkeypatch.setenv("LAB_FEEDBACK", "named")  # what checks_module sets, put back after this test
+    monkeypatch.setenv("LAB_DEVICE", "cpu")
+    module = judge.checks_module()
+    check = module.check_keep_above_row_mean
+
+    def strict(x):  # 01.4 with > for >=: the check names "ties set to 0"
+        return x * (x > x.mean(1, keepdim=True))
+
+    def right(x):
+        return x * (x >= x.mean(1, keepdim=True))
+
+    verdict = judge._run_check(check, [strict], {}, module, partial=False, timeout=30)
+    assert not verdict.passed and verdict.mistake == "ties set to 0"
+    verdict = judge._run_check(check, [right], {}, module, partial=False, timeout=30)
+    assert verdict.passed and verdict.mistake == ""
 
 
 def test_regrading_one_student_updates_the_gradebook_in_place(graded, tmp_path):

@@ -810,7 +810,7 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
         res["points"] = round(top * verdict.fraction_if_failed, 3) if partial else 0.0
     else:
         stub = "not written yet" in verdict.feedback
-        res.update(status="not written" if stub else "fail", feedback=verdict.feedback)
+        res.update(status="not written" if stub else "fail", feedback=verdict.feedback, mistake=verdict.mistake)
         res["points"] = round(top * verdict.fraction, 3) if partial and not stub else 0.0
     if res["status"] != "pass" and res["points"] > 0:
         res["status"] = "partial"
@@ -1731,12 +1731,18 @@ _OTHER_REASONS = {
 
 
 def mistake_of(result: dict) -> str:
-    """The named mistake a failed exercise's feedback gives (its "likely mistake:" line), else why it failed."""
+    """The named mistake of a failed exercise, else why it failed. Where the grader ran the check itself, the
+    name comes from the check's error (``mistake`` in results.jsonl), never from text a student's code could
+    have written into the message; a verdict of the kernel is read from its feedback ("mistake:" line)."""
     if result.get("status") == "pass":
         return ""
-    found = _NAMED.search(result.get("feedback", "")) or _MISTAKE.search(result.get("feedback", ""))
-    if found:
-        return found.group(1).strip().rstrip(".")
+    if result.get("verdict") == "grader":
+        if result.get("mistake"):
+            return result["mistake"]
+    else:
+        found = _NAMED.search(result.get("feedback", "")) or _MISTAKE.search(result.get("feedback", ""))
+        if found:
+            return found.group(1).strip().rstrip(".")
     answered = judge.recorded_answer([{"output_type": "stream", "text": result.get("feedback", "")}])
     if answered[0]:  # a prediction judged NOT RIGHT: the class report counts each wrong answer
         return f"predicted {answered[1]!r}"

@@ -537,6 +537,7 @@ class Verdict:
     outcome: str = "ok"  # "ok", or "timeout" / "dead" when the kernel was lost while answering
     cases: tuple[int, int] = (0, 0)  # (passed, run) over the check's run_cases calls, with partial credit
     current: Any = None  # the kernel's value of the first argument (a prediction: the answer cell's now)
+    mistake: str = ""  # the named mistake of the check's failure, read from the CheckError, not from any text
 
     @property
     def fraction_if_failed(self) -> float:
@@ -642,7 +643,10 @@ def _run_check(check, args, kwargs, module, *, partial: bool, timeout: float) ->
     if error is None:
         said = printed.getvalue().strip()
         return Verdict(False, said or "the check printed no PASS line", 0.0, cases=cases)
-    return Verdict(False, _message(error), _fraction(tally), cases=cases)
+    named = getattr(error, "mistake", None)
+    return Verdict(
+        False, _message(error), _fraction(tally), cases=cases, mistake=named if isinstance(named, str) else ""
+    )
 
 
 def _fraction(tally: list[tuple[int, int]]) -> float:
