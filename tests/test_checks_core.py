@@ -85,7 +85,8 @@ def test_a_predictions_demo_waits_for_any_recorded_answer_and_says_so(capsys):
     with pytest.raises(core.ExerciseNotSolved) as info:
         lab.require("99.8")
     text = str(info.value)
-    assert "write your prediction and run its check first" in text and "PASS" not in text
+    assert "shows what happens in Exercise 99.8" in text and "write your prediction and run its check" in text
+    assert "PASS" not in text
     with pytest.raises(CheckError):
         check_sign(None)  # no answer yet: nothing is recorded
     with pytest.raises(core.ExerciseNotSolved):
@@ -93,6 +94,18 @@ def test_a_predictions_demo_waits_for_any_recorded_answer_and_says_so(capsys):
     check_sign("minus")
     assert "NOT RIGHT" in capsys.readouterr().out
     lab.require("99.8")  # a wrong answer is on record: the demo may show what happens
+
+
+def test_a_cell_that_needs_a_prediction_and_a_solved_exercise_names_both_at_once():
+    @core.exercise("99.9", "predict the count", prediction=True)
+    def check_count(prediction):
+        pass
+
+    with pytest.raises(core.ExerciseNotSolved) as info:
+        lab.require("99.1", "99.9")
+    text = str(info.value)
+    assert "shows what happens in Exercise 99.9 (predict the count)" in text
+    assert "uses the result of Exercise 99.1" in text and "solve 99.1 and run its check until PASS" in text
 
 
 def test_every_prediction_check_is_declared_as_one():

@@ -91,7 +91,7 @@ def test_a_stopped_cell_leaves_lab_hint_on_the_last_failed_check(capsys):
 
 
 def test_a_stop_for_two_exercises_says_them():
-    with pytest.raises(core.CheckError, match="solve them and run their checks until they say PASS"):
+    with pytest.raises(core.CheckError, match="solve 99.6 and 99.7 and run their checks until PASS"):
         lab.require("99.6", "99.7")
 
 

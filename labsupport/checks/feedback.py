@@ -303,20 +303,30 @@ def require(*ex_ids: str) -> None:
     """
     __tracebackhide__ = True
     missing = [ex_id for ex_id in ex_ids if not _ledger(ex_id).solved]
-    unanswered = [ex_id for ex_id in missing if ex_id in _PREDICTIONS]
-    if unanswered:  # the cell shows what a prediction is about: only once an answer is on record
-        names = " and ".join(f"Exercise {ex_id} ({_TITLES[ex_id]})" for ex_id in unanswered)
-        raise ExerciseNotSolved(
-            f"this cell shows what happens in {names}: write your prediction and run its check first "
-            "(your first answer is recorded, right or not), then run this cell again."
+    if not missing:
+        return
+    unanswered = [ex_id for ex_id in missing if ex_id in _PREDICTIONS]  # any recorded answer, right or not, will do
+    unsolved = [ex_id for ex_id in missing if ex_id not in _PREDICTIONS]
+    parts, todo = [], []
+    if unanswered:
+        parts.append(f"shows what happens in {_named(unanswered)}")
+        todo.append("write your prediction and run its check (your first answer is recorded, right or not)")
+    if unsolved:
+        parts.append(f"uses the result of {_named(unsolved)}")
+        todo.append(
+            f"solve {_ids(unsolved)} and run {'its check' if len(unsolved) == 1 else 'their checks'} until PASS"
         )
-    if missing:
-        names = " and ".join(f"Exercise {ex_id} ({_TITLES.get(ex_id, 'see above')})" for ex_id in missing)
-        if len(missing) == 1:
-            todo = "solve it and run its check until it says PASS"
-        else:
-            todo = "solve them and run their checks until they say PASS"
-        raise ExerciseNotSolved(f"this cell uses the result of {names}: {todo}, then run this cell again.")
+    raise ExerciseNotSolved(f"this cell {' and '.join(parts)}: {', then '.join(todo)}, then run this cell again.")
+
+
+def _named(ex_ids: list[str]) -> str:
+    """``Exercise 02.1 (the linear layer) and Exercise 02.2 (the ReLU layer)``."""
+    return " and ".join(f"Exercise {ex_id} ({_TITLES.get(ex_id, 'see above')})" for ex_id in ex_ids)
+
+
+def _ids(ex_ids: list[str]) -> str:
+    """``02.1``, or ``02.1 and 02.2``."""
+    return " and ".join(ex_ids)
 
 
 def passed(message: str) -> None:
