@@ -92,6 +92,8 @@ TITAN_WRONG = {
     # round 4 of the audit: Hopper's tensor cores (4 per SM, 512 FMAs each), and the CUDA cores' peak added
     "a later GPU's tensor cores": T["sms"] * 4 * 512 * 2 * CLOCK,
     "CUDA cores added": TENSOR + FP32,
+    # round 11 of the audit: a GHz counted as 2**30 cycles per second got a generic expected/got
+    "binary giga": TENSOR / 1e9 * 2**30,
     "unit": TENSOR / 1e12,
 }
 
@@ -150,6 +152,8 @@ CPU_WRONG = {
     "fma_units fixed": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, 2),
     "cores ignored": nb00._one_core,
     "clock in GHz": nb00._clock_in_hz,
+    # round 11 of the audit: a GHz counted as 2**30 cycles per second got a generic expected/got
+    "binary giga": lambda c, g, b, u: c * g * 2**30 * u * (b // 32) * 2,
     "unit": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, u) / 1e3,  # the clock times 1e6, not 1e9
 }
 

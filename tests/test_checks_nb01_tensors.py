@@ -212,6 +212,8 @@ PREDICATE_MISTAKES = [
     ("channels_first_rows", "one row per channel", lambda im: im.permute(0, 3, 1, 2).flatten(0, 1)),
     # ninth round: a squeeze at the end passed, since every case had more than one point on each side
     ("pairwise_sq_dists", "every size-1 axis squeezed", lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1).squeeze()),
+    # eleventh round: reshape's sizes the other way round, (C*H*W, N), got "a transpose is missing"
+    ("channels_first_rows", "sizes in the other order", lambda im: im.permute(0, 3, 1, 2).reshape(-1, len(im))),
 ]
 
 
@@ -658,3 +660,40 @@ def test_per_sample_matmul_that_unsqueezes_x_in_place_is_refused():
         lab.check_per_sample_matmul(_per_sample_unsqueezing_x)
     err = info.value
     assert err.mistake == "changed x in place"
+
+
+# --------------------------------------------------------------------------- eleventh round of the audit
+
+
+def _zero_what_is_above_the_mean(x):
+    out = x.clone()
+    out[x > x.mean(dim=1, keepdim=True)] = 0
+    return out
+
+
+def test_an_inverted_mask_that_keeps_ties_is_named():
+    """01.4: zeroing the entries above the mean (ties kept) got a bare expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_keep_above_row_mean(_zero_what_is_above_the_mean)
+    assert info.value.mistake == "inverted mask, ties kept"
+    assert "inverted" in info.value.hint
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [lambda s: torch.arange(s.shape[1]), lambda s: torch.arange(len(s[0])), lambda s: list(range(s.shape[1]))],
+)
+def test_a_row_index_over_the_classes_is_named(rows):
+    """01.3: a row index of C entries passed the square case, then raised an IndexError with no cause given."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(lambda s, i: s[rows(s), i])
+    assert info.value.mistake == "row index of another length"
+    assert "N in all" in info.value.hint
+    assert "arange" not in info.value.hint
+
+
+def test_another_index_error_keeps_its_own_advice():
+    """01.3: an index out of range is not a row index of another length."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(lambda s, i: s[torch.arange(len(i)), i + s.shape[1]])
+    assert info.value.mistake == "raised IndexError"

@@ -939,3 +939,12 @@ def test_a_wider_central_stencil_follows_the_eps_it_is_given(capsys):
 
     lab.check_numeric_grad(five_point)
     assert capsys.readouterr().out.startswith("PASS  numeric_grad")
+
+
+def test_a_backward_that_compares_the_product_with_zero_is_named():
+    """Eleventh round of the audit: `dout * h > 0` (the comparison applied last) got the dtype advice
+    "a .float()/.half()/.double() call", a cause the student did not have."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(relu_forward, lambda dout, h: dout * h > 0)
+    assert info.value.mistake == "product compared with 0"
+    assert ".float()" not in info.value.hint

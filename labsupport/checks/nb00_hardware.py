@@ -35,6 +35,9 @@ __all__ = ["check_titan_tensor_peak", "check_cpu_peak_flops", "check_matmul_size
 #: Relative tolerance of a plain-number answer (float rounding only).
 REL_TOL = 1e-6
 
+#: 2**30 / 1e9: a GHz counted as 2**30 cycles per second (GiB's binary giga) instead of 1e9.
+BINARY_GIGA = 2**30 / 1e9
+
 
 def _times(ref: float, factor: float) -> Callable[[float], bool]:
     """A test on an answer: is it ``factor`` times the reference ``ref``?"""
@@ -142,6 +145,13 @@ def _titan_rate_mistakes(t: dict) -> list[Mistake]:
             _times(ref, 1 + fp32 / ref),
             "that adds the CUDA cores' fp32 peak to the tensor cores': the fp16 matrix products run on the tensor "
             "cores, so the peak asked for is theirs alone",
+        ),
+        Mistake(
+            "binary giga",
+            _times(ref, BINARY_GIGA),
+            "7% above the peak: a GHz was counted as 2**30 cycles per second, the binary giga of memory sizes "
+            "(GiB); a clock rate uses the decimal giga, 1e9",
+            look="the factor that turns boost_clock_ghz into cycles per second",
         ),
         Mistake(
             "unit",
@@ -255,6 +265,10 @@ def _clock_in_hz(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, u) / 1e9
 
 
+def _binary_giga(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * BINARY_GIGA
+
+
 CPU_MISTAKES = [
     Mistake(
         "half",
@@ -304,6 +318,13 @@ CPU_MISTAKES = [
     ),
     Mistake("cores ignored", _on_every_machine(_one_core), "that is one core's peak: every core has its own units"),
     Mistake("clock in GHz", _on_every_machine(_clock_in_hz), "clock_ghz is in GHz: one GHz is 1e9 cycles per second"),
+    Mistake(
+        "binary giga",
+        _on_every_machine(_binary_giga),
+        "7% above the peak on every machine: a GHz was counted as 2**30 cycles per second, the binary giga of "
+        "memory sizes (GiB); a clock rate uses the decimal giga, 1e9",
+        look="the factor that turns clock_ghz into cycles per second",
+    ),
     Mistake(
         "unit",
         _power_of_ten_everywhere,

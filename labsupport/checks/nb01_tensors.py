@@ -606,6 +606,21 @@ def _classes_from_labels(err: CheckError) -> CheckError:
     )
 
 
+def _row_index_of_another_length(err: CheckError) -> CheckError:
+    """An IndexError from two index tensors of different lengths (the row index counting the classes, say)
+    gets its cause; any other failure comes back as it was."""
+    if err.mistake != "raised IndexError" or "indexing tensors could not be broadcast" not in err.message:
+        return err
+    return CheckError(
+        err.message,
+        hint="the row index and the labels are paired entry by entry, so each needs one entry per sample, N in "
+        "all; here they have different lengths, which a square case (N equal to C) hides: the row index counts "
+        "something else, the classes (the length of a row, or scores.shape[1]) for instance",
+        look="the row index: which axis of scores does its length come from?",
+        mistake="row index of another length",
+    )
+
+
 LOOPS_OVER_SAMPLES = Mistake(
     "Python loop",
     None,
@@ -674,7 +689,10 @@ def check_correct_class_scores(correct_class_scores: Any) -> None:
         atol=ATOL,
         inplace_hint=NEW_AXIS_IN_PLACE,
     )
-    run_cases(correct_class_scores, every_class, _class_scores_reference, **options)
+    try:
+        run_cases(correct_class_scores, every_class, _class_scores_reference, **options)
+    except CheckError as err:
+        raise _row_index_of_another_length(err) from None
     try:
         run_cases(correct_class_scores, last_missing, _class_scores_reference, **options)
     except CheckError as err:
@@ -753,6 +771,7 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="what the entries at or above the mean are replaced with",
         ),
     ]
+    mistakes += _inverted_with_ties(x)
     if x.shape[0] == x.shape[1]:  # only a square x lets a (N,) mean broadcast without an error
         mistake = Mistake(
             "keepdim forgotten",
@@ -763,6 +782,22 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
         mistakes.insert(1, mistake)
     listed = [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
     return _unlike_reference(listed, _keep_reference(x))
+
+
+def _inverted_with_ties(x: torch.Tensor) -> list[Mistake]:
+    """The inverted mask that keeps the entries equal to the mean: told apart only where a row holds its mean."""
+    row_mean = x.mean(dim=1, keepdim=True)
+    inverted_with_ties = torch.where(x <= row_mean, x, torch.zeros_like(x))
+    if torch.equal(inverted_with_ties, _keep(x, row_mean, above=False)):
+        return []
+    mistake = Mistake(
+        "inverted mask, ties kept",
+        inverted_with_ties,
+        why="the mask is inverted: the entries above their row's mean were set to 0 and those below kept, the "
+        "opposite of what is asked (the mask marks the entries that are replaced by 0)",
+        look="the direction of the comparison in the mask, and which entries the assignment writes 0 into",
+    )
+    return [mistake]
 
 
 def _unlike_reference(mistakes: list[Mistake], reference: torch.Tensor) -> list[Mistake]:
@@ -984,6 +1019,13 @@ def _channels_first_axis_mistakes(images: torch.Tensor) -> list[Mistake]:
             why="the first axis counts one channel of one image, N*C of them ((N*C, H*W), or (N*C, H, W)): the "
             "values are in the right order, but one row per image is asked, all its channels one after the other",
             look="the sizes the reshape (or flatten) is given: what does the first axis count?",
+        ),
+        Mistake(
+            "sizes in the other order",
+            _leading_axis_is(c * h * w, _channels_first_reference(images)),
+            why="the values come in the right order, but they were cut into rows of N numbers, (C*H*W, N): the "
+            "reshape got its two sizes the other way round, where one row per image, C*H*W numbers long, is asked",
+            look="the sizes the reshape is given: which one comes first?",
         ),
     ]
 

@@ -493,11 +493,25 @@ def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake
             why="dout was multiplied by h; the ReLU's local slope is 0 or 1, not h",
             look="what dout is multiplied with",
         ),
+        *_relu_backward_form_mistakes(h, dout),
+    ]
+
+
+def _relu_backward_form_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
+    """A dh that is a mask: the slope alone, or the product of dout and h compared with 0."""
+    return [
         Mistake(
             "slope without dout",
             (None, (h > 0).to(h.dtype)),
             why="that is the ReLU's local slope alone: the chain rule multiplies it with dout",
             look="the return line: where does dout enter it?",
+        ),
+        Mistake(
+            "product compared with 0",
+            (None, dout * h > 0),
+            why="dh came back as True/False values: Python multiplies before it compares, so the product of dout "
+            "and h was what got compared with 0, and no value of dout is left in dh",
+            look="the return line: which operation runs first, and what does the comparison apply to?",
         ),
     ]
 
@@ -694,6 +708,13 @@ def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Ten
             (None, x.t() @ torch.relu(d @ w2.t()), None),
             why="grad_w1 keeps the gradient where the gradient is positive; the mask comes from h, the ReLU's input",
             look="what the ReLU's backward compares with 0",
+        ),
+        Mistake(
+            "multiplied by the ReLU's output",
+            (None, x.t() @ (d @ w2.t() * torch.relu(h)), None),
+            why="grad_w1's upstream gradient was multiplied by max(h, 0), the ReLU's output: the ReLU's local slope "
+            "is 0 or 1, whatever size the output has",
+            look="what the gradient is multiplied with between the two linear backwards",
         ),
         Mistake(
             "factor 2 dropped",
