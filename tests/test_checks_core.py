@@ -196,6 +196,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "one of the variables needed for gradient computation has been modified by an inplace operation": "+=",
         "sigmoid(): argument 'input' (position 1) must be Tensor, not tuple": "ctx.saved_tensors",
         "Input type (torch.FloatTensor) and weight type (torch.DoubleTensor) should be the same": "dtype or device",
+        "shape mismatch: indexing tensors could not be broadcast together with shapes [3], [4]": "paired entry by entry",
     }
     for text, word in cases.items():
         assert word in core.explain_error(RuntimeError(text)), text

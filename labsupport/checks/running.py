@@ -129,6 +129,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "a matrix product's inner sizes differ: write each operand's shape beside the line",
     ),
     (
+        r"indexing tensors could not be broadcast",
+        "index tensors used together are paired entry by entry, so their lengths must match (one entry per "
+        "row picked): print the shape of each index and ask what each one counts",
+    ),
+    (
         r"must match the size of tensor b|cannot be broadcast|not broadcastable",
         "two tensors were combined elementwise with shapes that do not broadcast: print both shapes",
     ),
