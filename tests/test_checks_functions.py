@@ -932,3 +932,45 @@ def test_a_backward_right_only_on_contiguous_or_first_inputs_fails(backward):
     passed; the last case repeats case 1's shape with other values, transposed."""
     _REMEMBERED.clear()
     failure(lab.check_softplus_function, make(save_x(stable), backward))
+
+
+# ------------------------------------------------------------------ the eleventh audit
+
+
+def _softplus_of_the_output(ctx, g):
+    """04.2: softplus taken for its own derivative, written with the saved output (got expected/got only)."""
+    (y,) = ctx.saved_tensors
+    return g * y
+
+
+def _sigmoid_of_grad_output(ctx, g):
+    """04.2: the derivative evaluated at grad_output instead of x (got expected/got only)."""
+    return g * torch.sigmoid(g)
+
+
+@pytest.mark.parametrize(
+    "backward, name",
+    [
+        (_softplus_of_the_output, "softplus as its own derivative"),
+        (_sigmoid_of_grad_output, "derivative taken at grad_output"),
+    ],
+    ids=["g * y", "g * sigmoid(g)"],
+)
+def test_eleventh_audit_softplus_backwards_are_named(backward, name):
+    forward = save_y if backward is _softplus_of_the_output else save_x(stable)
+    err = failure(lab.check_softplus_function, make(forward, backward))
+    assert err.mistake == name
+    assert "sigmoid(x)" not in err.hint
+
+
+def _grad_w_divided_by_a_size(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), ctx.scale * x.t().mm(g) / x.shape[1], None
+
+
+def test_a_size_in_grad_w_is_not_told_it_was_a_written_number():
+    """04.4: grad_w divided by x's number of columns was told 'a number written into backward' only."""
+    err = failure(lab.check_scaled_matmul_function, make(mm_forward, _grad_w_divided_by_a_size, "ScaledMatmul"))
+    assert err.mistake == "grad_w off by another factor"
+    assert "a size" in err.hint
+    assert "ctx.scale" not in err.hint

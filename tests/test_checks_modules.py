@@ -306,6 +306,13 @@ def _transpose_made_on_the_first_call(self, x):
     return x @ self.weight_t + self.bias
 
 
+def _integer_weight(self, i, o):
+    """05.1, eleventh audit: integer values in a parameter were told 'tensors of different dtypes'."""
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.randint(-3, 4, (o, i)))
+    self.bias = nn.Parameter(torch.zeros(o))
+
+
 LINEAR_MISTAKES = {
     "one row only": linear_variant(forward=_returns_inside_the_row_loop),
     "forward returns nothing": linear_variant(forward=_prints_output),  # seventh audit: "did the cell run?"
@@ -342,6 +349,10 @@ LINEAR_MISTAKES = {
     "output squeezed": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).squeeze()),
     "bias of one number": linear_variant(init=_one_number_bias),
     "parameter changed in place": linear_variant(forward=_weight_transposed_in_place),
+    # eleventh audit: these three got expected/got only, the fourth a wrong cause
+    "output scaled": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias) / x.shape[1]),
+    "batch summed or averaged": linear_variant(forward=lambda self, x: (x @ self.weight.t()).mean(0) + self.bias),
+    "integer values in a parameter": linear_variant(init=_integer_weight),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -362,6 +373,14 @@ MORE_LINEAR_MISTAKES = [
     (  # 05.1: a sigmoid (or softmax) inside got expected/got only: only a ReLU was listed
         "activation inside the layer",
         linear_variant(forward=lambda self, x: torch.sigmoid(x @ self.weight.t() + self.bias)),
+    ),
+    (  # 05.1, eleventh audit: a ReLU between the product and the bias got expected/got only
+        "activation inside the layer",
+        linear_variant(forward=lambda self, x: torch.relu(x @ self.weight.t()) + self.bias),
+    ),
+    (  # 05.1, eleventh audit: the batch summed, keeping its dimension, got expected/got only
+        "batch summed or averaged",
+        linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias).sum(0, keepdim=True)),
     ),
 ]
 
@@ -401,6 +420,8 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.LOCAL_NAMES,
             nb05_nn_module.ONE_ROW_ONLY,
             nb05_nn_module.KEPT_FROM_AN_EARLIER_CALL,
+            nb05_nn_module.BATCH_REDUCED,
+            nb05_nn_module.INTEGER_PARAMETER,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -961,6 +982,21 @@ def _blocks_side_by_side(self, x):
     return sum(block(x) for block in self.blocks)
 
 
+def _relu_on_the_skip(self, x):
+    """05.3, eleventh audit: relu(h) + branch got expected/got only."""
+    for b in self.blocks:
+        x = torch.relu(x) + b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _fc2_without_bias(self, D, H, depth):
+    """05.3, eleventh audit: fc2 alone without a bias got a parameter count only."""
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
+    for b in self.blocks:
+        b.fc2 = nn.Linear(H, D, bias=False)
+
+
 STACK_MISTAKES = {
     "blocks side by side": stack_variant(forward=_blocks_side_by_side),
     "no residual": stack_variant(forward=_branch_only),
@@ -995,6 +1031,8 @@ STACK_MISTAKES = {
     "no super().__init__()": stack_variant(init=_no_super_stack),
     "return inside the loop": stack_variant(forward=_return_in_loop),  # seventh audit: expected/got only
     "nn.ModuleList called": stack_variant(forward=_module_list_called),  # seventh audit: "not written yet"
+    "ReLU on the skip": stack_variant(forward=_relu_on_the_skip),
+    "some layers without bias": stack_variant(init=_fc2_without_bias),
 }
 
 
@@ -1018,6 +1056,7 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module._wrong_count(2, 3),
             nb05_nn_module._wrong_count(5, 3),
             nb05_nn_module.MODULE_LIST_CALLED,
+            nb05_nn_module.SOME_WITHOUT_BIAS,
         )
     }
     assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
@@ -1320,3 +1359,40 @@ def test_a_stack_right_only_for_the_first_input_or_its_batch_size_fails(forward)
     """05.3: both calls used the same x of 7 rows, so a kept output or a batch size written in passed."""
     with pytest.raises(lab.CheckError, match=r"shape \(4, 5\)|size of tensor a \(7\)"):
         lab.check_residual_stack(stack_variant(forward=forward))
+
+
+# ------------------------------------------------------------------ the eleventh audit
+
+
+def _blocks_averaged_side_by_side(self, x):
+    """05.3: the blocks' outputs on x averaged got expected/got only (their sum was named)."""
+    return sum(block(x) for block in self.blocks) / len(self.blocks)
+
+
+def _all_block_outputs(self, x):
+    outputs = []
+    for block in self.blocks:
+        x = block(x)
+        outputs.append(x)
+    return outputs
+
+
+def test_blocks_averaged_side_by_side_are_named():
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=_blocks_averaged_side_by_side))
+    assert err.value.mistake == "blocks side by side"
+
+
+def test_the_skip_added_twice_hears_it_may_be_added_twice():
+    """05.3: a block that adds h, called as h + block(h), was told only 'each block returns 2 * h + branch'."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=_skip_doubled))
+    assert "added twice" in err.value.hint
+
+
+def test_a_list_of_block_outputs_is_not_told_to_stack_them():
+    """05.3: a forward returning every block's output was told to build a tensor with torch.stack."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_residual_stack(stack_variant(forward=_all_block_outputs))
+    assert "list of 3 tensors" in str(err.value)
+    assert "torch.stack" not in str(err.value)

@@ -654,3 +654,57 @@ def test_a_method_left_as_the_template_gave_it_is_not_written_yet(body):
     with pytest.raises(lab.CheckError, match="is not written yet") as err:
         lab.check_sgd_momentum(variant(**body))
     assert err.value.usage and err.value.mistake is None
+
+
+# ------------------------------------------------------------------ the eleventh audit
+
+
+def _sum_dropped(self, p, group):
+    """06.3: the sum with the new gradient is computed and dropped; the in-place fade stays (got expected/got only)."""
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"].mul_(group["momentum"]) + p.grad
+    p.sub_(group["lr"] * state["v"])
+
+
+def _one_minus_momentum(self, p, group):
+    """06.3: the old velocity weighted by 1 - momentum, as in an average (got expected/got only)."""
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"] = (1 - group["momentum"]) * state["v"] + p.grad
+    p.sub_(group["lr"] * state["v"])
+
+
+@pytest.mark.parametrize(
+    "update, name",
+    [
+        (_sum_dropped, "new gradients never join the velocity"),
+        (_one_minus_momentum, "velocity faded by one minus the momentum"),
+    ],
+    ids=["v.mul_(momentum) + grad, dropped", "(1 - momentum) * v + grad"],
+)
+def test_eleventh_audit_velocity_updates_are_named(update, name):
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(update=update))
+    assert err.value.mistake == name
+
+
+def _velocity_kept_but_unused(self, p, group):
+    """06.3: the velocity is stored, but p moves along the gradient; was told only that nothing is carried over."""
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"] = group["momentum"] * state["v"] + p.grad
+    p.sub_(group["lr"] * p.grad)
+
+
+def test_a_velocity_kept_but_not_used_hears_about_the_step():
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(update=_velocity_kept_but_unused))
+    assert err.value.mistake == "no velocity kept"
+    assert "moves along the gradient" in err.value.hint

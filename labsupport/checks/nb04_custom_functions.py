@@ -673,7 +673,8 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
 
 
 def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
-    """Backwards that take the sigmoid's derivative for softplus's, or reduce grad_output before the chain rule."""
+    """Backwards that take the sigmoid's derivative for softplus's, reduce grad_output before the chain rule, or
+    differentiate the wrong function or at the wrong tensor."""
     return [
         Mistake(
             "sigmoid's derivative of x",
@@ -688,6 +689,27 @@ def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "averaged first, but the chain rule multiplies element by element, each element of grad_output with "
             "the derivative at the same position",
             look="backward: what multiplies the derivative, and whether it still has x's shape",
+        ),
+        *_softplus_misread_mistakes(x, g),
+    ]
+
+
+def _softplus_misread_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """Backwards that take softplus for its own derivative, or evaluate the derivative at grad_output."""
+    return [
+        Mistake(
+            "softplus as its own derivative",
+            (None, g * F.softplus(x)),
+            "backward multiplies grad_output by softplus itself, as if softplus were its own derivative the way "
+            "exp is: differentiate log(1 + e^x) with the chain rule, the outer log first, then the inner 1 + e^x",
+            look="backward: what multiplies grad_output, beside the derivative you worked out on paper",
+        ),
+        Mistake(
+            "derivative taken at grad_output",
+            (None, g * torch.sigmoid(g)),
+            "the derivative was evaluated at grad_output, the gradient arriving from later layers: the derivative "
+            "of softplus is a function of forward's input (or of its output), and grad_output only multiplies it",
+            look="backward: which tensor the derivative is computed from",
         ),
     ]
 
@@ -921,7 +943,8 @@ def _grad_w_factor_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             "grad_w off by another factor",
             functools.partial(_grad_w_other_factor, x, w, scale, g),
             f"every element of grad_w is off by the same factor, but the factor it carries is not this call's "
-            f"scale ({scale:g}): a number written into backward stays the same whatever scale forward was given",
+            f"scale ({scale:g}): a number written into backward, a size, or the sum of some tensor does not follow "
+            "the scale forward was given; the only factor forward multiplies by is the scale it was called with",
             look="where the factor in grad_w comes from",
         ),
     ]

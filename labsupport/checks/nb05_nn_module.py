@@ -99,6 +99,15 @@ def expect_output(result: Any, call: str) -> Any:
             "value beside it, makes a tuple",
             usage=True,
         )
+    if isinstance(result, list) and result and all(isinstance(item, torch.Tensor) for item in result):
+        raise CheckError(
+            f"{call} returned a list of {len(result)} tensors, not a tensor",
+            expected="the output tensor alone",
+            got=describe(result),
+            hint="forward hands back one tensor, the module's output: a list of intermediate results (one per layer "
+            "or block, say) is not it; which one of them is the output?",
+            usage=True,
+        )
     return result
 
 
@@ -120,6 +129,16 @@ def _attribute_without_self(err: CheckError, module: nn.Module) -> CheckError:
     return err
 
 
+INTEGER_PARAMETER = Mistake(
+    "integer values in a parameter",
+    None,
+    why="a parameter was made from a tensor of whole numbers (an integer dtype): autograd computes gradients "
+    "only for floating-point tensors, so nn.Parameter refuses it; where do the values come from, and which dtype "
+    "do they get?",
+    look="__init__: the tensor each nn.Parameter(...) is given, and its dtype",
+)
+
+
 def _build(cls: Any, name: str, *args: int) -> nn.Module:
     """One instance of a student's nn.Module class (under the time limit), or a CheckError that says what is wrong."""
     __tracebackhide__ = True
@@ -128,6 +147,8 @@ def _build(cls: Any, name: str, *args: int) -> nn.Module:
     try:
         module = run_student(cls, *args, what=call)
     except CheckError as err:  # assigning a layer or a Parameter before super().__init__() raises this
+        if "Only Tensors of floating point" in err.message:
+            raise mistake_error(err.message, INTEGER_PARAMETER) from None
         if "before Module.__init__() call" not in err.message:
             raise
         module = None
@@ -306,6 +327,34 @@ def _in_float32(right: torch.Tensor) -> Mistake:
     )
 
 
+def _scale_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> list[Mistake]:
+    """Forward passes with a constant factor on the product, on the bias, or on the whole output."""
+    right = x @ weight.t() + bias
+    return [
+        Mistake(
+            "product scaled",
+            _scaled(x @ weight.t(), bias),
+            why="the product with the weight is multiplied by a constant; a scale for the initial weights belongs in "
+            "__init__, and the loaded weights are used as they are",
+            look="forward: every number that multiplies the product",
+        ),
+        Mistake(
+            "bias scaled",
+            _scaled(bias.expand_as(right), x @ weight.t()),
+            why="the bias is multiplied by a constant; nn.Linear adds it once, as it is",
+            look="forward: what happens to self.bias",
+        ),
+        Mistake(
+            "output scaled",
+            _scaled(right, torch.zeros_like(right)),
+            why="the whole output, bias included, is multiplied by a constant (a scale for the initial weights moved "
+            "into forward?): nn.Linear hands back the product plus the bias as they are, and a scale for the initial "
+            "weights belongs in __init__",
+            look="forward: every number that multiplies or divides the result",
+        ),
+    ]
+
+
 def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> list[Mistake]:
     """The outputs of the typical wrong forward passes (float64 references)."""
     right = x @ weight.t() + bias
@@ -331,30 +380,17 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
         ),
         Mistake(
             "activation inside the layer",
-            _either(*[activation(right) for activation in LAYER_ACTIVATIONS]),
-            why="the output goes through an activation (a ReLU, sigmoid, tanh or softmax); nn.Linear is linear, "
-            "the activation is a separate module",
+            _either(
+                *[activation(right) for activation in LAYER_ACTIVATIONS],
+                *[activation(x @ weight.t()) + bias for activation in LAYER_ACTIVATIONS],
+            ),
+            why="the output goes through an activation (a ReLU, sigmoid, tanh or softmax), after the bias or "
+            "between the product and the bias; nn.Linear is linear, the activation is a separate module",
             look="forward: what is applied after the bias is added",
         ),
         _in_float32(right),
     ]
-    mistakes.append(
-        Mistake(
-            "product scaled",
-            _scaled(x @ weight.t(), bias),
-            why="the product with the weight is multiplied by a constant; a scale for the initial weights belongs in "
-            "__init__, and the loaded weights are used as they are",
-            look="forward: every number that multiplies the product",
-        )
-    )
-    mistakes.append(
-        Mistake(
-            "bias scaled",
-            _scaled(bias.expand_as(right), x @ weight.t()),
-            why="the bias is multiplied by a constant; nn.Linear adds it once, as it is",
-            look="forward: what happens to self.bias",
-        )
-    )
+    mistakes.extend(_scale_mistakes(x, weight, bias))
     if weight.shape[0] == weight.shape[1]:
         mistakes.append(
             Mistake(
@@ -569,6 +605,25 @@ ONE_ROW_ONLY = Mistake(
 )
 
 
+BATCH_REDUCED = Mistake(
+    "batch summed or averaged",
+    None,
+    why="the output has one row for the whole batch: the rows were summed or averaged over the batch dimension, "
+    "but a layer maps each sample on its own and hands back one output row per input row",
+    look="forward: every sum or mean, and which dimension it runs over",
+)
+
+
+def _batch_reduced(out: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> bool:
+    """True if ``out`` is one row (shape (D_out,) or (1, D_out)) that sums or averages the batch's outputs."""
+    if not isinstance(out, torch.Tensor) or out.numel() != weight.shape[0] or out.dim() > 2:
+        return False
+    row = plain_tensor(out).detach().double().cpu().reshape(-1)
+    product = x @ weight.t()
+    rows = (product.sum(0) + bias, product.mean(0) + bias, (product + bias).sum(0))
+    return any(torch.allclose(row, candidate, rtol=1e-6, atol=1e-8) for candidate in rows)
+
+
 def _one_row_only(out: Any, expected: torch.Tensor) -> bool:
     """True if ``out`` is the first or the last row of ``expected`` alone (shape (D_out,) or (1, D_out))."""
     if not isinstance(out, torch.Tensor) or out.numel() != expected.shape[1] or out.dim() > 2:
@@ -602,6 +657,9 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
             raise mistake_error(
                 f"{call}(x) has shape {tuple(out.shape)} for x of shape (6, {i})", ONE_ROW_ONLY, **shapes
             )
+        if _batch_reduced(out, plain_x, weight, bias):
+            shapes = {"expected": f"shape (6, {o})", "got": f"shape {tuple(out.shape)}"}
+            raise mistake_error(f"{call}(x) has one row for a batch of 6", BATCH_REDUCED, **shapes)
         compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
     if out.grad_fn is None:
         raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
@@ -840,7 +898,8 @@ class _Block:
 @dataclasses.dataclass
 class _Parts:
     """The student's parameters sorted by role: fc1-shaped layers, fc2-shaped layers, and the rest.
-    ``biases`` is "all" (one per weight), "none" (no biases at all) or "mismatch"."""
+    ``biases`` is "all" (one per weight), "none" (no biases at all), "some" (fewer biases than weights: some
+    layers have none) or "mismatch"."""
 
     fc1: list[_Layer]
     fc2: list[_Layer]
@@ -852,7 +911,9 @@ def _layers(weights: list[torch.Tensor], biases: list[torch.Tensor]) -> tuple[li
     """Pair each weight with the bias of the same rank (the order of ``parameters()``)."""
     if not biases:
         return [_Layer(w, None) for w in weights], "none"
-    if len(biases) != len(weights):
+    if len(biases) < len(weights):
+        return [_Layer(w, None) for w in weights], "some"
+    if len(biases) > len(weights):
         return [_Layer(w, None) for w in weights], "mismatch"
     return [_Layer(w, b) for w, b in zip(weights, biases)], "all"
 
@@ -871,7 +932,11 @@ def _parts(params: list[torch.Tensor], D: int, H: int, transposed: bool = False)
         fc2, biases2 = _layers(_shaped(params, (D, H)), _shaped(params, (D,)))
     known = {(H, D), (D, H), (H,), (D,)}
     others = [tuple(p.shape) for p in params if tuple(p.shape) not in known]
-    biases = biases1 if biases1 == biases2 else "mismatch"
+    biases = biases1 if biases1 == biases2 else "some"
+    if "mismatch" in (biases1, biases2):
+        biases = "mismatch"
+    elif {biases1, biases2} == {"none"}:
+        biases = "none"
     return _Parts(fc1, fc2, others, biases)
 
 
@@ -949,6 +1014,13 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
             wrong(lambda b, h: h + b.fc2(b.fc1(torch.relu(h)))),
             why="the ReLU is applied to h, before fc1; in the block it sits between fc1 and fc2: fc2(relu(fc1(h)))",
         ),
+        Mistake(
+            "ReLU on the skip",
+            wrong(lambda b, h: torch.relu(h) + b.branch(h)),
+            why="the skip carries relu(h), not h: the skip connection adds the block's input as it is, and the only "
+            "ReLU of the block sits inside the branch, between fc1 and fc2",
+            look="the block's forward: the term of its sum that is not the branch",
+        ),
         *_weighted_sum_mistakes(blocks, x),
         *_wiring_mistakes(blocks, x, depth),
     ]
@@ -971,12 +1043,15 @@ def _weighted_sum_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistak
     mistakes = []
     for on_h, on_branch in RESIDUAL_FACTORS:
         total = f"{_term(on_h, 'h')} + {_term(on_branch, 'branch')}".replace("+ -", "- ")
+        twice = ""
+        if (on_h, on_branch) == (2, 1):
+            twice = " (is h added twice, once inside the block and once more where the stack calls it?)"
         mistakes.append(
             Mistake(
                 "residual scaled",
                 _same_as(_weighted_stack(blocks, x, on_h, on_branch)),
-                why=f"each block returns {total}: a residual block adds its branch to h, both as they are, with no "
-                "factor and no minus sign",
+                why=f"each block returns {total}{twice}: a residual block adds its branch to h, both as they are, "
+                "with no factor and no minus sign",
                 look="the block's forward: the two terms of its sum, their factors and signs",
             )
         )
@@ -1048,10 +1123,14 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
         Mistake("returns the input", _same_as(x), why="forward returns its input unchanged"),
         Mistake(
             "blocks side by side",
-            _same_as(sum(x + block.branch(x) for block in blocks)),
-            why="every block was applied to the stack's input x and their outputs were added up: the blocks sit "
+            _either(
+                sum(x + block.branch(x) for block in blocks),
+                sum(x + block.branch(x) for block in blocks) / len(blocks),
+            ),
+            why="every block was applied to the stack's input x and their outputs were added up (or averaged): the "
+            "blocks sit "
             "side by side instead of one after the other, where each block works on what the block before it "
-            "returned",
+            "returned (adding or averaging their outputs does not chain them)",
             look="forward: what each block is given, and what happens to its output",
         ),
         Mistake(
@@ -1135,6 +1214,13 @@ NO_BIASES = Mistake(
     None,
     why="the layers have no bias: fc1 and fc2 are nn.Linear layers, each with a weight and a bias",
     look="__init__: the arguments given to each nn.Linear",
+)
+SOME_WITHOUT_BIAS = Mistake(
+    "some layers without bias",
+    None,
+    why="some of the layers have a bias and others have none: fc1 and fc2 are both nn.Linear layers, and each "
+    "keeps a weight and a bias unless it is told not to",
+    look="__init__: the arguments given to each nn.Linear, fc1's beside fc2's",
 )
 WRONG_HIDDEN = Mistake(
     "wrong hidden size",
@@ -1220,6 +1306,8 @@ def _structure(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, fa
         raise mistake_error(message, WRONG_HIDDEN, **facts)
     if parts.others or parts.biases == "mismatch":
         raise CheckError(message, **facts)
+    if k1 == k2 == depth and parts.biases == "some":
+        raise mistake_error(message, SOME_WITHOUT_BIAS, **facts)
     if k1 == k2 == depth:
         raise mistake_error(message, NO_BIASES, **facts)
     if k1 == k2 and k1 >= 1:

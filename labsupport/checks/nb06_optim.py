@@ -227,6 +227,17 @@ def _momentum_on_both(p, g, v, lr, mu):
     return p - lr * v, v
 
 
+def _gradient_not_added(p, g, v, lr, mu):
+    """The velocity fades in place, but the sum with the new gradient is computed and dropped."""
+    v = g if v is None else mu * v
+    return p - lr * v, v
+
+
+def _one_minus_momentum_on_velocity(p, g, v, lr, mu):
+    v = g if v is None else (1 - mu) * v + g
+    return p - lr * v, v
+
+
 #: The defaults of the prompt's signature, SGDMomentum(params, lr=0.01, momentum=0.9): the numbers a student
 #: writes into step() in place of the group's.
 PROMPT_DEFAULTS = {"lr": 0.01, "momentum": 0.9}
@@ -319,7 +330,7 @@ RULE_MISTAKES = [
         WrongRule((_no_velocity,)),
         why="each step uses only the current gradient: nothing is carried over from one step to the next (a "
         "velocity computed into a local name, and never written back into self.state[p] nor updated in place, is "
-        "gone when step() returns)",
+        "gone when step() returns), or the velocity is kept but the parameter moves along the gradient instead",
         look="step(): where the velocity lives between two calls of step(), and what each step does to it",
     ),
     Mistake(
@@ -406,6 +417,21 @@ RULE_MISTAKES = [
         why="the momentum multiplies the new gradient (instead of the old velocity, or as well as it): it is the "
         "old velocity alone that fades by the factor momentum at each step, and the new gradient joins it whole",
         look="step(): the line that updates v, and which term the momentum multiplies",
+    ),
+    Mistake(
+        "new gradients never join the velocity",
+        WrongRule((_gradient_not_added,)),
+        why="after the first step the velocity only fades: it is multiplied by the momentum in place, but the new "
+        "gradient is added in an expression whose result is never kept, so every step moves along the first "
+        "gradient, a little less each time",
+        look="step(): the line that updates v: where does the result of its sum go?",
+    ),
+    Mistake(
+        "velocity faded by one minus the momentum",
+        WrongRule((_one_minus_momentum_on_velocity,)),
+        why="the old velocity is multiplied by one minus the momentum: the momentum is itself the share of the old "
+        "velocity that stays from one step to the next, so a momentum close to 1 keeps almost all of it",
+        look="step(): the line that updates v, and the factor on the old velocity",
     ),
     Mistake(
         "setting written into step()",
