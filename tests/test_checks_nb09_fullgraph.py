@@ -225,6 +225,13 @@ def share_of_six(x):
     return y * (y > 0).float().sum() / 6  # the length of most of the check's vectors, written in
 
 
+def times_x_itself(x):
+    """Audit 11: the share multiplies x, not the scaled vector: expected/got only."""
+    y = x / x.abs().max()
+    y = torch.where(y.mean() < 0, -y, y)
+    return x * (y > 0).float().mean()
+
+
 def ones_of_six(x):
     y = x / x.abs().max()
     y = torch.where(y.mean() < 0, -y, y)
@@ -246,7 +253,15 @@ VALUES = {
     "zero counted": variant(share=">= 0 after"),
     "share before the flip": variant(share="> 0 before"),
     "length written in": share_of_six,  # audit 4: expected/got only
+    "scaled vector unused": times_x_itself,
 }
+
+
+def test_every_step_on_x_unscaled_is_named_too():
+    """Audit 11: the starting line dropped, every step on x as it came: expected/got only."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(variant(scale="none"))
+    assert info.value.mistake == "scaled vector unused"
 
 
 def test_every_value_mistake_has_a_test():

@@ -222,6 +222,16 @@ def first_step_skipped(modules, points, programs):
     return grouped(modules, points, [program[1:] for program in programs])
 
 
+def first_step_only(modules, points, programs):
+    """09.5 audit 11: each group through its program's first module only: expected/got only."""
+    return grouped(modules, points, [program[:1] for program in programs])
+
+
+def groups_stacked(modules, points, programs):
+    """09.5 audit 11: the groups' outputs stacked, not joined: torch's bare RuntimeError."""
+    return torch.stack(groups_in_a_list(modules, points, programs))
+
+
 def grouped_as_sets(modules, points, programs):
     """09.5 audit 6: grouped by the sorted names, each group run in that order: expected/got only."""
     return grouped(modules, points, [tuple(sorted(program)) for program in programs])
@@ -320,6 +330,7 @@ def program_as_a_name(modules, points, programs):
         (rows_in_a_list, "rows returned apart"),  # audit 8: called "one tensor per program"
         (returns_in_the_loop, "returned before every group ran"),
         (program_as_a_name, "program used as a module's name"),
+        (groups_stacked, "groups stacked"),
     ],
 )
 def test_each_half_written_run_programs_is_named(student, name):
@@ -361,6 +372,13 @@ def test_every_listed_mistake_has_a_test():
     points, programs = nb09.program_batch()
     listed = [m.name for m in nb09.program_mistakes(modules, points, programs)]
     assert listed + [nb09.NO_GRADIENT.name, nb09.ONE_CALL_PER_ROW.name, nb09.ROWS_EVERYWHERE.name] == list(MISTAKES)
+
+
+def test_a_program_cut_to_its_first_step_is_a_step_left_out():
+    """09.5 audit 11: only the first module of each program ran: expected/got only."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(first_step_only)
+    assert info.value.mistake == "a step left out"
 
 
 @pytest.mark.parametrize("name", list(MISTAKES))

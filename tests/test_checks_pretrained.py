@@ -379,6 +379,19 @@ def _item_before_backward(model, optimizer, images, labels):
     return loss
 
 
+def _prepare_with_a_softmax_head(model, num_classes):
+    """Audit 11: a head that ends with a softmax, trained with the cross-entropy: passed (probabilities normalised
+    twice), since the reference step runs the student's own model."""
+    model.requires_grad_(False)
+    model.fc = nn.Sequential(nn.Linear(model.fc.in_features, num_classes), nn.Softmax(dim=1))
+    return model, torch.optim.SGD(model.fc.parameters(), lr=0.01)
+
+
+def _labels_then_scores(scores, labels):
+    """Audit 11: the loss's arguments in the other order: a bare RuntimeError ("multi-target not supported")."""
+    return nn.functional.cross_entropy(labels.float(), scores)
+
+
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
@@ -431,6 +444,8 @@ TRANSFER_MISTAKES = [
     # audit 7: "no gradient at step" (a step that never ran), and a bare AttributeError
     (make_prepare(), _stops_at_the_loss, "no backward, no step"),
     (make_prepare(), _item_before_backward, "loss made a number before backward"),
+    (_prepare_with_a_softmax_head, make_step(), "softmax in the head"),
+    (make_prepare(), _step_with_loss(_labels_then_scores), "loss arguments swapped"),
 ]
 
 

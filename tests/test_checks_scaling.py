@@ -459,6 +459,24 @@ def autocast_given_the_device(model, optimizer, scaler, inputs, targets, dtype):
     return _scaled_update(optimizer, scaler, loss)
 
 
+def scaled_without_backward(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 11: the scaled loss never goes through backward(): named as gradients cleared, a wrong cause."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def mean_divided_by_the_batch_size(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2 audit 11: the mean divided by the batch size again: a generic "the weights differ"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets) / len(inputs)
+    return _scaled_update(optimizer, scaler, loss)
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -498,6 +516,8 @@ AMP_MISTAKES = {
     "negative log-likelihood of the scores": [nll_of_the_scores],
     "device given for its type": [autocast_given_the_device],
     "a number given to the scaler": [scales_a_number],
+    "no backward": [scaled_without_backward],
+    "loss divided by the batch size": [mean_divided_by_the_batch_size],
 }
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
@@ -512,7 +532,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
-    listed |= {nb10.DEVICE_FOR_ITS_TYPE.name}
+    listed |= {nb10.DEVICE_FOR_ITS_TYPE.name, nb10.NO_BACKWARD.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -808,6 +828,28 @@ def shards_one_short(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def shards_one_too_long(model, inputs, targets, world_size):
+    """10.3 audit 11: each slice ended one late (an inclusive end written as end + 1): no cause named."""
+    n = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        model.zero_grad()
+        rows = slice(r * n, (r + 1) * n + 1)
+        F.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+def softmax_before_each_shard_loss(model, inputs, targets, world_size):
+    """10.3 audit 11: probabilities given to the cross-entropy: no cause named."""
+    kept = []
+    for xs, ys in zip(inputs.chunk(world_size), targets.chunk(world_size)):
+        model.zero_grad()
+        F.cross_entropy(model(xs).softmax(dim=1), ys).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 def zeroes_grads_in_place(model, inputs, targets, world_size):
     """10.3 audit 5: p.grad.zero_() on a fresh model raised AttributeError, with no cause named."""
     n = len(inputs) // world_size
@@ -879,6 +921,8 @@ DP_MISTAKES = {
     "shards interleaved": [interleaved_shards],
     "world size written in": [two_ranks_always, two_ranks_averaged, divided_by_two],
     "shards one short": [shards_one_short],
+    "shards one too long": [shards_one_too_long],
+    "softmax before the loss": [softmax_before_each_shard_loss],
     "zeroed a grad that is None": [zeroes_grads_in_place],
     "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
     "parameters used up": [parameters_kept_as_a_generator],

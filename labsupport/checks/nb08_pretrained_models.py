@@ -209,6 +209,31 @@ def _probe(model: nn.Module, n: int) -> None:
             expected=f"(2, {n})",
             got=str(tuple(out.shape)),
         )
+    if _probabilities(out):
+        raise mistake_error(
+            "the model's outputs are probabilities (each row is non-negative and sums to 1), not scores",
+            SOFTMAX_IN_HEAD,
+            expected="one unnormalised score (a logit) per class, as the old head gave",
+        )
+
+
+SOFTMAX_IN_HEAD = Mistake(
+    "softmax in the head",
+    None,
+    "the new head ends with a softmax, so the model hands out probabilities where a classifier's head gives raw "
+    "scores (logits): the cross-entropy of the step normalises the scores itself, so probabilities would be "
+    "normalised twice and the gradients shrink; a softmax belongs where probabilities are read, outside the model "
+    "that is trained",
+    look="the layers of the new head",
+)
+
+
+def _probabilities(out: torch.Tensor) -> bool:
+    """Is every row of the model's output a probability vector (what a softmax at the end of the head makes)?"""
+    if not out.is_floating_point() or not bool((out >= 0).all()):
+        return False
+    sums = out.double().sum(dim=1)
+    return bool(torch.allclose(sums, torch.ones_like(sums), atol=1e-5))
 
 
 def _structure_error(model: nn.Module, optimizer: torch.optim.Optimizer, old_head: nn.Module) -> CheckError | None:
@@ -878,6 +903,16 @@ LOSS_A_NUMBER_TOO_SOON = Mistake(
 TARGET_SIZE_WARNING = "that is different to the input size"
 
 
+LOSS_ARGUMENTS_SWAPPED = Mistake(
+    "loss arguments swapped",
+    None,
+    "the loss was given the labels where the scores go and the scores where the labels go: the loss functions of "
+    "torch.nn.functional take the model's (batch, classes) scores first and the batch of class indices second, so "
+    "it read the scores as a target with a class per column, which it does not take",
+    look="the order of the loss function's arguments",
+)
+
+
 def _raised_in_a_binary_loss(err: CheckError) -> bool:
     """Did the student's step fail inside torch's binary cross-entropy (given class indices, or integer targets)?"""
     cause = err.__cause__
@@ -899,6 +934,8 @@ def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple
         except CheckError as err:
             if _raised_in_a_binary_loss(err):
                 raise mistake_error(err.message, BINARY_LOSS) from None  # BCE on the class indices, or long targets
+            if "multi-target not supported" in err.message:
+                raise mistake_error(err.message, LOSS_ARGUMENTS_SWAPPED) from None
             if "'float' object has no attribute 'backward'" in err.message:
                 raise mistake_error(err.message, LOSS_A_NUMBER_TOO_SOON) from None
             if any(TARGET_SIZE_WARNING in str(warning.message) for warning in warned):

@@ -906,8 +906,8 @@ def summarise_variant(
     x: torch.Tensor, *, scale: str = "abs max", flip: str = "mean < 0", share: str = "> 0 after"
 ) -> torch.Tensor:
     """Notebook 09's ``summarise`` (Exercise 4) without its print, and its typical variants: how x is
-    scaled, when it is flipped, and how the share of positive entries is counted."""
-    y = x / (x.abs().max() if scale == "abs max" else x.max())
+    scaled ("none": not at all), when it is flipped, and how the share of positive entries is counted."""
+    y = x.clone() if scale == "none" else x / (x.abs().max() if scale == "abs max" else x.max())
     if flip == "each":
         y = y.abs()
     elif flip == "sign":
@@ -991,6 +991,27 @@ def _length_written_in(answers: list) -> bool:
         return False
     same = all(torch.allclose(got, count / length, atol=1e-6) for got, count in pairs)
     return same and any(len(x) != length for x, _ in summarise_inputs())
+
+
+def _from_unscaled_x(answers: list) -> bool:
+    """Built from x as it came: every step on x unscaled, or x itself times the share of the scaled vector."""
+    if _variant(scale="none")(answers):
+        return True
+    for got, (x, _) in zip(answers, summarise_inputs()):
+        share = (summarise_variant(x, share="none") > 0).to(x.dtype).mean()
+        if not torch.allclose(got, x * share, atol=1e-6):
+            return False
+    return True
+
+
+SCALED_VECTOR_UNUSED = Mistake(
+    "scaled vector unused",
+    _from_unscaled_x,
+    "the result is built from x as it came, not from the scaled vector: summarise first divides x by its largest "
+    "absolute value, and the flip, the share and the product all work on that scaled vector, which is also what "
+    "gets returned",
+    look="which vector each step after the scaling (and the return) uses",
+)
 
 
 LENGTH_WRITTEN_IN = Mistake(
@@ -1090,6 +1111,7 @@ SUMMARISE_MISTAKES = [
         look="which tensor the share is computed from",
     ),
     dataclasses.replace(LENGTH_WRITTEN_IN, matches=_length_written_in),
+    SCALED_VECTOR_UNUSED,
 ]
 
 # Why Dynamo broke the graph, told by the student's line and Dynamo's reason.
@@ -1447,13 +1469,14 @@ def _program_slip_mistakes(modules: Any, points: torch.Tensor, programs: list, w
     shortened = [
         run_program_rows(modules, points, [program[1:] for program in programs]),
         run_program_rows(modules, points, [program[:-1] for program in programs]),
+        run_program_rows(modules, points, [program[:1] for program in programs]),
     ]
     return [
         Mistake(
             "a step left out",
             functools.partial(_equals_one_of, candidates=shortened),
-            "every program ran one step short (its first or its last step never ran): each name of a program is "
-            "one module to apply, from the first name to the last",
+            "every program ran short (its first step, its last step, or every step after the first never ran): "
+            "each name of a program is one module to apply, from the first name to the last",
             look="the range of steps the loop over a program's names covers",
         ),
         Mistake(
@@ -1615,6 +1638,16 @@ PROGRAM_AS_A_NAME = Mistake(
 )
 
 
+GROUPS_STACKED = Mistake(
+    "groups stacked",
+    None,
+    "the groups' results were stacked, which puts them side by side along a new first dimension and needs every "
+    "group to hold the same number of rows: the groups differ in size, and the caller wants their rows one after "
+    "the other in one (B, 2) tensor, each row back at its place in points",
+    look="how the groups' results are joined into one tensor",
+)
+
+
 def _program_result(got: Any, want: torch.Tensor) -> torch.Tensor:
     """What run_programs returned, if it is one tensor shaped like ``want``; a half-finished result is named."""
     __tracebackhide__ = True
@@ -1655,6 +1688,8 @@ def _call_run_programs(run_programs: Any, modules: torch.nn.ModuleDict, points: 
             inplace_hint="make new tensors for the results; leave points as it came",
         )
     except CheckError as err:
+        if "stack expects each tensor to be equal size" in err.message:
+            raise mistake_error(err.message, GROUPS_STACKED) from None
         if not _looked_up_a_program(err):
             raise
         raise mistake_error(err.message, PROGRAM_AS_A_NAME) from None

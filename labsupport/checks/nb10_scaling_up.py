@@ -132,7 +132,8 @@ class AmpRecipe:
     zero_grad: bool = True
     updates: int = 1  # weight updates per step (2: an optimizer.step() after the scaler's)
     scaled_backward: bool = True  # backward() on the scaled loss (False: on the loss itself)
-    loss: str = "mean"  # the cross-entropy's reduction; "softmax": of probabilities; "nll": NLL of the raw scores
+    loss: str = "mean"  # the cross-entropy's reduction; "softmax": of probabilities; "nll": NLL of the raw scores;
+    # "mean per example": the mean divided by the batch size again
 
 
 @dataclasses.dataclass
@@ -151,6 +152,8 @@ def _amp_loss(logits: torch.Tensor, targets: torch.Tensor, form: str) -> torch.T
         return F.cross_entropy(logits.softmax(dim=1), targets)
     if form == "nll":
         return F.nll_loss(logits, targets)
+    if form == "mean per example":
+        return F.cross_entropy(logits, targets) / len(targets)
     return F.cross_entropy(logits, targets, reduction=form)
 
 
@@ -189,10 +192,18 @@ class CountingScaler(torch.amp.GradScaler):
         super().__init__(*args, **kwargs)
         self.calls = {"scale": 0, "step": 0, "update": 0}
         self.given_scales: list[Any] = []  # what update() was given as the new scale, when it was given one
+        self.backwards = 0  # backward passes through a loss this scaler scaled
 
     def scale(self, outputs: Any) -> Any:
         self.calls["scale"] += 1
-        return super().scale(outputs)
+        scaled = super().scale(outputs)
+        if isinstance(scaled, torch.Tensor) and scaled.requires_grad:
+            scaled.register_hook(self._count_backward)
+        return scaled
+
+    def _count_backward(self, grad: torch.Tensor) -> None:
+        """Called when backward() passes through a scaled loss (to tell "no backward" from "gradients cleared")."""
+        self.backwards += 1
 
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         self.calls["step"] += 1
@@ -308,10 +319,22 @@ def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
         raise
 
 
+NO_BACKWARD = Mistake(
+    "no backward",
+    None,
+    "the scaler's step found no gradients, and backward() never ran through the scaled loss: scaling the loss "
+    "only multiplies a number; the gradients exist only once backward() has gone through that scaled loss",
+    look="what happens to the scaled loss between the scaler's scale() and its step",
+)
+
+
 def _skipped_on_inf(mistake: Mistake, scaler: CountingScaler, step: str) -> Mistake:
-    """An update without a scaler's step, on the inf batch only, after steps that went through the scaler."""
+    """An update without a scaler's step, on the inf batch only, after steps that went through the scaler; no
+    gradients at the step because backward() never ran (rather than gradients cleared after it)."""
     if mistake.name == "update without scaler.step" and "inf" in step and scaler.calls["step"] > 0:
         return INF_STEP_SKIPPED_BY_HAND
+    if mistake.name == "gradients gone before the step" and scaler.calls["scale"] > 0 and scaler.backwards == 0:
+        return NO_BACKWARD
     return mistake
 
 
@@ -400,6 +423,15 @@ NLL_OF_SCORES = Mistake(
 )
 
 
+MEAN_DIVIDED_AGAIN = Mistake(
+    "loss divided by the batch size",
+    None,
+    "the weights moved batch-size times too little: the cross-entropy already averages over the batch (its default "
+    "reduction is the mean), and the loss was then divided by the number of examples a second time",
+    look="the line that computes the loss",
+)
+
+
 def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
     """The typical wrong steps, each matching the weights after step ``step`` of one variant of the recipe."""
     other = torch.float16 if dtype == torch.bfloat16 else torch.bfloat16
@@ -456,9 +488,17 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
             "the weights did not move on a finite batch: no step was taken, or the gradients were cleared before it",
             look="the order of backward, the step and zeroing the gradients",
         ),
+        *_amp_loss_mistakes(like, dtype),
+    ]
+
+
+def _amp_loss_mistakes(like: Callable[[AmpRecipe], Callable], dtype: torch.dtype) -> list[Mistake]:
+    """The steps with another loss than the mean cross-entropy of the scores."""
+    return [
         dataclasses.replace(SUMMED_LOSS, matches=like(AmpRecipe(dtype, loss="sum"))),
         dataclasses.replace(SOFTMAX_FIRST, matches=like(AmpRecipe(dtype, loss="softmax"))),
         dataclasses.replace(NLL_OF_SCORES, matches=like(AmpRecipe(dtype, loss="nll"))),
+        dataclasses.replace(MEAN_DIVIDED_AGAIN, matches=like(AmpRecipe(dtype, loss="mean per example"))),
     ]
 
 
@@ -814,6 +854,15 @@ SHARDS_ONE_SHORT = Mistake(
 )
 
 
+SHARDS_ONE_LONG = Mistake(
+    "shards one too long",
+    None,
+    "each rank's shard takes one example more, the first of the next rank's shard: a slice already stops before "
+    "its end index, so the end of rank r's slice is where rank r + 1's begins, with nothing added",
+    look="where each rank's slice ends",
+)
+
+
 def fixed_world_size_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The results of a function that splits or averages for 2 ranks whatever world_size is (none where it is 2)."""
     if ws == 2:
@@ -885,7 +934,19 @@ def data_parallel_mistakes(
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws[:ws], ws)),
         dataclasses.replace(SPLIT_SIZE, matches=_mean(of_size_ws, ws)),
         *_sliced_wrongly(model, x, y, ws),
+        dataclasses.replace(SOFTMAX_FIRST, matches=_mean(_softmax_shards(model, x, y, ws), ws)),
     ]
+
+
+def _softmax_shards(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[list[torch.Tensor]]:
+    """Each shard's gradient of the cross-entropy of softmax probabilities (the scores normalised twice)."""
+    k = len(x) // ws
+    params = list(model.parameters())
+    shards = []
+    for r in range(ws):
+        probabilities = model(x[r * k : (r + 1) * k]).softmax(dim=1)
+        shards.append(list(torch.autograd.grad(F.cross_entropy(probabilities, y[r * k : (r + 1) * k]), params)))
+    return shards
 
 
 def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
@@ -893,6 +954,7 @@ def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws
     k = len(x) // ws
     overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
     one_short = [_grads(model, x[r * k : (r + 1) * k - 1], y[r * k : (r + 1) * k - 1]) for r in range(ws)]
+    one_long = [_grads(model, x[r * k : (r + 1) * k + 1], y[r * k : (r + 1) * k + 1]) for r in range(ws)]
     return [
         Mistake(
             "overlapping shards",
@@ -901,6 +963,7 @@ def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws
             look="the slice of each rank",
         ),
         dataclasses.replace(SHARDS_ONE_SHORT, matches=_mean(one_short, ws)),
+        dataclasses.replace(SHARDS_ONE_LONG, matches=_mean(one_long, ws)),
     ]
 
 
@@ -1309,6 +1372,8 @@ def speedup_mistakes() -> dict[tuple[float, float], str]:
         (round(right[0] / GPUS, 2), round(right[1] / GPUS, 2)): f"That is each speed-up divided by the {GPUS} GPUs, "
         f"the share of ideal scaling each job reaches; the question asks for the throughput of {GPUS} GPUs over "
         "one GPU's.",
+        (round(1 / right[0], 2), round(1 / right[1], 2)): f"Those are the speed-ups upside down: one GPU's "
+        f"throughput over {GPUS} GPUs'. A speed-up puts the new setup's throughput on top, so above 1 means faster.",
     }
 
 
