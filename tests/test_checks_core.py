@@ -197,6 +197,8 @@ def test_error_hints_cover_the_usual_pytorch_errors():
         "sigmoid(): argument 'input' (position 1) must be Tensor, not tuple": "ctx.saved_tensors",
         "Input type (torch.FloatTensor) and weight type (torch.DoubleTensor) should be the same": "dtype or device",
         "shape mismatch: indexing tensors could not be broadcast together with shapes [3], [4]": "paired entry by entry",
+        "Only Tensors of floating point and complex dtype can require gradients": "whole numbers",
+        "only Tensors of floating point dtype can require gradients": "whole numbers",
     }
     for text, word in cases.items():
         assert word in core.explain_error(RuntimeError(text)), text

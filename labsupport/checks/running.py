@@ -147,6 +147,11 @@ ERROR_HINTS: list[tuple[str, str]] = [
         "convert one to the other's, with .to(...), rather than changing the model's type",
     ),
     (
+        r"(?i)only tensors of floating point (and complex )?dtype can require gradients",
+        "a tensor of whole numbers (an integer dtype) was asked to require gradients, as a parameter or with "
+        "requires_grad: gradients exist only for floating-point values; where were its values made integers?",
+    ),
+    (
         r"could not infer output dtype|must be either a floating point",
         "this operation needs floating-point values and got integers (Long): where did the values become integers?",
     ),
