@@ -244,6 +244,24 @@ def test_compare_names_the_first_known_mistake_and_refuses_a_nan_reference():
     assert core.compare("g", ref.clone(), ref) == 0.0
 
 
+def test_a_wrong_shape_that_a_listed_mistake_gives_is_named_on_the_ladder():
+    """A mistake that changes the shape (the batch summed away) is named like any other: not at the first
+    failure, which says what and where, but from the second on. Predicates are not asked about a wrong shape."""
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    summed = x.sum(0)
+    mistakes = [
+        values.Mistake("batch summed", summed, why="the rows of the batch were added together", look="the sum"),
+        values.Mistake("anything at all", lambda g: True, why="a predicate for the right shape"),
+    ]
+    with pytest.raises(CheckError) as first:
+        core.compare("out", summed.clone(), x, mistakes=mistakes)
+    assert first.value.mistake == "batch summed" and "has the wrong shape" in first.value.message
+    assert "added together" not in "\n".join(first.value.rendered())  # the first rung: what and where
+    with pytest.raises(CheckError) as other:
+        core.compare("out", torch.zeros(3), x, mistakes=mistakes)
+    assert other.value.mistake is None  # the predicate was not asked
+
+
 def test_run_cases_refuses_zero_cases_and_counts_outputs():
     assert "zero cases" in message(core.run_cases, lambda x: x, [], lambda x: x, what="f")
     cases = [(torch.ones(2),)]

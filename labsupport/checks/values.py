@@ -331,6 +331,17 @@ def mistake_error(message: str, mistake: Mistake, **facts: Any) -> CheckError:
     )
 
 
+def _name_by_value(err: CheckError, got: Any, expected: torch.Tensor, mistakes: Sequence[Any]) -> None:
+    """A wrong shape that a listed mistake gives exactly (its value, shape and all: a batch summed, an axis
+    squeezed) is named as that mistake; predicates are not asked, since they were written for the right shape."""
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) == tuple(expected.shape):
+        return
+    by_value = [m for m in as_mistakes(mistakes) if isinstance(m.matches, torch.Tensor)]
+    mistake = first_mistake(got, by_value)
+    if mistake is not None:
+        err.hint, err.look, err.mistake = mistake.why, mistake.look, mistake.name
+
+
 def _left_unfilled(got: torch.Tensor, wrong: torch.Tensor) -> str | None:
     """What a result that is still 0 from some entry on says (``wrong`` marks the entries off the reference):
     a result never filled in, or a loop that stopped early; None otherwise."""
@@ -381,7 +392,8 @@ def compare(
     except CheckError as err:
         if where:  # which case gave the wrong shape, dtype or device: a sizes-dependent answer shows itself
             err.message = f"{err.message} {where}"
-            err.args = (err._text(),)
+        _name_by_value(err, got, expected, mistakes)
+        err.args = (err._text(),)
         raise
     g = got.detach().double().cpu()
     e = expected.double().cpu()
