@@ -93,6 +93,9 @@ CORRECT_LINEARS = {
     "float64 randn": linear_variant(init=_float64_start),
     "nn.init functions": linear_variant(init=_init_functions),
     "addmm": linear_variant(forward=lambda self, x: torch.addmm(self.bias, x, self.weight.t())),
+    "float64 inside, the input's dtype out": linear_variant(
+        forward=lambda self, x: (x.double() @ self.weight.double().t() + self.bias.double()).to(x.dtype)
+    ),
     "einsum": linear_variant(forward=lambda self, x: torch.einsum("ni,oi->no", x, self.weight) + self.bias),
     "matmul with .T": linear_variant(forward=lambda self, x: torch.matmul(x, self.weight.T) + self.bias),
     # ninth audit (a second call on another batch): sizes, a shape and a counter kept on the layer are right
@@ -353,6 +356,10 @@ LINEAR_MISTAKES = {
     "output scaled": linear_variant(forward=lambda self, x: (x @ self.weight.t() + self.bias) / x.shape[1]),
     "batch summed or averaged": linear_variant(forward=lambda self, x: (x @ self.weight.t()).mean(0) + self.bias),
     "integer values in a parameter": linear_variant(init=_integer_weight),
+    # every case was float64, so a forward that computes in float64 passed (a wrong PASS)
+    "computed in float64": linear_variant(
+        forward=lambda self, x: x.double() @ self.weight.double().t() + self.bias.double()
+    ),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -422,6 +429,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.KEPT_FROM_AN_EARLIER_CALL,
             nb05_nn_module.BATCH_REDUCED,
             nb05_nn_module.INTEGER_PARAMETER,
+            nb05_nn_module.COMPUTED_IN_FLOAT64,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)

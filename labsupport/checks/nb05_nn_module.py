@@ -805,6 +805,35 @@ def _leading_dimensions_note(cls: type) -> str | None:
     return note
 
 
+COMPUTED_IN_FLOAT64 = Mistake(
+    "computed in float64",
+    None,
+    why="forward converts to float64 (a .double(), or dtype=torch.float64) on the way: a float32 layer then answers "
+    "in float64, where nn.Linear answers in the dtype of its weights and input, so the next layer or the loss gets "
+    "a dtype the rest of the model does not have",
+    look="forward: every .double() and every dtype= it passes",
+)
+
+
+def _check_float32_call(cls: type) -> None:
+    """In float32, as a model uses it (the other cases are float64, to compare closely), the layer answers in
+    float32 with nn.Linear's output to float32's precision."""
+    __tracebackhide__ = True
+    i, o = 5, 3
+    call = f"MyLinear({i}, {o})"
+    layer = _build(cls, "MyLinear", i, o)
+    g = torch.Generator().manual_seed(32)
+    state = {"weight": torch.randn(o, i, generator=g), "bias": torch.randn(o, generator=g)}
+    _load_linear_state(layer, call, state)
+    layer.float()
+    x = torch.randn(4, i, generator=g)
+    what = f"{call}(x) in float32 (after .float(), on a float32 x)"
+    out = expect_output(_run_layer(layer, x, call), what)
+    if isinstance(out, torch.Tensor) and out.dtype == torch.float64:
+        raise mistake_error(f"{what} is float64", COMPUTED_IN_FLOAT64, expected="torch.float32", got="torch.float64")
+    compare(what, out, x @ state["weight"].t() + state["bias"], rtol=1e-4, atol=1e-5)
+
+
 @exercise("05.1", "a layer from raw parameters")
 def check_my_linear(MyLinear: Any) -> None:
     """``MyLinear(D_in, D_out)`` loads ``nn.Linear``'s state_dict, then gives its outputs and gradients."""
@@ -819,6 +848,7 @@ def check_my_linear(MyLinear: Any) -> None:
         for number, (i, o) in enumerate(sizes, start=1):
             _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
         _check_one_row(MyLinear)
+        _check_float32_call(MyLinear)
         note = _leading_dimensions_note(MyLinear)
     passed("MyLinear: registers weight and bias, loads nn.Linear's state_dict, same outputs and gradients")
     if note is not None:
