@@ -571,6 +571,12 @@ class Endless(CondGate):
             time.sleep(0.01)
 
 
+class BoundMethodBranchesGate(CondGate):  # eleventh audit: Dynamo's text about a builtin it cannot trace
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, h.relu, h.neg, ())
+
+
 @pytest.mark.parametrize("student", [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate])
 def test_cond_gate_passes_every_correct_design(student, capsys):
     lab.check_cond_gate(student)
@@ -600,6 +606,7 @@ def test_cond_gate_passes_every_correct_design(student, capsys):
         (NoReturnBranchGate, "branch returns no tensor"),
         (BranchesOnXGate, "branches given x"),
         (IndexedCondGate, "cond's result indexed"),  # eighth audit: only "wrong shape"
+        (BoundMethodBranchesGate, "a tensor's method as a branch"),
     ],
 )
 def test_cond_gate_names_each_mistake(student, mistake, capfd):

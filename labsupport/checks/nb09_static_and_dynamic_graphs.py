@@ -638,6 +638,19 @@ COND_USAGE = [
 ]
 
 _COND_MISTAKES = {mistake.name: mistake for _, mistake in COND_USAGE}
+COND_USAGE += [  # a tensor's bound method as a branch (h.relu): Dynamo names the method it cannot trace
+    (
+        "<unknown module>.tensor.",
+        Mistake(
+            "a tensor's method as a branch",
+            None,
+            "a branch given to torch.cond is one tensor's own method (such as h.relu), which holds that tensor "
+            "inside it: torch.cond calls each branch with the operands and traces what it computes from them, so a "
+            "branch must be a function of its arguments",
+            look="the second and third arguments of torch.cond, and the operands handed to them",
+        ),
+    ),
+]
 COND_USAGE += [  # torch 2.6's words for two of them
     ("expected branches to return a possibly nested", _COND_MISTAKES["branch returns no tensor"]),
     ("expect branches to return tensors with same metadata", _COND_MISTAKES["branches differ"]),
@@ -665,9 +678,12 @@ def _reason_in_causes(err: BaseException, phrase: str) -> str | None:
 
 
 def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
-    """``model(x)``, with torch.cond's own complaints about how it was called turned into named mistakes."""
+    """``model(x)``, with torch.cond's own complaints about how it was called turned into named mistakes (and
+    Dynamo's warning about a branch it cannot trace left out: the named mistake says it in words)."""
     try:
-        return run_student(model, x.clone(), what="CondGate()(x)")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Dynamo does not know how to trace", category=UserWarning)
+            return run_student(model, x.clone(), what="CondGate()(x)")
     except CheckError as err:
         text = err.message.lower()
         for phrase, mistake in COND_USAGE:
