@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from test_grade_judge import RIGHT, TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_source
 
-from tools import grade, student
+from tools import grade, judge, student
 from tools.flags import MAX_ANALYSED, forging, suspicious, uses_lab_code
 
 FAKE_PASS = "lambda f: print('PASS  fourth power')"
@@ -298,6 +298,19 @@ def power4(x):
 """
 
 
+def _two_records(ed) -> nbformat.NotebookNode:
+    """Right now, wrong at first ('slice', as its check cell's output shows): a copy of the check cell, with the
+    check's metadata, put above it with a stored output forged to record 'error' first."""
+    nb = _answer(ed, RIGHT)
+    check = next(i for i, c in enumerate(nb.cells) if c.source == "lab.check_prediction(prediction)")
+    said = "NOT RIGHT  what happens is 'error' (recorded answer: {!r})\n"
+    nb.cells[check].outputs = [nbformat.v4.new_output("stream", name="stdout", text=said.format("slice"))]
+    forged = nbformat.from_dict(json.loads(json.dumps(nb.cells[check])))
+    forged.id, forged.outputs[0].text = "forged-record", said.format("error").replace("NOT RIGHT", "PASS")
+    nb.cells.insert(check - 2, forged)
+    return nb
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hostile")
@@ -317,6 +330,7 @@ def graded(tmp_path_factory):
     # right answers; the first one's cell holds a lone surrogate (a JSON escape no UTF-8 text can store)
     students["surrogate"] = _answer(ed, {**RIGHT, "### Exercise 1": "def double(x):\n    return 2 * x  # \ud800"})
     students[ODD_FOLDER] = _answer(ed, RIGHT)
+    students["two_records"] = _two_records(ed)
     for who, nb in students.items():
         (sub / who).mkdir(parents=True)
         (sub / who / "hw.ipynb").write_text(json.dumps(nb))  # ASCII: the surrogate stays an escape
@@ -413,3 +427,176 @@ def test_a_notebook_of_too_many_cells_is_refused_before_it_is_validated(tmp_path
     (tmp_path / "hw.ipynb").write_text(json.dumps(nb))
     with pytest.raises(ValueError, match="more than 20,000 cells and outputs"):
         grade._read_notebook(tmp_path / "hw.ipynb", {})
+
+
+# --------------------------------------------------------------------------- a fifth audit: metadata, gradebooks
+
+# What a student edits by hand besides code: the exercise metadata of cells, their names, their written answers.
+# Measured before its fixes: each one below changed a row or a file that was not only the attacker's, or
+# stopped a notebook from being graded.
+
+
+def _tiny_sources(folder) -> dict:
+    (folder / "notebooks").mkdir(parents=True, exist_ok=True)
+    nbformat.write(tiny_source(folder), folder / "notebooks" / "99_judged.ipynb")
+    return grade.load_sources(folder / "notebooks")
+
+
+def _graded_job(who: str, points: float, written: str | None = None) -> dict:
+    """A (student, notebook) as a worker returns it, without a kernel: 99.1 scored ``points``."""
+    result = {"exercise": "99.1", "label": "Exercise 1: double", "points": points, "max_points": 1.0}
+    result.update(status="pass" if points else "fail", feedback=f"feedback of {who}", note="", flags=[])
+    result["student"], result["notebook"] = who, "99_judged"
+    answers = [] if written is None else [{"exercise": "99.5", "label": "Question 5", "answer": written}]
+    return {"student": who, "notebook": "99_judged", "file": "hw.ipynb", "match": "", "results": [result]} | {
+        "written": answers,
+        "executed": "",
+        "seconds": 0.0,
+        "error": "",
+        "mtime": None,
+    }
+
+
+def test_a_student_named_as_another_s_folder_writes_only_into_their_own(tmp_path):
+    """``José``'s folder is ``Jos_-24c2ab65``: a student whose id is that name wrote their feedback over José's."""
+    victim = "José"
+    attacker = grade._safe(victim)
+    sources = _tiny_sources(tmp_path)
+    grade.write_outputs(tmp_path / "out", [_graded_job(victim, 1), _graded_job(attacker, 0)], [], sources)
+    folders = {p.name: (p / "99_judged.md").read_text() for p in (tmp_path / "out" / "feedback").iterdir()}
+    assert len(folders) == 2 and "feedback of José" in folders[grade._safe(victim)]
+    assert grade._safe(attacker) != grade._safe(victim)
+    assert grade._safe("") not in ("", ".") and grade._safe("plain-id") == "plain-id"
+
+
+@pytest.mark.parametrize("text", ["'=x", "''=x", "=x", "'-1", "-1", "'", "'ok"])
+def test_a_csv_cell_reads_back_as_written(text):
+    assert grade._csv_uncell(grade._csv_cell(text)) == text
+
+
+def test_a_quote_before_a_formula_does_not_make_one_student_another(tmp_path):
+    """Both ids were written ``'=x`` and read back as ``=x``: one student's row replaced the other's, and a
+    regrade of ``=x`` dropped ``'=x``'s row from the gradebook."""
+    sources = _tiny_sources(tmp_path)
+    out = tmp_path / "out"
+    grade.write_outputs(out, [_graded_job("=x", 1), _graded_job("'=x", 0)], [], sources)
+    grade.write_outputs(out, [_graded_job("=x", 1)], [], sources)  # =x regraded alone
+    with open(out / "grades.csv", newline="", encoding="utf-8") as f:
+        rows = {grade._csv_uncell(r["student"]): r["99.1"] for r in csv.DictReader(f)}
+    assert rows == {"=x": "1", "'=x": "0"}
+
+
+def test_hand_edited_exercise_metadata_moves_nothing(tmp_path):
+    """A role list holding a list stopped the notebook's rebuild (TypeError: every exercise 'grader error');
+    raised points, a check cell marked as a solution and a markdown cell claiming a code role change nothing."""
+    src = _tiny_sources(tmp_path)["99_judged"]
+    sub = _answer(src.student, RIGHT)
+    cells = sub.cells
+    check = next(i for i, c in enumerate(cells) if c.source == "lab.check_power(power4)")
+    cells[check - 1].metadata["lab"]["points"] = 100  # 99.4's solution cell
+    cells[check].metadata["lab"] = {"exercise": "99.3", "role": "solution", "points": 5}  # its check: 99.3's answer?
+    heading = next(c for c in cells if c.source.startswith("### Exercise 2"))
+    heading.metadata["lab"] = {"exercise": "99.2", "role": "solution", "points": 9}
+    first = next(c for c in cells if c.source.startswith("def double"))
+    first.metadata["lab"]["role"] = [["solution"]]  # unhashable: it counts as no metadata
+    nb, slots, _ = grade.rebuild(src, sub)
+    assert slots["99.2"].code == RIGHT["### Exercise 2"] and slots["99.4"].code == RIGHT["### Exercise 4"]
+    assert slots["99.3"].code == "lab.check_power(power4)"  # the student's own "answer", graded as theirs
+    assert nb.cells[src.exercises[3].check_cell].source == "lab.check_power(power4)"  # the check is the source's
+    assert src.points == {"99.1": 1.0, "99.2": 1.0, "99.3": 1.0, "99.4": 1.0}
+
+
+def test_an_unreadable_copy_named_as_the_notebook_leaves_the_graded_copy_s_row(tmp_path):
+    """A half-saved ``99_judged.ipynb`` beside a good ``99_judged-Copy1.ipynb``: the broken file's row had the
+    graded copy's (student, notebook) and, written after it, replaced it in grades.csv with 0."""
+    sources = _tiny_sources(tmp_path)
+    sub = tmp_path / "in" / "ana"
+    sub.mkdir(parents=True)
+    (sub / "99_judged.ipynb").write_text("{half saved")
+    nbformat.write(_answer(sources["99_judged"].student, RIGHT), sub / "99_judged-Copy1.ipynb")
+    jobs, rows = grade.collect(tmp_path / "in", sources, logging.getLogger("test-fifth"))
+    assert [(j["student"], j["notebook"]) for j in jobs] == [("ana", "99_judged")]
+    assert [(r["notebook"], r["file"]) for r in rows] == [("99_judged.ipynb", "99_judged.ipynb")]
+    table = grade.write_outputs(tmp_path / "out", [_graded_job("ana", 1)], rows, sources)
+    assert {(r["notebook"], r["score"]) for r in table} == {("99_judged", "1"), ("99_judged.ipynb", "0")}
+
+
+def test_a_student_s_zip_and_flat_file_make_one_row(tmp_path):
+    """Canvas's flat notebook and the same student's zip were two jobs of one (student, notebook): which row and
+    feedback won depended on which worker finished last. Now the newest copy is the one job."""
+    import zipfile
+
+    sources = _tiny_sources(tmp_path)
+    ed = sources["99_judged"].student
+    sub = tmp_path / "in"
+    sub.mkdir()
+    nbformat.write(_answer(ed, RIGHT), sub / "bob_7_5_99_judged.ipynb")
+    with zipfile.ZipFile(sub / "bob_7_6_old.zip", "w") as zf:
+        info = zipfile.ZipInfo("old/hw.ipynb", date_time=(2020, 1, 1, 0, 0, 0))
+        zf.writestr(info, nbformat.writes(ed))
+    jobs, rows = grade.collect(sub, sources, logging.getLogger("test-fifth"))
+    assert [(j["student"], j["file"]) for j in jobs] == [("bob_7", "99_judged.ipynb")] and not rows
+    assert "also handed in and not graded: `bob_7_6_old.zip:old/hw.ipynb`" in jobs[0]["match"]
+
+
+FORGED_SECTIONS = (
+    "my answer\n\n## Exercise 99.4: fourth power\n\n**✓ passed** (1 / 1)\n\n"
+    "## From your instructor\n\n**99.5** (10): excellent, full marks\n\nthe rest of my answer"
+)
+
+
+def test_a_written_answer_forges_no_section_of_the_grader_or_the_instructor(tmp_path):
+    """A written answer went into the feedback as it was: its headings read as the grader's sections, its
+    "## From your instructor" line as the instructor's notes, and applying manual.csv cut the feedback there."""
+    sources = _tiny_sources(tmp_path)
+    text = grade.feedback_markdown(_graded_job("eve", 0, FORGED_SECTIONS), sources)
+    lines = text.splitlines()
+    assert "## From your instructor" not in lines and "## Exercise 99.4: fourth power" not in lines
+    assert "> the rest of my answer" in lines
+    path = tmp_path / "eve.md"
+    path.write_text(text)
+    grade._instructor_notes(path, ["**99.5** (2): too short"], "eve")
+    notes = path.read_text()
+    assert notes.startswith(text.rstrip()) and notes.count("\n## From your instructor\n") == 1
+    assert notes.rstrip().endswith("**99.5** (2): too short")
+
+
+def test_a_comma_typed_into_a_sheet_does_not_stop_apply(tmp_path):
+    """A line with more cells than the header (a comment with a comma, typed in a text editor) crashed --apply."""
+    (tmp_path / "manual.csv").write_text("student,exercise,points,comment\nana,99.5,1,good, but short\n")
+    assert grade._read_csv(tmp_path / "manual.csv") == [
+        {"student": "ana", "exercise": "99.5", "points": "1", "comment": "good"}
+    ]
+
+
+def test_a_forged_record_beside_the_real_one_is_flagged(graded):
+    """Before, the first record the check cells held was graded, unflagged, though the real check cell recorded
+    another first answer: a cell given the check's metadata, or a second line in its output, outvoted it."""
+    lines = (graded["out"] / "results.jsonl").read_text().splitlines()
+    res = next(r for r in map(json.loads, lines) if r["student"] == "two_records" and r.get("exercise") == "99.3")
+    assert res["points"] == 1 and "recorded: 'error'" in res["note"], res
+    assert any("2 different first answers ('error', 'slice')" in flag for flag in res["flags"]), res["flags"]
+    assert graded["rows"]["two_records"]["review"] == "code to review in 99.3"
+
+
+def test_an_answer_that_quotes_a_record_is_one_answer():
+    text = "NOT RIGHT  (recorded answer: \"x (recorded answer: 'error')\").\nNOT RIGHT  (recorded answer: 'slice', your first)"
+    found = judge.recorded_answers([nbformat.v4.new_output("stream", name="stdout", text=text)])
+    assert found == ["x (recorded answer: 'error')", "slice"]
+
+
+@pytest.mark.parametrize(
+    "one, other",
+    [("ana\x1b", "ana\\x1b"), ("\ue000" + "1", "\U000e0001"), ("a\\b", "a\\\\b")],
+)
+def test_two_folder_names_stay_two_students(tmp_path, one, other):
+    """A printable name spelled as another name's escape (``ana\\x1b`` beside ``ana`` and ESC), or a character
+    above U+FFFF written as a private-use one and a digit, was the same student: one folder's notebook went
+    ungraded ("also handed in and not graded") under a student id they shared."""
+    assert grade.shown(one) != grade.shown(other)
+    sources = _tiny_sources(tmp_path)
+    for name in (one, other):
+        (tmp_path / "in" / name).mkdir(parents=True)
+        nbformat.write(_answer(sources["99_judged"].student, RIGHT), tmp_path / "in" / name / "hw.ipynb")
+    jobs, _ = grade.collect(tmp_path / "in", sources, logging.getLogger("test-fifth"))
+    assert len({j["student"] for j in jobs}) == 2

@@ -329,6 +329,7 @@ def test_a_solution_region_is_what_the_metadata_says():
     "metadata, problem",
     [
         ({"exercise": "99.1", "role": "solutions", "points": 1}, "role must be one of"),
+        ({"exercise": "99.1", "role": [["solution"]], "points": 1}, "role must be one of"),  # was a TypeError
         ({"exercise": "99.1", "role": "solution"}, "needs its exercise's points"),
         ({"exercise": "99.1", "role": "solution", "points": True}, "needs its exercise's points"),
         ({"exercise": "99.1", "role": "answer", "points": 0}, "belongs on a markdown cell"),

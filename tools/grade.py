@@ -7,8 +7,9 @@
 the series, under any file name. Each file is matched to its source in ``notebooks/``
 by content (its headings, markdown cells, and code cells' ids with their first lines),
 never by name; two files that match
-one source: the closer match is graded, the newer file on a tie, and the feedback
-says which.
+one source: the newest is graded (the closer match on a tie), and the feedback
+says which. A student's files from every place (their folder, Canvas's flat files,
+zips) are weighed together.
 
 Rebuild, don't trust. The grader starts from the student edition of the source
 (tools/student.py: the scaffold, the check cells, no answers, no outputs) and puts
@@ -61,6 +62,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import concurrent.futures as cf
+import contextlib
 import copy
 import csv
 import difflib
@@ -273,10 +275,20 @@ def _cells_of(sub, ex_id: str, role: str, cell_type: str, cell_id: str) -> list[
     for i, cell in enumerate(sub.cells):
         if cell.get("cell_type") != cell_type:
             continue
-        own_id, roles = edition.lab_metadata(cell)
+        own_id, roles = _lab_metadata(cell)
         if (own_id == ex_id and role in roles) or (own_id is None and cell_id and cell.get("id") == cell_id):
             found.append(i)
     return found
+
+
+def _lab_metadata(cell) -> tuple[str | None, tuple[str, ...]]:
+    """A submission's cell's (exercise id, roles), as :func:`student.lab_metadata` reads them; metadata it
+    cannot read at all (a role list holding a list, ``metadata`` that is no object) counts as none, as
+    malformed metadata does: one cell's hand-edited metadata does not stop its notebook from being graded."""
+    try:
+        return edition.lab_metadata(cell)
+    except (TypeError, AttributeError, KeyError):
+        return None, ()
 
 
 def _written_answer(sub, w: Written) -> str | None:
@@ -756,11 +768,18 @@ def _judge(res: dict, cell, outcome: str) -> None:
 def _first_answer(sub, ex: Exercise) -> tuple[bool, object]:
     """A prediction's first committed answer: the ``recorded answer: ...`` its check printed in the
     submitted notebook (a re-run would only see the last answer), when the notebook holds one."""
+    found = _recorded(sub, ex)[:1]
+    return (True, found[0]) if found else (False, None)
+
+
+def _recorded(sub, ex: Exercise) -> list:
+    """Every first answer the submitted notebook's check cells of ``ex`` record, in order."""
+    found: list = []
     for i in _cells_of(sub, ex.id, "check", "code", ex.check_id):
-        found = judge.recorded_answer(sub.cells[i].get("outputs", []))
-        if found[0]:
-            return found
-    return False, None
+        found += judge.recorded_answers(sub.cells[i].get("outputs", []))
+        if len(found) >= judge.MAX_RECORDED:
+            break
+    return found
 
 
 def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Config) -> str:
@@ -788,11 +807,8 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if answer[0]:
         recorded = f"graded the first answer your notebook recorded: {answer[1]!r}"
         res["note"] = f"{res['note']}\n{recorded}" if res["note"] else recorded
-        if verdict.passed and _edited_answer(kernel, ex, verdict.current, answer[1], cfg):
-            res["flags"].append(
-                f"review it: the recorded first answer {answer[1]!r} is right but the answer cell now says "
-                f"{verdict.current!r} (was the notebook's stored output edited?)"
-            )
+        if verdict.passed:
+            res["flags"] += _answer_flags(kernel, ex, verdict.current, _recorded(sub, ex), cfg)
     top = res["max_points"]
     first = verdict.feedback.splitlines()[0] if verdict.feedback else ""
     res["detail"] = f"the grader's own run of the check: {'passed' if verdict.passed else 'failed'}: {first}"[:500]
@@ -834,6 +850,25 @@ def _hold(src: Source, results: dict, cfg: Config) -> None:
                 f"{', '.join(forged)}: it changes how the checks run in your kernel)",
             )
             res["flags"] = res["flags"] or [f"review it: held because of the code of {', '.join(forged)}"]
+
+
+def _answer_flags(kernel: Kernel, ex: Exercise, current: object, recorded: list, cfg: Config) -> list[str]:
+    """Why a prediction whose first recorded answer (``recorded[0]``) passed needs a look: the notebook records
+    other first answers too (the check prints one per run: a kernel restart, or a stored output edited or
+    added by hand, as in a cell given the check's metadata), or the answer cell now says something else."""
+    flags = []
+    answers = list(dict.fromkeys(repr(_answer_words(a))[:100] for a in recorded))
+    if len(answers) > 1:
+        flags.append(
+            f"review it: the notebook records {len(answers)} different first answers ({', '.join(answers)}); "
+            f"the first one, {answers[0]}, was graded (a kernel restart, or a stored output edited by hand?)"
+        )
+    if _edited_answer(kernel, ex, current, recorded[0], cfg):
+        flags.append(
+            f"review it: the recorded first answer {recorded[0]!r} is right but the answer cell now says "
+            f"{current!r} (was the notebook's stored output edited?)"
+        )
+    return flags
 
 
 def _edited_answer(kernel: Kernel, ex: Exercise, current: object, recorded: object, cfg: Config) -> bool:
@@ -1077,33 +1112,39 @@ def collect(
     """Match every file to a source; return the jobs to run and the rows that need no kernel.
     A ``.zip`` at the top of ``submissions`` is read as another such folder (extracted into a temporary
     folder), except a zip Canvas named for one student (``<name>_<id>_<sub>_<file>.zip``, what that student
-    uploaded): every notebook in it is that student's, whatever its folders are called."""
+    uploaded): every notebook in it is that student's, whatever its folders are called. A student's files
+    from every place (their folder, Canvas's flat files, zips) are weighed together: one job per notebook,
+    the newest copy, never two rows for one (student, notebook) that overwrite each other."""
     units, rows = _units(submissions, log)
-    jobs: list[dict] = []
     archives = sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()) if zips else []
-    for archive in archives:  # a zip in a zip is not opened
-        owner = _CANVAS.match(archive.name[: -len(".zip")] + ".ipynb")
-        with tempfile.TemporaryDirectory(prefix="lab-grade-zip-") as tmp:
-            try:
-                root = _safe_extract(archive, Path(tmp), log)
-            except Exception as exc:
-                log.info("%s: not a readable zip: %s", archive.name, exc)
-                status = f"not a readable zip: {exc}"
-                rows.append({"student": NO_FOLDER, "notebook": archive.name, "file": archive.name, "status": status})
-                continue
-            log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
-            if owner:  # one student's upload: it cannot hand in for another student
-                files = _notebooks(Path(tmp))
-                more_jobs, more_rows = _student_jobs(f"{owner['name']}_{owner['id']}", files, sources, log)
-            else:
-                more_jobs, more_rows = collect(root, sources, log, zips=False)
-        jobs += [{**job, "file": f"{archive.name}:{job['file']}"} for job in more_jobs]
-        rows += more_rows
-    for student_id, files in units.items():
-        more_jobs, more_rows = _student_jobs(student_id, files, sources, log)
-        jobs += more_jobs
-        rows += more_rows
+    jobs: list[dict] = []
+    with contextlib.ExitStack() as stack:  # the extracted files are read by _student_jobs below
+        for archive in archives:  # a zip in a zip is not opened
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lab-grade-zip-")))
+            found, more_rows = _archive_units(archive, tmp, log)
+            rows += more_rows
+            for student_id, files in found.items():
+                units.setdefault(student_id, []).extend((f"{archive.name}:{rel}", path) for rel, path in files)
+        for student_id, files in units.items():
+            more_jobs, more_rows = _student_jobs(student_id, files, sources, log)
+            jobs += more_jobs
+            rows += more_rows
     return jobs, rows
+
+
+def _archive_units(archive: Path, tmp: Path, log: logging.Logger) -> tuple[dict, list[dict]]:
+    """The students' files of a zip extracted into ``tmp`` (see :func:`collect`), and the rows of what is no one's."""
+    owner = _CANVAS.match(archive.name[: -len(".zip")] + ".ipynb")
+    try:
+        root = _safe_extract(archive, tmp, log)
+    except Exception as exc:
+        log.info("%s: not a readable zip: %s", archive.name, exc)
+        status = f"not a readable zip: {exc}"
+        return {}, [{"student": NO_FOLDER, "notebook": archive.name, "file": archive.name, "status": status}]
+    log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
+    if owner:  # one student's upload: it cannot hand in for another student
+        return {shown(f"{owner['name']}_{owner['id']}"): _notebooks(tmp)}, []
+    return _units(root, log)
 
 
 def _notebooks(folder: Path) -> list[tuple[str, Path]]:
@@ -1120,8 +1161,11 @@ def shown(name: str) -> str:
     """A handed-in folder or file name as the gradebook, the feedback and the log write it: a character
     no one sees as itself (a control character, an escape sequence, a right-to-left override, a byte that
     is no UTF-8) as its escape, so a name cannot colour, reorder or break the lines it lands in, or stop
-    the gradebook from being written; two names stay two names."""
-    return name if name.isprintable() else "".join(map(_visible, name))
+    the gradebook from being written. Two names stay two names: a backslash is doubled, so the folder named
+    ``a\\x1b`` (four characters) and the folder named ``a`` and ESC are two students."""
+    if name.isprintable() and "\\" not in name:
+        return name
+    return "".join("\\\\" if char == "\\" else _visible(char) for char in name)
 
 
 def _read_notebook(path: Path, sources: dict[str, Source]) -> tuple[str, Source | None, float, str]:
@@ -1164,6 +1208,7 @@ def _student_jobs(
     """One student's jobs (the newest copy of each notebook) and rows (files that are no notebook)."""
     jobs, rows = [], []
     chosen: dict[str, list[tuple[float, float, str, str, str]]] = {}
+    unreadable: list[tuple[str, Path, str]] = []
     if not files:
         rows.append({"student": student_id, "notebook": "", "status": "no notebook handed in"})
     for rel, path in files:
@@ -1171,23 +1216,21 @@ def _student_jobs(
             text, src, score, how = _read_notebook(path, sources)
         except Exception as exc:
             why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-            name = path.stem if path.stem in sources else rel
             log.info("%s/%s: not a notebook: %s", student_id, rel, why)
-            rows.append(
-                {
-                    "student": student_id,
-                    "notebook": name,
-                    "file": rel,
-                    "status": f"{rel} is not a readable notebook ({why})",
-                    "max_score": sources[name].max_score() if name in sources else "",
-                }
-            )
+            unreadable.append((rel, path, why))
             continue
         log.info("%s/%s: %s", student_id, rel, how)
         if src is None:
             rows.append({"student": student_id, "notebook": rel, "file": rel, "status": how})
             continue
         chosen.setdefault(src.name, []).append((path.stat().st_mtime, score, rel, text, how))
+    for rel, path, why in unreadable:
+        # a file named as a notebook is that notebook's row (it scores 0), unless a readable copy was handed in:
+        # then it is a row of its own, and the graded copy's row stands
+        name = path.stem if path.stem in sources and path.stem not in chosen else rel
+        status = f"{rel} is not a readable notebook ({why})"
+        max_score = sources[name].max_score() if name in sources else ""
+        rows.append({"student": student_id, "notebook": name, "file": rel, "status": status, "max_score": max_score})
     for name, cands in chosen.items():
         cands.sort(key=lambda c: (c[0], c[1]), reverse=True)  # the newest copy, then the closer match
         mtime, score, rel, text, how = cands[0]
@@ -1344,8 +1387,15 @@ def feedback_markdown(graded: dict, sources: dict[str, Source]) -> str:
         for w in graded["written"]:
             answer = w["answer"]
             text = "_(the answer cell is missing)_" if answer is None else ("_(no answer)_" if not answer else answer)
-            lines += [f"### {w['label']}", "", text, ""]
-    return "\n".join(lines).rstrip() + "\n"
+            lines += [f"### {w['label']}", "", _quote(text), ""]
+    text = "\n".join(lines).rstrip() + "\n"
+    return _OWN_NOTES.sub(lambda m: " " + m.group(), text)  # only _instructor_notes starts a line with it
+
+
+def _quote(answer: str) -> str:
+    """A written answer as a quotation: its markdown still renders, but a heading or a score it writes
+    (``## Exercise 99.4`` ... ``✓ passed``) reads as the student's, not as the grader's."""
+    return "\n".join(f"> {line}".rstrip() for line in answer.splitlines())
 
 
 def feedback_html(markdown_text: str, title: str) -> str:
@@ -1362,11 +1412,16 @@ def feedback_html(markdown_text: str, title: str) -> str:
     )
 
 
+_HASHED = re.compile(r"-[0-9a-f]{8}$")  # the end of a name :func:`_safe` made
+
+
 def _safe(name: str) -> str:
     """A folder name for a student id: the id itself when it is plain ASCII, else a slug and a
-    short hash of the id, so two ids never share a folder (``José`` and ``Josè`` both slug to ``Jos_``)."""
+    short hash of the id, so two ids never share a folder (``José`` and ``Josè`` both slug to ``Jos_``).
+    A plain id that ends as such a name does (``Jos_-24c2ab65``, what ``José`` becomes) is hashed too:
+    a student named so cannot write into another's folder."""
     slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name)[:60]
-    if slug == name and not name.startswith("."):
+    if slug == name and name and not name.startswith(".") and not _HASHED.search(name):
         return name
     return f"{slug.lstrip('.') or '_'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
 
@@ -1376,8 +1431,12 @@ _FORMULA = ("=", "+", "-", "@", "\t", "\r")
 
 def _csv_cell(value) -> str:
     """A CSV cell a spreadsheet never runs as a formula (OWASP's advice): text starting with
-    ``= + - @``, a tab or a carriage return gets a leading ``'``; numbers stay numbers."""
+    ``= + - @``, a tab or a carriage return gets a leading ``'``; numbers stay numbers. So does text that
+    :func:`_csv_uncell` would change (quotes before such a character: ``'=x``), so that reading a cell back
+    gives the value written: a student named ``'=x`` never becomes the student ``=x``."""
     text = "" if value is None else str(value)
+    if _quoted(text):
+        return "'" + text
     if text.startswith(_FORMULA):
         try:
             float(text)
@@ -1386,9 +1445,14 @@ def _csv_cell(value) -> str:
     return text
 
 
+def _quoted(text: str) -> bool:
+    """Whether ``text`` is one or more ``'`` before a character a formula starts with."""
+    return text.startswith("'") and text.lstrip("'").startswith(_FORMULA)
+
+
 def _csv_uncell(text: str) -> str:
     """The value :func:`_csv_cell` wrote."""
-    return text[1:] if text.startswith("'") and text[1:].startswith(_FORMULA) else text
+    return text[1:] if _quoted(text) else text
 
 
 def _write_csv(path: Path, header: list[str], rows: list) -> None:
@@ -1407,7 +1471,9 @@ def _read_csv(path: Path) -> list[dict]:
     if not path.is_file():
         return []
     with open(path, newline="", encoding="utf-8-sig") as f:
-        return [{_csv_uncell(k or ""): _csv_uncell(v or "") for k, v in row.items()} for row in csv.DictReader(f)]
+        # a line with more cells than the header (a comma typed into a sheet) keeps its named cells
+        rows = csv.DictReader(f)
+        return [{_csv_uncell(k): _csv_uncell(v or "") for k, v in row.items() if isinstance(k, str)} for row in rows]
 
 
 AUTO = "auto-grades.csv"  # the checks' points of every row so far, before manual scores and late penalties
@@ -1706,6 +1772,7 @@ def _sheet_html(w: Written, answers: dict[str, str], sheet: str) -> str:
 
 
 _NOTES = "## From your instructor"
+_OWN_NOTES = re.compile(rf"^{re.escape(_NOTES)}$", re.M)
 
 
 def _instructor_notes(path: Path, notes: list[str], title: str) -> None:
@@ -1827,7 +1894,9 @@ def _visible(char: str) -> str:
     terminal reads as a line break, or an escape sequence that moves the cursor) as its escape."""
     if char.isprintable() or char in "\t ":
         return char
-    return {"\r": "\\r", "\n": "\\n"}.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 256 else f"\\u{ord(char):04x}")
+    code = ord(char)
+    escape = f"\\x{code:02x}" if code < 256 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+    return {"\r": "\\r", "\n": "\\n"}.get(char) or escape
 
 
 class _OneLine(logging.Formatter):

@@ -512,18 +512,41 @@ _RECORDED = re.compile(r"recorded answer: ")
 def recorded_answer(outputs: list) -> tuple[bool, Any]:
     """(True, the answer) from a prediction check's stored output (``recorded answer: 'slice'``), the
     student's first committed answer; (False, None) when the outputs hold none."""
+    found = recorded_answers(outputs, limit=1)
+    return (True, found[0]) if found else (False, None)
+
+
+MAX_RECORDED = 20  # recorded answers read from one output: each check run prints one
+
+
+def recorded_answers(outputs: list, limit: int = MAX_RECORDED) -> list[Any]:
+    """Every answer the stored output records, in order (each run of a prediction's check prints the first
+    answer it committed: more than one differing answer means a kernel restart, or an output edited by hand).
+    A ``recorded answer:`` inside an answer read is part of that answer, not an answer of its own."""
     text = "".join(str(o.get("text", "")) for o in outputs if o.get("output_type") == "stream")
-    found = _RECORDED.search(text)
-    if not found:
-        return False, None
-    rest = text[found.end() :].split("\n", 1)[0][:2000]  # an answer is short; a long line costs no time
+    found: list[Any] = []
+    at = 0
+    while len(found) < limit:
+        match = _RECORDED.search(text, at)
+        if not match:
+            break
+        value, length = _literal_at(text, match.end())
+        if length:
+            found.append(value)
+        at = match.end() + length
+    return found
+
+
+def _literal_at(text: str, start: int) -> tuple[Any, int]:
+    """The Python literal at ``text[start:]`` up to a ``)`` or ``,`` on its line, and its length (0: none)."""
+    rest = text[start:].split("\n", 1)[0][:2000]  # an answer is short; a long line costs no time
     for end, char in enumerate(rest):
         if char in "),":
             try:
-                return True, ast.literal_eval(rest[:end])
+                return ast.literal_eval(rest[:end]), end
             except (ValueError, SyntaxError, MemoryError, RecursionError):
                 continue
-    return False, None
+    return None, 0
 
 
 # --------------------------------------------------------------------------- the verdict

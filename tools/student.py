@@ -546,7 +546,9 @@ def _lab_problem(lab, cell) -> str | None:
         return (
             f'metadata {LAB!r} needs the exercise\'s id, as its check declares it ("03.5"), not {lab.get("exercise")!r}'
         )
-    if not isinstance(roles, list) or not roles or len(set(roles)) < len(roles) or set(roles) - set(ROLES):
+    if not isinstance(roles, list) or not roles or not all(isinstance(r, str) for r in roles):
+        return f"metadata {LAB!r}: role must be one of {', '.join(ROLES)} (or a list of them), not {role!r}"
+    if len(set(roles)) < len(roles) or set(roles) - set(ROLES):
         return f"metadata {LAB!r}: role must be one of {', '.join(ROLES)} (or a list of them), not {role!r}"
     for r in roles:
         if _CELL_TYPE[r] != cell.cell_type:
