@@ -1,5 +1,6 @@
 """The exercises' checks: ``core`` is the engine; each ``nbNN_<notebook>`` module holds one notebook's checks."""
 
+from .cells import install_short_errors as _install_short_errors
 from .core import *  # noqa: F403
 from .nb00_hardware import *  # noqa: F403
 from .nb01_tensors import *  # noqa: F403
@@ -12,3 +13,5 @@ from .nb07_data_loading import *  # noqa: F403
 from .nb08_pretrained_models import *  # noqa: F403
 from .nb09_static_and_dynamic_graphs import *  # noqa: F403
 from .nb10_scaling_up import *  # noqa: F403
+
+_install_short_errors()  # inside IPython: an exercise's stub and a check run too early get one line (cells.py)

@@ -139,15 +139,18 @@ class CheckError(AssertionError):
         return None
 
     def _render_traceback_(self) -> list[str]:
-        """What IPython shows instead of the traceback (see IPython's showtraceback)."""
+        """What IPython shows instead of the traceback (see IPython's showtraceback). The header is bold red
+        (JupyterLab's darker red, readable on the pink of an error box); the rest keeps the text colour."""
         _LAST[0] = self
-        red = "\x1b[31m"
-        bold = "\x1b[1m"
-        off = "\x1b[0m"
         lines = self.rendered()
-        head = f"{red}{bold}✗ CHECK FAILED{off}{red} · {self.exercise or 'check'}{off}"
+        head = f"{_BOLD_RED}✗ CHECK FAILED · {self.exercise or 'check'}{_OFF}"
         tail = "  (the full traceback: run lab.show_traceback() in a new cell)"
         return [head, *lines[1:], tail]
+
+
+_BOLD = "\x1b[1m"
+_BOLD_RED = "\x1b[1;31m"
+_OFF = "\x1b[0m"
 
 
 def _next_step(err: CheckError) -> str:
@@ -164,8 +167,9 @@ class ExerciseNotSolved(CheckError):
     """Raised by :func:`require`: a cell needs an exercise whose check has not passed."""
 
     def _render_traceback_(self) -> list[str]:
-        # not recorded in _LAST: lab.hint() and lab.show_traceback() stay on the last failed check
-        return [f"\x1b[33m\x1b[1m■ STOPPED\x1b[0m\x1b[33m · {self.message}\x1b[0m"]
+        # not recorded in _LAST: lab.hint() and lab.show_traceback() stay on the last failed check;
+        # bold in the text's own colour: yellow on an error box's pink was hard to read (1.5:1)
+        return [f"{_BOLD}■ STOPPED{_OFF} · {self.message}"]
 
 
 @dataclasses.dataclass
