@@ -132,3 +132,13 @@ def test_the_hint_after_a_refused_answer_points_back_to_what_the_check_needs(cap
     lab.hint("08.1")
     out = capsys.readouterr().out
     assert "compare expected and got" not in out and "says what it needs" in out
+
+
+def test_hint_for_an_id_without_its_leading_zero_shows_the_exercise_meant(capsys):
+    lab.hint("7.1")
+    out = capsys.readouterr().out
+    assert "there is no exercise '7.1': showing 07.1" in out and "Exercise 07.1 has not failed" in out
+    lab.hint("Exercise 03.5")
+    assert "showing 03.5" in capsys.readouterr().out
+    lab.hint("98.9")  # no such exercise, and none it could mean: said as before
+    assert capsys.readouterr().out.startswith("Exercise 98.9 has not failed")

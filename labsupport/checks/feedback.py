@@ -333,6 +333,20 @@ def _ids(ex_ids: list[str]) -> str:
     return " and ".join(ex_ids)
 
 
+def _known_id(ex_id: str) -> str:
+    """``ex_id``, or the declared id it was meant to be ('7.1' and ' 07.1 ' for '07.1'), said in one line."""
+    if ex_id in _TITLES:
+        return ex_id
+    cleaned = ex_id.strip().removeprefix("Exercise ").strip()
+    one_digit = cleaned[:1].isdigit() and cleaned[1:2] == "."  # '7.1': notebooks are numbered 00 to 10
+    padded = "0" + cleaned if one_digit else cleaned
+    for candidate in (cleaned, padded):
+        if candidate in _TITLES:
+            print(f"(there is no exercise {ex_id!r}: showing {candidate}, {_TITLES[candidate]})")
+            return candidate
+    return ex_id
+
+
 def passed(message: str) -> None:
     """Print the one-line success verdict every check ends with."""
     print(f"PASS  {message}")
@@ -366,6 +380,7 @@ def hint(ex_id: str | None = None) -> None:
     if not isinstance(ex_id, str):
         print(f"lab.hint takes an exercise id such as '03.5', got {type(ex_id).__name__}")
         return
+    ex_id = _known_id(ex_id)
     if ex_id in predictions.COMMITTED:
         predictions.explain(ex_id)
         return
