@@ -347,7 +347,8 @@ def expect_function(fn: Any, what: str) -> None:
     __tracebackhide__ = True
     if fn is None:
         raise CheckError(
-            f"{what} is None: run the exercise cell above first (until it is solved, its name holds None)",
+            f"{what} is None (the exercise cell's placeholder): write your code in that cell, in place of its "
+            "`raise NotImplementedError(...)` line, run it, then this check",
             usage=True,
         )
     if not callable(fn):

@@ -127,8 +127,8 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
             hint = "a function was given where the number it computes belongs"
         if value is None:
             hint = (
-                "None is what a function without a return statement gives (print shows a number, return hands "
-                "it back), or an answer left at None"
+                "it is still None, the exercise cell's placeholder: write your answer in that cell and run it (a "
+                "function without a return statement gives None too: print shows a number, return hands it back)"
             )
         raise CheckError(f"{name} must be a number", got=describe(given), hint=hint, usage=True)  # a list is a list
     if not allow_nan and not math.isfinite(value):
