@@ -16,6 +16,8 @@ LAB_ARGS ?=
 # TensorBoard's folder: runs/ unless LAB_RUNS_DIR says otherwise (as for the notebooks);
 # `make tensorboard NB=06_optim` shows one notebook's runs only.
 RUNS_DIR = $(or $(LAB_RUNS_DIR),runs)
+# The same folder as an absolute path (a space in it kept), for kernels whose working folder is elsewhere.
+RUNS_ABS = $(if $(filter /%,$(RUNS_DIR)),$(RUNS_DIR),$(CURDIR)/$(RUNS_DIR))
 NB ?=
 # Tests and `make regenerate` log into folders of their own, never into the student's runs/.
 TEST_RUNS  := $(CURDIR)/build/test/runs
@@ -61,12 +63,15 @@ lab-solutions: $(STAMP)
 # JupyterLab with the venv's bin/ first on its PATH, so that a notebook's `%tensorboard`,
 # `!pip` and `!python` find the lab's own programs; as root (containers, Colab) it would
 # refuse to start without --allow-root, which is then added (and said).
+# Its kernels get LAB_RUNS_DIR, made absolute: the folder `make tensorboard` reads (runs/ of this
+# repository unless you set LAB_RUNS_DIR), so a STUDENT_DIR anywhere logs there, and each
+# notebook's `%tensorboard` cell (which reads lab.runs_dir(...)) shows those runs.
 # config/jupyterlab/overrides.json changes two defaults of JupyterLab's settings (a student's own
 # settings still win): no prompt to fetch Jupyter's news and no update check, both of which
 # would reach the network. The server checks for no update either.
 define jupyterlab
 	$(if $(filter 0,$(shell id -u)),echo "make lab: you are root: adding --allow-root";) \
-	PATH="$(abspath $(BIN)):$$PATH" exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
+	PATH="$(abspath $(BIN)):$$PATH" LAB_RUNS_DIR='$(RUNS_ABS)' exec $(BIN)/jupyter lab --no-browser --ip=127.0.0.1 --port=$(LAB_PORT) \
 	    --ServerApp.root_dir=$(1) --LabApp.app_settings_dir=$(CURDIR)/config/jupyterlab \
 	    --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 	    $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)

@@ -2,7 +2,10 @@
 
 A run lives in ``runs/<notebook>/<run>`` (no timestamp): running the cell again
 **replaces** the run of that name, so reruns never pile up. ``$LAB_RUNS_DIR`` moves
-the whole folder (tests and ``make regenerate`` use it to stay out of ``runs/``).
+the whole folder (tests and ``make regenerate`` use it to stay out of ``runs/``; ``make lab``
+sets it to the repository's ``runs/``, so a student folder anywhere logs there). Outside the
+repository, with no ``$LAB_RUNS_DIR`` (a handout, Colab), runs go to ``runs/`` in the kernel's
+working folder. ``runs_dir(notebook)`` is that notebook's folder, which its ``%tensorboard`` cell reads.
 
 A run folder never mixes two runs:
 
@@ -65,7 +68,7 @@ try:
 except ImportError:  # Windows: no lock; two writers of one run must not overlap there
     fcntl = None
 
-__all__ = ["tb_hint", "tb_writer"]
+__all__ = ["runs_dir", "tb_hint", "tb_writer"]
 
 RUNS_DIR = "runs"  # relative to the repository, unless $LAB_RUNS_DIR says otherwise
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.=-]*$")
@@ -104,6 +107,28 @@ def _runs_root(root: str | os.PathLike | None = None) -> Path:
     here = Path.cwd()
     in_repo = (here.parent / "labsupport").is_dir() and (here.parent / "notebooks").is_dir()
     return Path("..", RUNS_DIR) if in_repo else Path(RUNS_DIR)
+
+
+def _check_notebook_name(notebook) -> None:
+    if not isinstance(notebook, str) or not _NAME.match(notebook):
+        raise ValueError(f"notebook name must be letters, digits and _ . = - (no spaces or slashes), got {notebook!r}")
+
+
+def runs_dir(notebook: str) -> Path:
+    """The folder ``lab.tb_writer(notebook, ...)`` logs that notebook's runs into, as an absolute
+    path: what the notebook's inline ``%tensorboard --logdir`` must read, wherever the notebook is
+    (``$LAB_RUNS_DIR/<notebook>``, else ``<repository>/runs/<notebook>`` from a notebook folder of
+    the repository, else ``runs/<notebook>`` in the kernel's working folder: a handout, Colab).
+
+    A notebook's cell reads it through IPython's ``{...}`` expansion of a line magic (quoted, as
+    the path may hold spaces): ``%tensorboard --logdir "{lab.runs_dir('07_data_loading')}" --host 127.0.0.1``.
+
+    Example:
+        >>> lab.runs_dir("07_data_loading")  # doctest: +SKIP
+        PosixPath('/home/me/pytorch-lab/runs/07_data_loading')
+    """
+    _check_notebook_name(notebook)
+    return Path(os.path.abspath(_runs_root(None) / notebook))
 
 
 class _Lock:
@@ -357,8 +382,7 @@ def tb_writer(
         ...     print(Path(w.log_dir).name, sorted(p.name for p in Path(w.log_dir).parent.iterdir()))
         sgd ['sgd']
     """
-    if not isinstance(notebook, str) or not _NAME.match(notebook):
-        raise ValueError(f"notebook name must be letters, digits and _ . = - (no spaces or slashes), got {notebook!r}")
+    _check_notebook_name(notebook)
     parts = _RUN.match(run) if isinstance(run, str) else None
     if parts is None:
         raise ValueError(

@@ -13,6 +13,7 @@ theirs may be left.
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -76,7 +77,11 @@ def lab(tmp_path_factory):
         p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p).resolve() != VENV_BIN.resolve()
     )
     env = dict(
-        os.environ, JUPYTER_TOKEN=token, JUPYTER_RUNTIME_DIR=str(runtime), PATH=path, LAB_RUNS_DIR=str(tmp / "runs")
+        os.environ,
+        JUPYTER_TOKEN=token,
+        JUPYTER_RUNTIME_DIR=str(runtime),
+        PATH=path,
+        LAB_RUNS_DIR=str(tmp / "lab runs"),  # not ../runs of the student folder, and a space in it
     )
     env.pop("LAB_ARGS", None)
     for test_only in ("JUPYTER_PATH",):  # a test's own kernelspecs: a student has the stock one
@@ -169,7 +174,8 @@ def test_a_new_student_is_not_asked_to_fetch_news_from_the_network(lab):
 def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorboard(lab, tmp_path):
     from jupyter_client import BlockingKernelClient
 
-    base, token, _, _, runtime, family, make_pid = lab
+    base, token, out, _, runtime, family, make_pid = lab
+    runs_dir = out.parent / "lab runs"  # the fixture's LAB_RUNS_DIR
     _, kernel = request(f"{base}/api/kernels", token, method="POST")
     connection = runtime / f"kernel-{kernel['id']}.json"
     deadline = time.monotonic() + 60
@@ -201,25 +207,30 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         )
         assert found == {n: str(VENV_BIN / n) for n in found}, f"the kernel's PATH finds {found}"
 
-        logdir, port = tmp_path / "runs", free_port()
-        logdir.mkdir()
+        port = free_port()
         # TensorBoard lists every server's info file in <tempdir>/.tensorboard-info and fails when another test's
         # server removes its file between the listing and the reading: this kernel and its server get their own.
         private = tmp_path / "tmp"
         private.mkdir()
         run(f"import os, tempfile\nos.environ['TMPDIR'] = tempfile.tempdir = {str(private)!r}")
-        shown = run(f"%load_ext tensorboard\n%tensorboard --logdir {logdir} --host 127.0.0.1 --port {port}")
+        # a run logged as 02's cells log one, then 02's own %tensorboard cell (on a free port)
+        run(
+            "import labsupport as lab\nwith lab.tb_writer('02_manual_backprop', 'x') as w:\n    w.add_scalar('loss', 1.0, 0)"
+        )
+        shown = run(f"{_inline_cell('02_manual_backprop')} --port {port}")
         assert "Could not find" not in shown and "ERROR:" not in shown, shown
         assert str(port) in shown, f"no TensorBoard frame for port {port}: {shown}"
         status, runs = request(f"http://127.0.0.1:{port}/data/runs")
-        assert status == 200 and runs == []
-        pids = json.loads(
+        assert status == 200 and runs == ["x"], runs
+        served = json.loads(
             run(
                 "from tensorboard import manager\n"
-                f"print(json.dumps([i.pid for i in manager.get_all() if i.port == {port}]))"
+                f"print(json.dumps([[i.pid, i.logdir] for i in manager.get_all() if i.port == {port}]))"
             )
         )
-        assert len(pids) == 1, pids
+        assert len(served) == 1, served
+        pids = [served[0][0]]
+        assert Path(served[0][1]) == runs_dir / "02_manual_backprop", served
         family |= descendants(make_pid) | {pids[0]} | descendants(pids[0])
         # TensorBoard started by the magic outlives its kernel by design: stop it as a student would
         run(f"import os, signal\nos.kill({pids[0]}, signal.SIGTERM)")
@@ -227,6 +238,49 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         client.stop_channels()
         with contextlib.suppress(OSError):
             request(f"{base}/api/kernels/{kernel['id']}", token, method="DELETE")
+
+
+def _inline_cell(stem: str) -> str:
+    """The source of notebooks/<stem>.ipynb's %tensorboard cell."""
+    nb = json.loads((ROOT / "notebooks" / f"{stem}.ipynb").read_text())
+    cells = [
+        "".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code" and "%tensorboard" in "".join(c["source"])
+    ]
+    assert len(cells) == 1, cells
+    return cells[0]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(None, ROOT / "runs"), ("my runs", ROOT / "my runs"), ("/srv/lab runs", Path("/srv/lab runs"))],
+)
+def test_make_lab_gives_its_kernels_the_runs_folder_make_tensorboard_reads(tmp_path, given, expected):
+    """A student folder anywhere (STUDENT_DIR) logs where `make tensorboard` reads: `make lab` hands
+    JupyterLab (and so its kernels) LAB_RUNS_DIR as an absolute path. A stand-in `jupyter` records it."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "python").write_text("#!/bin/sh\nexit 0\n")  # `make lab`'s student-prepare step: nothing to do
+    (fake / "jupyter").write_text('#!/bin/sh\nprintf "%s" "$LAB_RUNS_DIR" > "$SEEN"\n')
+    for program in fake.iterdir():
+        program.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("LAB_RUNS_DIR", "LAB_ARGS")}
+    env["SEEN"] = str(tmp_path / "seen")
+    if given is not None:
+        env["LAB_RUNS_DIR"] = given
+    make = ["make", "--no-print-directory", "-o", ".venv/.installed"]
+    done = subprocess.run(
+        [*make, "lab", f"BIN={fake}", f"STUDENT_DIR={tmp_path / 'elsewhere'}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert Path((tmp_path / "seen").read_text()) == expected
+    recipe = subprocess.run([*make, "-n", "tensorboard"], cwd=ROOT, env=env, capture_output=True, text=True).stdout
+    read = re.search(r"tensorboard --logdir (.+?) --host", recipe)
+    assert read and ROOT / read.group(1) == expected, recipe
 
 
 def test_the_docs_give_one_test_command_the_makefiles():

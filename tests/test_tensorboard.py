@@ -535,11 +535,31 @@ def test_first_open_over_the_training_notebooks(tensorboard, tmp_path):
     assert _SMOOTHED_COLUMN.search(dom), "no Smoothed column at a plain address: the check below sees nothing"
 
 
+def _inline_logdir(stem: str, runs_root: Path) -> Path:
+    """The folder notebooks/<stem>.ipynb's %tensorboard cell serves when the lab logs into
+    ``runs_root``: its line expanded as IPython expands a line magic's ``{...}``, then split
+    as the magic splits it."""
+    import shlex
+
+    from IPython.utils.text import DollarFormatter
+
+    code = [c.source for c in nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4).cells if c.cell_type == "code"]
+    lines = [line for source in code for line in source.splitlines() if line.startswith("%tensorboard ")]
+    assert len(lines) == 1, lines
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAB_RUNS_DIR", str(runs_root))
+        expanded = DollarFormatter().vformat(lines[0].removeprefix("%tensorboard "), args=[], kwargs={"lab": lab})
+    arguments = shlex.split(expanded, comments=True, posix=True)
+    return Path(arguments[arguments.index("--logdir") + 1])
+
+
 @pytest.mark.parametrize("stem", ["06_optim", "07_data_loading"])
 def test_a_notebooks_inline_view_opens_its_section_unsmoothed(runs_root, tmp_path, stem):
-    # the notebook's %tensorboard cell serves runs/<stem> and its frame loads the address the
-    # lab sets (lab.tb.INLINE_URL): the notebook's one section, open, smoothing off
-    with serving(runs_root / stem, tmp_path) as server:
+    # the notebook's %tensorboard cell serves the folder it logs into (runs/<stem>) and its frame
+    # loads the address the lab sets (lab.tb.INLINE_URL): the notebook's one section, open, smoothing off
+    logdir = _inline_logdir(stem, runs_root)
+    assert logdir == runs_root / stem, logdir
+    with serving(logdir, tmp_path) as server:
         url = lab.tb.INLINE_URL.replace("%PORT%", str(server.port)) + "&" + HEADLESS
         assert "smoothing=0" in url
         dom = _shoot(url, tmp_path, f"tb-scalars-{stem}", "1400,2800" if stem.startswith("07") else "1400,1300")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import urllib.parse
 import warnings
@@ -184,6 +186,97 @@ def test_runs_go_to_lab_runs_dir_or_beside_the_notebooks(tmp_path, monkeypatch):
     with lab.tb_writer("02_manual_backprop", "manual-sgd") as writer:
         pass
     assert writer.log_dir == os.path.join("..", "runs", "02_manual_backprop", "manual-sgd")
+
+
+def test_runs_dir_is_where_tb_writer_logs_the_notebooks_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "lab runs"))
+    assert lab.runs_dir("06_optim") == tmp_path / "lab runs" / "06_optim"
+    monkeypatch.delenv("LAB_RUNS_DIR")
+    for name in ("labsupport", "notebooks", "student"):
+        (tmp_path / "repo" / name).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "repo" / "student")  # a notebook folder of the repository
+    with lab.tb_writer("06_optim", "sgd") as writer:
+        pass
+    assert lab.runs_dir("06_optim") == tmp_path / "repo" / "runs" / "06_optim"
+    assert lab.runs_dir("06_optim") == Path(os.path.abspath(writer.log_dir)).parent
+    (tmp_path / "handout").mkdir()
+    monkeypatch.chdir(tmp_path / "handout")  # outside the repository: runs/ in the kernel's folder
+    assert lab.runs_dir("06_optim") == tmp_path / "handout" / "runs" / "06_optim"
+    for bad in ("06 optim", "../06_optim", "", None, 6):
+        with pytest.raises(ValueError, match="^notebook name must be letters, digits"):
+            lab.runs_dir(bad)
+
+
+# Runs in a fresh Python whose working folder is a student folder outside the repository, as a
+# kernel there does: per notebook, logs a run as its cells do, then runs its %tensorboard cell in
+# IPython (the real magic: {...} expansion, then TensorBoard's own parsing of the line), with
+# TensorBoard's start replaced by one that records the arguments it was given.
+_INLINE_DRIVER = r"""
+import json, re, shlex, sys
+import nbformat
+from IPython.core.interactiveshell import InteractiveShell
+from tensorboard import manager
+from traitlets.config import Config
+
+config = Config()
+config.HistoryManager.enabled = False
+shell = InteractiveShell.instance(config=config)
+asked = []
+
+class NotStarted(Exception):
+    pass
+
+def start(arguments, timeout=None):
+    asked.append(arguments)
+    raise NotStarted
+
+manager.start = start
+seen = {}
+for path in sys.argv[1:]:
+    code = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    names = {n for source in code for n in re.findall(r'lab\.tb_writer\("([^"]+)"', source)}
+    inline = [source for source in code if "%tensorboard" in source]
+    shell.run_cell("import labsupport as lab", store_history=False).raise_error()
+    name = names.pop() if len(names) == 1 else f"one notebook name in tb_writer calls, not {names}"
+    shell.user_ns["name"] = name
+    shell.run_cell("with lab.tb_writer(name, 'x') as w:\n    w.add_scalar('loss', 1.0, 0)").raise_error()
+    result = shell.run_cell(inline[0], store_history=False)
+    assert isinstance(result.error_in_exec, NotStarted), result.error_in_exec
+    logdir = asked[-1][asked[-1].index("--logdir") + 1]
+    seen[path] = {"name": name, "logged": shell.user_ns["w"].log_dir, "served": logdir, "cells": len(inline)}
+print(json.dumps(seen))
+"""
+
+
+def test_a_student_folder_outside_the_repository_views_the_runs_it_logs(tmp_path):
+    """A notebook copied anywhere (the handout, JupyterHub, `make lab STUDENT_DIR=...`) with no
+    labsupport/ beside it: its %tensorboard cell serves the folder its cells log into."""
+    folder = tmp_path / "my notes"  # a space in the path, as in many home folders
+    folder.mkdir()
+    copies = []
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        if "%tensorboard" in path.read_text():
+            shutil.copy(path, folder / path.name)
+            copies.append(path.name)
+    assert len(copies) == 7, copies
+    env = {**_env_without_runs_dir(), "IPYTHONDIR": str(tmp_path / "ipython"), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _INLINE_DRIVER, *copies],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    for copy in copies:
+        stem = Path(copy).stem
+        logged, served = seen[copy]["logged"], seen[copy]["served"]
+        assert seen[copy]["name"] == stem and seen[copy]["cells"] == 1, seen[copy]
+        assert (folder / logged).resolve().parent == (folder / served).resolve(), (copy, logged, served)
+        assert (folder / served).resolve() == folder / "runs" / stem
+        assert (folder / logged).is_dir()
 
 
 def test_tb_hint_names_the_folder_and_how_to_view(tmp_path, monkeypatch, capsys):
