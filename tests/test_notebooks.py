@@ -197,3 +197,32 @@ def test_regenerate_on_another_cpu_leaves_a_plot_notebook_unchanged(tmp_path, mo
     regenerate.execute(path)
     assert kept == [1], "the noise did not reach the pixels: the test proves nothing"
     assert path.read_text() == first
+
+
+# A dollar sign before a plain number ("$749 ... $2,499") opens math in JupyterLab and in the site's MathJax,
+# which then typesets the words between two prices: a span between two dollar signs that reads as prose
+# (two words in a row, no \\text) is such an accident; a formula ($2n^3$, $3 \\times 3$) is not.
+INLINE_MATH = re.compile(r"(?<![\\$])\$([^$\n]+)\$(?!\$)")
+PROSE = re.compile(r"[A-Za-z]{3,}[,;)]? +\(?[A-Za-z]{3,}")
+
+
+def prose_in_math(markdown: str) -> list[str]:
+    """The spans between two dollar signs that read as prose (outside `code`)."""
+    text = re.sub(r"`[^`]*`", "", markdown)
+    return [m.group(1) for m in INLINE_MATH.finditer(text) if PROSE.search(m.group(1)) and "\\text" not in m.group(1)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_prose_is_typeset_as_math(path):
+    nb = nbformat.read(path, as_version=4)
+    found = [
+        (i, span[:60]) for i, c in enumerate(nb.cells) if c.cell_type == "markdown" for span in prose_in_math(c.source)
+    ]
+    assert not found, f"text between two dollar signs becomes math (write USD 749, not $749): {found[:3]}"
+
+
+def test_the_math_scan_finds_prices_and_leaves_formulas():
+    assert prose_in_math("Ryzen $749 (AMD, November 2019); Titan RTX $2,499 (NVIDIA)") == [
+        "749 (AMD, November 2019); Titan RTX "
+    ]
+    assert prose_in_math("does $2n^3$ FLOP on $3n^2$ numbers, a $3 \\times 3$ kernel, $f(x + h)$, `a$b c$d`") == []
