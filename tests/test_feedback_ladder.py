@@ -63,6 +63,7 @@ def test_lab_hint_shows_the_whole_ladder_on_request(capsys):
     lab.hint("99.5")
     out = capsys.readouterr().out
     assert "likely mistake: the result has the opposite sign" in out and "look at:" in out
+    assert out.startswith("HINT · Exercise 99.5") and "CHECK FAILED" not in out  # a look back, not a new failure
     lab.hint()  # the last failed check
     assert "opposite sign" in capsys.readouterr().out
     lab.hint(3)

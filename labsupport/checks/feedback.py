@@ -393,7 +393,9 @@ def hint(ex_id: str | None = None) -> None:
         print(f"Exercise {ex_id} has not failed a check in this kernel: run its check first.")
         return
     err.rung = 3
-    print("\n".join(err.rendered(footer=False)))
+    lines = err.rendered(footer=False)
+    lines[0] = f"HINT · {err.exercise or 'check'}, its last failure:"  # not a new failure: a look at the last one
+    print("\n".join(lines))
     if err.hint or err.look:
         return
     if err.usage:
