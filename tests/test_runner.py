@@ -27,7 +27,9 @@ def _double(x):
 def test_cells_run_like_a_kernel_and_the_process_is_put_back(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
     main, cwd, path = sys.modules["__main__"], os.getcwd(), list(sys.path)
-    run_in_process(nb, tmp_path, timeout=1)
+    # 5 s: a cell's first traceback makes IPython import its formatters, which took over 1 s on a busy
+    # 2-core machine (a clean-clone CI saw the failing cell time out); the endless cell sleeps through it
+    run_in_process(nb, tmp_path, timeout=5)
     first, failing, changing, endless = nb.cells
     assert [o.text for o in first.outputs] == ["hello\n"]
     assert [(o.ename, o.evalue) for o in failing.outputs if o.output_type == "error"] == [("ValueError", "boom")]
