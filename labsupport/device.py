@@ -98,10 +98,14 @@ def print_environment(device: torch.device | str | None = None) -> None:
 
     Example:
         >>> print_environment("cpu")       # doctest: +ELLIPSIS
-        python ... | torch ... | torchvision ... | device cpu (... threads)
+        python ... | torch ... | torchvision ... | device cpu (... thread...)
     """
     device = pick_device(device)  # None: the default; a name that is no device gets pick_device's sentence
-    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
+    if device.type == "cuda":
+        where = torch.cuda.get_device_name(device)
+    else:
+        threads = torch.get_num_threads()
+        where = f"{threads} thread" if threads == 1 else f"{threads} threads"
     found = {name: _version(name) for name in MIN_VERSIONS}
     print(
         f"python {platform.python_version()} | torch {found['torch']} | torchvision "

@@ -587,3 +587,18 @@ def test_torchs_missing_kernel_is_an_error_of_the_answer_not_a_stub():
         core.run_student(float_targets, 1, what="your train(...)")
     assert "not written yet" not in str(info.value) and "raised NotImplementedError" in str(info.value)
     assert "class indices" in info.value.hint
+
+
+def test_a_single_wrong_number_is_not_pointed_at_as_an_element():
+    """A newcomer read "at element (0,)" for a loss: a single number has no element to name."""
+    for got, expected in [(torch.tensor(5.0), torch.tensor(2.0)), (torch.tensor([5.0]), torch.tensor([2.0]))]:
+        err = message(core.compare, "loss", got, expected)
+        assert "loss does not match the reference (max abs. error 3" in err and "element" not in err
+
+
+def test_expected_and_got_are_shown_at_one_precision():
+    """Expected 2.334 next to got 2.33 read as a rounding of the student's number; both now keep 4 digits."""
+    err = message(
+        core.compare, "loss", torch.tensor(2.33, dtype=torch.float64), torch.tensor(2.334, dtype=torch.float64)
+    )
+    assert "Expected 2.334; got 2.330" in err

@@ -65,6 +65,17 @@ def test_environment_line_and_version_floor(capsys, monkeypatch):
     assert [str(w.message).split(" is ")[0] for w in caught] == ["torch 2.1.2", "torchvision missing"]
 
 
+@pytest.mark.parametrize("threads, said", [(1, "(1 thread)"), (2, "(2 threads)")])
+def test_the_environment_line_counts_threads_in_english(threads, said, capsys):
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lab.print_environment("cpu")
+    finally:
+        torch.set_num_threads(before)
+    assert capsys.readouterr().out.rstrip().endswith(f"device cpu {said}")
+
+
 def test_timing_helpers():
     with lab.Timer() as t:
         sum(range(1000))

@@ -44,18 +44,30 @@ def fmt(x: float) -> str:
 
 
 def fmt_apart(expected: float, got: float) -> tuple[str, str]:
-    """``expected`` and ``got`` in 3 significant digits, or in as many more (up to 12) as two different
-    numbers need not to print alike ("expected 1.305e+14; got 1.3e+14", never "1.3e+14; got 1.3e+14").
+    """``expected`` and ``got`` in 3 significant digits, or in as many more (up to 17, where every float differs) as two different
+    numbers need not to print alike ("expected 1.305e+14; got 1.300e+14", never "1.3e+14; got 1.3e+14").
+    Past 3 digits both keep their trailing zeros, so that they read at one precision ("2.334; got 2.330",
+    not "2.334; got 2.33").
 
     Example:
         >>> fmt_apart(1.305e14, 1.3e14)
-        ('1.305e+14', '1.3e+14')
+        ('1.305e+14', '1.300e+14')
+        >>> fmt_apart(2.33, 2.5)
+        ('2.33', '2.5')
+        >>> fmt_apart(1234.0, 1233.6)
+        ('1234.0', '1233.6')
     """
-    for digits in range(3, 13):
-        shown = f"{expected:.{digits}g}", f"{got:.{digits}g}"
-        if shown[0] != shown[1] or expected == got:
-            break
+    shown = f"{expected:.3g}", f"{got:.3g}"
+    digits = 3
+    while shown[0] == shown[1] and expected != got and digits < 17:
+        digits += 1
+        shown = _same_digits(expected, digits), _same_digits(got, digits)
     return shown
+
+
+def _same_digits(x: float, digits: int) -> str:
+    """``x`` in ``digits`` significant digits, trailing zeros kept (a whole number keeps no bare point)."""
+    return f"{x:#.{digits}g}".replace(".e", "e").removesuffix(".")
 
 
 def scalar_of(value: Any) -> Any:
@@ -401,9 +413,12 @@ def compare(
     if g.numel() == 0 or float(excess.max()) <= 0:
         return rel_error(got, expected)
     flat = int(excess.argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape))) if e.dim() else ()
+    at = ""
+    if e.numel() > 1:  # a single number has no element to point at
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape)))
+        at = f" at element {index}"
     message = (
-        f"{name} does not match the reference{(' ' + where) if where else ''} at element {index} "
+        f"{name} does not match the reference{(' ' + where) if where else ''}{at} "
         f"(max abs. error {fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})"
     )
     mistake = first_mistake(got, mistakes)
