@@ -231,13 +231,18 @@ def test_a_notebook_finds_the_labs_tools_and_its_tensorboard_cell_starts_tensorb
         assert len(served) == 1, served
         pids = [served[0][0]]
         assert Path(served[0][1]) == runs_dir / "02_manual_backprop", served
-        family |= descendants(make_pid) | {pids[0]} | descendants(pids[0])
-        # TensorBoard started by the magic outlives its kernel by design: stop it as a student would
-        run(f"import os, signal\nos.kill({pids[0]}, signal.SIGTERM)")
+        server = {pids[0]} | descendants(pids[0])  # TensorBoard and its data server
+        family |= descendants(make_pid) | server
     finally:
         client.stop_channels()
         with contextlib.suppress(OSError):
             request(f"{base}/api/kernels/{kernel['id']}", token, method="DELETE")
+    # the kernel's shutdown (JupyterLab's, or make lab's when it stops) ends the server its cell started: ipykernel
+    # ends a kernel's child processes as it shuts down
+    deadline = time.monotonic() + 60
+    while any(alive(p) for p in server) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in server if alive(p)], "TensorBoard outlived the kernel whose %tensorboard started it"
 
 
 def _inline_cell(stem: str) -> str:
