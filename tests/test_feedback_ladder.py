@@ -143,3 +143,26 @@ def test_hint_for_an_id_without_its_leading_zero_shows_the_exercise_meant(capsys
     assert "showing 03.5" in capsys.readouterr().out
     lab.hint("98.9")  # no such exercise, and none it could mean: said as before
     assert capsys.readouterr().out.startswith("Exercise 98.9 has not failed")
+
+
+def test_long_lines_of_a_shown_block_are_folded_at_spaces_under_their_label():
+    """JupyterLab folded a long feedback line wherever its output area ended, mid-word; the block folds
+    its own lines at spaces, continuation lines under the text after the label, and cuts no word."""
+    long_look = "the line that computes the result's sign, " * 6 + "and " + "x" * 120
+    err = core.CheckError(
+        "double(x) does not match the reference " + "on every case the check tried " * 5,
+        expected="2",
+        got="-2",
+        hint="the result has the opposite sign " * 5,
+        look=long_look,
+        mistake="sign flipped",
+        exercise="Exercise 99.5: doubling",
+    )
+    err.rung = 3
+    shown = err._render_traceback_()
+    words = " ".join(err.rendered()[1:]).split()
+    assert " ".join(shown[1:-1]).split() == words  # nothing lost, no word cut
+    assert all(len(line) <= 100 for line in shown[1:-1] if "x" * 120 not in line)
+    hint_at = next(i for i, line in enumerate(shown) if line.startswith("  likely mistake: "))
+    assert shown[hint_at + 1].startswith(" " * len("  likely mistake: ") + "the")
+    assert shown[hint_at + 1][len("  likely mistake: ")] != " "

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import textwrap
 import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -145,7 +146,32 @@ class CheckError(AssertionError):
         lines = self.rendered()
         head = f"{_BOLD_RED}✗ CHECK FAILED · {self.exercise or 'check'}{_OFF}"
         tail = "  (the full traceback: run lab.show_traceback() in a new cell)"
-        return [head, *lines[1:], tail]
+        body = [part for line in lines[1:] for part in _folded(line)]
+        return [head, *body, tail]
+
+
+# A block's lines are folded at spaces to this width: JupyterLab folds a longer output line wherever
+# the output area ends, in the middle of a word.
+_WIDTH = 100
+_LABELS = ("expected: ", "got:      ", "likely mistake: ", "what to do: ", "look at: ")
+
+
+def _folded(line: str) -> list[str]:
+    """``line`` folded at spaces to ``_WIDTH`` columns, its continuation lines indented under its text
+    (after its label). A line laid out by the check (it holds a line break) and the short-name line the
+    grader reads ("mistake: ...") stay as they are; a word longer than the width is never cut."""
+    if len(line) <= _WIDTH or "\n" in line or line.lstrip().startswith("mistake: "):
+        return [line]
+    body = line.lstrip()
+    indent = len(line) - len(body)
+    label = next((label for label in _LABELS if body.startswith(label)), "")
+    return textwrap.wrap(
+        line,
+        width=_WIDTH,
+        subsequent_indent=" " * (indent + len(label)),
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 _BOLD = "\x1b[1m"
