@@ -112,6 +112,25 @@ def test_two_path_mistake_is_named(k):
     assert err.hint == TWO_PATH_MISTAKES[k].why
 
 
+@pytest.mark.parametrize(
+    ("grads", "name"),
+    [
+        (lambda a, b, d: (-2 * d * (b + a.exp()), -2 * d * a), "gradients negated"),
+        (lambda a, b, d: (2 * d * (b + a * a.exp()), 2 * d * a), "exp derivative taken as a * exp(a)"),
+        (lambda a, b, d: (2 * d, 2 * d * a), "outer derivative alone"),
+        (lambda a, b, d: (2 * d * (b + a.exp()), 2 * d), "outer derivative alone"),
+    ],
+)
+def test_two_path_mistakes_as_students_write_them(grads, name):
+    """Round 12 of the audit: these got a generic expected/got; each now names its mistake and where to look."""
+
+    def wrong(a, b):
+        return grads(a, b, a * b + a.exp())
+
+    err = failure(lab.check_predicted_gradients, wrong)
+    assert err.mistake == name and err.look
+
+
 def _two_path_exponentiating_a(a, b):
     grads = two_path(a, b)
     a.exp_()  # the caller's a: the notebook hands in a.detach(), which shares a's memory

@@ -95,6 +95,9 @@ TITAN_WRONG = {
     # round 11 of the audit: a GHz counted as 2**30 cycles per second got a generic expected/got
     "binary giga": TENSOR / 1e9 * 2**30,
     "unit": TENSOR / 1e12,
+    # round 12 of the audit: the 8x the prompt asks to guess, and a minus sign, got a generic expected/got
+    "ratio to the fp32 peak": TENSOR / FP32,
+    "negative": -TENSOR,
 }
 
 
@@ -114,6 +117,44 @@ def test_each_titan_mistake_is_named(name):
         lab.check_titan_tensor_peak(TITAN_WRONG[name])
     assert info.value.mistake == name
     assert info.value.hint
+
+
+def test_every_titan_and_cpu_mistake_says_where_to_look():
+    """Round 12 of the audit: most mistakes of 00.1 and 00.2 had no look, so lab.hint showed no place to look."""
+    for mistake in [*nb00.titan_mistakes(T), *nb00.titan_slip_pairs(T), *nb00.CPU_MISTAKES, *nb00.CPU_SLIP_PAIRS]:
+        assert mistake.look, mistake.name
+
+
+@pytest.mark.parametrize(
+    ("answer", "name"),
+    [
+        (TENSOR / 2 * T["base_clock_ghz"] / T["boost_clock_ghz"], "FMA as 1 FLOP and base clock"),
+        (TENSOR * 2 * T["base_clock_ghz"] / T["boost_clock_ghz"], "FMA as 4 FLOP and base clock"),
+        (TENSOR / 2 / T["sms"], "FMA as 1 FLOP and one SM"),
+        (TENSOR / T["sms"] / CLOCK, "one SM and per cycle"),
+        (TENSOR * T["base_clock_ghz"] / T["boost_clock_ghz"] * 2**30 / 1e9, "base clock and binary giga"),
+    ],
+)
+def test_two_slips_at_once_are_both_named(answer, name):
+    """Round 12 of the audit: two slips together (the base clock and 4 FLOP per FMA) got a generic expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_titan_tensor_peak(answer)
+    assert info.value.mistake == name and "two slips" in info.value.hint and info.value.look
+
+
+@pytest.mark.parametrize(
+    ("formula", "name"),
+    [
+        (lambda c, g, b, u: c * g * 1e9 * (b / 32), "a factor 2 missing and fma_units ignored"),
+        (lambda c, g, b, u: g * 1e9 * u * (b / 32), "a factor 2 missing and cores ignored"),
+        (lambda c, g, b, u: c * g * 2**30 * u * (b / 32), "a factor 2 missing and binary giga"),
+    ],
+)
+def test_two_cpu_slips_at_once_are_both_named(formula, name):
+    """Round 12 of the audit: two slips together (no factor 2, no fma_units) got a generic expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cpu_peak_flops(formula)
+    assert info.value.mistake == name and "two slips" in info.value.hint
 
 
 @pytest.mark.parametrize("scale", [1e-9, 1e-12, 1e3])
@@ -155,6 +196,8 @@ CPU_WRONG = {
     # round 11 of the audit: a GHz counted as 2**30 cycles per second got a generic expected/got
     "binary giga": lambda c, g, b, u: c * g * 2**30 * u * (b // 32) * 2,
     "unit": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, u) / 1e3,  # the clock times 1e6, not 1e9
+    # round 12 of the audit: a minus sign got a generic expected/got
+    "negative": lambda c, g, b, u: -nb00.cpu_peak_reference(c, g, b, u),
 }
 
 
@@ -203,6 +246,11 @@ ROOFLINE_WRONG = {
     # round 6 of the audit: the share of the peak (a misread prompt) and TFLOP/s got a generic expected/got
     "share of the peak": lambda i, p, b: 100 * min(p, i * b) / p,
     "unit": lambda i, p, b: min(p, i * b) / 1e12,
+    # round 12 of the audit: these four got a generic expected/got
+    "intensity divided by the bandwidth": lambda i, p, b: min(p, i / b),
+    "peak and bandwidth swapped": lambda i, p, b: min(b, i * p),
+    "bytes converted to bits": lambda i, p, b: min(p, i * b * 8),
+    "seconds per FLOP": lambda i, p, b: max(1 / p, 1 / (i * b)),
 }
 
 

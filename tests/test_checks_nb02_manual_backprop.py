@@ -388,6 +388,12 @@ def test_layer_mistake_is_named(layer, name):
         (lambda dout, c: (dout @ c[1].t(), dout.t() @ c[0]), "dw transposed"),
         (lambda dout, c: (c[1] @ dout.t(), c[0].t() @ dout), "dx transposed"),
         (lambda dout, c: (dout @ c[1].t(), c[0] @ dout), "raised RuntimeError"),  # raised inside the student's code
+        # round 12 of the audit: a stray sign or factor 2, and dw summed to a vector, got a generic expected/got
+        (lambda dout, c: (-(dout @ c[1].t()), c[0].t() @ dout), "dx negated"),
+        (lambda dout, c: (dout @ c[1].t(), -(c[0].t() @ dout)), "dw negated"),
+        (lambda dout, c: (2 * dout @ c[1].t(), c[0].t() @ dout), "dx doubled"),
+        (lambda dout, c: (dout @ c[1].t(), 2 * c[0].t() @ dout), "dw doubled"),
+        (lambda dout, c: (dout @ c[1].t(), (c[0].t() @ dout).sum(0)), "dw reduced to a vector"),
     ],
 )
 def test_linear_mistakes_as_students_write_them(backward, fragment):

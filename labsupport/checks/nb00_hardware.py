@@ -60,6 +60,29 @@ def _power_of_ten_off(ref: float, rel_tol: float = REL_TOL) -> Callable[[float],
     return test
 
 
+def _negative(got: Any) -> bool:
+    """A test on an answer, or on a list of them: is any of them below zero?"""
+    if isinstance(got, (list, tuple)):
+        return any(value < 0 for value in got)
+    return got < 0
+
+
+def _slip_pairs(slips: list[tuple[str, Any, str]], test: Callable[[Any], Callable[[Any], bool]]) -> list[Mistake]:
+    """One Mistake per pair of ``slips``, (name, factor, phrase): two slips at once multiply their factors.
+    ``test(factor_a, factor_b)`` makes the predicate on the answer."""
+    mistakes = []
+    for first, (name_a, factor_a, phrase_a) in enumerate(slips):
+        for name_b, factor_b, phrase_b in slips[first + 1 :]:
+            mistake = Mistake(
+                f"{name_a} and {name_b}",
+                test(factor_a, factor_b),
+                f"two slips at once: {phrase_a}; and {phrase_b}",
+                look="your product, factor by factor: what each factor counts, and in which unit",
+            )
+            mistakes.append(mistake)
+    return mistakes
+
+
 # ----------------------------------------------------------------------------- 00.1 the tensor cores' peak
 
 
@@ -80,6 +103,7 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             _times(ref, 0.5),
             "exactly half: either a multiply-add counted as 1 FLOP (it is 2), or 4 tensor cores per SM "
             "(Ampere's and Hopper's count; the Titan RTX has 8)",
+            look="the factor for FLOP per FMA, and which per-SM count of tensor cores your product uses",
         ),
         Mistake(
             "twice",
@@ -87,12 +111,14 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "exactly twice: a multiply-add counts as 2 FLOP (one multiply, one add), not 4, and the Titan RTX has 8 "
             "tensor cores per SM, not 16, each doing 64 FMAs per cycle (Ampere's 4 per SM do 256 each: take the "
             "counts from t)",
+            look="the factor for FLOP per FMA, and which per-SM count of tensor cores your product uses",
         ),
         Mistake(
             "CUDA cores' peak",
             _times(fp32, 1.0),
             "that is the CUDA cores' fp32 peak computed above (it is also what one tensor core per SM gives): "
             "each SM has tensor_cores_per_sm tensor cores, each finishing fp16_fma_per_tensor_core_per_cycle FMAs",
+            look="which units your product counts, and how many of them per SM",
         ),
         Mistake(
             "fp16 on the CUDA cores",
@@ -106,6 +132,7 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "base clock",
             _times(ref, t["base_clock_ghz"] / t["boost_clock_ghz"]),
             "that uses the base clock; peak figures use the boost clock",
+            look="which of t's two clocks your product uses",
         ),
         Mistake(
             "CUDA cores as tensor cores",
@@ -114,7 +141,12 @@ def titan_mistakes(t: dict) -> list[Mistake]:
             "fp16 FMAs are done by the tensor cores, and each SM has tensor_cores_per_sm of them",
             look="which per-SM count multiplies fp16_fma_per_tensor_core_per_cycle",
         ),
-        Mistake("one SM", _times(ref, 1 / t["sms"]), "that is one SM: the chip has 72 of them"),
+        Mistake(
+            "one SM",
+            _times(ref, 1 / t["sms"]),
+            "that is one SM: the chip has 72 of them",
+            look="which of t's counts are in your product: is every one of them there?",
+        ),
         *_titan_rate_mistakes(t),
     ]
 
@@ -127,11 +159,13 @@ def _titan_rate_mistakes(t: dict) -> list[Mistake]:
             "one FMA per tensor core",
             _times(ref, 1 / t["fp16_fma_per_tensor_core_per_cycle"]),
             "that counts one FMA per tensor core and cycle: each does fp16_fma_per_tensor_core_per_cycle",
+            look="which of t's counts are in your product: is every one of them there?",
         ),
         Mistake(
             "per cycle",
             _times(ref, 1 / (t["boost_clock_ghz"] * 1e9)),
             "that is FLOP per cycle: multiply by the cycles per second (1 GHz is 1e9 cycles per second)",
+            look="where boost_clock_ghz enters your product",
         ),
         Mistake(
             "a later GPU's tensor cores",
@@ -145,6 +179,7 @@ def _titan_rate_mistakes(t: dict) -> list[Mistake]:
             _times(ref, 1 + fp32 / ref),
             "that adds the CUDA cores' fp32 peak to the tensor cores': the fp16 matrix products run on the tensor "
             "cores, so the peak asked for is theirs alone",
+            look="the + in your expression: which units' peak does each term count?",
         ),
         Mistake(
             "binary giga",
@@ -157,8 +192,46 @@ def _titan_rate_mistakes(t: dict) -> list[Mistake]:
             "unit",
             _power_of_ten_off(ref, rel_tol=0.01),
             "a power of ten off: give FLOP/s, not GFLOP/s or TFLOP/s (and compute it from t's numbers, unrounded)",
+            look="a factor such as 1e9, 1e12 or 1e-12 in your expression, or a figure typed in rounded",
+        ),
+        Mistake(
+            "ratio to the fp32 peak",
+            _times(ref / fp32, 1.0),
+            "that is how many times the fp32 peak the tensor-core peak is, the figure the prompt asks you to guess: "
+            "titan_tensor_peak is the peak itself, in FLOP/s",
+            look="what the variable holds: a ratio of two peaks, or a rate",
+        ),
+        Mistake(
+            "negative",
+            _negative,
+            "a peak is a count of FLOP per second, so it is positive: a minus sign slipped into the expression",
+            look="every minus sign in your expression",
         ),
     ]
+
+
+def titan_slip_pairs(t: dict) -> list[Mistake]:
+    """Two of the usual slips of 00.1 at once (the base clock and an FMA counted as 4 FLOP, say)."""
+    ref, _ = titan_peaks(t)
+    slips = [
+        ("FMA as 1 FLOP", 0.5, "an FMA was counted as 1 FLOP (it is 2)"),
+        ("FMA as 4 FLOP", 2.0, "an FMA was counted as 4 FLOP (it is 2)"),
+        ("base clock", t["base_clock_ghz"] / t["boost_clock_ghz"], "the base clock was used, not the boost clock"),
+        ("one SM", 1 / t["sms"], "the SMs were left out (the chip has 72)"),
+        ("one tensor core per SM", 1 / t["tensor_cores_per_sm"], "tensor_cores_per_sm was left out"),
+        ("one FMA per cycle", 1 / t["fp16_fma_per_tensor_core_per_cycle"], "the FMAs per cycle were left out"),
+        ("per cycle", 1 / (t["boost_clock_ghz"] * 1e9), "the clock was left out, so this counts FLOP per cycle"),
+        ("binary giga", BINARY_GIGA, "a GHz was counted as 2**30 cycles per second, not 1e9"),
+        ("GFLOP/s", 1e-9, "the result is in GFLOP/s, not FLOP/s"),
+        ("TFLOP/s", 1e-12, "the result is in TFLOP/s, not FLOP/s"),
+    ]
+
+    def test(factor_a: float, factor_b: float) -> Callable[[float], bool]:
+        return _times(ref, factor_a * factor_b)
+
+    # two ways of writing one factor cannot both be in one product
+    contradictory = {"FMA as 1 FLOP and FMA as 4 FLOP", "GFLOP/s and TFLOP/s"}
+    return [mistake for mistake in _slip_pairs(slips, test) if mistake.name not in contradictory]
 
 
 @exercise("00.1", "the tensor cores' peak")
@@ -172,7 +245,7 @@ def check_titan_tensor_peak(titan_tensor_peak: Any) -> None:
         # The reference is the answer itself: it is never printed, only how far the answer is from it.
         message = "titan_tensor_peak is not the Titan RTX's tensor-core peak"
         expected = "the peak worked out from the facts in t, to 0.1%"
-        mistake = first_mistake(got, titan_mistakes(t))
+        mistake = first_mistake(got, [*titan_mistakes(t), *titan_slip_pairs(t)])
         if mistake is not None:
             raise mistake_error(message, mistake, expected=expected, got=f"{fmt(got)} FLOP/s")
         if math.isclose(got, ref, rel_tol=0.01):
@@ -275,6 +348,7 @@ CPU_MISTAKES = [
         _on_every_machine(_half),
         "half the peak on every machine: either the lanes were counted 64 bits wide, fp64's width (an fp32 "
         "number is 32 bits), or an FMA was counted as 1 FLOP (it is 2)",
+        look="how many fp32 numbers fit in one register, and how many FLOP one FMA on each makes",
     ),
     Mistake(
         "quarter",
@@ -287,8 +361,14 @@ CPU_MISTAKES = [
         "twice",
         _on_every_machine(_twice),
         "twice the peak on every machine: an fp32 lane is 32 bits (not 16), and an FMA is 2 FLOP (not 4)",
+        look="how many fp32 numbers fit in one register, and how many FLOP one FMA on each makes",
     ),
-    Mistake("bits as lanes", _on_every_machine(_bits_as_lanes), "simd_bits is a width in bits: one fp32 lane is 32"),
+    Mistake(
+        "bits as lanes",
+        _on_every_machine(_bits_as_lanes),
+        "simd_bits is a width in bits: one fp32 lane is 32",
+        look="where simd_bits enters the product",
+    ),
     Mistake(
         "SIMD lanes left out",
         _on_every_machine(_no_lanes),
@@ -300,6 +380,7 @@ CPU_MISTAKES = [
         "bytes as lanes",
         _on_every_machine(_bytes_as_lanes),
         "that counts bytes as lanes: an fp32 lane is 4 bytes (32 bits)",
+        look="where simd_bits enters the product",
     ),
     Mistake(
         "SIMD lanes fixed",
@@ -308,7 +389,12 @@ CPU_MISTAKES = [
         "to machine, and simd_bits says how wide each one's are",
         look="where simd_bits enters the product",
     ),
-    Mistake("fma_units ignored", _on_every_machine(_one_fma_unit), "each core has fma_units FMA units side by side"),
+    Mistake(
+        "fma_units ignored",
+        _on_every_machine(_one_fma_unit),
+        "each core has fma_units FMA units side by side",
+        look="which of the four arguments your product uses: is every one of them there?",
+    ),
     Mistake(
         "fma_units fixed",
         _fixed_fma_units,
@@ -316,8 +402,18 @@ CPU_MISTAKES = [
         "fma_units says how many each has",
         look="where fma_units enters the product",
     ),
-    Mistake("cores ignored", _on_every_machine(_one_core), "that is one core's peak: every core has its own units"),
-    Mistake("clock in GHz", _on_every_machine(_clock_in_hz), "clock_ghz is in GHz: one GHz is 1e9 cycles per second"),
+    Mistake(
+        "cores ignored",
+        _on_every_machine(_one_core),
+        "that is one core's peak: every core has its own units",
+        look="which of the four arguments your product uses: is every one of them there?",
+    ),
+    Mistake(
+        "clock in GHz",
+        _on_every_machine(_clock_in_hz),
+        "clock_ghz is in GHz: one GHz is 1e9 cycles per second",
+        look="the factor that turns clock_ghz into cycles per second",
+    ),
     Mistake(
         "binary giga",
         _on_every_machine(_binary_giga),
@@ -332,7 +428,63 @@ CPU_MISTAKES = [
         "cycles per second",
         look="the factor that turns clock_ghz into cycles per second",
     ),
+    Mistake(
+        "negative",
+        _negative,
+        "a peak is a count of FLOP per second, so it is positive: a minus sign slipped into the product",
+        look="every minus sign in your return line",
+    ),
 ]
+
+
+def _cpu_factor_fma_as_1(c: int, g: float, b: int, u: int) -> float:
+    return 0.5
+
+
+def _cpu_factor_no_lanes(c: int, g: float, b: int, u: int) -> float:
+    return 32 / b
+
+
+def _cpu_factor_one_unit(c: int, g: float, b: int, u: int) -> float:
+    return 1 / u
+
+
+def _cpu_factor_one_core(c: int, g: float, b: int, u: int) -> float:
+    return 1 / c
+
+
+def _cpu_factor_ghz(c: int, g: float, b: int, u: int) -> float:
+    return 1e-9
+
+
+def _cpu_factor_binary_giga(c: int, g: float, b: int, u: int) -> float:
+    return BINARY_GIGA
+
+
+def _cpu_factor_units_twice(c: int, g: float, b: int, u: int) -> float:
+    return u
+
+
+def _cpu_slip_test(factor_a: Callable[..., float], factor_b: Callable[..., float]) -> Callable[[list[float]], bool]:
+    def formula(c: int, g: float, b: int, u: int) -> float:
+        return cpu_peak_reference(c, g, b, u) * factor_a(c, g, b, u) * factor_b(c, g, b, u)
+
+    return _on_every_machine(formula)
+
+
+#: Two of the usual slips of 00.2 at once; the first two are the same factor 2, named once.
+CPU_SLIP_PAIRS = _slip_pairs(
+    [
+        ("a factor 2 missing", _cpu_factor_fma_as_1, "a factor 2 is missing (an FMA is 2 FLOP; an fp32 lane 32 bits)"),
+        ("SIMD lanes left out", _cpu_factor_no_lanes, "simd_bits was left out (a SIMD FMA works on every lane)"),
+        ("fma_units ignored", _cpu_factor_one_unit, "fma_units was left out"),
+        ("cores ignored", _cpu_factor_one_core, "cores was left out"),
+        ("clock in GHz", _cpu_factor_ghz, "the clock stayed in GHz (1 GHz is 1e9 cycles per second)"),
+        ("binary giga", _cpu_factor_binary_giga, "a GHz was counted as 2**30 cycles per second, not 1e9"),
+        ("fma_units twice", _cpu_factor_units_twice, "fma_units multiplies the product twice"),
+    ],
+    _cpu_slip_test,
+)
 
 
 @exercise("00.2", "a CPU's peak")
@@ -348,7 +500,7 @@ def check_cpu_peak_flops(cpu_peak_flops: Callable) -> None:
             continue
         c, ghz, bits, u = machine
         message = f"cpu_peak_flops(cores={c}, clock_ghz={ghz}, simd_bits={bits}, fma_units={u}) is wrong"
-        mistake = first_mistake(answers, CPU_MISTAKES)
+        mistake = first_mistake(answers, [*CPU_MISTAKES, *CPU_SLIP_PAIRS])
         expected, shown = fmt_apart(ref, got)
         if mistake is not None:
             raise mistake_error(message, mistake, expected=expected, got=shown)
@@ -546,6 +698,22 @@ def _share_of_peak(answers: Sequence[float]) -> bool:
     return False
 
 
+def _intensity_over_bandwidth(i: float, p: float, b: float) -> float:
+    return min(p, i / b)
+
+
+def _peak_and_bandwidth_swapped(i: float, p: float, b: float) -> float:
+    return min(b, i * p)
+
+
+def _bandwidth_in_bits(i: float, p: float, b: float) -> float:
+    return min(p, i * b * 8)
+
+
+def _seconds_per_flop(i: float, p: float, b: float) -> float:
+    return max(1 / p, 1 / (i * b))
+
+
 ROOFLINE_MISTAKES = [
     Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
     Mistake("no compute roof", _follows(_memory_only), "no kernel beats the compute peak, however much it computes"),
@@ -603,6 +771,33 @@ ROOFLINE_MISTAKES = [
         why="every answer is off by one and the same power of ten: the peak and the bandwidth come in FLOP/s and "
         "bytes/s, and the answer stays in FLOP/s, not GFLOP/s or TFLOP/s",
         look="a factor such as 1e9 or 1e12 in the return line",
+    ),
+    Mistake(
+        "intensity divided by the bandwidth",
+        _follows(_intensity_over_bandwidth),
+        "the memory roof divides the intensity by the bandwidth: FLOP/byte divided by bytes/s is not a rate; "
+        "which combination of the two gives FLOP/s?",
+        look="the memory roof's expression: check its units factor by factor",
+    ),
+    Mistake(
+        "peak and bandwidth swapped",
+        _follows(_peak_and_bandwidth_swapped),
+        "the peak and the bandwidth traded places: the intensity (FLOP per byte) turns bytes/s into FLOP/s, and "
+        "the compute roof is the peak itself",
+        look="which argument each roof uses",
+    ),
+    Mistake(
+        "bytes converted to bits",
+        _follows(_bandwidth_in_bits),
+        "the memory roof is 8 times too high: the bandwidth was turned into bits per second, but the intensity "
+        "counts FLOP per byte, so bytes/s times FLOP/byte is FLOP/s with no conversion",
+        look="the memory roof's expression: check its units factor by factor",
+    ),
+    Mistake(
+        "seconds per FLOP",
+        _follows(_seconds_per_flop),
+        "each answer is the time one FLOP takes, the inverse of the rate: the function returns FLOP per second",
+        look="the return line: a rate, or its inverse?",
     ),
 ]
 

@@ -397,7 +397,49 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             look="the factor w in dx's product",
         )
         mistakes.insert(0, mistake)
-    return mistakes
+    return [*mistakes, *_linear_factor_mistakes(x, w, dout)]
+
+
+def _linear_factor_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
+    """Right products with a stray sign or factor 2, and dw summed down to a vector (round 12 of the audit)."""
+    dx = dout @ w.t()
+    dw = x.t() @ dout
+    return [
+        Mistake(
+            "dx negated",
+            (None, -dx, None),
+            why="dx has the right size everywhere but the opposite sign: out = x @ w has no minus sign, so neither "
+            "has its local derivative (a minus belongs to the update step, not to the gradient)",
+            look="the sign of dx's line",
+        ),
+        Mistake(
+            "dw negated",
+            (None, None, -dw),
+            why="dw has the right size everywhere but the opposite sign: out = x @ w has no minus sign, so neither "
+            "has its local derivative (a minus belongs to the update step, not to the gradient)",
+            look="the sign of dw's line",
+        ),
+        Mistake(
+            "dx doubled",
+            (None, 2 * dx, None),
+            why="dx is twice the gradient: a factor 2 belongs to a square's derivative (the loss's), and out = x @ w "
+            "squares nothing; dout already carries whatever the loss contributes",
+            look="the constants in dx's line",
+        ),
+        Mistake(
+            "dw doubled",
+            (None, None, 2 * dw),
+            why="dw is twice the gradient: a factor 2 belongs to a square's derivative (the loss's), and out = x @ w "
+            "squares nothing; dout already carries whatever the loss contributes",
+            look="the constants in dw's line",
+        ),
+        Mistake(
+            "dw reduced to a vector",
+            (None, None, dw.sum(0)),
+            why="dw was summed down to one vector: a weight's gradient has one entry per weight, the shape (D, K) of w",
+            look="a .sum() or .mean() in dw's line",
+        ),
+    ]
 
 
 def _linear_cases() -> list[tuple]:

@@ -118,6 +118,41 @@ def _two_path_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
             (2 * d * b * e, None),
             f"grad_a multiplies the two paths' derivatives: {paths}, it does not multiply them",
         ),
+        *_two_path_round12_mistakes(a, b),
+    ]
+
+
+def _two_path_round12_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """Round 12 of the audit: a sign flipped, exp's derivative by the power rule, and the outer derivative alone."""
+    d = a * b + a.exp()
+    e = a.exp()
+    return [
+        Mistake(
+            "gradients negated",
+            (-2 * d * (b + e), -2 * d * a),
+            "both gradients have the right size but the opposite sign: L = sum(d**2) has no minus sign, so neither "
+            "has its derivative (a minus belongs to a gradient descent step, not to the gradient)",
+            look="the sign of the factor every path shares",
+        ),
+        Mistake(
+            "exp derivative taken as a * exp(a)",
+            (2 * d * (b + a * e), None),
+            "grad_a: the derivative of exp(a) was taken as a * exp(a), as if the power rule applied to an exponent; "
+            "exp is its own derivative",
+            look="the term of grad_a that comes from exp(a)",
+        ),
+        Mistake(
+            "outer derivative alone",
+            (2 * d, None),
+            "grad_a is dL/dd = 2 * d alone: the chain rule multiplies it by how d changes with a, along both paths",
+            look="what grad_a multiplies 2 * d with",
+        ),
+        Mistake(
+            "outer derivative alone",
+            (None, 2 * d),
+            "grad_b is dL/dd = 2 * d alone: the chain rule multiplies it by how d changes with b, through a * b",
+            look="what grad_b multiplies 2 * d with",
+        ),
     ]
 
 
