@@ -557,6 +557,10 @@ class Kernel:
             raise NotebookTimeout(f"the notebook ran past {self.cfg.notebook_timeout:g} s in all (restarts included)")
         self.client.timeout = max(1, int(min(timeout, left)))
         cell.outputs = []
+        # nbclient updates a display (display_id) in self.nb's cell at this index: let that be this cell, and let no
+        # update reach a display of an earlier cell (another cell's output, or an IndexError in the grader)
+        self.client.nb.cells[0] = cell
+        self.client._display_id_map.clear()
         replies: list[dict] = []
         self.client.on_cell_executed = lambda **kw: replies.append(kw.get("execute_reply") or {})
         t0 = time.perf_counter()
@@ -1089,18 +1093,26 @@ def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
             if into.resolve() not in target.resolve().parents:
                 log.info("%s: refused %r (outside the folder)", archive.name, info.filename)
                 continue
-            if info.is_dir():
-                target.mkdir(parents=True, exist_ok=True)
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            stamp = time.mktime((*info.date_time, 0, 0, -1))
-            os.utime(target, (stamp, stamp))
+            try:
+                _extract_entry(zf, info, target)
+            except OSError as exc:  # a name too long for the disk: that entry, not the whole class's zip
+                log.info("%s: refused %r (%s)", archive.name, info.filename, exc.strerror or type(exc).__name__)
     entries = [e for e in into.iterdir() if not e.name.startswith((".", "__MACOSX"))]
     if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
         return entries[0]  # one folder around the class
     return into
+
+
+def _extract_entry(zf, info, target: Path) -> None:
+    """One entry of a zip written to ``target``, with its time."""
+    if info.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with zf.open(info) as src, open(target, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    stamp = time.mktime((*info.date_time, 0, 0, -1))
+    os.utime(target, (stamp, stamp))
 
 
 MAX_NOTEBOOK = 256 * 2**20  # bytes of one handed-in file read: a larger one is refused, not loaded

@@ -415,8 +415,10 @@ def enter_sandbox(connection: str) -> None:
     if memory > 0:
         limit = memory * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
-    if cfg.get("stderr"):  # the kernel's own warnings go to the scratch folder, not the grader's terminal
+    if cfg.get("stderr"):  # the kernel's stdout and stderr (os.write(1, ...) too) go to the scratch folder, not the
+        # grader's terminal: no escape sequence a student writes reaches it
         fd = os.open(cfg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
     file_mb = int(cfg.get("file_mb", 0))

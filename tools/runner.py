@@ -51,6 +51,16 @@ class _CappedClient(NotebookClient):
             return None
         return super().output(outs, msg, display_id, cell_index)
 
+    def _update_display_id(self, display_id, msg):
+        """An update of an earlier display (``update_display``) replaces its data in place, past :meth:`output`'s
+        cap: one that would make a cell's output larger than ``max_output`` is dropped."""
+        size = sum(len(str(value)) for value in msg.get("content", {}).values())
+        for cell_index, indices in self._display_id_map.get(display_id, {}).items():
+            outs = self.nb["cells"][cell_index]["outputs"]
+            if sum(len(str(o)) for o in outs) + size * len(indices) > self.max_output:
+                return None
+        return super()._update_display_id(display_id, msg)
+
 
 def _keep_tail(out, text: str, limit: int) -> None:
     """Append ``text`` to the stream output ``out``, keeping its last ``limit`` characters, cut at a line start."""
