@@ -419,14 +419,18 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
                 w1.grad.zero_()
                 w2.grad.zero_()
             parts = []
-            for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+            pieces = list(zip(x.chunk(chunks), y.chunk(chunks)))
+            if mode == "last chunk left out":  # range(chunks - 1), an off-by-one
+                pieces = pieces[:-1]
+            for x_part, y_part in pieces:
                 if reset == "per chunk":
                     w1.grad = None
                     w2.grad = None
                 part = step_loss(x_part, y_part, w1, w2)
                 if mode == "chunk means":
                     part = part / y_part.numel()
-                (part / chunks if mode == "scaled" else part).backward()
+                if mode != "no backward":  # half-done: the forward pass and the loss only
+                    (part / chunks if mode == "scaled" else part).backward()
                 parts.append(part.item())
                 if log_at == "per chunk" and log is not None:
                     log(t, sum(parts))
@@ -451,7 +455,7 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
                 with torch.no_grad():
                     w1 -= learning_rate * w1.grad
                     w2 -= learning_rate * w2.grad
-            if mode in ("right", "scaled", "chunk means"):
+            if mode in ("right", "scaled", "chunk means", "last chunk left out"):
                 with torch.no_grad():
                     w1 -= learning_rate * w1.grad
                     w2 -= learning_rate * w2.grad
@@ -459,6 +463,13 @@ def make_loop(mode="right", reset="after update", log_at="before update", t0=0, 
                 with torch.no_grad():
                     w1 += learning_rate * w1.grad
                     w2 += learning_rate * w2.grad
+            if mode == "w2 ascent":  # one sign typed wrong
+                with torch.no_grad():
+                    w1 -= learning_rate * w1.grad
+                    w2 += learning_rate * w2.grad
+            if mode == "w2 update forgotten":
+                with torch.no_grad():
+                    w1 -= learning_rate * w1.grad
             if mode == "outside no_grad":
                 w1 -= learning_rate * w1.grad
                 w2 -= learning_rate * w2.grad
@@ -616,8 +627,13 @@ LOOP_MISTAKES = {
     "one update per chunk": make_loop("update per chunk"),
     "chunk gradients scaled": make_loop("scaled"),
     "chunk losses are means": make_loop("chunk means"),
+    # twelfth round of the audit: each got a generic expected/got before
+    "backward never called": make_loop("no backward"),
+    "one weight goes up the gradient": make_loop("w2 ascent"),
+    "some chunks left out": make_loop("last chunk left out"),
 }
 CHUNK_ONLY = {
+    "some chunks left out",
     "only the last chunk's gradient",
     "one update per chunk",
     "chunk gradients scaled",
@@ -813,6 +829,9 @@ def test_loop_bad_answers_get_a_sentence(check, bad, monkeypatch, capsys):
     text = str(err)
     assert text and "could not use" not in text and "Traceback" not in text
     assert "PASS" not in capsys.readouterr().out
+    if bad is LOOP_BAD["does nothing"]:  # no step at all: that backward() never ran is its true cause
+        assert err.mistake == "backward never called"
+        return
     assert err.mistake not in LOOP_MISTAKES  # a wrong form is never given a known mistake's cause
 
 
@@ -948,3 +967,56 @@ def test_a_list_written_inside_quotes_is_refused_with_what_to_write(answer, caps
     assert err.usage and "without quotes" in err.hint
     assert "03.3" not in predictions.COMMITTED
     assert "PASS" not in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the twelfth audit
+
+
+def first_chunk_only(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    """03.6: one chunk's backward() per step, the first (x.chunk(chunks)[0]), instead of a loop over them."""
+    losses = []
+    for t in range(steps):
+        part = step_loss(x.chunk(chunks)[0], y.chunk(chunks)[0], w1, w2)
+        part.backward()
+        if log is not None:
+            log(t, part.item())
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+        losses.append(part.item())
+    return losses
+
+
+def test_a_loop_over_the_first_chunk_alone_is_named():
+    assert failure(lab.check_accumulated_training, first_chunk_only).mistake == "some chunks left out"
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["03.5", "03.6"])
+def test_one_weight_left_without_its_update_is_named_without_saying_both(chunked):
+    """The why said "nothing changed them" of w1 and w2, while w1 had changed."""
+    loop = make_loop("w2 update forgotten")
+    check = lab.check_accumulated_training if chunked else lab.check_fixed_training
+    err = failure(check, loop if chunked else bind_steps(loop))
+    assert err.mistake == "weights never updated"
+    assert "at least one of them" in err.hint
+
+
+LOOK_LESS = {  # mistakes of 03.5 / 03.6 that had no "look at" line on the code rung
+    "update goes up the gradient": (lab.check_fixed_training, bind_steps(make_loop("ascent"))),
+    "log never called": (lab.check_accumulated_training, make_loop(log_at="none")),
+    "log after the update": (lab.check_accumulated_training, make_loop(log_at="after update")),
+    "log once per chunk": (lab.check_accumulated_training, make_loop(log_at="per chunk")),
+    "log arguments swapped": (lab.check_accumulated_training, make_loop(log_at="swapped")),
+    "last chunk's loss": (lab.check_accumulated_training, make_loop(loss="last")),
+    "no chunks": (lab.check_accumulated_training, whole_batch),
+}
+
+
+@pytest.mark.parametrize("name", LOOK_LESS)
+def test_loop_mistakes_say_where_to_look(name):
+    check, loop = LOOK_LESS[name]
+    err = failure(check, loop)
+    assert err.mistake == name
+    assert err.look and err.hint

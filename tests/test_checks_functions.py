@@ -263,6 +263,10 @@ PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each writt
     "backward in float32": make(save_x(stable), float32_inside_backward),
     "grad_output reduced to one number": make(save_x(stable), averaged_grad_output),
     "x + log1p(exp(-x)) overflows": make(save_x(lambda x: x + torch.log1p(torch.exp(-x))), sigmoid_of_saved),
+    # twelfth audit: a tanh-based slope that is not the sigmoid got a generic expected/got
+    "a tanh that is not the derivative": make(
+        save_x(stable), lambda ctx, g: g * 0.5 * (1 + torch.tanh(ctx.saved_tensors[0]))
+    ),
 }
 
 
@@ -974,3 +978,95 @@ def test_a_size_in_grad_w_is_not_told_it_was_a_written_number():
     assert err.mistake == "grad_w off by another factor"
     assert "a size" in err.hint
     assert "ctx.scale" not in err.hint
+
+
+# ------------------------------------------------------------------ the twelfth audit
+
+
+def _tanh_backward(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * torch.tanh(x)
+
+
+def _tanh_half_without_the_half(ctx, g):
+    (x,) = ctx.saved_tensors
+    return g * (1 + torch.tanh(x / 2))
+
+
+def _tanh_half_sigmoid(ctx, g):
+    """The sigmoid written with tanh, right on paper: it cancels for very negative x (1 + tanh(x/2) is 1 - 1)."""
+    (x,) = ctx.saved_tensors
+    return g * 0.5 * (1 + torch.tanh(x / 2))
+
+
+def _forward_of_minus_x(x):
+    return (-x).clamp(min=0) + torch.log1p(torch.exp(-x.abs()))
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (make(save_x(stable), _tanh_backward), "a tanh that is not the derivative"),
+        (make(save_x(stable), _tanh_half_without_the_half), "a tanh that is not the derivative"),
+        (make(save_x(_forward_of_minus_x), sigmoid_of_saved), "softplus of -x"),
+        (make(save_x(lambda x: torch.log1p(torch.exp(-x))), sigmoid_of_saved), "softplus of -x"),
+        # the tanh form of the sigmoid itself is not told that its tanh is wrong: it cancels
+        (make(save_x(stable), _tanh_half_sigmoid), "1 - exp(-y) cancels"),
+    ],
+    ids=["tanh(x)", "1 + tanh(x/2)", "max(-x, 0) + ...", "log1p(exp(-x))", "(1 + tanh(x/2)) / 2"],
+)
+def test_twelfth_audit_softplus_mistakes_are_named(student, name):
+    err = failure(lab.check_softplus_function, student)
+    assert err.mistake == name
+    assert err.look and "sigmoid(x)" not in err.hint + err.look
+
+
+def test_every_softplus_mistake_says_where_to_look():
+    """04.2's mistakes had no "look at" line: the code rung added nothing to the likely mistake."""
+    spec = Fn._SOFTPLUS
+    for case in spec.cases():
+        missing = [m.name for m in spec.mistakes(*case) if not m.look]
+        assert not missing, missing
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (make(save_x(stable), lambda ctx, g: [sigmoid_of_saved(ctx, g)]), "list instead of tuple"),
+        (
+            make(save_x(stable), lambda ctx, g: g.mul_(torch.sigmoid(ctx.saved_tensors[0]))),
+            "grad_output changed in place",
+        ),
+        (make(save_x(stable), lambda ctx, g: (sigmoid_of_saved(ctx, g), g)), "wrong number of gradients"),
+        (make(save_x(stable), lambda ctx, g: None), "nothing returned"),
+    ],
+    ids=["list", "grad_output in place", "two gradients", "None"],
+)
+def test_softplus_form_mistakes_say_where_to_look(student, name):
+    err = failure(lab.check_softplus_function, student)
+    assert err.mistake == name and err.look and err.hint
+
+
+def test_none_for_a_tensor_says_why_and_where():
+    err = failure(lab.check_scaled_matmul_function, make(mm_forward, none_for_w, "ScaledMatmul"))
+    assert err.mistake == "None for a tensor"
+    assert err.hint and "w" in err.look
+
+
+def _grad_w_of_ones(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), ctx.scale * x.t().mm(torch.ones_like(g)), None
+
+
+def test_grad_output_left_out_of_grad_w_alone_is_named():
+    """04.4: grad_w without grad_output (x.T @ ones), grad_x right, got a generic expected/got."""
+    err = failure(lab.check_scaled_matmul_function, make(mm_forward, _grad_w_of_ones, "ScaledMatmul"))
+    assert err.mistake == "grad_output ignored in grad_w"
+    assert err.look
+
+
+@pytest.mark.parametrize("answer", ["RuntimeError", "runtime error", "an error"])
+def test_the_errors_own_name_is_read_as_error(answer, capsys):
+    lab.check_sigmoid_prediction(answer)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert predictions.COMMITTED["04.1"].answer == "error"

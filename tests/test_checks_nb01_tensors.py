@@ -214,6 +214,14 @@ PREDICATE_MISTAKES = [
     ("pairwise_sq_dists", "every size-1 axis squeezed", lambda a, b: ((a[:, None] - b[None]) ** 2).sum(-1).squeeze()),
     # eleventh round: reshape's sizes the other way round, (C*H*W, N), got "a transpose is missing"
     ("channels_first_rows", "sizes in the other order", lambda im: im.permute(0, 3, 1, 2).reshape(-1, len(im))),
+    # twelfth round: each got a generic expected/got (or the bare shape) before
+    ("correct_class_scores", "row sums", lambda s, i: s.sum(1)),
+    ("correct_class_scores", "row means", lambda s, i: s.mean(dim=-1)),
+    ("channels_first_rows", "channel axis reduced away", lambda im: im.mean(3).flatten(1)),
+    ("channels_first_rows", "channel axis reduced away", lambda im: im.sum(-1).reshape(len(im), -1)),
+    ("channels_first_rows", "channel axis reduced away", lambda im: im[..., 0]),
+    ("per_sample_matmul", "first sample with every matrix", lambda x, w: x[0] @ w),
+    ("per_sample_matmul", "first sample with every matrix", lambda x, w: torch.einsum("d,bdk->bk", x[0], w)),
 ]
 
 
@@ -697,3 +705,15 @@ def test_another_index_error_keeps_its_own_advice():
     with pytest.raises(lab.CheckError) as info:
         lab.check_correct_class_scores(lambda s, i: s[torch.arange(len(i)), i + s.shape[1]])
     assert info.value.mistake == "raised IndexError"
+
+
+def test_the_channel_axis_reduced_away_is_named_without_the_fix(capsys):
+    """01.5, twelfth round: a mean over the channels, (N, H*W), got the bare shape; the rungs name the cause and
+    where to look, never the permutation itself."""
+    err = None
+    for _ in range(2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_channels_first_rows(lambda im: im.mean(3).flatten(1))
+        err = info.value
+    assert err.mistake == "channel axis reduced away" and err.look
+    assert "permute(0, 3, 1, 2)" not in str(err) + err.look

@@ -639,6 +639,25 @@ def _for_matrices_only(f, w, eps=1e-6):
     return grad
 
 
+def _division_first(f, w, eps=1e-6):
+    """f(w + e) - f(w - e) / (2 * eps): the parentheses around the difference left out."""
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = f(w + e.view(w.shape)) - f(w - e.view(w.shape)) / (2 * eps)
+    return grad
+
+
+def _values_added(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    for i in range(w.numel()):
+        e = torch.zeros_like(w).view(-1)
+        e[i] = eps
+        grad.view(-1)[i] = (f(w + e.view(w.shape)) + f(w - e.view(w.shape))) / (2 * eps)
+    return grad
+
+
 CHECKER_MISTAKES = {
     "two axes assumed": _for_matrices_only,
     "nudge made in float32": _nudge_in_float32,
@@ -666,6 +685,11 @@ CHECKER_MISTAKES = {
     "eps left None": _eps_none,
     # round 6 of the audit: a wrong PASS, the check's f being a sum of one term per entry
     "earlier nudges kept": _nudges_kept_in_a_copy,
+    # twelfth round: an abs() of the difference PASSED (every gradient of the check's f was positive); the other
+    # two got a generic expected/got
+    "sign lost": lambda f, w: numeric_grad(f, w).abs(),
+    "division before the subtraction": _division_first,
+    "values of f added": _values_added,
 }
 
 
@@ -954,3 +978,30 @@ def test_a_backward_that_compares_the_product_with_zero_is_named():
         lab.check_relu_layer(relu_forward, lambda dout, h: dout * h > 0)
     assert info.value.mistake == "product compared with 0"
     assert ".float()" not in info.value.hint
+
+
+# --------------------------------------------------------------------------- the twelfth audit
+
+
+def test_the_checkers_function_has_gradients_of_both_signs():
+    """02.4: f' = w**2 + 2 cos w is never below 2, so an answer that drops the sign (an abs()) passed."""
+    for _, w in nb02._checker_cases():
+        grad = nb02._smooth_grad(w)
+        assert (grad > 0).any() and (grad < 0).any()
+        assert float(grad.abs().min()) >= 2 - 1e-12
+
+
+@pytest.mark.parametrize(
+    "backward, name",
+    [
+        (lambda dout, h: dout * torch.sigmoid(h), "sigmoid as the slope"),
+        (lambda dout, h: dout * torch.sigmoid(h) * (1 - torch.sigmoid(h)), "sigmoid's derivative as the slope"),
+    ],
+    ids=["sigmoid", "sigmoid's derivative"],
+)
+def test_a_sigmoid_used_as_the_relus_slope_is_named(backward, name):
+    """02.2, twelfth round: each got a generic expected/got; the cause is named, the slope itself is not given."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(relu_forward, backward)
+    assert info.value.mistake == name
+    assert info.value.look and "(h > 0)" not in info.value.hint

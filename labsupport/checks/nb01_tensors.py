@@ -520,6 +520,26 @@ def _class_scores_picked_wrongly(scores: torch.Tensor, labels: torch.Tensor) -> 
     ]
 
 
+def _class_scores_reduced(scores: torch.Tensor) -> list[Mistake]:
+    """Each row reduced to one number over all its classes, the labels never used: a sum or a mean."""
+    return [
+        Mistake(
+            "row sums",
+            scores.sum(dim=1),
+            why="each entry is the sum of its row's scores over all C classes: the result has the right shape, one "
+            "number per sample, but the labels never entered it, while entry i is the score of label i alone",
+            look="where labels enters the computation: which entry of each row does it pick?",
+        ),
+        Mistake(
+            "row means",
+            scores.mean(dim=1),
+            why="each entry is the mean of its row's scores over all C classes: the result has the right shape, one "
+            "number per sample, but the labels never entered it, while entry i is the score of label i alone",
+            look="where labels enters the computation: which entry of each row does it pick?",
+        ),
+    ]
+
+
 def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.3 for this case."""
     return [
@@ -554,6 +574,7 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
             look="the row index: which row does sample i's entry come from?",
         ),
         *_gathered_along_rows(scores, labels),
+        *_class_scores_reduced(scores),
         Mistake(
             "predicted classes",
             scores.argmax(dim=1),
@@ -954,6 +975,18 @@ def _leading_axis_is(size: int, expected: torch.Tensor) -> Callable[[Any], bool]
     return regrouped
 
 
+def _one_number_per_pixel(images: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer is (N, H*W) or (N, H, W), one number per pixel (C > 1, so the shape tells)."""
+    n, h, w, c = images.shape
+
+    def per_pixel(result: Any) -> bool:
+        if c == 1 or not isinstance(result, torch.Tensor):
+            return False
+        return tuple(result.shape) in ((n, h * w), (n, h, w))
+
+    return per_pixel
+
+
 def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.5 for this batch."""
     n = len(images)
@@ -990,6 +1023,13 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             why="the values are in the right order but each image is not one row yet (it is still (C, H, W), or "
             "(C, H*W)): one row per image is asked",
             look="the flatten: which axes does it merge, and how many are left?",
+        ),
+        Mistake(
+            "channel axis reduced away",
+            _one_number_per_pixel(images),
+            why="each image gave one number per pixel, H*W in all: the channel axis was reduced (a mean, sum or max "
+            "over it) or one channel was picked, where every channel's values stay in the row, C*H*W numbers",
+            look="the operation that removes the channel axis: which axis should only move, not disappear?",
         ),
         Mistake(
             "batch flattened too",
@@ -1099,6 +1139,13 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             _squeezes_to(_per_sample_reference(x, w)),
             why="the values are right, but an axis of size 1 is still there: the result is (B, K)",
             look="the shape of the result: which axis of size 1 is left over?",
+        ),
+        Mistake(
+            "first sample with every matrix",
+            x[0] @ w,
+            why="every row used the first sample, x[0], each with its own matrix: row b is sample b's row times "
+            "w[b], so x's batch axis has to pair with w's, one sample per matrix",
+            look="what happens to x's batch axis before the product",
         ),
         Mistake(
             "one matrix for all samples",

@@ -33,6 +33,7 @@ from .core import (
     mistake_error,
     passed,
     read_prediction,
+    rel_error,
     run_cases,
     run_student,
 )
@@ -536,6 +537,7 @@ def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake
             look="what dout is multiplied with",
         ),
         *_relu_backward_form_mistakes(h, dout),
+        *_relu_backward_sigmoid_mistakes(h, dout),
     ]
 
 
@@ -554,6 +556,28 @@ def _relu_backward_form_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mi
             why="dh came back as True/False values: Python multiplies before it compares, so the product of dout "
             "and h was what got compared with 0, and no value of dout is left in dh",
             look="the return line: which operation runs first, and what does the comparison apply to?",
+        ),
+    ]
+
+
+def _relu_backward_sigmoid_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
+    """A dh whose slope is the sigmoid's (its value, or its derivative), a smooth curve where the ReLU has a step."""
+    sig = torch.sigmoid(h)
+    return [
+        Mistake(
+            "sigmoid as the slope",
+            (None, dout * sig),
+            why="dout was multiplied by sigmoid(h), a smooth curve between 0 and 1 that is never exactly 0 or 1: "
+            "that is a smooth stand-in for the ReLU, not its slope; what is the derivative of max(h, 0) on each side "
+            "of 0?",
+            look="the factor dout is multiplied with: which values can it take?",
+        ),
+        Mistake(
+            "sigmoid's derivative as the slope",
+            (None, dout * sig * (1 - sig)),
+            why="dout was multiplied by sigmoid(h) (1 - sigmoid(h)), the sigmoid's derivative: that is another "
+            "layer's slope; what is the derivative of max(h, 0) on each side of 0?",
+            look="the factor dout is multiplied with: which layer's derivative is it?",
         ),
     ]
 
@@ -953,8 +977,11 @@ def check_loss_and_grads(loss_and_grads: Any) -> None:
 
 
 def _smooth(w: torch.Tensor) -> torch.Tensor:
-    """A smooth scalar function: f' = w**2 + 2 cos w (never below 2), f'' = 2w - 2 sin w, f''' = 2 - 2 cos w."""
-    return (w**3 / 3 + 2 * w.sin()).sum()
+    """A smooth scalar function, one term per entry, the terms' signs alternating (+, -, +, ... in w's order), so
+    that the gradient has entries of both signs and an answer that loses the sign fails: f' = +-(w**2 + 2 cos w)
+    (never below 2 in size), f'' = +-(2w - 2 sin w), f''' = +-(2 - 2 cos w)."""
+    signs = 1 - 2 * (torch.arange(w.numel(), device=w.device) % 2)
+    return (signs.reshape(w.shape).to(w.dtype) * (w**3 / 3 + 2 * w.sin())).sum()
 
 
 def _smooth_grad(w: torch.Tensor) -> torch.Tensor:
@@ -1169,6 +1196,60 @@ def _factor_mistakes(d1: torch.Tensor, eps: float | None) -> list[Mistake]:
     return mistakes
 
 
+def _values_beside(w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """f(w + eps e_i) and f(w - eps e_i) for every entry i, each shaped like w."""
+    flat = w.detach().reshape(-1)
+    plus, minus = [], []
+    for i in range(flat.numel()):
+        nudge = torch.zeros_like(flat)
+        nudge[i] = eps
+        plus.append(_smooth((flat + nudge).reshape(w.shape)))
+        minus.append(_smooth((flat - nudge).reshape(w.shape)))
+    return torch.stack(plus).reshape(w.shape), torch.stack(minus).reshape(w.shape)
+
+
+def _sign_lost(d1: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer is the gradient's size, every sign made positive (d1 has entries of both signs)."""
+
+    def positive(g: Any) -> bool:
+        if not isinstance(g, torch.Tensor) or g.shape != d1.shape or not g.is_floating_point():
+            return False
+        return rel_error(g, d1.abs()) < 1e-6
+
+    return positive
+
+
+def _quotient_mistakes(f: _Recorder, w: torch.Tensor, d1: torch.Tensor) -> list[Mistake]:
+    """The difference quotient written wrongly: its sign dropped, the division done first, the values added."""
+    sign = Mistake(
+        "sign lost",
+        _sign_lost(d1),
+        why="every entry has the gradient's size, but all of them are positive: where f falls as entry i grows, "
+        "the gradient is negative, and something (an abs(), or a square and a square root) dropped that sign",
+        look="what is done to the difference of the two values of f, or to the result, besides the division",
+    )
+    eps = f.summary()["eps"]
+    if eps is None:
+        return [sign]
+    eps = float(f"{eps:.6g}")  # the eps written in the code, not its rounding in w + eps - w
+    plus, minus = _values_beside(w, eps)
+    first = Mistake(
+        "division before the subtraction",
+        plus - minus / (2 * eps),
+        why="each entry is about f's own value times -1/(2*eps), hundreds of thousands: Python divides before it "
+        "subtracts, so only the second value of f was divided, and the first was left as it is",
+        look="the line of the difference quotient: which operation runs first?",
+    )
+    added = Mistake(
+        "values of f added",
+        (plus + minus) / (2 * eps),
+        why="each entry is about f's own value divided by eps, not a slope: the two values of f were added, where a "
+        "slope measures how much f changes from one point to the other",
+        look="the operator between the two values of f",
+    )
+    return [sign, first, added]
+
+
 def _step_mistakes(f: _Recorder) -> list[Mistake]:
     """The one-sided formula and eps, read off the calls of f."""
     seen = f.summary()
@@ -1221,6 +1302,7 @@ def _checker_mistakes(f: _Recorder, w: torch.Tensor) -> list[Mistake]:
         *_entry_mistakes(f),
         NOT_FINITE,
         *_factor_mistakes(d1, f.summary()["eps"]),
+        *_quotient_mistakes(f, w, d1),
         Mistake(
             "off by a constant factor",
             functools.partial(_is_multiple, d1=d1, factor=None),

@@ -431,10 +431,14 @@ def _chunk_gradient(grad: tuple, x_part: Any, y_part: Any, w: tuple, behaviour: 
     return tuple(g + d for g, d in zip(grad, part))
 
 
+#: The signs of the two updates of a loop that goes up the gradient: both weights, or one of them.
+_SIGNS = {"ascent": (-1.0, -1.0), "w1 ascent": (-1.0, 1.0), "w2 ascent": (1.0, -1.0)}
+
+
 def _descend(p: _Problem, behaviour: str = "right") -> _Run:
     """STEPS steps of gradient descent from the problem's start, as a loop with ``behaviour`` runs them:
-    "right", "no reset", "w1 reset only", "w2 reset only", "ascent", "reset per chunk", "update per chunk" or
-    "scaled" (by 1/chunks)."""
+    "right", "no reset", "w1 reset only", "w2 reset only", "ascent" (or "w1 ascent", "w2 ascent": one weight only),
+    "reset per chunk", "update per chunk", "scaled" (by 1/chunks) or "chunk means"."""
     w = (p.w1, p.w2)
     zeros = (torch.zeros_like(p.w1), torch.zeros_like(p.w2))
     grad = zeros
@@ -459,9 +463,8 @@ def _descend(p: _Problem, behaviour: str = "right") -> _Run:
                 grad = zeros
         run.chunk_losses.append(chunk_losses)
         run.partial.append(partial)
-        sign = -1.0 if behaviour == "ascent" else 1.0
         if behaviour != "update per chunk":
-            w = tuple(v - sign * p.lr * g for v, g in zip(w, grad))
+            w = tuple(v - sign * p.lr * g for v, g, sign in zip(w, grad, _SIGNS.get(behaviour, (1.0, 1.0))))
     run.final = w
     return run
 
@@ -564,6 +567,28 @@ def _stopped_after_first_step(seen: _Observed) -> bool:
     return all(_close(w, r) for w, r in zip(seen.weights, after_one))
 
 
+def _never_reached(seen: _Observed) -> bool:
+    """The loop ran to its end, and backward() never reached either of the caller's weights."""
+    return seen.error is None and seen.arrivals == (0, 0)
+
+
+def _some_chunks_left_out(seen: _Observed) -> bool:
+    """Do the caller's weights end where descent on the first or the last k chunks alone leads (k < chunks,
+    backward() having run k times per step)?"""
+    p = seen.problem
+    per_step, rest = divmod(seen.arrivals[0], STEPS)
+    if seen.error is not None or rest or not 0 < per_step < p.chunks:
+        return False
+    pieces = list(zip(p.x.chunk(p.chunks), p.y.chunk(p.chunks)))
+    for kept in (pieces[:per_step], pieces[-per_step:]):
+        x = torch.cat([piece[0] for piece in kept])
+        y = torch.cat([piece[1] for piece in kept])
+        part = dataclasses.replace(p, x=x, y=y, chunks=per_step)
+        if all(_close(w, r) for w, r in zip(seen.weights, _descend(part).final)):
+            return True
+    return False
+
+
 def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
     if seen.error is not None:
@@ -579,6 +604,13 @@ _WHEN = "In which order do backward(), the update and the reset run in your step
 #: The typical ways a training loop goes wrong, judged on what happened (first match wins).
 #: None of them names the repaired line of exercise 03.5: they ask the question that shows the bug.
 _LOOP_MISTAKES = [
+    Mistake(
+        "backward never called",
+        _never_reached,
+        why="backward() never reached the caller's w1 or w2 in any step: the loop never called backward() on a loss "
+        "computed from the weights it was given (is the step written, and does it use w1 and w2?)",
+        look="the loop's body: the forward pass, the loss and its backward()",
+    ),
     Mistake(
         "reset before any backward",
         _reset_before_any_backward,
@@ -610,8 +642,8 @@ _LOOP_MISTAKES = [
     Mistake(
         "weights never updated",
         _never_updated,
-        why="backward() reached the caller's w1 and w2 in every step, but nothing changed them: which line is "
-        "meant to change the tensors the caller passed in?",
+        why="backward() reached the caller's w1 and w2 in every step, but at least one of them never changed: which "
+        "line is meant to change each tensor the caller passed in?",
         look="the update lines",
     ),
     Mistake(
@@ -649,6 +681,21 @@ _LOOP_MISTAKES = [
         functools.partial(_behaves_like, "ascent"),
         why="the weights moved up the gradient, the direction in which the loss grows: which sign does your "
         "update give learning_rate * grad?",
+        look="the sign in each update line",
+    ),
+    Mistake(
+        "one weight goes up the gradient",
+        lambda seen: _behaves_like("w1 ascent", seen) or _behaves_like("w2 ascent", seen),
+        why="one weight moved down the gradient, as it should, and the other up it, the direction in which the loss "
+        "grows: the two update lines do not give learning_rate * grad the same sign",
+        look="the sign in each update line, one beside the other",
+    ),
+    Mistake(
+        "some chunks left out",
+        _some_chunks_left_out,
+        why="each update used the gradient of only some of the chunks: the rows of the others never reached .grad, "
+        "so the step is not the full batch's. Does the loop over the chunks visit every piece?",
+        look="the loop over the chunks: what it iterates over, and where it starts and stops",
     ),
     Mistake(
         "only the last chunk's gradient",
@@ -742,7 +789,13 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
         error = err
     for name, got, start in (("x", x, p.x), ("y", y, p.y)):
         if not torch.equal(got, start):
-            raise CheckError(f"{what} changed the data {name} in place", mistake="data changed in place")
+            raise CheckError(
+                f"{what} changed the data {name} in place",
+                hint=f"the data belong to the caller, who uses {name} again: the loop only reads it (an in-place "
+                "operation, or a write into a view of it, changed it)",
+                look=f"every operation on {name} or on a piece of it, and whether it writes into that tensor",
+                mistake="data changed in place",
+            )
     cause = error.__cause__ if error else None
     if calls is None and p.chunks > 1:
         _judge_log_left_out(error, what)
@@ -818,6 +871,7 @@ def _judge_step_size(seen: _Observed, right: _Run) -> None:
         expected=f"a first update of learning_rate ({LR:g}) times the gradient",
         got=f"the first update moved w1 by {factor / LR:.3g} x learning_rate x its gradient",
         hint="the update's step size is not the learning_rate the loop was given: which step size does it use?",
+        look="the update lines: what multiplies the gradient besides learning_rate, and how often each line runs",
         mistake="step size is not learning_rate",
     )
 
@@ -830,6 +884,7 @@ def _loss_mistakes(run: _Run, p: _Problem) -> list[Mistake]:
             "loss after the update",
             torch.tensor(after, dtype=torch.float64),
             why="each loss was computed after the step's update: a step's loss is the one its gradient came from",
+            look="the line that records each step's loss, and where it sits relative to the update",
         )
     ]
     if p.chunks > 1:
@@ -840,6 +895,7 @@ def _loss_mistakes(run: _Run, p: _Problem) -> list[Mistake]:
                 "last chunk's loss",
                 torch.tensor(last, dtype=torch.float64),
                 why="each loss is the last chunk's alone: a step's loss adds up the losses of all its chunks",
+                look="the number recorded for each step, and which chunks it comes from",
             )
         )
         mistakes.append(
@@ -847,6 +903,7 @@ def _loss_mistakes(run: _Run, p: _Problem) -> list[Mistake]:
                 "chunk losses averaged",
                 torch.tensor(mean, dtype=torch.float64),
                 why="each loss is the mean of the chunks' losses: with the lecture's summed loss it is their sum",
+                look="the number recorded for each step: what is done to the chunks' losses",
             )
         )
     return mistakes
@@ -944,6 +1001,7 @@ def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
             f"{what} returned {len(losses)} losses",
             expected=f"one per step: {STEPS}",
             hint="one loss per chunk was returned: a step's loss adds up its chunks' losses",
+            look="the line that appends to the losses, and which loop it sits in",
             mistake="one loss per chunk",
         )
     if len(losses) != STEPS:
@@ -971,6 +1029,7 @@ def _judge_chunks(seen: _Observed) -> None:
             expected=f"w1.grad filled by {seen.problem.chunks} backward() calls per step",
             hint="the gradients were computed another way (torch.autograd.grad?); log, and TensorBoard's "
             "histograms, read them from .grad",
+            look="the call that computes the gradients",
             mistake="gradients never in .grad",
         )
     if count < STEPS * seen.problem.chunks:
@@ -979,6 +1038,7 @@ def _judge_chunks(seen: _Observed) -> None:
             expected=f"one backward() per chunk: {seen.problem.chunks} per step, {STEPS * seen.problem.chunks} in all",
             hint="backward() ran fewer times than there are chunks: each chunk's loss needs its own backward(), "
             "so that .grad adds up the chunks' gradients",
+            look="the loop over the chunks, and where backward() is called",
             mistake="no chunks",
         )
     if count > STEPS * seen.problem.chunks:
@@ -987,6 +1047,7 @@ def _judge_chunks(seen: _Observed) -> None:
             expected=f"one backward() per chunk: {seen.problem.chunks} per step, {STEPS * seen.problem.chunks} in all",
             hint=f"the batch of {len(seen.problem.x)} rows was cut into more pieces than chunks={seen.problem.chunks}: "
             "does the function you cut it with take the number of pieces, or the size of each piece?",
+            look="the call that cuts x and y into pieces",
             mistake="more pieces than chunks",
         )
 
@@ -1002,6 +1063,7 @@ def _judge_log_call(k: int, call: _LogCall, right: _Run, p: _Problem) -> None:
                 f"w1 {where} is already the updated weight",
                 expected="log called before the update",
                 hint="log ran after the update: it should see the gradients the update is about to use",
+                look="the call of log, and where it sits relative to the update",
                 mistake="log after the update",
             )
         raise CheckError(f"w1 {where} is not the weight of that step", expected="log called once per step")
@@ -1011,6 +1073,7 @@ def _judge_log_call(k: int, call: _LogCall, right: _Run, p: _Problem) -> None:
             expected="this step's gradient, added up over all chunks",
             got="None" if call.grad_w1 is None else "zeros",
             hint="log ran before the step's backward() calls had filled .grad",
+            look="the call of log, and where it sits relative to the loop over the chunks",
             mistake="log before the backward calls",
         )
     for partial in right.partial[k][:-1]:
@@ -1018,6 +1081,7 @@ def _judge_log_call(k: int, call: _LogCall, right: _Run, p: _Problem) -> None:
             raise CheckError(
                 f"w1.grad {where} holds the gradient of only some of the chunks",
                 hint="log ran before the last chunk's backward()",
+                look="the call of log, and where it sits relative to the loop over the chunks",
                 mistake="log before all chunks",
             )
     compare(f"w1.grad {where}", call.grad_w1, right.partial[k][-1], rtol=1e-9, atol=1e-12)
@@ -1028,13 +1092,19 @@ def _judge_log(calls: list[_LogCall], right: _Run, p: _Problem) -> None:
     __tracebackhide__ = True
     if not calls:
         raise CheckError(
-            "log was never called", expected=f"log(t, loss) once per step: {STEPS} calls", mistake="log never called"
+            "log was never called",
+            expected=f"log(t, loss) once per step: {STEPS} calls",
+            hint="the check gave the loop a log, and the loop never called it: the prompt asks for log(t, loss) once "
+            "per step whenever log is given",
+            look="the call of log, and the condition around it",
+            mistake="log never called",
         )
     if len(calls) == STEPS * p.chunks:
         raise CheckError(
             f"log was called {len(calls)} times",
             expected=f"once per step: {STEPS} calls",
             hint="log ran once per chunk, inside the loop over chunks",
+            look="the call of log, and which loop it sits in",
             mistake="log once per chunk",
         )
     if len(calls) != STEPS:
@@ -1045,6 +1115,7 @@ def _judge_log(calls: list[_LogCall], right: _Run, p: _Problem) -> None:
         raise CheckError(
             "the t passed to log is the step's loss",
             hint="log(t, loss) takes the step first, then the loss",
+            look="the call of log: the order of its arguments",
             mistake="log arguments swapped",
         )
     if ts not in ([float(t) for t in range(STEPS)], [float(t) for t in range(1, STEPS + 1)]):

@@ -66,12 +66,13 @@ class _FunctionExercise:
         return tuple(names)
 
 
-# PyTorch's error texts inside a forward, what they mean there, and the mistake they name.
+# PyTorch's error texts inside a forward, what they mean there, the mistake they name, and where to look.
 _FUNCTION_ERRORS = [
     (
         r"save_for_backward can only save",
         "save_for_backward takes tensors only: keep a number as an attribute of ctx",
         "number saved with save_for_backward",
+        "forward: the call to save_for_backward, and what each of its arguments is",
     ),
     (
         r"can only concatenate tuple|unsupported operand type\(s\) for .*'(tuple|torch\.return_types)",
@@ -79,12 +80,14 @@ _FUNCTION_ERRORS = [
         "indices), not a tensor; the max(x, 0) of the stable form compares each element of x with the number 0 "
         "and keeps x's shape",
         "torch.max with a dimension",
+        "forward: the call of torch.max (or x.max), and what its second argument means to it",
     ),
     (
         r"Boolean value of Tensor with more than one value is ambiguous",
         "Python's own max (or an if) asks whether a whole tensor is larger than 0, which has no single answer: "
         "the max(x, 0) of the stable form is taken element by element, by a tensor operation",
         "Python's max on a tensor",
+        "forward: the max (or the if): does it look at each element, or at the whole tensor?",
     ),
 ]
 
@@ -131,16 +134,19 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
             raise mistake_error(err.message, FORWARD_SIGNATURE) from None
         if _super_without_instance(err):
             raise mistake_error(err.message, SUPER_IN_STATIC) from None
-        known = [(advice, name) for pattern, advice, name in _FUNCTION_ERRORS if re.search(pattern, str(err))]
+        known = [
+            (advice, name, look) for pattern, advice, name, look in _FUNCTION_ERRORS if re.search(pattern, str(err))
+        ]
         if not known:
             raise
-        advice, name = known[0]
-        raise CheckError(err.message, hint=advice, mistake=name) from None
+        advice, name, look = known[0]
+        raise CheckError(err.message, hint=advice, look=look, mistake=name) from None
     for name, leaf, original in zip(ex.arguments, leaves, originals):
         if isinstance(leaf, torch.Tensor) and not torch.equal(leaf.detach(), original):
             raise CheckError(
                 f"{cls.__name__}.forward changed its input {name} in place",
                 hint="the input belongs to the caller: compute the output with out-of-place operations",
+                look=f"forward: each operation on {name}, and whether it writes into {name} itself",
                 mistake="forward changes its input",
             )
     if out is None:
@@ -277,6 +283,7 @@ def _backward(cls: type, out: torch.Tensor, grad_output: torch.Tensor) -> Any:
         raise CheckError(
             f"{cls.__name__}.backward changed grad_output in place",
             hint="autograd may still need grad_output: compute the gradients with out-of-place operations",
+            look="backward: each operation on grad_output, and whether it writes into grad_output itself",
             mistake="grad_output changed in place",
         )
     return grads
@@ -294,6 +301,7 @@ def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise)
             expected=f"a tuple: {wanted}",
             got=describe(grads),
             hint="autograd unpacks a tuple only: a list counts as one value",
+            look="backward: the brackets of the return line",
             mistake="list instead of tuple",
         )
     if not isinstance(grads, tuple):
@@ -305,6 +313,7 @@ def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise)
             expected=wanted,
             got=", ".join(describe(g) for g in grads) or "nothing",
             hint="backward returns one value per argument of forward: a gradient for each tensor, None for a number",
+            look="backward's return line, beside forward's def line: one value for each argument after ctx",
             mistake="wrong number of gradients",
         )
     result = []
@@ -316,6 +325,7 @@ def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise)
                     expected=f"None for {name}",
                     got=describe(grad),
                     hint="autograd takes no gradient for an argument that is not a tensor: it wants None there",
+                    look=f"backward's return line: the value in {name}'s position",
                     mistake="gradient for a number",
                 )
             continue
@@ -324,6 +334,9 @@ def _one_per_argument(cls: type, grads: Any, args: tuple, ex: _FunctionExercise)
                 f"{cls.__name__}.backward returned None for {name}, which needs a gradient",
                 expected=f"dL/d{name}, a tensor of {name}'s shape",
                 got="None",
+                hint="None tells autograd that an argument takes no gradient, which is right for a number only: "
+                f"{name} is a tensor, so the loss's gradient has to flow back to it",
+                look=f"backward's return line: the value in {name}'s position",
                 mistake="None for a tensor",
             )
         result.append(grad)
@@ -359,6 +372,7 @@ def _saved_unchanged(cls: type, before: list, after: list, names: tuple) -> None
                 f"{cls.__name__}.backward changed forward's {name} in place",
                 hint="what ctx saved still belongs to autograd (and the input to the caller): compute the "
                 "gradient with out-of-place operations (no method ending in _, and a = a * b, not a *= b)",
+                look=f"backward: each operation on the saved {name}, and whether it writes into that tensor itself",
                 mistake="saved tensor changed in place",
             )
 
@@ -532,15 +546,29 @@ def _float32_gradient(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
     return any(torch.allclose(grad.double(), c.double(), rtol=1e-5, atol=0.0) for c in candidates)
 
 
+def _tanh_slope(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
+    """Is the gradient grad_output times a tanh-based slope that is not the sigmoid (tanh(x), (1 + tanh(x)) / 2,
+    1 + tanh(x/2), tanh(x/2) / 2, ...): a half or a shift of the identity sigmoid(x) = (1 + tanh(x/2)) / 2 lost?"""
+    grad = got[1] if isinstance(got, (tuple, list)) and len(got) > 1 else None
+    if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or not grad.is_floating_point():
+        return False
+    t = torch.tanh(x)
+    half = torch.tanh(x / 2)
+    # (1 + half) / 2 is the sigmoid itself, and (1 - half) / 2 is sigmoid(-x), a mistake of its own
+    slopes = (t, (1 + t) / 2, 1 + t, t / 2, 1 - t, (1 - t) / 2, half, 1 + half, half / 2, 1 - half)
+    wanted = grad.detach().double()
+    return any(torch.allclose(wanted, (g * slope).double(), rtol=1e-6, atol=1e-12) for slope in slopes)
+
+
 def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
     """The typical wrong forward outputs of a softplus Function (any gradient)."""
-    stable32 = (x.float().clamp(min=0) + torch.log1p(torch.exp(-x.float().abs()))).to(x.dtype)
     right = F.softplus(x)
     return [
         Mistake(
             "forward is max(x, 0) alone",
             _zeros_where(x.clamp(min=0), right),
             "the forward output lacks log1p(exp(-|x|))",
+            look="forward: the terms of the sum, beside those of the stable form",
         ),
         Mistake(
             "min(x, 0) for max(x, 0)",
@@ -554,12 +582,14 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "forward adds x for max(x, 0)",
             (x + torch.log1p(torch.exp(-x.abs())), None),
             "the forward adds x where the stable form has max(x, 0): the two differ for x < 0",
+            look="forward: the first term of the sum, for a negative x",
         ),
         Mistake(
             "correction subtracted",
             (x.clamp(min=0) - torch.log1p(torch.exp(-x.abs())), None),
             "the correction term log1p(exp(-|x|)) is subtracted from max(x, 0): the stable form adds it "
             "(softplus is never below max(x, 0))",
+            look="forward: the sign between the two terms",
         ),
         Mistake(
             "exp(-x) for exp(-|x|)",
@@ -567,16 +597,27 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "for x < 0 the output is too large by exactly |x|, and right for x > 0: either the correction term "
             "takes exp(-x), which is right for x > 0 only (and overflows for very negative x), or the first term is "
             "|x| where the stable form has max(x, 0); in the stable form only the correction depends on |x|",
+            look="forward: the argument of the exp, and the first term, for a negative x",
         ),
         Mistake(
             "log for log1p",
             _zeros_where(x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), right),
             "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits",
+            look="forward: the function that takes the log of 1 plus a tiny number",
         ),
+        *_softplus_overflow_mistakes(x),
+    ]
+
+
+def _softplus_overflow_mistakes(x: torch.Tensor) -> list[Mistake]:
+    """Forward outputs that overflow, mirror softplus, or lose float64's digits in float32."""
+    stable32 = (x.float().clamp(min=0) + torch.log1p(torch.exp(-x.float().abs()))).to(x.dtype)
+    return [
         Mistake(
             "forward overflows",
             functools.partial(_inf_where_exp_overflows, x),
             "log(1 + exp(x)) overflows where exp(x) is inf: the stable form never exponentiates a large number",
+            look="forward: each exp, and how large its argument can get",
         ),
         Mistake(
             "x + log1p(exp(-x)) overflows",
@@ -584,12 +625,22 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             "the output is inf exactly where exp(-x) overflows (x very negative): x + log1p(exp(-x)) equals "
             "softplus on paper, but for x < 0 it exponentiates a large number; the stable form takes max(x, 0) and "
             "exp(-|x|), which is never above 1",
+            look="forward: each exp, and how large its argument can get for a very negative x",
+        ),
+        Mistake(
+            "softplus of -x",
+            (F.softplus(-x), None),
+            "the output is log(1 + exp(-x)), softplus of -x, the mirror image of softplus: softplus follows x for "
+            "large x and goes to 0 for very negative x, while yours is large for very negative x and goes to 0 for "
+            "large x; a sign of x went missing in forward",
+            look="forward: the sign of x in each term, beside the stable form",
         ),
         Mistake(
             "forward in float32",
             (stable32, None) if x.dtype != torch.float32 else None,
             "the output has float32's precision: the forward computes in float32 (a .float(), or a float32 "
             "constant) and casts back, so tiny outputs lose their digits; a Function computes in its input's dtype",
+            look="forward: every .float() and every tensor it creates",
         ),
     ]
 
@@ -618,6 +669,7 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "no grad_output",
             (None, torch.sigmoid(x)),
             "backward returned the local derivative alone: the chain rule multiplies it by grad_output",
+            look="backward: the return line: where does grad_output enter it?",
         ),
         Mistake(
             "grad_output passed on unchanged",
@@ -631,6 +683,7 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             (None, g * torch.sigmoid(y)),
             "backward takes the sigmoid of the OUTPUT y = softplus(x): the derivative you derived on paper is a "
             "function of one of the two tensors; which one does that formula take?",
+            look="backward: which tensor the derivative is computed from, and which one ctx saved",
         ),
         Mistake(
             "sigmoid(-x)",
@@ -638,37 +691,51 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             "the gradient is sigmoid(-x) = 1 / (1 + e^x), which is also exp(-y) with the output y: that is 1 minus "
             "the derivative. The derivative of log(1 + e^x) is close to 1 for large x (where softplus follows x) and "
             "to 0 for very negative x: which way round does yours go?",
+            look="backward: the sign of x inside the derivative",
         ),
         *_softplus_sign_mistakes(x, g),
+        *_softplus_formula_mistakes(x, g),
+        *_softplus_chain_mistakes(x, g),
+        Mistake(
+            "sigmoid's derivative",
+            (None, g * y * (1 - y)),
+            "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
+            look="backward: what multiplies grad_output, and which function that is the derivative of",
+        ),
+        *_softplus_rounding_mistakes(x, g),
+    ]
+
+
+def _softplus_formula_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """Backwards with the wrong sign, half the stable form's derivative, the log's derivative left out, or the
+    output's formula given the input."""
+    return [
         Mistake(
             "sign flipped",
             (None, -g * torch.sigmoid(x)),
             "the gradient has the right size and the wrong sign: softplus rises everywhere, so its derivative is "
             "positive",
+            look="backward: the sign in front of the gradient",
         ),
         Mistake(
             "derivative of max(x, 0) alone",
             (None, g * (x > 0).to(x.dtype)),
             "that is the derivative of max(x, 0) alone: the log1p(exp(-|x|)) term changes with x too, and its "
             "derivative has to be added",
+            look="backward: the derivative of each term of the stable form",
         ),
         Mistake(
             "exp(x) alone",
             (None, g * torch.exp(x)),
             "the derivative of log(u) is u' / u: e^x still has to be divided by 1 + e^x",
+            look="backward: the derivative of the outer log",
         ),
         Mistake(
             "output formula given the input",
             (None, g * (1 - torch.exp(-x))),
             "1 - exp(-y) wants the OUTPUT y = softplus(x): it was given the input x",
+            look="backward: which tensor the formula is given, and which one ctx saved",
         ),
-        *_softplus_chain_mistakes(x, g),
-        Mistake(
-            "sigmoid's derivative",
-            (None, g * y * (1 - y)),
-            "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
-        ),
-        *_softplus_rounding_mistakes(x, g),
     ]
 
 
@@ -681,6 +748,7 @@ def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             (None, g * torch.sigmoid(x) * (1 - torch.sigmoid(x))),
             "sigmoid(x) (1 - sigmoid(x)) is the derivative of the sigmoid: one differentiation more than softplus's "
             "backward needs",
+            look="backward: what multiplies grad_output, and which function that is the derivative of",
         ),
         Mistake(
             "grad_output reduced to one number",
@@ -691,6 +759,15 @@ def _softplus_chain_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
             look="backward: what multiplies the derivative, and whether it still has x's shape",
         ),
         *_softplus_misread_mistakes(x, g),
+        Mistake(
+            "a tanh that is not the derivative",
+            functools.partial(_tanh_slope, x, g),
+            "the gradient is built from tanh, but not as the derivative of softplus: tanh(x) runs from -1 to 1 and "
+            "changes fastest at 0, while the derivative of log(1 + e^x) runs from 0 (x very negative) to 1 (x "
+            "large) and is 1/2 at 0; compare the factor and the argument of your tanh with the derivative you "
+            "worked out on paper",
+            look="backward: the tanh expression, its argument and the numbers around it",
+        ),
     ]
 
 
@@ -749,6 +826,7 @@ def _softplus_rounding_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistak
             "the gradient is NaN exactly where exp(x) overflows: an exp of a large number (of x, or of the output, "
             "which is about x there) is inf, and inf / inf or inf - inf is NaN, as in exp(x) / (1 + exp(x)): write "
             "the derivative so that nothing overflows",
+            look="backward: each exp, and how large its argument can get",
         ),
         Mistake(
             "backward in float32",
@@ -763,6 +841,7 @@ def _softplus_rounding_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistak
             "the gradient loses its digits where it is tiny (x very negative): it subtracts two numbers close to 1 "
             "(1 - exp(-y), 1 - 1/(1 + exp(x)), 1 + tanh(x/2)): how else can the same derivative be written, or "
             "computed, so that nothing close to 1 is subtracted from 1?",
+            look="backward: the subtraction from 1, where x is very negative",
         ),
     ]
 
@@ -824,11 +903,58 @@ def _grad_w_other_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torc
     return not any(math.isclose(factor, f, rel_tol=1e-6) for f in (1.0, scale))
 
 
+def _grad_output_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
+    """Gradients that leave grad_output out (both, or grad_w alone), or come back in swapped order."""
+    grad_x = scale * g.mm(w.t())
+    grad_w = scale * x.t().mm(g)
+    ones = torch.ones_like(g)
+    return [
+        Mistake(
+            "grad_output ignored",
+            (None, scale * ones.mm(w.t()), scale * x.t().mm(ones)),
+            "the gradients ignore grad_output: each is the local derivative times grad_output",
+            look="the lines that compute grad_x and grad_w: where does grad_output enter them?",
+        ),
+        Mistake(
+            "grad_output ignored in grad_w",
+            (None, grad_x, scale * x.t().mm(ones)),
+            "grad_w ignores grad_output, while grad_x uses it: grad_w is x's transpose times grad_output (times the "
+            "factor), not times a tensor of ones, so every gradient depends on what arrives from later layers",
+            look="the line that computes grad_w: where does grad_output enter it?",
+        ),
+        Mistake(
+            "gradients swapped",
+            (None, grad_w, grad_x),
+            "grad_x and grad_w are returned in swapped order",
+            look="the return line of backward: the order of its values, beside forward's arguments",
+        ),
+    ]
+
+
+def _transposed_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
+    """A gradient returned transposed."""
+    grad_x = scale * g.mm(w.t())
+    grad_w = scale * x.t().mm(g)
+    return [
+        Mistake(
+            "grad_w transposed",
+            (None, None, grad_w.t()),
+            "grad_w is transposed: a weight's gradient has the weight's shape",
+            look="the line that computes grad_w: the order of the factors and their transposes",
+        ),
+        Mistake(
+            "grad_x transposed",
+            (None, grad_x.t(), None),
+            "grad_x is transposed: an input's gradient has the input's shape",
+            look="the line that computes grad_x: the order of the factors and their transposes",
+        ),
+    ]
+
+
 def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """The typical wrong (output, grad_x, grad_w) of ScaledMatmul; None: any value."""
     grad_x = scale * g.mm(w.t())
     grad_w = scale * x.t().mm(g)
-    ones = torch.ones_like(g)
     return [
         dataclasses.replace(_PLANTED, matches=(None, grad_x, grad_w / scale)),
         Mistake(
@@ -836,6 +962,7 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             (None, grad_x / scale, grad_w),
             "grad_x is off by the same factor in every element, while grad_w is right: which factor of forward's "
             "output does grad_x leave out?",
+            look="the line that computes grad_x, beside the one that computes grad_w",
             symptom="every element of grad_x is off by the same factor, while grad_w matches",
         ),
         Mistake(
@@ -843,27 +970,29 @@ def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: t
             (None, grad_x / scale, grad_w / scale),
             "both gradients are off by the same factor: forward multiplies x @ w by a number, and the chain rule "
             "carries it into both",
+            look="the lines that compute grad_x and grad_w: the numbers each is multiplied by",
         ),
-        Mistake("grad_x has the factor twice", (None, scale * grad_x, None), "grad_x carries the factor scale twice"),
-        Mistake("grad_w has the factor twice", (None, None, scale * grad_w), "grad_w carries the factor scale twice"),
         Mistake(
-            "grad_output ignored",
-            (None, scale * ones.mm(w.t()), scale * x.t().mm(ones)),
-            "the gradients ignore grad_output: each is the local derivative times grad_output",
+            "grad_x has the factor twice",
+            (None, scale * grad_x, None),
+            "grad_x carries the factor scale twice",
+            look="the line that computes grad_x: how many times does scale enter it?",
         ),
-        Mistake("gradients swapped", (None, grad_w, grad_x), "grad_x and grad_w are returned in swapped order"),
+        Mistake(
+            "grad_w has the factor twice",
+            (None, None, scale * grad_w),
+            "grad_w carries the factor scale twice",
+            look="the line that computes grad_w: how many times does scale enter it?",
+        ),
+        *_grad_output_mistakes(x, w, scale, g),
         *_sign_and_batch_mistakes(x, w, scale, g),
+        *_transposed_mistakes(x, w, scale, g),
         Mistake(
-            "grad_w transposed",
-            (None, None, grad_w.t()),
-            "grad_w is transposed: a weight's gradient has the weight's shape",
+            "forward lacks the factor",
+            (x.mm(w), None, None),
+            "the forward output is x @ w without the factor",
+            look="forward: the return line (the classmate's forward is right: inherit it)",
         ),
-        Mistake(
-            "grad_x transposed",
-            (None, grad_x.t(), None),
-            "grad_x is transposed: an input's gradient has the input's shape",
-        ),
-        Mistake("forward lacks the factor", (x.mm(w), None, None), "the forward output is x @ w without the factor"),
         Mistake(
             "a fixed factor",
             functools.partial(_fixed_factor, x, w, scale, g),
@@ -978,9 +1107,12 @@ def _plain_sigmoid_gradient() -> str:
 
 def _as_word(prediction: Any) -> Any:
     """A number answer (0, float("inf"), a 0-d tensor, or written as text: "0.0", "Infinity") as the word the
-    choices use; anything else unchanged."""
+    choices use, the error's own name ("RuntimeError") as "error"; anything else unchanged."""
     __tracebackhide__ = True
     if isinstance(prediction, str):
+        word = prediction.strip(" '\"`.!").lower()
+        if word in ("runtimeerror", "runtime error", "an error", "raises an error"):
+            return "error"
         try:
             prediction = float(prediction.strip(" '\"`"))
         except ValueError:
