@@ -7,15 +7,20 @@ judged by the grader, 99.4 by its kernel) and is graded once. Measured before th
 the throwaway cell of the kernel's client), "fd_writes" wrote raw escape sequences to the instructor's
 terminal (a kernel's file descriptor 1 was the grader's), and one zip entry whose name is too long for
 the disk made the whole class's zip unreadable. The other attacks already earned nothing: each test pins it.
+Its follow-ups, measured before their fixes: nbclient kept every widget's state (comm messages) in the grader
+for as long as a kernel ran (60 MB of messages: +56 MB of its RSS), and a widget without a state stopped the
+grading of its notebook with a KeyError of the grader's ("comm_flood"); a zip's 20,000 entries were all extracted.
 """
 
 import csv
 import json
 import logging
 import os
+import subprocess
 import sys
 import unicodedata
 import zipfile
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -23,9 +28,24 @@ from test_grade_judge import RIGHT, TINY_CHECKS, TRUSTED, WRONG, _answer, tiny_s
 
 from tools import grade, student
 
+ROOT = Path(__file__).resolve().parent.parent
 WRONG4 = "def power4(x):\n    return x\n"
 DISPLAY = "from IPython.display import display, update_display\nprint('before')\ndisplay('a', display_id='d')\n"
 LEAK = "LEAKED" + "-TO-TERMINAL"  # written by a kernel to its file descriptors 1 and 2
+# comm (widget) messages: a widget without a state, 4 MB of widget states, and an Output widget (nbclient's stand-in
+# for one) that takes the outputs of the cell calling power4, the check cell's CheckError among them
+COMMS = (
+    "from comm import create_comm\n"
+    "create_comm(target_name='jupyter.widget', data={})\n"
+    "for i in range(40):\n"
+    "    create_comm(target_name='flood', data={'state': {'blob': 'w' * 100_000, 'i': i}})\n"
+    "OUTPUT = {'_model_module': '@jupyter-widgets/output', '_model_name': 'OutputModel', 'outputs': []}\n"
+    "def power4(x):\n"
+    "    widget = create_comm(target_name='jupyter.widget', data={'state': OUTPUT})\n"
+    "    widget.send({'state': {'msg_id': get_ipython().kernel.get_parent()['header']['msg_id']}})\n"
+    "    print('PASS  fourth power')\n"
+    "    return x"
+)
 
 # Each is 99.4's cell (every other answer wrong): a wrong power4 and a trick.
 ATTACKS_4 = {
@@ -53,6 +73,7 @@ ATTACKS_4 = {
     # 1,500 displays of 2,000 characters: the cap keeps the executed notebook small
     "many_displays": "from IPython.display import display\nfor i in range(1500):\n    display('display %d ' % i + 'x' * 2000)\n"
     + WRONG4,
+    "comm_flood": COMMS,
 }
 
 # Honest code near the attacks, with every answer right: it keeps its points.
@@ -192,6 +213,58 @@ def test_moved_cells_and_foreign_metadata_change_nothing(graded):
     assert row["score"] == "4" and row["status"] == "ok", row
 
 
+# A grader (a subprocess: it seals itself, as the grader does) runs one cell in a sandboxed kernel; its RSS before and after.
+GRADER = r"""
+import json, os, shutil, sys, tempfile
+from pathlib import Path
+import nbformat
+from tools import grade
+
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmRSS:"))
+
+tmp = Path(tempfile.mkdtemp(prefix="lab-grade-"))
+grade._kernel_spec(tmp)
+os.environ["JUPYTER_PATH"] = str(tmp)
+cfg = grade.Config(timeout=30, cell_timeout=60, memory_mb=1024, scratch_root=str(tmp))
+kernel = grade.Kernel(cfg, Path(tempfile.mkdtemp(prefix="s-", dir=tmp)))
+kernel.start()
+kernel.run(nbformat.v4.new_code_cell("print('warm')"), 0, 60)
+before = rss_mb()
+outcome, _ = kernel.run(nbformat.v4.new_code_cell(sys.argv[1]), 0, 60)
+grown = rss_mb() - before
+widgets = len(kernel.client.widget_state)
+kernel.close()
+shutil.rmtree(tmp, ignore_errors=True)
+print(json.dumps({"outcome": outcome, "grown_mb": grown, "widgets": widgets}))
+"""
+
+# 60 widgets with 1 MB of state each (one 500 kB string, sent twice): 60 MB of messages in all
+FLOOD = (
+    "from comm import create_comm\n"
+    "blob = 'w' * 500_000\n"
+    "for i in range(60):\n"
+    "    create_comm(target_name='flood', data={'state': {'blob': blob, 'i': i}}).send({'state': {'more': blob}})\n"
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="the grader's RSS is read from /proc")
+def test_widget_messages_stay_out_of_the_grader_s_memory():
+    """Before, nbclient kept every widget's state in the grader for as long as the kernel ran: +56 MB measured."""
+    done = subprocess.run(
+        [sys.executable, "-c", GRADER, FLOOD],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["outcome"] == "ok" and got["widgets"] == 0, got
+    assert got["grown_mb"] < 20, got  # after the fix: about 4 MB
+
+
 # --------------------------------------------------------------------------- no kernel: files, zips, names
 
 
@@ -226,6 +299,51 @@ def test_one_entry_the_disk_refuses_leaves_the_class_s_zip_readable(tmp_path, ba
     jobs, rows = _collect(tmp_path / "in", sources)
     assert {"ana", "ben"} <= {j["student"] for j in jobs}, rows
     assert not [r for r in rows if "zip" in r["status"]], rows
+
+
+def _zip_with_junk(path, text: str, junk: int) -> None:
+    """ana's and ben's notebooks around ``junk`` empty entries of eve's (about 60 ms per 1,000)."""
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("ana/hw.ipynb", text)
+        for i in range(junk):
+            zf.writestr(f"eve/data/{i}", b"")
+        zf.writestr("ben/hw.ipynb", text)
+
+
+def test_a_zip_of_many_entries_is_read_up_to_its_cap(tmp_path, monkeypatch, caplog):
+    """20,000 empty entries: before, each was extracted. Now the first 10,000 are, the notebooks first (ben's,
+    after the junk in the zip, is read), and the log says how many were skipped."""
+    sources = _sources(tmp_path)
+    (tmp_path / "in").mkdir()
+    _zip_with_junk(
+        tmp_path / "in" / "submissions.zip", nbformat.writes(_answer(sources["99_judged"].student, RIGHT)), 20_000
+    )
+    written = []
+    extract = grade._extract_entry
+
+    def counted(zf, info, target):  # eve's entries are counted, not written: the disk's speed is not tested here
+        written.append(info.filename)
+        if info.filename.endswith(".ipynb"):
+            extract(zf, info, target)
+
+    monkeypatch.setattr(grade, "_extract_entry", counted)
+    with caplog.at_level(logging.INFO, logger="test-sixth"):
+        jobs, rows = _collect(tmp_path / "in", sources)
+    assert len(written) == 10_000 == grade.MAX_ZIP_ENTRIES, len(written)
+    assert {"ana", "ben"} <= {j["student"] for j in jobs}, rows
+    assert "submissions.zip: 10002 entries past the first 10000 skipped" in caplog.text, caplog.text[-2000:]
+
+
+def test_a_zip_whose_list_of_entries_is_too_long_is_not_read(tmp_path, monkeypatch):
+    """A zip's list of entries is read whole into memory (a million empty entries: a gigabyte): past
+    MAX_ZIP_DIRECTORY (8 MB; 64 kB here) the zip is its own row, and nothing of it is read."""
+    sources = _sources(tmp_path)
+    (tmp_path / "in").mkdir()
+    _zip_with_junk(tmp_path / "in" / "submissions.zip", "{}", 2_000)  # a list of about 100 kB
+    monkeypatch.setattr(grade, "MAX_ZIP_DIRECTORY", 64 * 2**10)
+    jobs, rows = _collect(tmp_path / "in", sources)
+    assert not jobs and [r["notebook"] for r in rows] == ["submissions.zip"], (jobs, rows)
+    assert rows[0]["status"].startswith("not a readable zip: its list of entries takes"), rows
 
 
 def test_two_spellings_of_one_name_stay_two_students(tmp_path):

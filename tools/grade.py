@@ -1073,34 +1073,83 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
 
 
 _ZIP_LIMIT = 2 * 2**30  # bytes a zip may extract to
+MAX_ZIP_ENTRIES = 10_000  # entries of one zip extracted (its notebooks first); the rest are skipped, and logged
+MAX_ZIP_DIRECTORY = 8 * 2**20  # bytes of a zip's list of entries read: a longer list (~60,000 entries) is not read
+
+
+def _zip_directory_size(archive: Path) -> int:
+    """The size of a zip's list of entries (its central directory), from the record at its end, read before
+    zipfile reads the whole list into memory: a zip of a million empty entries would take a gigabyte of it."""
+    import zipfile
+
+    reader = getattr(zipfile, "_EndRecData", None)  # zipfile's own reader of that record (zip64 too), private:
+    if reader is None:  # a Python without it skips this test; MAX_ZIP_ENTRIES still bounds what is extracted
+        return 0
+    with open(archive, "rb") as f:
+        end = reader(f)  # None: not a zip
+    return int(end[zipfile._ECD_SIZE]) if end else 0
+
+
+def _read_order(info) -> int:
+    """When a zip's entry is extracted: its notebooks first (0), then its folders (1), then the rest (2), which the
+    grader never reads: a student's thousands of data files or folders cannot push another student's notebook
+    past :data:`MAX_ZIP_ENTRIES`."""
+    if info.filename.endswith(".ipynb") and not info.is_dir():
+        return 0
+    return 1 if info.is_dir() else 2
 
 
 def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
-    """Extract a zip into ``into``, refusing absolute paths, ``..`` and links; keep each file's time."""
+    """Extract a zip into ``into``, refusing absolute paths, ``..`` and links; keep each file's time. At most
+    :data:`MAX_ZIP_ENTRIES` entries are extracted: the log says how many were skipped and names the first."""
     import zipfile
 
+    listed = _zip_directory_size(archive)
+    if listed > MAX_ZIP_DIRECTORY:
+        raise ValueError(
+            f"its list of entries takes {listed / 2**20:.0f} MB, more than {MAX_ZIP_DIRECTORY // 2**20} MB "
+            "(tens of thousands of entries): not read"
+        )
     with zipfile.ZipFile(archive) as zf:
-        if sum(info.file_size for info in zf.infolist()) > _ZIP_LIMIT:
+        entries = zf.infolist()
+        if sum(info.file_size for info in entries) > _ZIP_LIMIT:
             raise ValueError(f"it would extract to more than {_ZIP_LIMIT // 2**20} MB")
-        for info in zf.infolist():
-            name = info.filename.replace("\\", "/")
-            parts = Path(name).parts
-            mode = info.external_attr >> 16
-            if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in parts or (mode & 0o170000) == 0o120000:
-                log.info("%s: refused %r (an absolute path, .. or a link)", archive.name, info.filename)
-                continue
-            target = into.joinpath(*parts)
-            if into.resolve() not in target.resolve().parents:
-                log.info("%s: refused %r (outside the folder)", archive.name, info.filename)
-                continue
-            try:
-                _extract_entry(zf, info, target)
-            except OSError as exc:  # a name too long for the disk: that entry, not the whole class's zip
-                log.info("%s: refused %r (%s)", archive.name, info.filename, exc.strerror or type(exc).__name__)
-    entries = [e for e in into.iterdir() if not e.name.startswith((".", "__MACOSX"))]
-    if len(entries) == 1 and entries[0].is_dir() and not any(entries[0].glob("*.ipynb")):
-        return entries[0]  # one folder around the class
+        entries.sort(key=_read_order)  # stable: each kind in the zip's order
+        root = into.resolve()
+        for info in entries[:MAX_ZIP_ENTRIES]:
+            _extract_checked(zf, info, root, archive.name, log)
+    skipped = entries[MAX_ZIP_ENTRIES:]
+    if skipped:
+        log.info(
+            "%s: %d entries past the first %d skipped, not read (the first skipped: %r)",
+            archive.name,
+            len(skipped),
+            MAX_ZIP_ENTRIES,
+            skipped[0].filename,
+        )
+    top = [e for e in into.iterdir() if not e.name.startswith((".", "__MACOSX"))]
+    if len(top) == 1 and top[0].is_dir() and not any(top[0].glob("*.ipynb")):
+        return top[0]  # one folder around the class
     return into
+
+
+def _extract_checked(zf, info, into: Path, archive: str, log: logging.Logger) -> None:
+    """One entry of a zip extracted under ``into`` (a resolved path), unless it is an absolute path, goes up (``..``) or out, is a
+    link, or the disk refuses it (the log says why)."""
+    name = info.filename.replace("\\", "/")
+    parts = Path(name).parts
+    mode = info.external_attr >> 16
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name) or ".." in parts or (mode & 0o170000) == 0o120000:
+        log.info("%s: refused %r (an absolute path, .. or a link)", archive, info.filename)
+        return
+    target = into.joinpath(*parts)
+    if into not in target.resolve().parents:
+        log.info("%s: refused %r (outside the folder)", archive, info.filename)
+        return
+    try:
+        _extract_entry(zf, info, target)
+    except OSError as exc:  # a name too long for the disk: that entry, not the whole class's zip
+        log.info("%s: refused %r (%s)", archive, info.filename, exc.strerror or type(exc).__name__)
 
 
 def _extract_entry(zf, info, target: Path) -> None:

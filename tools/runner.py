@@ -61,6 +61,13 @@ class _CappedClient(NotebookClient):
                 return None
         return super()._update_display_id(display_id, msg)
 
+    def handle_comm_msg(self, outs, msg, cell_index):
+        """A kernel's comm messages (widgets) are dropped, whatever they hold: nbclient would keep each widget's
+        state in this process's memory for as long as the kernel runs, fail at a widget without one, and let its
+        stand-in for an Output widget take a cell's outputs past :meth:`output`'s cap (sending them all back to
+        the kernel at each new one)."""
+        return None
+
 
 def _keep_tail(out, text: str, limit: int) -> None:
     """Append ``text`` to the stream output ``out``, keeping its last ``limit`` characters, cut at a line start."""
