@@ -391,3 +391,36 @@ def test_a_malformed_notebook_is_its_own_row(tmp_path, text):
     nbformat.write(_answer(sources["99_judged"].student, RIGHT), tmp_path / "in" / "ana" / "hw.ipynb")
     jobs, rows = _collect(tmp_path / "in", sources)
     assert [j["student"] for j in jobs] == ["ana"] and [r["student"] for r in rows] == ["eve"], (jobs, rows)
+
+
+def _mark_encrypted(data: bytes, name: bytes) -> bytes:
+    """``data``, a zip, with the entry ``name`` marked as encrypted (bit 0 of its flags, in its local header and in
+    the list of entries), as a zip made with a password marks it; zipfile's writer never sets that bit."""
+    data = bytearray(data)
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):
+        start = data.rfind(signature, 0, data.find(name, data.find(signature)))
+        data[start + flags_at] |= 0x1
+    return bytes(data)
+
+
+def test_a_damaged_or_locked_entry_costs_that_entry_not_the_class_zip(tmp_path, caplog):
+    """An entry whose bytes fail their checksum, or one marked as needing a password, made the whole zip "not a
+    readable zip": no student in it was graded. Now each is refused in the log and the others are read; nothing
+    half-written is left in the extracted folder."""
+    sources = _sources(tmp_path)
+    (tmp_path / "in").mkdir()
+    archive = tmp_path / "in" / "submissions.zip"
+    text = nbformat.writes(_answer(sources["99_judged"].student, RIGHT))
+    with zipfile.ZipFile(archive, "w", compression=zipfile.ZIP_STORED) as zf:
+        zf.writestr("ana/hw.ipynb", text)
+        zf.writestr("eve/hw.ipynb", "DAMAGED-" + "x" * 200)
+        zf.writestr("mallory/hw.ipynb", text)
+        zf.writestr("ben/hw.ipynb", text)
+    data = archive.read_bytes().replace(b"DAMAGED-", b"damaged-", 1)  # its stored CRC no longer matches
+    archive.write_bytes(_mark_encrypted(data, b"mallory/hw.ipynb"))
+    with caplog.at_level(logging.INFO, logger="test-sixth"):
+        jobs, rows = _collect(tmp_path / "in", sources)
+    assert {"ana", "ben"} <= {j["student"] for j in jobs}, (jobs, rows)
+    assert "refused 'eve/hw.ipynb' (unreadable" in caplog.text
+    assert "refused 'mallory/hw.ipynb' (unreadable" in caplog.text
+    assert not any(j["student"] in {"eve", "mallory"} for j in jobs), jobs

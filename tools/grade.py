@@ -80,6 +80,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -1150,6 +1152,9 @@ def _extract_checked(zf, info, into: Path, archive: str, log: logging.Logger) ->
         _extract_entry(zf, info, target)
     except OSError as exc:  # a name too long for the disk: that entry, not the whole class's zip
         log.info("%s: refused %r (%s)", archive, info.filename, exc.strerror or type(exc).__name__)
+    except (zipfile.BadZipFile, RuntimeError, NotImplementedError, EOFError, zlib.error) as exc:
+        # a damaged entry (its checksum), one with a password or a compression zipfile cannot read
+        log.info("%s: refused %r (unreadable: %s)", archive, info.filename, exc)
 
 
 def _extract_entry(zf, info, target: Path) -> None:
@@ -1158,8 +1163,12 @@ def _extract_entry(zf, info, target: Path) -> None:
         target.mkdir(parents=True, exist_ok=True)
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    with zf.open(info) as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst)
+    try:
+        with zf.open(info) as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    except BaseException:  # nothing half-written is left to be graded
+        target.unlink(missing_ok=True)
+        raise
     stamp = time.mktime((*info.date_time, 0, 0, -1))
     os.utime(target, (stamp, stamp))
 
