@@ -159,7 +159,9 @@ def make_train(evaluate=None, **mistakes):
                 optimizer.zero_grad()
             if mistakes.get("val_first"):
                 val_loss, val_acc = evaluate(model, val_loader)
-            correct, seen, batch_accs, epoch_losses = 0, 0, [], []
+            if not mistakes.get("counts_kept") or epoch == 0:
+                correct, seen = 0, 0
+            batch_accs, epoch_losses = [], []
             for batch, (images, labels) in enumerate(train_loader):
                 if mistakes.get("skip_last") and batch == len(train_loader) - 1:
                     break
@@ -365,6 +367,8 @@ LOOP_MISTAKES = [
     ({}, dict(step_restarts=True), "step count restarts every epoch"),
     # and an epoch's images counted as batches times loader.batch_size got expected/got only
     ({}, dict(train_acc="slots"), "divided by batches times batch size"),
+    # twelfth audit: the counts of right answers and images set to zero once, before the epoch loop
+    ({}, dict(counts_kept=True), "counts kept across epochs"),
 ]
 
 

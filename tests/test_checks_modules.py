@@ -1,6 +1,7 @@
 """Checks of notebook 05 (nn.Module): correct designs pass, each listed mistake is named (one test per Mistake),
 bad input gets one clear sentence, and the prediction records the first answer."""
 
+import copy
 import itertools
 import math
 
@@ -746,7 +747,30 @@ def _functional_forward_noting_the_batch(self, x):
     return x
 
 
+class RecursiveStack(nn.Module):
+    """One block, then a ResidualStack of depth - 1 (twelfth audit)."""
+
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.fc1 = nn.Linear(D, H)
+        self.fc2 = nn.Linear(H, D)
+        self.rest = RecursiveStack(D, H, depth - 1) if depth > 1 else None
+
+    def forward(self, x):
+        x = x + self.fc2(F.relu(self.fc1(x)))
+        return x if self.rest is None else self.rest(x)
+
+
+def _deep_copies(self, D, H, depth):
+    """Copies of one block: each has its own weights, from the same start (twelfth audit)."""
+    nn.Module.__init__(self)
+    first = Block(D, H)
+    self.blocks = nn.ModuleList(copy.deepcopy(first) for _ in range(depth))
+
+
 CORRECT_STACKS = {
+    "recursive": RecursiveStack,
+    "deep copies of one block": stack_variant(init=_deep_copies),
     "the notebook's": ResidualStack,
     "fc2 declared before fc1": stack_variant(
         init=lambda self, D, H, depth: _with_blocks(self, BackwardsBlock, D, H, depth)
@@ -1005,7 +1029,63 @@ def _fc2_without_bias(self, D, H, depth):
         b.fc2 = nn.Linear(H, D, bias=False)
 
 
+def _multiplied_skip(self, x):
+    """05.3, twelfth audit: h * branch got expected/got only."""
+    for b in self.blocks:
+        x = x * b.fc2(torch.relu(b.fc1(x)))
+    return x
+
+
+def _relu_after_fc2(self, x):
+    """05.3, twelfth audit: h + relu(fc2(fc1(h))) got expected/got only."""
+    for b in self.blocks:
+        x = x + torch.relu(b.fc2(b.fc1(x)))
+    return x
+
+
+def _pre_norm(self, x):
+    """05.3, twelfth audit: a transformer's pre-norm block, h + branch(layer_norm(h)), got expected/got only."""
+    for b in self.blocks:
+        x = x + b.fc2(torch.relu(b.fc1(F.layer_norm(x, x.shape[-1:]))))
+    return x
+
+
+def _only_last_with_skip(self, x):
+    """05.3, twelfth audit: two of three blocks without their skip got expected/got only."""
+    for b in self.blocks[:-1]:
+        x = b.fc2(torch.relu(b.fc1(x)))
+    return self.blocks[-1](x)
+
+
+def _concatenated_skip(self, x):
+    """05.3, twelfth audit: torch.cat([h, branch]) got a shape only."""
+    for b in self.blocks:
+        x = torch.cat([x, b.fc2(torch.relu(b.fc1(x)))])
+    return x
+
+
+class NormBlock(Block):
+    def __init__(self, D, H):
+        super().__init__(D, H)
+        self.norm = nn.LayerNorm(D)
+
+    def forward(self, h):
+        return self.norm(h + self.fc2(torch.relu(self.fc1(h))))
+
+
+def _with_layer_norm(self, D, H, depth):
+    """05.3, twelfth audit: a LayerNorm in every block got a parameter count only."""
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList(NormBlock(D, H) for _ in range(depth))
+
+
 STACK_MISTAKES = {
+    "skip multiplied": stack_variant(forward=_multiplied_skip),
+    "ReLU after fc2": stack_variant(forward=_relu_after_fc2),
+    "normalised in the block": stack_variant(forward=_pre_norm),
+    "some blocks without their residual": stack_variant(forward=_only_last_with_skip),
+    "skip concatenated": stack_variant(forward=_concatenated_skip),
+    "layers besides fc1 and fc2": stack_variant(init=_with_layer_norm),
     "blocks side by side": stack_variant(forward=_blocks_side_by_side),
     "no residual": stack_variant(forward=_branch_only),
     "ReLU after the sum": stack_variant(forward=_relu_after_sum),
@@ -1065,6 +1145,8 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module._wrong_count(5, 3),
             nb05_nn_module.MODULE_LIST_CALLED,
             nb05_nn_module.SOME_WITHOUT_BIAS,
+            nb05_nn_module.EXTRA_LAYERS,
+            nb05_nn_module.CONCATENATED,
         )
     }
     assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
@@ -1078,11 +1160,19 @@ def test_residual_stack_names_each_mistake(name):
     assert err.value.hint
 
 
+def _branch_over_depth(self, x):
+    """05.3, twelfth audit: each branch divided by the depth got expected/got only."""
+    for b in self.blocks:
+        x = x + b.fc2(torch.relu(b.fc1(x))) / len(self.blocks)
+    return x
+
+
 MORE_STACK_MISTAKES = [
     ("residual scaled", stack_variant(forward=_branch_subtracted), "returns h - branch"),
     ("residual scaled", stack_variant(forward=_skip_doubled), "returns 2 * h + branch"),
     ("one block without its residual", stack_variant(forward=_first_without_skip), "the first block of 3"),
     ("one block without its residual", stack_variant(forward=_last_without_skip), "the last block of 3"),
+    ("residual scaled", stack_variant(forward=_branch_over_depth), "h + 0.333 * branch"),
 ]
 
 
@@ -1141,12 +1231,14 @@ class NormedBlock(Block):
         return h + self.fc2(torch.relu(self.fc1(self.norm(h))))
 
 
-def test_extra_layers_are_stated_as_facts_without_a_guessed_cause():
+def test_extra_layers_are_stated_as_facts_and_named():
+    """Twelfth audit: the facts (the shapes) stay; the cause is now named, since depth blocks' worth of fc1 and
+    fc2 plus other tensors can only be layers besides fc1 and fc2 (it was facts alone)."""
     with pytest.raises(lab.CheckError) as err:
         lab.check_residual_stack(
             stack_variant(init=lambda self, D, H, depth: _with_blocks(self, NormedBlock, D, H, depth))
         )
-    assert err.value.mistake is None and err.value.hint is None
+    assert err.value.mistake == "layers besides fc1 and fc2"
     assert "(5,)" in err.value.got
 
 

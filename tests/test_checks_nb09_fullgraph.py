@@ -247,6 +247,7 @@ VALUES = {
     "share left out": variant(share="none"),
     "only the scaling": variant(flip="none", share="none"),  # audit 7: `return y`, the stub's first line, unnamed
     "each entry by its own comparison": variant(share="mask"),
+    "share of the other entries": variant(share="< 0 after"),  # twelfth audit: expected/got only
     "count, not share": variant(share="count"),
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
     "share in percent": variant(share="percent"),  # audit 6: a share read as a percentage
@@ -255,6 +256,31 @@ VALUES = {
     "length written in": share_of_six,  # audit 4: expected/got only
     "scaled vector unused": times_x_itself,
 }
+
+
+@pytest.mark.parametrize(
+    "name, how",
+    [("flip swapped", {"flip": "mean > 0"}), ("share of the other entries", {"share": "<= 0 after"})],
+)
+def test_more_forms_of_a_value_mistake_are_named(name, how):
+    """Twelfth audit: a flip when the mean is above 0, and one minus the share, got expected/got only."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(variant(**how))
+    assert info.value.mistake == name
+
+
+def test_the_share_returned_alone_is_named():
+    """Twelfth audit: returning the share alone was told "you reduced over everything"."""
+
+    def share_alone(x):
+        y = x / x.abs().max()
+        y = torch.where(y.mean() < 0, -y, y)
+        return (y > 0).float().mean()
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(share_alone)
+    assert info.value.mistake == "share returned alone"
+    assert "reduced" not in str(info.value)
 
 
 def test_every_step_on_x_unscaled_is_named_too():

@@ -59,6 +59,10 @@ NOTES = {
     (0.69, 3.72): "in the other order",
     (0.93, 0.17): "divided by the 4 GPUs",
     (0.27, 1.45): "upside down",  # audit 11: no note
+    (1.07, 1.44): "how much longer a step takes",  # audit 12: no note for the four below
+    (3.72, 0.17): "counts one GPU's 16 images",
+    (4.0, 0.69): "ResNet-50's is ideal scaling",
+    (3.72, 1.0): "The digits' leaves out what DDP adds",
 }
 
 

@@ -328,6 +328,27 @@ def _returns_the_batch_total(model, optimizer, images, labels):
     return make_step()(model, optimizer, images, labels) * len(labels)
 
 
+def _returns_the_loss_per_image(model, optimizer, images, labels):
+    """Twelfth audit: the mean loss divided once more by the batch size got a generic "loss does not match"."""
+    return make_step()(model, optimizer, images, labels) / len(labels)
+
+
+def _returns_the_accuracy(as_count):
+    """Twelfth audit: a step returning the batch's accuracy (share or count) got a generic "loss does not match"."""
+
+    def transfer_step(model, optimizer, images, labels):
+        model.eval()
+        scores = model(images)
+        loss = nn.functional.cross_entropy(scores, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        correct = (scores.argmax(dim=1) == labels).sum().item()
+        return correct if as_count else correct / len(labels)
+
+    return transfer_step
+
+
 def _prepare_around_the_old_head(model, num_classes):
     model.requires_grad_(False)
     model.fc = nn.Sequential(model.fc, nn.Linear(model.fc.out_features, num_classes))
@@ -436,6 +457,9 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _step_with_loss(_mean_divided_by_the_batch_size), "loss averaged twice"),
     (make_prepare(), _step_before_backward, "step before backward"),
     (make_prepare(), _returns_the_batch_total, "loss returned as the batch's total"),
+    (make_prepare(), _returns_the_loss_per_image, "loss returned divided by the batch size"),
+    (make_prepare(), _returns_the_accuracy(as_count=False), "accuracy returned"),
+    (make_prepare(), _returns_the_accuracy(as_count=True), "accuracy returned"),
     # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
     (_prepare_around_the_old_head, make_step(), "old head kept"),
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),

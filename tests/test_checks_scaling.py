@@ -477,6 +477,48 @@ def mean_divided_by_the_batch_size(model, optimizer, scaler, inputs, targets, dt
     return _scaled_update(optimizer, scaler, loss)
 
 
+def clipped_while_scaled(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2, twelfth audit: clip_grad_norm_ on the scaled gradients: a generic "the weights differ"."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def returns_the_scores(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2, twelfth audit: the logits returned in place of the loss: "wrong shape" and no cause."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    return logits.detach()
+
+
+def clipped_after_unscaling(model, optimizer, scaler, inputs, targets, dtype):
+    """10.2, twelfth audit: unscale_, then clip, then step: the documented order, which must pass."""
+    with torch.autocast(inputs.device.type, dtype=dtype):
+        loss = F.cross_entropy(model(inputs), targets)
+    optimizer.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    return loss.detach()
+
+
+def test_clipping_after_unscaling_passes(capsys):
+    lab.check_amp_step(clipped_after_unscaling)
+    assert capsys.readouterr().out.startswith("PASS  amp_step")
+
+
 def _returning(value):
     def step(*args):
         amp_step(*args)
@@ -518,6 +560,8 @@ AMP_MISTAKES = {
     "a number given to the scaler": [scales_a_number],
     "no backward": [scaled_without_backward],
     "loss divided by the batch size": [mean_divided_by_the_batch_size],
+    "clipped while scaled": [clipped_while_scaled],
+    "scores returned": [returns_the_scores],
 }
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
@@ -532,7 +576,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {nb10.FIXED_DEVICE_TYPE.name, nb10.INF_STEP_HIDDEN.name}
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
-    listed |= {nb10.DEVICE_FOR_ITS_TYPE.name, nb10.NO_BACKWARD.name}
+    listed |= {nb10.DEVICE_FOR_ITS_TYPE.name, nb10.NO_BACKWARD.name, nb10.SCORES_RETURNED.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -904,7 +948,21 @@ def stacks_every_parameter(model, inputs, targets, world_size):
     return list(torch.stack(ranks).mean(0))
 
 
+def shard_sums_over_world_size(model, inputs, targets, world_size):
+    """10.3, twelfth audit: each shard's summed loss divided by world_size, not by its size: told "split by chunk
+    size", though the shards had the right size."""
+    shard = len(inputs) // world_size
+    params = list(model.parameters())
+    total = [torch.zeros_like(p) for p in params]
+    for r in range(world_size):
+        part = slice(r * shard, (r + 1) * shard)
+        loss = F.cross_entropy(model(inputs[part]), targets[part], reduction="sum") / world_size
+        total = [t + g for t, g in zip(total, torch.autograd.grad(loss, params))]
+    return [t / world_size for t in total]
+
+
 DP_MISTAKES = {
+    "shard's sum divided by world_size": [shard_sums_over_world_size],
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
     "sum reduction": [_dp(reduction="sum")],
@@ -938,6 +996,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
     listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
+    listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name}
     assert listed <= set(DP_MISTAKES)
 
 

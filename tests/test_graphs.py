@@ -124,6 +124,21 @@ EAGER_WRONG = {
 }
 
 
+def _as_many_passes_as_the_prompt_says(x):
+    """Twelfth audit: `for _ in range(6)`, the prompt's "0 to 6 halvings" as a cap, passed."""
+    for _ in range(6):
+        if x.abs().max() > 1:
+            x = x / 2
+    return x
+
+
+def test_a_cap_at_the_fresh_inputs_count_is_named(halvers):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(_as_many_passes_as_the_prompt_says, *halvers)
+    assert info.value.mistake == "fixed number of passes"
+    assert "5000" in info.value.message
+
+
 def test_every_eager_mistake_has_a_test():
     assert [m.name for m in nb09.EAGER_MISTAKES] == list(EAGER_WRONG)
 
@@ -575,6 +590,62 @@ class BoundMethodBranchesGate(CondGate):  # eleventh audit: Dynamo's text about 
     def forward(self, x):
         h = self.linear(x)
         return torch.cond(h.sum() > 0, h.relu, h.neg, ())
+
+
+class ListAroundCondGate(Gate):
+    """Twelfth audit: cond's tensor put into a list by forward was told "a branch returns a tuple"."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return [torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))]
+
+
+class SameBranchesGate(Gate):
+    """Twelfth audit: both branches relu(h) was told only that the predicate is wrong."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: h.relu(), (h,))
+
+
+class ElementwiseAbsGate(Gate):
+    """Twelfth audit: a choice per element, |h|, got "neither relu(h) nor -h" and no cause."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.where(h > 0, h, -h)
+
+
+class NegatedAbsGate(Gate):
+    """Twelfth audit: -|h| in the negating branch got "neither relu(h) nor -h" and no cause."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h.abs(), (h,))
+
+
+@pytest.mark.parametrize(
+    "student, mistake, fragment",
+    [
+        (ListAroundCondGate, "cond's result wrapped", "forward put that tensor into a list"),
+        (TupleBranchGate, "branch returns a tuple", "a branch that returns a tuple"),
+        (SameBranchesGate, "wrong predicate", "both branch functions compute the same thing"),
+        (ElementwiseAbsGate, "choice per element", "a choice per element"),
+        (NegatedAbsGate, "the negating branch clipped", "does more than negate h"),
+    ],
+)
+def test_cond_gate_names_the_twelfth_audits_mistakes(student, mistake, fragment):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(student)
+    assert info.value.mistake == mistake
+    assert fragment in info.value.hint
+
+
+def test_recording_cond_gives_torch_cond_back():
+    original = torch.cond
+    with pytest.raises(lab.CheckError):
+        lab.check_cond_gate(ListAroundCondGate)
+    assert torch.cond is original
 
 
 @pytest.mark.parametrize("student", [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate])

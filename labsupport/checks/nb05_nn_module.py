@@ -1053,6 +1053,7 @@ def _stack_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[M
         ),
         *_weighted_sum_mistakes(blocks, x),
         *_wiring_mistakes(blocks, x, depth),
+        *_block_form_mistakes(blocks, x),
     ]
 
 
@@ -1071,7 +1072,10 @@ def _term(factor: float, name: str) -> str:
 def _weighted_sum_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistake]:
     """Blocks whose sum weights h or the branch by a factor (or subtracts one), and one block without its skip."""
     mistakes = []
-    for on_h, on_branch in RESIDUAL_FACTORS:
+    factors = list(RESIDUAL_FACTORS)
+    if len(blocks) > 2:
+        factors.append((1, 1 / len(blocks)))  # the branch divided by the depth
+    for on_h, on_branch in factors:
         total = f"{_term(on_h, 'h')} + {_term(on_branch, 'branch')}".replace("+ -", "- ")
         twice = ""
         if (on_h, on_branch) == (2, 1):
@@ -1098,7 +1102,35 @@ def _weighted_sum_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistak
                 look=f"forward: where {position} is applied, and what it returns",
             )
         )
+    return mistakes + _several_without_skip(blocks, x)
+
+
+def _several_without_skip(blocks: list[_Block], x: torch.Tensor) -> list[Mistake]:
+    """Two or more blocks (not all) that return only their branch: only some blocks keep the skip."""
+    if len(blocks) > 4:
+        return []
+    mistakes = []
+    for size in range(2, len(blocks)):
+        for skipless in itertools.combinations(range(len(blocks)), size):
+            numbers = " and ".join(str(number + 1) for number in skipless)
+            mistakes.append(
+                Mistake(
+                    "some blocks without their residual",
+                    _same_as(_without_skips(blocks, x, set(skipless))),
+                    why=f"blocks {numbers} of {len(blocks)} return only their branch, without adding h back; the "
+                    "other blocks add it: every block of the stack is a residual block",
+                    look="forward: where each block is applied, and which of them add h back",
+                )
+            )
     return mistakes
+
+
+def _without_skips(blocks: list[_Block], x: torch.Tensor, skipless: set[int]) -> torch.Tensor:
+    """The stack's output when the blocks numbered in ``skipless`` return only their branch."""
+    h = x
+    for number, block in enumerate(blocks):
+        h = block.branch(h) if number in skipless else h + block.branch(h)
+    return h
 
 
 def _weighted_stack(blocks: list[_Block], x: torch.Tensor, on_h: float, on_branch: float) -> torch.Tensor:
@@ -1215,6 +1247,41 @@ def _chain(blocks: list[_Block], x: torch.Tensor) -> torch.Tensor:
     return h
 
 
+def _layer_norm(h: torch.Tensor) -> torch.Tensor:
+    return F.layer_norm(h, h.shape[-1:])
+
+
+def _block_form_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistake]:
+    """Blocks that combine h and the branch otherwise than by a sum, or move the ReLU, or normalise."""
+    return [
+        Mistake(
+            "skip multiplied",
+            _same_as(_per_block(blocks, x, lambda b, h: h * b.branch(h))),
+            why="each block multiplies h by its branch (h * branch): a skip connection adds the block's input to "
+            "the branch, so a block can start close to the identity",
+            look="the block's forward: the operator between h and the branch",
+        ),
+        Mistake(
+            "ReLU after fc2",
+            _same_as(_per_block(blocks, x, lambda b, h: h + torch.relu(b.fc2(b.fc1(h))))),
+            why="the branch applies its ReLU after fc2, with none between fc1 and fc2: the block's branch is "
+            "fc2(relu(fc1(h))), the ReLU on fc1's output",
+            look="the block's forward: which layer's output the ReLU is applied to",
+        ),
+        Mistake(
+            "normalised in the block",
+            _either(
+                _per_block(blocks, x, lambda b, h: h + b.branch(_layer_norm(h))),
+                _per_block(blocks, x, lambda b, h: _layer_norm(h + b.branch(h))),
+                _per_block(blocks, x, lambda b, h: h + b.branch(F.normalize(h, dim=-1))),
+            ),
+            why="each block normalises h (a layer norm before the branch or after the sum, as in a transformer): "
+            "this block has no normalisation, only h + fc2(relu(fc1(h)))",
+            look="the block's forward: every operation besides fc1, the ReLU, fc2 and the sum",
+        ),
+    ]
+
+
 def _either(*candidates: torch.Tensor) -> Any:
     tests = [_same_as(candidate) for candidate in candidates]
 
@@ -1292,6 +1359,29 @@ STACK_INPLACE = (
 )
 
 
+EXTRA_LAYERS = Mistake(
+    "layers besides fc1 and fc2",
+    None,
+    why="besides each block's fc1 and fc2, the stack holds other parameters (a normalisation layer, an output "
+    "layer, a scale): a block here is fc1, a ReLU and fc2 around a skip connection, and nothing else",
+    look="__init__: every layer or nn.Parameter created besides fc1 and fc2",
+)
+CONCATENATED = Mistake(
+    "skip concatenated",
+    None,
+    why="the rows of the output multiply with every block: the skip connection puts h and the branch side by side "
+    "(torch.cat, torch.stack) instead of adding them element by element (a sum keeps the input's shape)",
+    look="the block's forward: how h and the branch are combined",
+)
+
+
+def _concatenated(result: Any, rows: int, D: int) -> bool:
+    """Whether ``result`` has D columns and a whole multiple (above one) of the input's rows."""
+    if not isinstance(result, torch.Tensor) or result.dim() != 2 or result.shape[1] != D:
+        return False
+    return result.shape[0] > rows and result.shape[0] % rows == 0
+
+
 def _wrong_count(k: int, depth: int) -> Mistake:
     if abs(k - depth) == 1:
         return Mistake(
@@ -1335,6 +1425,8 @@ def _structure(parts: _Parts, out: torch.Tensor, x: torch.Tensor, depth: int, fa
     if parts.others and not parts.fc1 and not parts.fc2 and len(_hidden_sizes(parts.others, x.shape[1])) == 1:
         raise mistake_error(message, WRONG_HIDDEN, **facts)
     if parts.others or parts.biases == "mismatch":
+        if k1 == k2 == depth:
+            raise mistake_error(message, EXTRA_LAYERS, **facts)
         raise CheckError(message, **facts)
     if k1 == k2 == depth and parts.biases == "some":
         raise mistake_error(message, SOME_WITHOUT_BIAS, **facts)
@@ -1468,6 +1560,9 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     x = torch.randn(7, D)
     x[0] *= 40  # a large row: some pre-activations above 6, where relu6 or a clamp part from the ReLU
     result = _run_stack(stack, x, call)
+    if _concatenated(result, 7, D):
+        message = f"{call}(x) has the wrong shape: expected (7, {D}), the input's; got {tuple(result.shape)}"
+        raise mistake_error(message, CONCATENATED)
     out = expect_tensor(expect_output(result, f"{call}(x)"), f"{call}(x)", shape=(7, D), dtype=torch.float32)
     again = run_student(stack, x, what=f"{call}(x), called a second time")
     if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):

@@ -238,6 +238,37 @@ def _one_minus_momentum_on_velocity(p, g, v, lr, mu):
     return p - lr * v, v
 
 
+def _lr_and_momentum_swapped(p, g, v, lr, mu):
+    """The group's two settings read into each other's names: the velocity fades by lr, the step moves by mu."""
+    return _momentum(p, g, v, mu, lr)
+
+
+#: Weight decays students add out of habit (torch.optim.SGD's weight_decay argument, typical values).
+WEIGHT_DECAYS = (1e-4, 5e-4, 1e-3, 1e-2)
+
+
+def _with_weight_decay(decay: float) -> Callable:
+    """The momentum rule on the gradient plus ``decay`` times the parameter (L2 weight decay)."""
+
+    def rule(p, g, v, lr, mu):
+        return _momentum(p, g + decay * p, v, lr, mu)
+
+    rule.__name__ = f"_weight_decay_{decay:g}"
+    return rule
+
+
+def _clamped_gradient(p, g, v, lr, mu):
+    return _momentum(p, g.clamp(-1, 1), v, lr, mu)
+
+
+def _norm_clipped_gradient(p, g, v, lr, mu):
+    return _momentum(p, g * min(1.0, 1.0 / max(g.norm().item(), 1e-12)), v, lr, mu)
+
+
+def _normalised_gradient(p, g, v, lr, mu):
+    return _momentum(p, g / g.norm().clamp(min=1e-12), v, lr, mu)
+
+
 #: The defaults of the prompt's signature, SGDMomentum(params, lr=0.01, momentum=0.9): the numbers a student
 #: writes into step() in place of the group's.
 PROMPT_DEFAULTS = {"lr": 0.01, "momentum": 0.9}
@@ -432,6 +463,28 @@ RULE_MISTAKES = [
         why="the old velocity is multiplied by one minus the momentum: the momentum is itself the share of the old "
         "velocity that stays from one step to the next, so a momentum close to 1 keeps almost all of it",
         look="step(): the line that updates v, and the factor on the old velocity",
+    ),
+    Mistake(
+        "lr and momentum swapped",
+        WrongRule((_lr_and_momentum_swapped,)),
+        why="the velocity fades by the learning rate and the step moves by the momentum: the group's two settings "
+        "are read into each other's names",
+        look="step(): the lines that read the group's lr and momentum, and where each name is used",
+    ),
+    Mistake(
+        "weight decay added",
+        WrongRule(tuple(_with_weight_decay(decay) for decay in WEIGHT_DECAYS)),
+        why="the gradient gets a share of the parameter added to it (weight decay, as torch.optim.SGD's "
+        "weight_decay would), but the exercise's rule uses the gradient as it is",
+        look="step(): what is added to p.grad before it joins the velocity",
+    ),
+    Mistake(
+        "gradient clipped or normalised",
+        WrongRule((_clamped_gradient, _norm_clipped_gradient, _normalised_gradient)),
+        why="the gradient is clipped (or divided by its norm) before it joins the velocity: the rule uses the "
+        "gradient as it is, and clipping, where a training wants it, belongs to the training loop "
+        "(torch.nn.utils.clip_grad_norm_), not to the optimizer",
+        look="step(): what is done to p.grad before it joins the velocity",
     ),
     Mistake(
         "setting written into step()",

@@ -1070,6 +1070,14 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
             look="what the epoch's count of right answers is divided by",
         ),
         Mistake(
+            "counts kept across epochs",
+            Near(_means_so_far(ref.train_accs)),
+            "from the second epoch on, the value is the accuracy over every epoch so far: the counts of right "
+            "answers and of images seen go on from one epoch to the next, where accuracy/train counts the images of "
+            "its own epoch only",
+            look="where the counts of right answers and of images start from zero",
+        ),
+        Mistake(
             "divided by batches times batch size",
             Near([correct / ref.slots for correct in ref.train_correct]),
             "the epoch's images were counted as the number of batches times the batch size (loader.batch_size "
@@ -1078,6 +1086,11 @@ def _train_acc_mistakes(ref: Run) -> list[Mistake]:
             look="how train counts the images of the epoch",
         ),
     ]
+
+
+def _means_so_far(values: list[float]) -> list[float]:
+    """The mean of the values up to each one: an epoch's accuracy over all epochs so far (each as many images)."""
+    return [sum(values[: i + 1]) / (i + 1) for i in range(len(values))]
 
 
 def _running_means(losses: list[float], per_epoch: int) -> list[float]:

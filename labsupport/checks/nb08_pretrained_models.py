@@ -10,6 +10,7 @@ import functools
 import math
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -843,7 +844,45 @@ def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple, want: float) -
             "this step's backward() went through",
             look="where transfer_step computes the loss it returns",
         ),
+        Mistake(
+            "loss returned divided by the batch size",
+            functools.partial(math.isclose, want / len(batch[1]), rel_tol=1e-4),
+            "the loss returned is the step's mean loss divided once more by the number of images: cross-entropy "
+            "already averages over the batch, so its value is the loss per image",
+            look="what transfer_step does to the loss before it returns it",
+        ),
+        Mistake(
+            "accuracy returned",
+            _one_of(_accuracies(mirror, state, batch)),
+            "the number returned is the batch's accuracy (the share, or the count, of images whose highest score "
+            "is their label), not the loss: the step returns the value of the cross-entropy that backward() went "
+            "through",
+            look="what transfer_step returns",
+        ),
     ]
+
+
+def _accuracies(mirror: Mirror, state: Snapshot, batch: tuple) -> list[float]:
+    """The batch's accuracy before the step, as a share, a percentage and a count of correct images."""
+    seen = []
+
+    def scored(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        seen.append(scores.detach())
+        return F.cross_entropy(scores, labels)
+
+    mirror.step(state, *batch, loss_of=scored)
+    correct = float((seen[0].argmax(dim=1) == batch[1]).sum())
+    share = correct / len(batch[1])
+    return [share, 100 * share, correct]
+
+
+def _one_of(values: list[float]) -> Callable[[float], bool]:
+    """A match for a number equal to one of ``values``."""
+
+    def matches(got: float) -> bool:
+        return any(math.isclose(got, value, rel_tol=1e-6, abs_tol=1e-9) for value in values)
+
+    return matches
 
 
 def _mirror(model: nn.Module, optimizer: torch.optim.Optimizer) -> Mirror:

@@ -281,6 +281,29 @@ def _check_eager(halve_until_small: Any) -> None:
         if mistake is not None:
             raise mistake_error(message, mistake, **facts)
         raise CheckError(message, **facts)
+    _check_large_input(halve_until_small)
+
+
+#: An input that needs more halvings (13) than any of fresh_inputs (6 at most): a loop capped at the fresh inputs'
+#: count (`for _ in range(6)`, read off the prompt) stops before it is small enough.
+LARGE_INPUT = (5000.0, -3.0, 0.5, 1.0)
+
+
+def _check_large_input(halve_until_small: Any) -> None:
+    """halve_until_small on an input that needs 13 halvings: the number of passes comes from the data."""
+    __tracebackhide__ = True
+    x = torch.tensor(LARGE_INPUT)
+    got = _eager_answers(halve_until_small, [x])[0]
+    want = halve_while(x, _largest_abs_above_one)
+    if torch.equal(got, want):
+        return
+    message = f"halve_until_small is wrong for an input whose largest |x| is {float(x.abs().max()):g}"
+    facts = {"expected": f"largest |x| {float(want.abs().max()):.3g}", "got": f"largest |x| {_largest(got)}"}
+    done = _halvings(got, x)
+    if done is not None and done < _needed_halvings(x):
+        fixed = next(mistake for mistake in EAGER_MISTAKES if mistake.name == "fixed number of passes")
+        raise mistake_error(message, fixed, **facts)
+    raise CheckError(message, **facts)
 
 
 def _largest(t: torch.Tensor) -> str:
@@ -555,7 +578,7 @@ NEGATION_CLIPPED = Mistake(
 
 def _negation_clipped(got: torch.Tensor, h: torch.Tensor) -> bool:
     """Is ``got`` h negated and made non-negative: relu(-h), -relu(h) or |h|?"""
-    for clipped in ((-h).relu(), -(h.relu()), h.abs()):
+    for clipped in ((-h).relu(), -(h.relu()), h.abs(), -(h.abs())):
         if torch.allclose(got, clipped, atol=1e-5):
             return True
     return False
@@ -665,6 +688,40 @@ BRANCH_RETURNS_TUPLE = Mistake(
 )
 
 
+COND_RESULT_WRAPPED = Mistake(
+    "cond's result wrapped",
+    None,
+    "torch.cond handed back one tensor, as its branches return one, and forward put that tensor into a list (or "
+    "tuple) before returning it: Gate's forward returns the tensor itself",
+    look="forward's return line: what surrounds torch.cond's result",
+)
+
+
+@contextlib.contextmanager
+def _recording_cond(results: list) -> Iterator[None]:
+    """Calls of ``torch.cond`` (the name students call) append what each returned to ``results``."""
+    original = torch.cond
+
+    @functools.wraps(original)
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        results.append(out)
+        return out
+
+    torch.cond = recorded
+    try:
+        yield
+    finally:
+        torch.cond = original
+
+
+def _collection_mistake(got: Any, cond_results: list) -> Mistake:
+    """A list or tuple returned by forward: wrapped there around cond's tensor, or handed back by cond itself."""
+    if cond_results and isinstance(cond_results[-1], torch.Tensor) and len(got) == 1:
+        return COND_RESULT_WRAPPED
+    return BRANCH_RETURNS_TUPLE
+
+
 def _reason_in_causes(err: BaseException, phrase: str) -> str | None:
     """The first line holding ``phrase`` in the errors ``err`` was raised from (torch 2.6 raises a generic
     "Cond doesn't work unless it is captured completely" from the error that says why), or None."""
@@ -737,13 +794,14 @@ def _eager_runs(model: torch.nn.Module, batches: list) -> list[tuple[torch.Tenso
     """(h, output) of the student's module on each batch, h = model.linear(x)."""
     runs = []
     for x, _ in batches:
-        with torch.no_grad():
+        cond_results: list = []
+        with torch.no_grad(), _recording_cond(cond_results):
             h = model.linear(x)
             got = _run_gate(model, x)
         if isinstance(got, (tuple, list)) and any(isinstance(t, torch.Tensor) for t in got):
             raise mistake_error(
                 f"CondGate()(x) returned a {type(got).__name__} of {len(got)}, not a tensor",
-                BRANCH_RETURNS_TUPLE,
+                _collection_mistake(got, cond_results),
                 expected=f"a tensor of shape {tuple(h.shape)}",
             )
         if _first_row_only(got, h):
@@ -780,11 +838,44 @@ def _check_eager_gate(model: torch.nn.Module, batches: list) -> None:
             raise mistake_error(message, UNCHANGED_BRANCH, **facts)
         if expected == "-h" and _negation_clipped(got, h):
             raise mistake_error(message, NEGATION_CLIPPED, **facts)
+        if _per_element(runs):
+            raise mistake_error(message, ELEMENTWISE_CHOICE, **facts)
         raise CheckError(message, **facts)
     facts = {"expected": expected, "got": f"{'relu(h)' if expected == '-h' else '-h'} (the other branch)"}
     if "neither" in taken:
         raise CheckError(message, **facts)
+    if len(set(taken)) == 1:
+        raise mistake_error(message, _one_branch_everywhere(taken[0]), **facts)
     raise mistake_error(message, _branch_mistake(taken, batches), **facts)
+
+
+ELEMENTWISE_CHOICE = Mistake(
+    "choice per element",
+    None,
+    "the output is |h|: each element of h was kept or negated by its own sign, a choice per element, where Gate "
+    "makes one choice for the whole batch, from the sign of h.sum(), and applies that branch to all of h",
+    look="the condition that picks the branch: is it one value for the batch, or one per element?",
+)
+
+
+def _per_element(runs: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Is every output |h|, and not a choice per row (which gives |h| on a batch whose rows each keep one sign)?"""
+    if not all(torch.allclose(got, h.abs(), atol=1e-5) for h, got in runs):
+        return False
+    per_rows = [torch.where(h.sum(dim=-1, keepdim=True) > 0, h.relu(), -h) for h, _ in runs]
+    return not all(torch.allclose(got, per_row, atol=1e-5) for (_, got), per_row in zip(runs, per_rows))
+
+
+def _one_branch_everywhere(branch: str) -> Mistake:
+    """Every batch took the same branch: a predicate that never changes, or two branches that compute the same."""
+    result = "relu(h)" if branch == "relu" else "-h"
+    return Mistake(
+        "wrong predicate",
+        None,
+        f"every batch got {result}, whatever the sign of h.sum(): the predicate came out the same for every batch "
+        "(it does not follow the sign of the sum over all of h), or both branch functions compute the same thing",
+        look="the predicate, and the two branch functions side by side",
+    )
 
 
 @contextlib.contextmanager
@@ -932,6 +1023,10 @@ def summarise_variant(
         y = -y
     counted = x if share == "> 0 before" else y
     positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
+    if share == "< 0 after":
+        positive = counted < 0
+    elif share == "<= 0 after":
+        positive = counted <= 0
     count = float(positive.sum())
     if share == "none":
         return y
@@ -950,6 +1045,8 @@ def _flips(mean: torch.Tensor, flip: str) -> bool:
     """Does this variant of the flip's condition negate a vector with this mean?"""
     if flip == "mean >= 0":
         return bool(mean >= 0)
+    if flip == "mean > 0":
+        return bool(mean > 0)
     if flip == "mean <= 0":
         return bool(mean <= 0)
     return bool(mean < 0)
@@ -984,6 +1081,15 @@ def _variant(**how: str) -> Callable[[list], bool]:
             if not torch.allclose(got, summarise_variant(x, **how), atol=1e-6):
                 return False
         return True
+
+    return test
+
+
+def _either_variant(*tests: Callable[[list], bool]) -> Callable[[list], bool]:
+    """A test on the answers that holds where any of ``tests`` holds."""
+
+    def test(answers: list) -> bool:
+        return any(one(answers) for one in tests)
 
     return test
 
@@ -1048,7 +1154,7 @@ SUMMARISE_MISTAKES = [
     ),
     Mistake(
         "flip swapped",
-        _variant(flip="mean >= 0"),
+        _either_variant(_variant(flip="mean >= 0"), _variant(flip="mean > 0")),
         "the sign flips when the mean is positive: summarise flips only a vector whose mean is negative",
         look="the condition of the flip",
     ),
@@ -1093,6 +1199,13 @@ SUMMARISE_MISTAKES = [
         "each entry was multiplied by its own comparison with 0 (1 or 0), which only zeroes the entries at or below "
         "0: the share is one number for the whole vector, the fraction of its entries above 0",
         look="the share: one number for the vector, or one per entry?",
+    ),
+    Mistake(
+        "share of the other entries",
+        _either_variant(_variant(share="< 0 after"), _variant(share="<= 0 after")),
+        "the share counts the entries below 0 (or at most 0), the other side of the comparison: summarise "
+        "multiplies by the share of the entries that are above 0",
+        look="the comparison inside the share",
     ),
     Mistake(
         "count, not share",
@@ -1341,8 +1454,31 @@ def _eager_summaries(summarise_graph: Any, inputs: list) -> list[torch.Tensor]:
             message = f"summarise_graph(x) raised {kind}: torch.cond refused a branch whose output aliases its input"
             raise mistake_error(message, BRANCH_RETURNS_ITS_INPUT) from None
         got = _returned(got, "summarise_graph(x)")
+        if _is_the_share(got, x):
+            raise mistake_error(
+                f"summarise_graph(x) returned one number for a vector of {len(x)}",
+                SHARE_ALONE,
+                expected=f"shape {tuple(x.shape)}",
+            )
         eager.append(expect_tensor(got, "what summarise_graph returned", shape=tuple(x.shape), dtype=x.dtype))
     return eager
+
+
+SHARE_ALONE = Mistake(
+    "share returned alone",
+    None,
+    "summarise_graph returned the share of positive entries, one number, where summarise returns the scaled (and "
+    "flipped) vector multiplied by that share: a vector as long as x",
+    look="what summarise_graph returns",
+)
+
+
+def _is_the_share(got: Any, x: torch.Tensor) -> bool:
+    """Is ``got`` a single number equal to the share of x's summarised entries above 0?"""
+    if not isinstance(got, torch.Tensor) or got.numel() != 1 or len(x) == 1 or not got.dtype.is_floating_point:
+        return False
+    share = (summarise_variant(x, share="none") > 0).double().mean()
+    return bool(torch.isclose(got.detach().double().reshape(()), share, atol=1e-6))
 
 
 def _names_an_earlier_length(err: CheckError, x: torch.Tensor, earlier: list[torch.Tensor]) -> bool:

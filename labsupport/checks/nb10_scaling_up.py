@@ -134,6 +134,7 @@ class AmpRecipe:
     scaled_backward: bool = True  # backward() on the scaled loss (False: on the loss itself)
     loss: str = "mean"  # the cross-entropy's reduction; "softmax": of probabilities; "nll": NLL of the raw scores;
     # "mean per example": the mean divided by the batch size again
+    clip: float | None = None  # clip_grad_norm_ to this norm, on the gradients as backward() left them (scaled)
 
 
 @dataclasses.dataclass
@@ -175,7 +176,7 @@ def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
         finite = all(bool(torch.isfinite(g).all()) for g in kept)
         if finite or not recipe.skip_nonfinite or not recipe.scaler_on:
             with torch.no_grad():
-                for p, g in zip(params, kept):
+                for p, g in zip(params, _clipped(kept, recipe.clip)):
                     p -= recipe.updates * AMP_LR * (g / scale if recipe.unscale else g)
         if recipe.scaler_on:
             scale = scale * 2 if finite else scale / 2
@@ -183,6 +184,19 @@ def amp_reference(recipe: AmpRecipe, batches: list) -> AmpRun:
         run.scales.append(scale)
         run.losses.append(loss.detach())
     return run
+
+
+def _clipped(grads: list[torch.Tensor], max_norm: float | None) -> list[torch.Tensor]:
+    """``grads`` scaled as torch.nn.utils.clip_grad_norm_(..., max_norm) scales them (as they are, if None)."""
+    if max_norm is None:
+        return grads
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    factor = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+    return [g * factor for g in grads]
+
+
+#: Norms students clip the gradients to (clip_grad_norm_'s max_norm), typical values.
+CLIP_NORMS = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 class CountingScaler(torch.amp.GradScaler):
@@ -338,6 +352,15 @@ def _skipped_on_inf(mistake: Mistake, scaler: CountingScaler, step: str) -> Mist
     return mistake
 
 
+SCORES_RETURNED = Mistake(
+    "scores returned",
+    None,
+    "amp_step returned a (batch, classes) tensor, the model's scores, where fp32_step returns the step's loss: one "
+    "number, the mean cross-entropy over the batch",
+    look="what amp_step returns",
+)
+
+
 def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
     """The loss amp_step returned, if it is one: a 0-dim tensor holding values, without its graph."""
     name = f"the loss amp_step returned in the {step} step"
@@ -353,6 +376,8 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
             "what kind of value does the loss start as, before it is turned into a number?",
             usage=True,
         )
+    if loss.dim() == 2:
+        raise mistake_error(f"{name} has shape {tuple(loss.shape)}, one row per example", SCORES_RETURNED)
     loss = expect_tensor(loss, name, shape=(), finite=finite)
     if loss.requires_grad:
         raise CheckError(
@@ -482,6 +507,7 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
             look="every call that updates the weights",
         ),
         dataclasses.replace(UNSCALED_BACKWARD, matches=like(AmpRecipe(dtype, scaled_backward=False))),
+        _clipped_while_scaled(like, dtype),
         Mistake(
             "no step",
             _weights_unmoved(dtype, batches, step),
@@ -490,6 +516,27 @@ def amp_mistakes(dtype: torch.dtype, batches: list, step: int) -> list[Mistake]:
         ),
         *_amp_loss_mistakes(like, dtype),
     ]
+
+
+def _clipped_while_scaled(like: Callable[[AmpRecipe], Callable], dtype: torch.dtype) -> Mistake:
+    """The step whose gradients were clipped (clip_grad_norm_) before the scaler unscaled them."""
+    return Mistake(
+        "clipped while scaled",
+        _any_of([like(AmpRecipe(dtype, clip=norm)) for norm in CLIP_NORMS]),
+        f"the gradients were clipped while still multiplied by the scale ({INIT_SCALE:g}): the clip measures "
+        "their norm, scale times too large, and cuts a step that needed no cutting. What has to happen to the "
+        "gradients before anything reads their size?",
+        look="the lines between backward() and the scaler's step",
+    )
+
+
+def _any_of(tests: list[Callable[[dict], bool]]) -> Callable[[dict], bool]:
+    """A test on the weights that holds where any of ``tests`` holds."""
+
+    def test(state: dict) -> bool:
+        return any(one(state) for one in tests)
+
+    return test
 
 
 def _amp_loss_mistakes(like: Callable[[AmpRecipe], Callable], dtype: torch.dtype) -> list[Mistake]:
@@ -863,6 +910,26 @@ SHARDS_ONE_LONG = Mistake(
 )
 
 
+SHARD_SUM_OVER_WORLD_SIZE = Mistake(
+    "shard's sum divided by world_size",
+    None,
+    "each shard's loss was its sum divided by world_size, where its mean divides by the number of examples in the "
+    "shard: the shards had the right size (the model saw them), so the gradients come out shard size / world_size "
+    "times too large",
+    look="the loss of a shard, and what its sum is divided by",
+)
+
+
+def _split_or_divided(mistake: Mistake, calls: list[torch.Tensor] | None, ws: int) -> Mistake:
+    """SPLIT_SIZE's gradients are also those of shards of the right size whose sums were divided by world_size:
+    the examples the model saw in each call tell the two apart."""
+    if mistake.name != SPLIT_SIZE.name or not calls:
+        return mistake
+    if any(len(inputs) == ws for inputs in calls):
+        return mistake
+    return SHARD_SUM_OVER_WORLD_SIZE
+
+
 def fixed_world_size_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The results of a function that splits or averages for 2 ranks whatever world_size is (none where it is 2)."""
     if ws == 2:
@@ -1035,7 +1102,13 @@ def _leave_stale_gradients(model: torch.nn.Module, n: int) -> list[torch.Tensor]
 
 
 def _judge_parallel_grads(
-    got: list, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int, stale: list | None
+    got: list,
+    model: torch.nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ws: int,
+    stale: list | None,
+    calls: list[torch.Tensor] | None = None,
 ) -> None:
     want = _grads(model, x, y)
     if _same_grads(got, want):
@@ -1044,7 +1117,7 @@ def _judge_parallel_grads(
     mistakes = data_parallel_mistakes(model, x, y, ws, stale) + stale_gradient_mistakes(want, stale, ws)
     for mistake in mistakes + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
-            raise mistake_error(message, mistake)
+            raise mistake_error(message, _split_or_divided(mistake, calls, ws))
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
 
 
@@ -1203,10 +1276,10 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
                 hint="it computes gradients only: no optimizer step, no in-place change of a parameter",
                 mistake="weights changed",
             )
-        _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws, stale)
         # calls under torch.func.vmap show one shard's shape for all shards: the others are judged, and only a
         # function whose every call is under a transform (or that never calls the model) has nothing to judge
         counted = [inputs for inputs in calls if inputs is not None]
+        _judge_parallel_grads(_grads_returned(got, list(model.parameters())), model, x, y, ws, stale, counted)
         if counted:
             _judge_shards(counted, x, ws)
     passed("data_parallel_grads: the shards' average equals the whole-batch gradient (world_size 2 and 3)")
@@ -1374,6 +1447,26 @@ def speedup_mistakes() -> dict[tuple[float, float], str]:
         "one GPU's.",
         (round(1 / right[0], 2), round(1 / right[1], 2)): f"Those are the speed-ups upside down: one GPU's "
         f"throughput over {GPUS} GPUs'. A speed-up puts the new setup's throughput on top, so above 1 means faster.",
+        **_partial_speedup_mistakes(right),
+    }
+
+
+def _partial_speedup_mistakes(right: tuple[float, float]) -> dict[tuple[float, float], str]:
+    """Wrong predictions from the step times alone, from one GPU's share of the digits' batch, or with DDP's
+    cost left out of one job only."""
+    resnet, digits = SCALING.values()
+    step_ratio = tuple(round((c.share_ms + c.ddp_added_ms) / c.one_gpu_ms, 2) for c in (resnet, digits))
+    share_only = speedup(digits, gpus=1)  # one GPU's share of the batch counted as the step's images
+    return {
+        step_ratio: f"Those are how much longer a step takes on {GPUS} GPUs than on one (its time with DDP over "
+        "one GPU's): a speed-up compares throughputs, images per second, so it also counts how many images each "
+        "step handles.",
+        (right[0], round(share_only, 2)): f"That counts one GPU's {digits.images_per_gpu} images per digits step: "
+        f"the {GPUS} GPUs together handle the whole batch of {digits.images_one_gpu} in each step.",
+        (round(speedup(resnet, ddp=False), 2), right[1]): "ResNet-50's is ideal scaling: it leaves out what DDP "
+        f"adds to each of its steps ({resnet.ddp_added_ms:g} ms), which the digits' figure counts.",
+        (right[0], round(speedup(digits, ddp=False), 2)): "The digits' leaves out what DDP adds to each of its "
+        f"steps ({digits.ddp_added_ms:g} ms), which ResNet-50's figure counts.",
     }
 
 
