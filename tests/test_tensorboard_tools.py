@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -337,6 +338,15 @@ def _make(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([MAKE, "-s", "-C", str(cwd), *args], capture_output=True, text=True, timeout=60)
 
 
+def _first_free_port(start: int) -> int:
+    """The first port from ``start`` on which nothing on 127.0.0.1 accepts a connection (make tensorboard's rule)."""
+    for port in range(start, 65536):
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)):
+                return port
+    raise AssertionError(f"no free port from {start} on")
+
+
 @needs_make
 def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
     def dry_run(*args: str) -> str:
@@ -348,7 +358,9 @@ def test_make_tensorboard_serves_runs_on_loopback_at_a_fixed_overridable_port():
             env=_env_without_runs_dir(),
         ).stdout
 
-    assert re.search(r"tensorboard --logdir runs --host 127\.0\.0\.1 --port 6006$", dry_run(), re.M)
+    # 6006, or the first free port after it: a student's inline %tensorboard may hold 6006 (and 6007...)
+    port = _first_free_port(6006)
+    assert re.search(rf"tensorboard --logdir runs --host 127\.0\.0\.1 --port {port}$", dry_run(), re.M)
     assert "--logdir runs/06_optim --host 127.0.0.1 --port 6123" in dry_run("TB_PORT=6123", "NB=06_optim")
     assert "--logdir /srv/logs --host" in dry_run("LAB_RUNS_DIR=/srv/logs")
 

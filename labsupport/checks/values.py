@@ -372,6 +372,14 @@ def _left_unfilled(got: torch.Tensor, wrong: torch.Tensor) -> str | None:
     )
 
 
+def _at_element(flat: int, shape: torch.Size) -> str:
+    """ " at element (i, j)" for the ``flat``-th entry of a tensor of ``shape``; nothing for a single number."""
+    if shape.numel() <= 1:
+        return ""
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
+    return f" at element {index}"
+
+
 def compare(
     name: str,
     got: Any,
@@ -413,12 +421,8 @@ def compare(
     if g.numel() == 0 or float(excess.max()) <= 0:
         return rel_error(got, expected)
     flat = int(excess.argmax())
-    at = ""
-    if e.numel() > 1:  # a single number has no element to point at
-        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(e.shape)))
-        at = f" at element {index}"
     message = (
-        f"{name} does not match the reference{(' ' + where) if where else ''}{at} "
+        f"{name} does not match the reference{(' ' + where) if where else ''}{_at_element(flat, e.shape)} "
         f"(max abs. error {fmt(float((g - e).abs().max()))}; tolerance rtol={rtol:g}, atol={atol:g})"
     )
     mistake = first_mistake(got, mistakes)
