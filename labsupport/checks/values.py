@@ -373,7 +373,7 @@ def _left_unfilled(got: torch.Tensor, wrong: torch.Tensor) -> str | None:
 
 
 def _at_element(flat: int, shape: torch.Size) -> str:
-    """ " at element (i, j)" for the ``flat``-th entry of a tensor of ``shape``; nothing for a single number."""
+    """The words "at element (i, j)" for the ``flat``-th entry of a tensor of ``shape``; none for a single number."""
     if shape.numel() <= 1:
         return ""
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(shape)))
