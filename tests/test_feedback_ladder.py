@@ -141,8 +141,8 @@ def test_hint_for_an_id_without_its_leading_zero_shows_the_exercise_meant(capsys
     assert "there is no exercise '7.1': showing 07.1" in out and "Exercise 07.1 has not failed" in out
     lab.hint("Exercise 03.5")
     assert "showing 03.5" in capsys.readouterr().out
-    lab.hint("98.9")  # no such exercise, and none it could mean: said as before
-    assert capsys.readouterr().out.startswith("Exercise 98.9 has not failed")
+    lab.hint("98.9")  # no such exercise, and none it could mean: no check has this id
+    assert capsys.readouterr().out.startswith("Exercise 98.9 has no check.")
 
 
 def test_long_lines_of_a_shown_block_are_folded_at_spaces_under_their_label():

@@ -392,8 +392,8 @@ def hint(ex_id: str | None = None) -> None:
     and where to look (``lab.hint("03.5")``; no id: the last failed check).
 
     Example:
-        >>> hint("98.9")
-        Exercise 98.9 has not failed a check in this kernel: run its check first.
+        >>> hint("98.9")  # doctest: +ELLIPSIS
+        Exercise 98.9 has no check. A written answer has none: ...
     """
     from . import predictions
 
@@ -408,7 +408,14 @@ def hint(ex_id: str | None = None) -> None:
         return
     ex_id = _known_id(ex_id)
     if ex_id in predictions.COMMITTED:
+        print(f"HINT · Exercise {ex_id}: {_TITLES.get(ex_id, 'a prediction')}, the explanation:")
         predictions.explain(ex_id)
+        return
+    if ex_id not in _TITLES:
+        print(
+            f"Exercise {ex_id} has no check. A written answer has none: write it in its cell (double-click the "
+            "cell to edit it), and your instructor reads it. Otherwise, compare the id with the exercise's heading."
+        )
         return
     ledger = _LEDGER.get(ex_id, _Ledger())
     if ledger.solved:
@@ -421,7 +428,7 @@ def hint(ex_id: str | None = None) -> None:
     err.rung = 3
     lines = err.rendered(footer=False)
     lines[0] = f"HINT · {err.exercise or 'check'}, its last failure:"  # not a new failure: a look at the last one
-    print("\n".join(lines))
+    print("\n".join(part for line in lines for part in _folded(line)))
     if err.hint or err.look:
         return
     if err.usage:
