@@ -884,13 +884,170 @@ def test_bad_capstone_answers_are_one_sentence_never_a_pass(bad, monkeypatch):
     assert "could not use what it was given" not in text and "Traceback" not in text, text
 
 
+# twelfth audit: estimates that a counting slip, a pairing slip or the training mode gave, training on the
+# validation loss, and models that cannot take the images they are meant for
+
+
+def _split(labels):
+    order = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0))
+    return order[:200], order[200:]
+
+
+def _fitted_mlp(images, labels, part, epochs=8):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Dropout(0.1), nn.Linear(128, 10))
+    model = model.to(images.dtype)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(epochs):
+        model.train()
+        for x, y in DataLoader(TensorDataset(images[part], labels[part]), 64, shuffle=True):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return model
+
+
+def _counted(slip):
+    """A capstone whose validation loop (batches of 64 over 200 images) counts with ``slip``."""
+
+    def train_capstone(images, labels):
+        val, fit = _split(labels)
+        model = _fitted_mlp(images, labels, fit).eval()
+        loader = DataLoader(TensorDataset(images[val], labels[val]), 64, shuffle=slip == "shuffled")
+        rights, sizes = [], []
+        with torch.no_grad():
+            for x, y in loader:
+                rights.append(int((model(x).argmax(1) == y).sum()))
+                sizes.append(len(y))
+            if slip == "shuffled":  # the predictions of a shuffled loader against the labels in their first order
+                predicted = torch.cat([model(x).argmax(1) for x, _ in loader])
+                return model, (predicted == labels[val]).float().mean().item()
+        estimates = {
+            "batch mean": sum(r / n for r, n in zip(rights, sizes)) / len(sizes),
+            "per batch": sum(rights) / len(loader),
+            "whole batches": sum(rights) / (64 * len(sizes)),
+            "twice": (sum(rights) + rights[-1]) / (sum(sizes) + sizes[-1]),
+            "all images": sum(rights) / len(labels),
+        }
+        return model, estimates[slip]
+
+    return train_capstone
+
+
+def _estimate_in_training_mode(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit)  # still in training mode: dropout on while it is measured
+    with torch.no_grad():
+        estimate = (model(images[val]).argmax(1) == labels[val]).float().mean().item()
+    return model.eval(), estimate
+
+
+def _stepped_on_the_validation_loss(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss = F.cross_entropy(model(images[val]), labels[val])  # the validation part trained on
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    with torch.no_grad():
+        return model, (model(images[val]).argmax(1) == labels[val]).float().mean().item()
+
+
+def _in_float64(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images.double(), labels, fit, epochs=1).eval()  # float64 weights
+    return model, 0.9
+
+
+def _standardised_per_pixel(images, labels):
+    flat = images.flatten(1)
+    x = ((flat - flat.mean(0)) / (flat.std(0) + 1e-6)).reshape(images.shape)  # outside the model
+    val, fit = _split(labels)
+    model = _fitted_mlp(x, labels, fit).eval()
+    with torch.no_grad():
+        return model, (model(x[val]).argmax(1) == labels[val]).float().mean().item()
+
+
+AUDIT_CAPSTONE_MISTAKES = [
+    (_counted("batch mean"), "accuracy averaged over batches"),
+    (_counted("per batch"), "divided by the number of batches"),
+    (_counted("whole batches"), "whole batches counted"),
+    (_counted("twice"), "a batch counted twice"),
+    (_counted("all images"), "divided by all images"),
+    (_counted("shuffled"), "labels paired wrongly"),
+    (_estimate_in_training_mode, "estimate in training mode"),
+    (_stepped_on_the_validation_loss, "estimate on training images"),  # passed: its re-pass was skipped
+    (_in_float64, "model in another dtype"),
+    (_standardised_per_pixel, "inputs rescaled outside the model"),  # was "not learned the digits well enough"
+]
+
+
+@pytest.mark.parametrize(
+    "train_capstone, name", AUDIT_CAPSTONE_MISTAKES, ids=[name for _, name in AUDIT_CAPSTONE_MISTAKES]
+)
+def test_each_estimate_or_input_slip_is_named(train_capstone, name, clean_held_out):
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(train_capstone)
+    assert err.value.mistake == name, str(err.value)
+
+
+def _random_split_sgd(images, labels):
+    torch.manual_seed(0)
+    data = TensorDataset(images, labels)
+    fit, val = torch.utils.data.random_split(data, [len(data) - 250, 250], generator=torch.Generator().manual_seed(1))
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(10):
+        for x, y in DataLoader(fit, 32, shuffle=True):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    right = 0
+    with torch.inference_mode():
+        for x, y in DataLoader(val, 100, drop_last=True):  # 200 of the 250: an honest accuracy on fewer
+            right += (model(x).argmax(1) == y).sum().item()
+    return model, right / 200
+
+
+def _softmax_model_numpy_estimate(images, labels):
+    import numpy as np
+
+    val, fit = _split(labels)
+    model = nn.Sequential(_fitted_mlp(images, labels, fit), nn.Softmax(dim=1)).eval()
+    with torch.no_grad():
+        return model, np.mean(model(images[val]).argmax(1).numpy() == labels[val].numpy())
+
+
+def _one_image_at_a_time(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).train(False)
+    with torch.no_grad():
+        right = sum(int(model(images[i : i + 1]).argmax() == labels[i]) for i in val)
+    return model, right / len(val)
+
+
+@pytest.mark.parametrize(
+    "train_capstone",
+    [_random_split_sgd, _softmax_model_numpy_estimate, _one_image_at_a_time],
+    ids=["random_split, SGD, drop_last", "softmax output, numpy estimate", "one image at a time"],
+)
+def test_audited_capstone_variants_pass(train_capstone, clean_held_out, capsys):
+    lab.check_capstone(train_capstone)
+    assert "PASS" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- every named mistake has its test
 
 
 def test_every_mistake_the_checks_name_has_a_test():
     source = Path(ds.__file__).read_text()
     named = set(re.findall(r'Mistake\(\s*"([^"]+)"', source))
-    tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES}
+    capstone = CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES + AUDIT_CAPSTONE_MISTAKES
+    tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in capstone}
     tested.add("over budget")  # test_the_capstone_time_budget
     tested.add("images not flattened for Linear")  # test_a_linear_layer_on_unflattened_images_is_named
     assert named == tested, f"untested: {named - tested}; unknown: {tested - named}"

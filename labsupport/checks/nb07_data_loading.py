@@ -1379,6 +1379,7 @@ class Forward:
     predicted: torch.Tensor | None  # argmax of the output, (B,)
     key: tuple = ()  # its fingerprint
     trained: bool = False  # a backward pass went through its output
+    training: bool = False  # dropout or batch norm in the module was in training mode
 
 
 class ForwardLog:
@@ -1414,12 +1415,12 @@ class ForwardLog:
         self.depth -= 1
         if self.depth == 0 and self.rows < self.MAX_ROWS:
             try:
-                self._record(args, output)
+                self._record(module, args, output)
                 self._release()
             except Exception:  # a record is never worth breaking the student's training
                 pass
 
-    def _record(self, args: Any, output: Any) -> None:
+    def _record(self, module: nn.Module, args: Any, output: Any) -> None:
         x = args[0] if isinstance(args, tuple) and args else None
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or len(x) == 0 or x[0].numel() != 64:
             return
@@ -1429,7 +1430,7 @@ class ForwardLog:
         predicted = None
         if isinstance(output, torch.Tensor) and output.dim() == 2 and len(output) == len(x):
             predicted = output.detach().argmax(dim=1).cpu()
-        call = Forward(len(self.calls), rows, predicted, key=_fingerprint(rows))
+        call = Forward(len(self.calls), rows, predicted, key=_fingerprint(rows), training=_random_in_training(module))
         if isinstance(output, torch.Tensor) and output.requires_grad:
             output.register_hook(_Mark(call))
         self.calls.append(call)
@@ -1446,6 +1447,14 @@ class ForwardLog:
                 self.rows -= len(call.rows)
                 call.rows = torch.empty(0, 8, 8)
         self.checked = max(self.checked, len(self.calls) - 1)
+
+
+MODE_DEPENDENT = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+
+
+def _random_in_training(module: nn.Module) -> bool:
+    """Does the module hold dropout or batch norm in training mode (layers that act differently in eval mode)?"""
+    return any(m.training for m in module.modules() if isinstance(m, MODE_DEPENDENT))
 
 
 def _fingerprint(rows: torch.Tensor) -> tuple:
@@ -1517,6 +1526,9 @@ class Segment:
     start: int  # seq of its first call
     images: torch.Tensor  # indices into the student's images
     correct: int
+    rights: list[int] = dataclasses.field(default_factory=list)  # right answers of each call
+    sizes: list[int] = dataclasses.field(default_factory=list)  # images of each call
+    training: bool = False  # a call ran with dropout or batch norm in training mode
 
     @property
     def accuracy(self) -> float:
@@ -1532,10 +1544,12 @@ def _runs(log: ForwardLog, originals: torch.Tensor) -> list[list[tuple[Forward, 
             last_trained = call
             runs.append([])
             continue
-        if last_trained is not None and call.key == last_trained.key:
-            continue  # the batch just trained on, passed again (a training accuracy)
         index = _match(call.rows, originals) if call.predicted is not None else None
         if index is None or bool((index < 0).any()):
+            runs.append([])
+            continue
+        if last_trained is not None and call.key == last_trained.key:
+            runs.append([(call, index)])  # the batch just trained on, passed again: a run of its own
             runs.append([])
             continue
         runs[-1].append((call, index))
@@ -1552,7 +1566,9 @@ def _segments(log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> li
         spans |= {(0, j) for j in range(1, len(run) + 1)} | {(i, len(run)) for i in range(len(run))}
         for i, j in sorted(spans):
             shown = torch.cat([index for _, index in run[i:j]])
-            segments.append(Segment(run[i][0].seq, shown, sum(rights[i:j])))
+            sizes = [len(index) for _, index in run[i:j]]
+            training = any(call.training for call, _ in run[i:j])
+            segments.append(Segment(run[i][0].seq, shown, sum(rights[i:j]), rights[i:j], sizes, training))
     return segments
 
 
@@ -1571,6 +1587,7 @@ class Source:
     share: float = 0.0
     images: torch.Tensor | None = None  # a clean source's image indices
     start: int = 0  # the seq of a clean source's first call: training after it does not count
+    training: bool = False  # a clean source was measured with dropout or batch norm in training mode
 
 
 def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> Source:
@@ -1588,7 +1605,7 @@ def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: t
     for segment, sample in zip(matching, samples):
         segment_share = sum(first[i] < segment.start for i in sample.tolist()) / len(sample)
         if segment_share < 0.5:
-            return Source(size=len(segment.images), images=segment.images, start=segment.start)
+            return Source(len(segment.images), images=segment.images, start=segment.start, training=segment.training)
         if trained is None:
             trained = segment
             share = segment_share
@@ -1704,13 +1721,58 @@ def _one_kind_each() -> dict[str, Distortion]:
     }
 
 
+def _like_training_inputs(images: torch.Tensor, log: ForwardLog) -> torch.Tensor | None:
+    """``images`` rescaled, pixel by pixel, to the mean and spread of the inputs the model trained on, or None
+    when those look like the images as they come (no rescaling outside the model to undo)."""
+    rows = [call.rows for call in log.calls if call.trained and len(call.rows)]
+    if not rows:
+        return None
+    trained = torch.cat(rows)[:20_000].reshape(-1, 64)
+    raw = images.reshape(len(images), 64)
+    mean_t, std_t = trained.mean(dim=0), trained.std(dim=0)
+    mean_r, std_r = raw.mean(dim=0), raw.std(dim=0)
+    spread = float(std_t.median() / std_r.median().clamp_min(1e-6))
+    if float((mean_t - mean_r).abs().mean()) < 0.1 and 0.67 < spread < 1.5:
+        return None
+    rescaled = (raw - mean_r) / std_r.clamp_min(1e-3) * std_t + mean_t
+    return rescaled.reshape(images.shape)
+
+
+def _rescaled_outside(
+    model: nn.Module, accuracy: float, images: torch.Tensor, labels: torch.Tensor, log: ForwardLog
+) -> Mistake | None:
+    """The named mistake when the model, given the distorted held-out digits rescaled as its training inputs
+    were, scores at least 5 points more: the rescaling happened outside the model."""
+    distorted = _distort(images, HELD_OUT)
+    rescaled = _like_training_inputs(distorted, log)
+    if rescaled is None:
+        return None
+    score = _held_out_accuracy(model, rescaled, labels)
+    if score < accuracy + 0.05:
+        return None
+    return Mistake(
+        "inputs rescaled outside the model",
+        None,
+        "your training code rescaled (normalised) the images before they reached the model, but the images the "
+        "returned model is given, by the check as by train_capstone's caller, are as they come, in [0, 1]. Given "
+        f"the held-out digits rescaled like your training inputs, the same model scores {score:.1%}",
+        look="where your training code changes the images' values, and what the returned model receives",
+    )
+
+
 def _below_target(
-    model: nn.Module, accuracy: float, estimate: float, images: torch.Tensor, labels: torch.Tensor
+    model: nn.Module, accuracy: float, estimate: float, images: torch.Tensor, labels: torch.Tensor, log: ForwardLog
 ) -> CheckError:
     """How far the model is from the target, and which kind of change would close the gap: learning the
-    digits better (it falls short even on clean ones), or making training look like the test."""
+    digits better (it falls short even on clean ones), or making training look like the test; or the
+    training inputs were rescaled outside the model."""
     clean = _held_out_accuracy(model, images, labels)
     got = f"{accuracy:.1%}, {100 * (TARGET - accuracy):.1f} points short (your estimate {estimate:.1%})"
+    rescaled = _rescaled_outside(model, accuracy, images, labels, log)
+    if rescaled is not None:
+        return mistake_error(
+            "the held-out accuracy is below the target", rescaled, expected=f">= {TARGET:.0%}", got=got
+        )
     if clean < TARGET:
         mistake = Mistake(
             "below target on clean digits",
@@ -1767,6 +1829,9 @@ def _estimate_outside(estimate: float, log: ForwardLog, images: torch.Tensor, la
             "images), not the share of them the model gets right",
         )
         return mistake_error(message, mistake, expected="a fraction in [0, 1]", got=fmt(estimate))
+    miscount = _miscounted(estimate, _segments(log, images, labels), len(labels))
+    if miscount is not None:
+        return mistake_error(message, miscount[1], expected="a fraction in [0, 1]", got=fmt(estimate))
     if 1 < estimate <= 100:
         mistake = Mistake(
             "percent",
@@ -1797,7 +1862,17 @@ def _held_out_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Ten
     try:
         out = run_student(model, images, what="your model")
     except CheckError as err:
-        if not (err.mistake or "").startswith("raised") or not _takes_flat_images(model, images):
+        if not (err.mistake or "").startswith("raised"):
+            raise
+        dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} - {images.dtype}
+        if dtypes:
+            raise mistake_error(
+                f"{err.message.splitlines()[0]}, on images of dtype {images.dtype}",
+                OTHER_DTYPE,
+                expected=f"a model that takes {images.dtype} images",
+                got=f"weights of dtype {', '.join(sorted(str(d) for d in dtypes))}",
+            ) from None
+        if not _takes_flat_images(model, images):
             raise
         raise mistake_error(
             f"{err.message.splitlines()[0]}, on images of shape {tuple(images.shape)}",
@@ -1809,6 +1884,13 @@ def _held_out_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Ten
     return float((out.argmax(dim=1).cpu() == labels).double().mean())
 
 
+OTHER_DTYPE = Mistake(
+    "model in another dtype",
+    None,
+    "the model's weights have another dtype than the images it is given, by the check as by train_capstone's "
+    "caller (float32): a layer does not mix the two, so the returned model cannot take the images it is meant for",
+    look="where your training code changes the dtype of the model and of the images",
+)
 FLAT_INPUT = Mistake(
     "model takes flattened images",
     None,
@@ -1874,8 +1956,102 @@ def _trained_on_copies(source: Source, log: ForwardLog, images: torch.Tensor, he
     return _rank_z(validation, control)
 
 
-def _estimate_error(estimate: float, accuracy: float, source: Source, held: int) -> CheckError | None:
-    """The estimate against the held-out accuracy: taken on training images, or too far from it."""
+def _same(a: float, b: float) -> bool:
+    """Equal up to float32 rounding."""
+    return abs(a - b) <= 1e-5 * max(abs(b), 1e-3)
+
+
+def _miscounts(segment: Segment, given: int) -> list[tuple[float, Mistake]]:
+    """What a slip in counting gives on a recorded evaluation (batches as its calls), with its mistake: only the
+    slips whose value differs from the honest accuracy."""
+    right, size, batches = segment.correct, len(segment.images), len(segment.sizes)
+    slips = [
+        (sum(r / n for r, n in zip(segment.rights, segment.sizes)) / batches, BATCH_MEAN),
+        (right / batches, PER_BATCH_COUNT),
+        (right / (batches * max(segment.sizes)), WHOLE_BATCHES),
+        ((right + segment.rights[-1]) / (size + segment.sizes[-1]), COUNTED_TWICE),
+        (right / given, ALL_IMAGES),
+        (1 - right / size, ERROR_RATE),
+    ]
+    return [(value, mistake) for value, mistake in slips if not _same(value, segment.accuracy)]
+
+
+def _miscounted(estimate: float, segments: list[Segment], given: int) -> tuple[Segment, Mistake] | None:
+    """The recorded evaluation (of at least 10 images, the latest first) and the counting slip that give the
+    estimate exactly, or None."""
+    for segment in sorted(segments, key=lambda s: -s.start):
+        if len(segment.images) < 10:
+            continue
+        for value, mistake in _miscounts(segment, given):
+            if _same(estimate, value):
+                return segment, mistake
+    return None
+
+
+BATCH_MEAN = Mistake(
+    "accuracy averaged over batches",
+    None,
+    "that is the mean of the batches' accuracies: a last batch smaller than the others weighs as much as a full "
+    "one, so it is not the share of your validation images the model gets right",
+    look="how the right answers and the images are added up over your validation batches",
+)
+PER_BATCH_COUNT = Mistake(
+    "divided by the number of batches",
+    None,
+    "that is the count of right answers divided by the number of batches, not by the number of images",
+    look="what the count of right answers is divided by (the length of a DataLoader counts its batches)",
+)
+WHOLE_BATCHES = Mistake(
+    "whole batches counted",
+    None,
+    "that counts every batch as a full one: the last batch holds fewer images, so the number of images is "
+    "too large and the accuracy too small",
+    look="how the number of validation images is added up, batch by batch",
+)
+COUNTED_TWICE = Mistake(
+    "a batch counted twice",
+    None,
+    "the last batch's right answers and images are added once more after the loop, so it counts twice",
+    look="the lines after your validation loop, and their indentation",
+)
+ALL_IMAGES = Mistake(
+    "divided by all images",
+    None,
+    "that is the right answers on your validation part divided by the number of all the images train_capstone "
+    "received, not by the number of validation images",
+    look="what the count of right answers is divided by",
+)
+ERROR_RATE = Mistake(
+    "error rate",
+    None,
+    "that is the error rate (the share of wrong answers): the accuracy is the share of right ones",
+)
+LABELS_MISPAIRED = Mistake(
+    "labels paired wrongly",
+    None,
+    "an accuracy near chance (one digit in ten) from a model that gets most held-out digits right: are the "
+    "predictions compared with the labels of the same images, in the same order? A shuffled validation loader, "
+    "or labels taken from another split, pairs them at random",
+    look="where the predictions and the labels they are compared with come from",
+)
+
+
+def _chance_or_error_rate(estimate: float, accuracy: float, tolerance: float) -> Mistake | None:
+    """An estimate near chance (labels paired at random) or near the error rate, whichever it is closer to."""
+    if accuracy < 0.5:
+        return None
+    near_chance = abs(estimate - 0.1) <= 0.02 + 3 * math.sqrt(0.09 / 100)
+    near_error = abs(estimate - (1 - accuracy)) <= tolerance
+    if near_chance and (not near_error or abs(estimate - 0.1) < abs(estimate - (1 - accuracy))):
+        return LABELS_MISPAIRED
+    return ERROR_RATE if near_error else None
+
+
+def _estimate_error(
+    estimate: float, accuracy: float, source: Source, held: int, miscount: tuple[Segment, Mistake] | None
+) -> CheckError | None:
+    """The estimate against the held-out accuracy: taken on training images, miscounted (``miscount``: the
+    recorded evaluation and the slip that give it), or too far from it."""
     if source.trained is not None:
         mistake = Mistake(
             "estimate on training images",
@@ -1891,25 +2067,26 @@ def _estimate_error(estimate: float, accuracy: float, source: Source, held: int)
             got=f"{estimate:.1%}, measured on {len(source.trained.images)} images, {source.share:.0%} of which your "
             f"training had used (held-out accuracy: {accuracy:.1%})",
         )
+    if miscount is not None:
+        segment, mistake = miscount
+        return mistake_error(
+            "your estimate is not the share of your validation images the model gets right",
+            mistake,
+            expected=f"{segment.correct} right of {len(segment.images)} images: {fmt(segment.accuracy)}",
+            got=fmt(estimate),
+        )
     tolerance = _tolerance(source.size, accuracy, held)
     if abs(estimate - accuracy) <= tolerance:
         return None
     message = "your estimate is far from the model's accuracy on held-out digits"
     expected = f"{accuracy:.1%} ± {tolerance:.1%}"
-    mistakes = [
-        Mistake(
-            "estimate is zero",
-            0.0,
-            "an accuracy of exactly 0 from a model that is right on most digits: is "
-            "the count divided with // (integer division), which rounds the fraction down to 0?",
-        ),
-        Mistake(
-            "error rate",
-            Near(1 - accuracy, tolerance / max(1 - accuracy, 1e-3)),
-            "that is close to the error rate (the share of wrong answers): the accuracy is the share of right ones",
-        ),
-    ]
-    mistake = first_mistake(estimate, mistakes)
+    zero = Mistake(
+        "estimate is zero",
+        0.0,
+        "an accuracy of exactly 0 from a model that is right on most digits: is "
+        "the count divided with // (integer division), which rounds the fraction down to 0?",
+    )
+    mistake = first_mistake(estimate, [zero]) or _chance_or_error_rate(estimate, accuracy, tolerance)
     if mistake is not None:
         return mistake_error(message, mistake, expected=expected, got=f"{estimate:.1%}")
     return CheckError(
@@ -1920,6 +2097,13 @@ def _estimate_error(estimate: float, accuracy: float, source: Source, held: int)
     )
 
 
+ESTIMATE_IN_TRAINING_MODE = Mistake(
+    "estimate in training mode",
+    None,
+    "dropout and batch norm act differently in training mode: the estimate measures a noisier network than the "
+    "one you return in eval mode",
+    look="the mode the model is in when val_accuracy is measured",
+)
 TRAINED_ON_COPIES = Mistake(
     "estimate on augmented training images",
     None,
@@ -1927,6 +2111,29 @@ TRAINED_ON_COPIES = Mistake(
     "well the model remembers them, not how well it generalises",
     look="which indices the training loader is built from",
 )
+
+
+def _returned_in_training(model: nn.Module) -> CheckError | None:
+    """The error for a model returned with some layer in training mode, or None."""
+    training = [
+        f"layer {name} ({type(m).__name__})" if name else "the model" for name, m in model.named_modules() if m.training
+    ]
+    if training:
+        mistake = Mistake(
+            "returned in training mode",
+            None,
+            "dropout and batch norm act differently in training mode, and the model is still in it when it is "
+            "measured and returned",
+            look="the end of train_capstone: which mode is the model in when you measure it, and when you return it?",
+        )
+        return mistake_error(
+            "the model came back in training mode",
+            mistake,
+            expected="eval mode",
+            got=f"in training mode: {', '.join(training[:3])}"
+            + (f" and {len(training) - 3} more" if len(training) > 3 else ""),
+        )
+    return None
 
 
 @exercise("07.3", "the capstone")
@@ -1941,24 +2148,9 @@ def check_capstone(train_capstone) -> dict:
     model, estimate = _model_and_estimate(got)
     if not 0.0 <= estimate <= 1.0:
         raise _estimate_outside(estimate, log, images[seen], labels[seen])
-    training = [
-        f"layer {name} ({type(m).__name__})" if name else "the model" for name, m in model.named_modules() if m.training
-    ]
-    if training:
-        mistake = Mistake(
-            "returned in training mode",
-            None,
-            "dropout and batch norm act differently in training mode, and the model is still in it when it is "
-            "measured and returned",
-            look="the end of train_capstone: which mode is the model in when you measure it, and when you return it?",
-        )
-        raise mistake_error(
-            "the model came back in training mode",
-            mistake,
-            expected="eval mode",
-            got=f"in training mode: {', '.join(training[:3])}"
-            + (f" and {len(training) - 3} more" if len(training) > 3 else ""),
-        )
+    error = _returned_in_training(model)
+    if error is not None:
+        raise error
     accuracy = _held_out_accuracy(model, _distort(images[held], HELD_OUT), labels[held])
     if seconds > BUDGET:
         mistake = Mistake(
@@ -1980,8 +2172,18 @@ def check_capstone(train_capstone) -> dict:
             f"closest training inputs are far closer than for digits you never had ({copies:.1f} standard deviations)",
         )
     if accuracy < TARGET and source.trained is None:
-        raise _below_target(model, accuracy, estimate, images[held], labels[held])
-    error = _estimate_error(estimate, accuracy, source, len(held))
+        raise _below_target(model, accuracy, estimate, images[held], labels[held], log)
+    if source.training:
+        raise mistake_error(
+            "your estimate was measured with dropout or batch norm in training mode",
+            ESTIMATE_IN_TRAINING_MODE,
+            expected="an accuracy measured in eval mode, as the returned model is measured",
+            got=f"{estimate:.1%} (held-out accuracy: {accuracy:.1%})",
+        )
+    miscount = None
+    if source.size is None and source.trained is None:
+        miscount = _miscounted(estimate, _segments(log, images[seen], labels[seen]), len(seen))
+    error = _estimate_error(estimate, accuracy, source, len(held), miscount)
     if error is not None:
         raise error
     passed(f"capstone: held-out accuracy on distorted digits >= {TARGET:.0%} within the {BUDGET:g} s CPU budget")
