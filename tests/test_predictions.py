@@ -82,7 +82,7 @@ def test_a_right_first_answer_passes_is_asked_why_and_stays_right(capsys):
     assert capsys.readouterr().out == (
         "PASS  second backward: 'error' is right (recorded answer: 'error').\n"
         "  Now explain: what did the first backward() free?\n"
-        "  (then lab.hint('99.7') shows the explanation)\n"
+        "  (write it down or say it to yourself: no check reads it; then lab.hint('99.7') shows the explanation)\n"
     )
     check_guess("same")
     assert capsys.readouterr().out.startswith("PASS  second backward")

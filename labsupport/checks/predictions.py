@@ -253,7 +253,7 @@ def _right_verdict(record: Committed, ex_id: str) -> None:
 
 def _ask(record: Committed, ex_id: str) -> None:
     print(f"  Now explain: {record.ask.rstrip('.')}")
-    print(f"  (then lab.hint({ex_id!r}) shows the explanation)")
+    print(f"  (write it down or say it to yourself: no check reads it; then lab.hint({ex_id!r}) shows the explanation)")
 
 
 def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:
@@ -263,7 +263,9 @@ def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:
     if record.right:
         _right_verdict(record, ex_id)
         return
-    changed = "" if got == record.answer else f"; your new answer {got!r} does not replace it"
+    changed = ""
+    if got != record.answer:  # a prediction is made once, before the outcome is seen: that is what it measures
+        changed = f"; your new answer {got!r} does not replace it: a prediction counts once, before you see the outcome"
     print(
         f"NOT RIGHT  {record.name}: what happens is {record.actual!r} "
         f"(recorded answer: {record.answer!r}, your first{changed})."
