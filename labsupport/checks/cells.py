@@ -42,7 +42,7 @@ def one_line(value: BaseException, tb: Any) -> str | None:
     if isinstance(value, NameError) and code_line.startswith("lab.check_") and getattr(value, "name", None):
         return (
             f"{_BOLD}■ NOT DEFINED YET{_OFF} · {value.name} is not defined: run the exercise cell above first (it "
-            f"defines {value.name}), then this check again."
+            f"defines {value.name}; if it stopped with an error, fix that error there first), then this check again."
         )
     return None
 
