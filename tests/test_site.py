@@ -43,6 +43,27 @@ def test_index_links_every_page_with_colab(built):
         assert (built / f"{path.stem}.html").is_file() and (built / "student" / path.name).is_file()
 
 
+def test_index_says_how_to_take_the_course_and_what_the_lecture_is(built):
+    """A newcomer read "the lecture's GPU" on every page with no lecture named, and took the index's 1. for
+    notebook 00: the index now says where to start, what is needed and what "the lecture" means, unnumbered."""
+    index = (built / "index.html").read_text()
+    assert f'href="https://github.com/{colab.REPO}"' in index and "<code>make lab</code>" in index
+    assert "&ldquo;The lecture&rdquo;" in index and "you do not need the lecture at hand" in index
+    assert '<ul class="notebooks">' in index and "<ol" not in index
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_each_page_says_where_its_outputs_come_from_and_shows_its_setup_cell_short(built, path):
+    """The setup cell (its install fallback is 20 long lines) is shown a few lines high, scrollable and labelled;
+    a note under the bar says the outputs come from the solved notebook (07's trained curves under a stub)."""
+    raw = (built / f"{path.stem}.html").read_text()
+    assert website.PAGE_NOTE in raw
+    tagged = [m.start() for m in re.finditer(rf'class="[^"]*\bcelltag_{website.SETUP_TAG}\b', raw)]
+    assert len(tagged) == 1, f"{len(tagged)} cells tagged as the setup cell"
+    setup_at = tagged[0]
+    assert "import labsupport as lab" in html.unescape(re.sub(r"<[^>]+>", "", raw[setup_at : setup_at + 20000]))
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_page_has_outputs_and_links_but_no_solution(built, path):
     page = built / f"{path.stem}.html"

@@ -48,7 +48,8 @@ STYLE = (
     "nav.lab{display:flex;gap:1rem;flex-wrap:wrap;padding:.6rem 1rem;background:#f3f4f6;"
     "border-bottom:1px solid #ddd;font-family:system-ui,sans-serif;font-size:.95rem}"
     "nav.lab a{color:#1f4fbf;text-decoration:none}li{margin:.6rem 0}.blurb{color:#555}"
-    ".blurb code{background:#f3f4f6;padding:0 .2em}"
+    ".blurb code{background:#f3f4f6;padding:0 .2em}ul.notebooks{list-style:none;padding-left:0}"
+    "p.lab-note{color:#555;font:.95rem system-ui,sans-serif;margin:.8rem 1rem}"
 )
 # What marks exercise and check cells on a page (cell tags become classes in nbconvert's lab template).
 CELL_STYLE = (
@@ -57,6 +58,10 @@ CELL_STYLE = (
     ".celltag_lab-exercise::before,.celltag_lab-check::before{font:600 .85rem system-ui,sans-serif;color:#555}"
     '.celltag_lab-exercise::before{content:"Exercise: your code goes here"}'
     '.celltag_lab-check::before{content:"Check: run it after the exercise"}'
+    ".jp-Cell.celltag_lab-setup .jp-InputArea-editor pre{max-height:9em;overflow:auto}"
+    ".celltag_lab-setup::before{font:600 .85rem system-ui,sans-serif;color:#555;"
+    "content:\"Setup cell: loads the lab's helpers (and installs them where they are missing, as on Colab); "
+    'scroll it to read all of it"}'
     ".celltag_lab-outcome{border-left:4px solid #9aa3ad;padding-left:.4rem}"
     ".celltag_lab-outcome::after{font:600 .85rem system-ui,sans-serif;color:#555;"
     'content:"Output not shown here: it is what the prediction above asks about. In the notebook it runs once '
@@ -65,6 +70,13 @@ CELL_STYLE = (
 EXERCISE_TAG = "lab-exercise"
 CHECK_TAG = "lab-check"
 OUTCOME_TAG = "lab-outcome"
+SETUP_TAG = "lab-setup"
+# Under each page's bar: where its outputs come from (the exercise cells show the starting code).
+PAGE_NOTE = (
+    '<p class="lab-note">The outputs on this page come from a run of the solved notebook; each exercise cell '
+    "shows the starting code you get, and its check cell shows no output. Open the notebook (Colab, or "
+    "<code>make lab</code> on your machine) to solve the exercises.</p>"
+)
 # A prediction's check (lab.check_sweep_prediction(...)), and the lab.require(...) that opens its demo cells.
 PREDICTION_CHECK = re.compile(r"\blab\.check_\w*_prediction\(")
 REQUIRE = re.compile(r"lab\.require\(([^)]*)\)")
@@ -163,6 +175,20 @@ def copy_mathjax(out: Path) -> Path:
     return out / "MathJax.js"
 
 
+# The index's paragraph on taking the course: where, in what order, and what "the lecture" is.
+HOW_TO = (
+    "<p><b>How to take it.</b> In order, from 00: each notebook builds on the one before. Open a notebook in "
+    "Colab (the link beside it), or work on your own machine: clone "
+    f'<a href="https://github.com/{colab.REPO}">the repository</a> and run <code>make lab</code> (its README says '
+    "what else is needed: Python 3.10 or later and <code>make</code>; a GPU is optional). You need Python and some linear "
+    "algebra and calculus (matrix products, the chain rule); no PyTorch.</p>"
+    "<p><b>&ldquo;The lecture&rdquo;.</b> The notebooks follow a lecture on deep-learning hardware and software "
+    "(CPUs, GPUs and TPUs, then PyTorch from tensors to static and dynamic graphs). Where they say &ldquo;the "
+    "lecture&rdquo; they mean its example, the two-layer ReLU network on random data, and its figures. Each "
+    "notebook restates what it uses from it: you do not need the lecture at hand.</p>"
+)
+
+
 def mark_exercises(edition: student.Edition) -> None:
     """Tag the edition's exercise and check cells (CELL_STYLE labels them on the page)."""
     cells = edition.notebook.cells
@@ -171,6 +197,16 @@ def mark_exercises(edition: student.Edition) -> None:
             if index is not None:
                 tags = cells[index].metadata.setdefault("tags", [])
                 tags.append(tag)
+
+
+def mark_setup(edition: student.Edition) -> None:
+    """Tag the notebook's setup cell, its first code cell (CELL_STYLE shows a few lines of it, and says what it
+    is): its install fallback is the same in every notebook, and long."""
+    for cell in edition.notebook.cells:
+        if cell.cell_type == "code":
+            if "import labsupport as lab" in cell.source:
+                cell.metadata.setdefault("tags", []).append(SETUP_TAG)
+            return
 
 
 def hide_outcomes(edition: student.Edition) -> None:
@@ -227,6 +263,7 @@ def build(src: Path, out: Path) -> list[Path]:
         source = nbformat.read(path, as_version=4)
         edition = student.make_edition(source, path, keep_outputs=True)
         mark_exercises(edition)
+        mark_setup(edition)
         hide_outcomes(edition)
         (out / "student" / path.name).write_bytes(student.generate(path))
         body, _ = exporter.from_notebook_node(edition.notebook)
@@ -235,7 +272,7 @@ def build(src: Path, out: Path) -> list[Path]:
         title, blurb = title_and_blurb(source)
         body = body.replace("<body", f'<body data-notebook="{path.stem}"', 1)
         body_start = re.search(r"<body[^>]*>", body).end()
-        body = body[:body_start] + nav(path.name, names) + body[body_start:]
+        body = body[:body_start] + nav(path.name, names) + PAGE_NOTE + body[body_start:]
         body = body.replace("<title>Notebook</title>", f"<title>{html.escape(title)}</title>")
         style = STYLE.split("body{")[1].split("}", 1)[1] + CELL_STYLE
         body = body.replace("</head>", f"<style>{style}</style></head>", 1)
@@ -253,7 +290,8 @@ def build(src: Path, out: Path) -> list[Path]:
         f"<p>Eleven notebooks, from the hardware under PyTorch to training on several GPUs. "
         f"Read them here with their outputs, or open one in Colab and solve its exercises: "
         f"every exercise has a check that says what it expected and what it got.</p>"
-        f"<ol>{''.join(entries)}</ol></body></html>\n"
+        f"{HOW_TO}"
+        f'<ul class="notebooks">{"".join(entries)}</ul></body></html>\n'
     )
     return [index, *pages]
 
