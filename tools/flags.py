@@ -361,7 +361,7 @@ def _magic(indent: str, body: str) -> tuple[list[str], str]:
     if name in _TIMED_MAGICS:
         code = _timed_code(rest)
         return [indent + (code or "pass")], ""
-    plain = name in _PLAIN_MAGICS or (name == "load_ext" and rest.strip() == "tensorboard")
+    plain = name in _PLAIN_MAGICS or (name in ("load_ext", "reload_ext") and rest.strip() == "tensorboard")
     reason = "" if plain else f"an IPython magic (%{name}) runs code the analysis does not read"
     return [indent + "pass"] + [indent + expr for expr in _braces(rest)], reason
 
