@@ -296,6 +296,12 @@ def _locals_only(self, i, o):
     bias = nn.Parameter(torch.zeros(o))  # noqa: F841
 
 
+def _parameters_in_a_list(self, i, o):
+    """05.1, round 12 second pass: parameters in a plain list got "does not yield a weight" with no cause."""
+    nn.Module.__init__(self)
+    self.params = [nn.Parameter(torch.randn(o, i)), nn.Parameter(torch.zeros(o))]
+
+
 def _returns_inside_the_row_loop(self, x):
     """05.1, eighth round: a return inside a loop over the rows got only "wrong shape (1, 4)"."""
     for row in x:
@@ -322,6 +328,9 @@ LINEAR_MISTAKES = {
     "forward returns nothing": linear_variant(forward=_prints_output),  # seventh audit: "did the cell run?"
     "attribute read without self": linear_variant(forward=_weight_without_self),  # seventh audit: bare NameError
     "parameters kept in local names": linear_variant(init=_locals_only),  # seventh audit: facts only
+    "parameters in a plain list or dict": linear_variant(
+        init=_parameters_in_a_list, forward=lambda self, x: x @ self.params[0].t() + self.params[1]
+    ),
     "plain tensor, not registered": linear_variant(init=_plain_tensor),
     "missing bias": linear_variant(init=_no_bias),
     "names differ from nn.Linear's": linear_variant(init=_other_names),
@@ -426,6 +435,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.NO_RETURN,
             nb05_nn_module.NOT_ON_SELF,
             nb05_nn_module.LOCAL_NAMES,
+            nb05_nn_module.PARAMETERS_IN_A_CONTAINER,
             nb05_nn_module.ONE_ROW_ONLY,
             nb05_nn_module.KEPT_FROM_AN_EARLIER_CALL,
             nb05_nn_module.BATCH_REDUCED,
@@ -616,7 +626,8 @@ def test_list_prediction_notes_each_typical_wrong_answer(wrong, note, capsys):
     capsys.readouterr()
     lab.hint("05.2")
     out = capsys.readouterr().out
-    assert out.startswith(f"  About {wrong}:") and note in out
+    header, first = out.splitlines()[:2]
+    assert header.startswith("HINT · Exercise 05.2") and first.startswith(f"  About {wrong}:") and note in out
 
 
 @pytest.mark.parametrize("bad", [None, "many", "-4", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])

@@ -222,6 +222,8 @@ PREDICATE_MISTAKES = [
     ("channels_first_rows", "channel axis reduced away", lambda im: im[..., 0]),
     ("per_sample_matmul", "first sample with every matrix", lambda x, w: x[0] @ w),
     ("per_sample_matmul", "first sample with every matrix", lambda x, w: torch.einsum("d,bdk->bk", x[0], w)),
+    # round 12, second pass: an einsum with two batch letters builds x @ w's pairs with the B axes swapped
+    ("per_sample_matmul", "every sample with every matrix", lambda x, w: torch.einsum("ad,bdk->abk", x, w)),
 ]
 
 

@@ -251,6 +251,7 @@ VALUES = {
     "count, not share": variant(share="count"),
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
     "share in percent": variant(share="percent"),  # audit 6: a share read as a percentage
+    "mean of the positive values": variant(share="positive mean"),  # round 12, second pass: expected/got only
     "zero counted": variant(share=">= 0 after"),
     "share before the flip": variant(share="> 0 before"),
     "length written in": share_of_six,  # audit 4: expected/got only

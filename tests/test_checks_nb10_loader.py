@@ -115,12 +115,20 @@ def strided_without_padding(dataset, rank, world_size, epoch, batch_size=32):
     return DataLoader(Subset(dataset, order[rank::world_size]), batch_size=batch_size)
 
 
+def two_replicas(dataset, rank, world_size, epoch, batch_size=32):
+    """Round 12, second pass: num_replicas=2 written in passed on 2 ranks and got the part sizes only on 3."""
+    sampler = DistributedSampler(dataset, num_replicas=2, rank=rank % 2, shuffle=True, seed=0)
+    sampler.set_epoch(epoch)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
 MISTAKES = {
     "every rank sees all data": colleague,
     "same shard on every rank": rank_zero,
     "unequal parts": strided_without_padding,  # audit 4: the sizes, without a cause
     "not shuffled": unshuffled,
     "shards overlap": seed_per_rank,
+    "world size written in": two_replicas,
     "last batch dropped": drop_last,
     "same order every epoch": no_set_epoch,
     "order comes back": epoch_cycles,
@@ -215,7 +223,7 @@ def test_each_mistake_is_named(name):
         lab.check_rank_loader(MISTAKES[name])
     assert info.value.mistake == name
     assert info.value.message.startswith(
-        "with 50 items on 3 ranks" if name == "unequal parts" else "with 50 items on 2 ranks"
+        "with 50 items on 3 ranks" if name in ("unequal parts", "world size written in") else "with 50 items on 2 ranks"
     )
 
 

@@ -380,6 +380,16 @@ def _momentum_times_sum(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _both_settings_written_in(self, p, group):
+    """Round 12, second pass: the signature's 0.01 and 0.9 both written into step() got a generic expected/got."""
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone()
+    else:
+        state["v"] = 0.9 * state["v"] + p.grad
+    p.sub_(0.01 * state["v"])
+
+
 def _velocity_rebound(self, p, group):
     state = self.state[p]
     if "v" not in state:
@@ -415,6 +425,7 @@ WRITTEN_AS = {
     "v += grad": ("momentum factor missing", variant(update=_velocity_without_momentum)),
     "v = v + momentum * grad, from zeros": ("momentum on the gradient", variant(update=_momentum_times_gradient)),
     "v.mul_(0.9) in step()": ("setting written into step()", variant(update=_momentum_written_in)),
+    "0.9 and 0.01 both in step()": ("setting written into step()", variant(update=_both_settings_written_in)),
     # found by the fourth audit: both got expected/got only
     "p -= lr * (v + grad)": ("velocity plus gradient", variant(update=_step_along_velocity_and_gradient)),
     "v = momentum * (v + grad)": ("momentum on the gradient", variant(update=_momentum_times_sum)),

@@ -872,6 +872,30 @@ def shards_one_short(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def shards_of_sixteen(model, inputs, targets, world_size):
+    """10.3, round 12 second pass: a shard size of 16 written in (the notebook's 64 images over 4 ranks) was told
+    "averaged twice"."""
+    n = 16
+    kept = []
+    for r in range(world_size):
+        model.zero_grad()
+        rows = slice(r * n, (r + 1) * n)
+        F.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+def shards_of_five(model, inputs, targets, world_size):
+    """The same with a size below the batch's share: 5 examples a rank, some examples never used."""
+    kept = []
+    for r in range(world_size):
+        model.zero_grad()
+        rows = slice(r * 5, (r + 1) * 5)
+        F.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 def shards_one_too_long(model, inputs, targets, world_size):
     """10.3 audit 11: each slice ended one late (an inclusive end written as end + 1): no cause named."""
     n = len(inputs) // world_size
@@ -980,6 +1004,7 @@ DP_MISTAKES = {
     "world size written in": [two_ranks_always, two_ranks_averaged, divided_by_two],
     "shards one short": [shards_one_short],
     "shards one too long": [shards_one_too_long],
+    "shard size written in": [shards_of_sixteen, shards_of_five],
     "softmax before the loss": [softmax_before_each_shard_loss],
     "zeroed a grad that is None": [zeroes_grads_in_place],
     "gradients left from before": [accumulated_without_clearing, cleared_after_each_rank],
@@ -996,7 +1021,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
     listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
-    listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name}
+    listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name, nb10.SHARD_SIZE_WRITTEN_IN.name}
     assert listed <= set(DP_MISTAKES)
 
 
@@ -1124,6 +1149,10 @@ def test_the_data_parallel_starting_code_never_gets_the_fix(starting, capsys):
         (lambda m, x, y, w: [g.float() for g in data_parallel_grads(m, x, y, w)], "wrong dtype"),
         (lambda m, x, y, w: [g[None] for g in data_parallel_grads(m, x, y, w)], "extra leading dimension"),
         (lambda m, x, y, w: [g.to("meta") for g in data_parallel_grads(m, x, y, w)], "meta device"),
+        # round 12, second pass: a dict by name, one flat tensor, or the list reversed, with no hint or a bare shape
+        (lambda m, x, y, w: dict(zip("abcdefgh", data_parallel_grads(m, x, y, w))), "by position, not by name"),
+        (lambda m, x, y, w: torch.cat([g.flatten() for g in data_parallel_grads(m, x, y, w)]), "flattened"),
+        (lambda m, x, y, w: data_parallel_grads(m, x, y, w)[::-1], "another order than model.parameters"),
         (lambda m, x, y, w: [torch.full_like(p, float("nan")) for p in m.parameters()], "NaN"),
         (scales_the_inputs, "changed its argument inputs in place"),
         (data_parallel_stub, "not written yet"),
@@ -1261,6 +1290,27 @@ def test_right_speedups_written_as_text_pass(answer, capsys):
     """10.4 audit 6: the right numbers written as text ("3.72, 0.69", or a tuple of strings) were refused."""
     lab.check_speedup_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS  4-GPU speed-up (ResNet-50, DigitsCNN): (3.72, 0.69) is right")
+
+
+@pytest.mark.parametrize("answer", [("3.72x", "0.69x"), "3.72x, 0.69x", ("3.72 ×", "0.69×")])
+def test_right_speedups_written_as_factors_pass(answer, capsys):
+    """10.4, round 12 second pass: the right ratios written with their factor sign ("3.72x") were refused."""
+    lab.check_speedup_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  4-GPU speed-up (ResNet-50, DigitsCNN): (3.72, 0.69) is right")
+
+
+@pytest.mark.parametrize(
+    "answer, words",
+    [(("372%", "69%"), "plain number without quotes"), (3.72, "one number per job")],
+)
+def test_speedups_in_another_form_say_what_to_change(answer, words):
+    """10.4, round 12 second pass: percentages as text, or one number, were refused with no hint."""
+    from labsupport.checks.predictions import COMMITTED
+
+    with pytest.raises(lab.CheckError, match="answer with two numbers") as info:
+        lab.check_speedup_prediction(answer)
+    assert info.value.usage and not COMMITTED
+    assert words in info.value.hint
 
 
 @pytest.mark.parametrize("answer", ["3.72", "3.72, 0.69, 1.0", "fast, slow", ("3.72", "slow")])

@@ -730,10 +730,13 @@ def test_a_predicate_on_most_rows_or_one_row_is_a_wrong_predicate(student):
     assert info.value.mistake == "wrong predicate"
 
 
-def test_a_per_row_branch_is_refused_without_a_guessed_cause():
+def test_a_per_row_branch_is_named():
+    """Round 12, second pass: a branch per row, by each row's own sum, was refused with no cause; it is now told
+    from the outputs themselves (every batch's output is exactly the per-row choice), not guessed."""
     with pytest.raises(lab.CheckError, match="differs from Gate's function") as info:
         lab.check_cond_gate(PerRowGate)
-    assert info.value.hint is None
+    assert info.value.mistake == "choice per row"
+    assert "each row of h took its own branch" in info.value.hint
 
 
 FIX_TOKENS = ["torch.cond(", "(h,)", "true_fn", "false_fn", "lambda h", "h.sum() > 0, "]

@@ -322,6 +322,13 @@ def _fixed_lanes(answers: list[float]) -> bool:
     return all(math.isclose(n, lanes[0], rel_tol=REL_TOL) for n in lanes) and lanes[0] in (4.0, 8.0, 16.0)
 
 
+def _fixed_cores(answers: list[float]) -> bool:
+    """Does every answer use one and the same whole number of cores (4 or 8, say, a laptop's), whatever cores is?"""
+    counts = [got / cpu_peak_reference(1, g, b, u) for got, (_, g, b, u) in zip(answers, CPU_MACHINES)]
+    same = all(math.isclose(n, counts[0], rel_tol=REL_TOL) for n in counts)
+    return same and counts[0] > 1 and math.isclose(counts[0], round(counts[0]), rel_tol=REL_TOL)
+
+
 def _power_of_ten_everywhere(answers: list[float]) -> bool:
     """Is every answer the peak times one and the same power of ten other than 1 (a unit slip)?"""
     references = [cpu_peak_reference(*machine) for machine in CPU_MACHINES]
@@ -407,6 +414,13 @@ CPU_MISTAKES = [
         _on_every_machine(_one_core),
         "that is one core's peak: every core has its own units",
         look="which of the four arguments your product uses: is every one of them there?",
+    ),
+    Mistake(
+        "cores fixed",
+        _fixed_cores,
+        "every machine got the same number of cores, written as a number: the four machines have different core "
+        "counts, and cores says how many each has",
+        look="where cores enters the product",
     ),
     Mistake(
         "clock in GHz",

@@ -1125,13 +1125,25 @@ def _holds_input(x: torch.Tensor) -> Callable[[Any], bool]:
     return holds_x
 
 
+def _all_pairs(pairs: torch.Tensor) -> Callable[[Any], bool]:
+    """Is the result the (B, B, K) products of every sample with every matrix, in either order of the two B axes?"""
+
+    def test(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.shape != pairs.shape:
+            return False
+        return any(rel_error(result, other) < 1e-6 for other in (pairs, pairs.transpose(0, 1)))
+
+    return test
+
+
 def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.6 for this case."""
     return [
         Mistake(
             "every sample with every matrix",
-            x @ w,
-            why="x @ w met every sample with every matrix (matmul broadcast x over w's batch): (B, B, K)",
+            _all_pairs(x @ w),
+            why="x @ w met every sample with every matrix (matmul broadcast x over w's batch, or an einsum with two "
+            "batch letters): (B, B, K)",
             look="the shapes matmul sees: which axes does it treat as a batch, and which as the matrices?",
         ),
         Mistake(

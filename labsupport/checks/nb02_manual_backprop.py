@@ -435,6 +435,13 @@ def _linear_factor_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor
             look="the constants in dw's line",
         ),
         Mistake(
+            "dx reduced to a vector",
+            (None, dx.sum(0), None),
+            why="dx was summed over the samples down to one vector, as a bias's gradient would be: every sample has "
+            "its own input, so dx has one row per sample, the shape (N, D) of x",
+            look="a .sum() or .mean() in dx's line",
+        ),
+        Mistake(
             "dw reduced to a vector",
             (None, None, dw.sum(0)),
             why="dw was summed down to one vector: a weight's gradient has one entry per weight, the shape (D, K) of w",

@@ -142,6 +142,13 @@ def _two_path_round12_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
             look="the term of grad_a that comes from exp(a)",
         ),
         Mistake(
+            "gradients of the mean",
+            (2 * d * (b + e) / d.numel(), 2 * d * a / d.numel()),
+            "both gradients are divided by the number of entries, as for a mean of d**2: L is the sum of d**2, so "
+            "each entry's term counts fully",
+            look="a division by the number of entries (numel, len, a .mean())",
+        ),
+        Mistake(
             "outer derivative alone",
             (2 * d, None),
             "grad_a is dL/dd = 2 * d alone: the chain rule multiplies it by how d changes with a, along both paths",
@@ -589,6 +596,20 @@ def _some_chunks_left_out(seen: _Observed) -> bool:
     return False
 
 
+def _remainder_left_out(seen: _Observed) -> bool:
+    """Do the caller's weights end where descent on the first chunks * (N // chunks) rows leads: chunks pieces of
+    N // chunks rows each, the last N % chunks rows never used?"""
+    p = seen.problem
+    size = len(p.x) // p.chunks
+    if seen.error is not None or p.chunks == 1 or size * p.chunks == len(p.x):
+        return False
+    if seen.arrivals[0] != STEPS * p.chunks:
+        return False
+    kept = size * p.chunks
+    part = dataclasses.replace(p, x=p.x[:kept], y=p.y[:kept])
+    return all(_close(w, r) for w, r in zip(seen.weights, _descend(part).final))
+
+
 def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
     if seen.error is not None:
@@ -696,6 +717,14 @@ _LOOP_MISTAKES = [
         why="each update used the gradient of only some of the chunks: the rows of the others never reached .grad, "
         "so the step is not the full batch's. Does the loop over the chunks visit every piece?",
         look="the loop over the chunks: what it iterates over, and where it starts and stops",
+    ),
+    Mistake(
+        "last rows left out",
+        _remainder_left_out,
+        why="each update used all the chunks but not all the rows: every piece got N // chunks rows, and the "
+        "rows left over when N is not a multiple of chunks never reached .grad. Count the rows your pieces hold "
+        "when the batch does not divide evenly",
+        look="how the pieces are cut: the size of each, and where the last one ends",
     ),
     Mistake(
         "only the last chunk's gradient",

@@ -571,6 +571,13 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="forward: the terms of the sum, beside those of the stable form",
         ),
         Mistake(
+            "forward lacks max(x, 0)",
+            (torch.log1p(torch.exp(-x.abs())), None),
+            "the forward output is the correction log1p(exp(-|x|)) alone, at most log(2): the stable form adds it "
+            "to a first term that follows x for large x",
+            look="forward: the terms of the sum, beside those of the stable form",
+        ),
+        Mistake(
             "min(x, 0) for max(x, 0)",
             (x.clamp(max=0) + torch.log1p(torch.exp(-x.abs())), None),
             "the first term is min(x, 0), not max(x, 0), so the output is too small by |x| for every x: clamp's "

@@ -61,7 +61,9 @@ def expect_class(obj: Any, base: type, name: str) -> type:
     wanted = _PUBLIC_NAMES.get(base, f"{base.__module__}.{base.__qualname__}")
     if obj is None:
         raise CheckError(
-            f"{name} is None", hint=f"run the cell that defines the class {name}, then this one", usage=True
+            f"{name} is None, as the exercise cell's starting code leaves it",
+            hint=f"replace `{name} = None` in the exercise cell with your class, run that cell, then this one",
+            usage=True,
         )
     if isinstance(obj, base):
         raise CheckError(
@@ -413,6 +415,25 @@ LOCAL_NAMES = Mistake(
 )
 
 
+PARAMETERS_IN_A_CONTAINER = Mistake(
+    "parameters in a plain list or dict",
+    None,
+    why="the nn.Parameters sit inside a plain Python list, tuple or dict stored on self: a module looks only at "
+    "its own attributes, not inside ordinary containers, so it registers none of them, and nn.Linear's state_dict "
+    "has nowhere to load",
+    look="__init__: where each nn.Parameter is stored, and under which name",
+)
+
+
+def _parameters_in_containers(layer: nn.Module) -> bool:
+    """Does ``layer`` keep nn.Parameters inside a plain list, tuple or dict attribute (where they are not registered)?"""
+    for kept in vars(layer).values():
+        items = kept.values() if isinstance(kept, dict) else kept if isinstance(kept, (list, tuple)) else ()
+        if any(isinstance(item, nn.Parameter) for item in items):
+            return True
+    return False
+
+
 def _keeps_locals(init: Any) -> bool:
     """Does ``init`` bind local names beyond its parameters (where ``self.`` may be missing)?"""
     code = getattr(inspect.unwrap(init), "__code__", None)
@@ -445,6 +466,8 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
         if set(params) & {"W", "w", "b", "B", "weights", "biases"} or len(params) == 2:
             raise mistake_error(f"{call} names its parameters differently from nn.Linear", OTHER_NAMES, **facts)
         raise mistake_error(f"{call} has parameters nn.Linear does not have", EXTRA_STATE, **facts)
+    if not params and _parameters_in_containers(layer):
+        raise mistake_error(f"{call}.parameters() yields nothing", PARAMETERS_IN_A_CONTAINER, **facts)
     if not params and _keeps_locals(type(layer).__init__):
         raise mistake_error(f"{call}.parameters() yields nothing", LOCAL_NAMES, **facts)
     if "weight" not in params:

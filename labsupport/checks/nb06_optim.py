@@ -279,6 +279,8 @@ def _settings(group: dict, first: dict, constructor: dict, which: str, initial_l
     the group's lr when the optimizer was made)."""
     if which == "initial lr":
         return {"lr": initial_lr, "momentum": group["momentum"]}
+    if which == "step both":
+        return dict(PROMPT_DEFAULTS)
     if which in ("step lr", "step momentum"):
         name = which.split()[1]
         return {**group, name: PROMPT_DEFAULTS[name]}
@@ -488,7 +490,7 @@ RULE_MISTAKES = [
     ),
     Mistake(
         "setting written into step()",
-        WrongRule((_momentum,), settings=("step momentum", "step lr")),
+        WrongRule((_momentum,), settings=("step momentum", "step lr", "step both")),
         why="step() uses a number of its own (the signature's default, 0.9 or 0.01) instead of the group's "
         "setting, so a momentum or lr given to the constructor, set per group, or changed by a scheduler never "
         "reaches the update",

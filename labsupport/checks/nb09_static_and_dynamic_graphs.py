@@ -840,6 +840,8 @@ def _check_eager_gate(model: torch.nn.Module, batches: list) -> None:
             raise mistake_error(message, NEGATION_CLIPPED, **facts)
         if _per_element(runs):
             raise mistake_error(message, ELEMENTWISE_CHOICE, **facts)
+        if _per_row(runs):
+            raise mistake_error(message, ROW_CHOICE, **facts)
         raise CheckError(message, **facts)
     facts = {"expected": expected, "got": f"{'relu(h)' if expected == '-h' else '-h'} (the other branch)"}
     if "neither" in taken:
@@ -856,6 +858,22 @@ ELEMENTWISE_CHOICE = Mistake(
     "makes one choice for the whole batch, from the sign of h.sum(), and applies that branch to all of h",
     look="the condition that picks the branch: is it one value for the batch, or one per element?",
 )
+
+
+ROW_CHOICE = Mistake(
+    "choice per row",
+    None,
+    "each row of h took its own branch, from the sign of its own sum: Gate makes one choice for the whole batch, "
+    "from the sign of h.sum() over all of h, and applies that branch to every row",
+    look="the condition that picks the branch: over which elements of h does its sum run?",
+)
+
+
+def _per_row(runs: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+    """Is every output the branch each row of h picks by the sign of its own sum (a torch.where per row)?"""
+    return all(
+        torch.allclose(got, torch.where(h.sum(dim=-1, keepdim=True) > 0, h.relu(), -h), atol=1e-5) for h, got in runs
+    )
 
 
 def _per_element(runs: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
@@ -1038,6 +1056,8 @@ def summarise_variant(
         return y * (count // len(y))
     if share == "percent":
         return y * (100 * count / len(y))
+    if share == "positive mean":
+        return y * y.clamp(min=0).mean()
     return y * (count / len(y))
 
 
@@ -1226,6 +1246,13 @@ SUMMARISE_MISTAKES = [
         "the share came out as a percentage, 100 times too large: summarise multiplies by the fraction of the "
         "entries that are above 0, a number between 0 and 1",
         look="the share",
+    ),
+    Mistake(
+        "mean of the positive values",
+        _variant(share="positive mean"),
+        "the factor is the mean of the entries' positive parts (each value above 0, the rest as 0): summarise "
+        "multiplies by the share of the entries above 0, which counts them, whatever their size",
+        look="the share: what is averaged, the values or the comparisons with 0?",
     ),
     Mistake(
         "zero counted",

@@ -1062,13 +1062,39 @@ def _grads_returned(got: Any, want: list[torch.Tensor]) -> list[torch.Tensor]:
             "data_parallel_grads must return one gradient per parameter",
             expected=f"a list of {len(want)} tensors, in model.parameters() order",
             got=describe(got),
-            hint="a missing `return`" if got is None else None,
+            hint=_returned_form_hint(got, want),
             usage=True,
         )
+    _judge_order(got, want)
     grads = []
     for i, (g, w) in enumerate(zip(got, want)):
         grads.append(expect_tensor(g, f"gradient {i}", shape=tuple(w.shape), dtype=w.dtype))
     return grads
+
+
+def _returned_form_hint(got: Any, want: list[torch.Tensor]) -> str | None:
+    """What to change in a result that is not a list of one gradient per parameter."""
+    if got is None:
+        return "a missing `return`"
+    if isinstance(got, Mapping):
+        return "the check reads the gradients by position, not by name: a list (or tuple) of the tensors themselves"
+    if isinstance(got, torch.Tensor) and got.numel() == sum(w.numel() for w in want):
+        return "the gradients came back flattened into one tensor: keep one tensor per parameter, each of its shape"
+    return None
+
+
+def _judge_order(got: Any, want: list[torch.Tensor]) -> None:
+    """One gradient per parameter, but not in model.parameters() order: every shape is another parameter's."""
+    shapes = [tuple(getattr(g, "shape", ())) for g in got]
+    wanted = [tuple(w.shape) for w in want]
+    if shapes != wanted and sorted(shapes) == sorted(wanted):
+        raise CheckError(
+            "data_parallel_grads returned its gradients in another order than model.parameters()",
+            expected=", ".join(str(shape) for shape in wanted),
+            got=", ".join(str(shape) for shape in shapes),
+            hint="gradient i belongs to the i-th parameter that model.parameters() yields: build the list in that order",
+            usage=True,
+        )
 
 
 STALE_GRADIENTS = Mistake(
@@ -1114,11 +1140,38 @@ def _judge_parallel_grads(
     if _same_grads(got, want):
         return
     message = f"the averaged gradients differ from the whole-batch gradient (world_size {ws}, batch {len(x)})"
+    if calls and _shard_size_written_in(calls, x, ws):
+        sizes = ", ".join(str(len(inputs)) for inputs in calls)
+        raise mistake_error(
+            message,
+            SHARD_SIZE_WRITTEN_IN,
+            expected=f"{ws} shards of {len(x) // ws} examples",
+            got=f"shards of {sizes} examples",
+        )
     mistakes = data_parallel_mistakes(model, x, y, ws, stale) + stale_gradient_mistakes(want, stale, ws)
     for mistake in mistakes + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
             raise mistake_error(message, _split_or_divided(mistake, calls, ws))
     raise CheckError(message, got=f"a relative error of {_distance(got, want):.2g} (norm of the difference)")
+
+
+SHARD_SIZE_WRITTEN_IN = Mistake(
+    "shard size written in",
+    None,
+    "every rank's slice has one fixed length, written into the function, that is not this batch's size divided by "
+    "world_size: the ranks' shards then miss examples or overlap, and a rank past the end of the batch gets an "
+    "empty shard; a shard's size comes from the batch and world_size",
+    look="where the shard's size comes from",
+)
+
+
+def _shard_size_written_in(calls: list[torch.Tensor], x: torch.Tensor, ws: int) -> bool:
+    """Did the ws calls of the model see x[r * s:(r + 1) * s] for one fixed s other than len(x) // ws (and other than
+    ws itself, Tensor.split's chunk size, a mistake of its own)?"""
+    size = len(calls[0])
+    if len(calls) != ws or size in (0, ws, len(x) // ws) or any(inputs.shape[1:] != x.shape[1:] for inputs in calls):
+        return False
+    return all(torch.equal(inputs, x[r * size : (r + 1) * size]) for r, inputs in enumerate(calls))
 
 
 def _recording_forward(calls: list[torch.Tensor | None]) -> Callable:
@@ -1488,18 +1541,32 @@ def _speedup_why() -> str:
     )
 
 
+def _factor_in_text(text: str) -> Any:
+    """A speed-up written as text, with or without a factor sign: "3.72", "3.72x" or "3.72 ×" as 3.72."""
+    return number_in_text(re.sub(r"\s*[x×]$", "", text.strip(), flags=re.IGNORECASE))
+
+
 def _pair_in_text(prediction: Any) -> Any:
     """Two numbers written as text as numbers: "3.72, 0.69" or "(3.72, 0.69)" as (3.72, 0.69), and ("3.72", "0.69")
-    too; anything else as it came (read_prediction says what it needs)."""
+    or ("3.72x", "0.69x") too; anything else as it came (read_prediction says what it needs)."""
     if isinstance(prediction, str):
         parts = [part for part in re.split(r"[\s,;]+", prediction.strip().strip("()[]")) if part]
-        numbers = tuple(number_in_text(part) for part in parts)
+        numbers = tuple(_factor_in_text(part) for part in parts)
         if len(numbers) == 2 and all(_finite_number(n) for n in numbers):
             return numbers
         return prediction
     if isinstance(prediction, (tuple, list)):
-        return tuple(number_in_text(item) if isinstance(item, str) else item for item in prediction)
+        return tuple(_factor_in_text(item) if isinstance(item, str) else item for item in prediction)
     return prediction
+
+
+def _pair_form_hint(got: Any) -> str | None:
+    """What to change in an answer that is not two numbers: text such as "372%" or a single number."""
+    if isinstance(got, tuple) and any(isinstance(v, str) for v in got):
+        return "write each speed-up as a plain number without quotes, a ratio of throughputs such as 1.5 (not a percentage)"
+    if _finite_number(got):
+        return "one number per job: a pair such as (1.5, 2.5), the ResNet's first"
+    return None
 
 
 @exercise("10.4", "the speed-up, before the measurement", prediction=True)
@@ -1512,6 +1579,7 @@ def check_speedup_prediction(prediction: Any) -> None:
             f"{name}: answer with two numbers, (resnet, digits)",
             expected="a tuple of two numbers",
             got=repr(got),
+            hint=_pair_form_hint(got),
             usage=True,
         )
     if not all(0 < v <= GPUS for v in got):
@@ -1802,6 +1870,12 @@ def _overlapping_shards(run: LoaderRun) -> bool:
     return False
 
 
+def _parts_for_two_ranks(run: LoaderRun) -> bool:
+    """On a world size other than 2, is every rank's part the size of a half of the dataset (num_replicas=2)?"""
+    half = -(-run.n // 2)
+    return run.ws != 2 and all(len(seen) == half for seen in run.epochs[0])
+
+
 def _last_batch_dropped(run: LoaderRun) -> bool:
     share = -(-run.n // run.ws)
     whole_batches = share - share % run.batch
@@ -1853,6 +1927,13 @@ LOADER_MISTAKES = [
         "the ranks' parts overlap while some items are never seen: each rank shuffles differently, so their parts "
         "are cut from different permutations: what must the ranks' samplers agree on for their parts to fit together?",
         look="the sampler's seed, and the epoch number each rank shuffles with",
+    ),
+    Mistake(
+        "world size written in",
+        _parts_for_two_ranks,
+        "with more than 2 ranks every rank still got half of the dataset, the part of one rank of 2: the sampler "
+        "was told a number of replicas written into the function, not the world_size it was given",
+        look="the sampler's arguments: where does each number come from?",
     ),
     Mistake(
         "last batch dropped",
