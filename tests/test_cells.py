@@ -66,3 +66,21 @@ def test_outside_ipython_nothing_is_installed(monkeypatch):
     InteractiveShell.clear_instance()
     cells.install_short_errors()  # no shell: returns quietly
     assert cells.one_line(NameError("x"), None) is None
+
+
+@pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
+def test_two_traces_that_differ_are_one_line_that_asks_about_inputs_changed_in_place(shell):
+    """09.1 written with `x /= 2`: torch.jit.trace's check traced it twice, the first run had halved the example,
+    and the cell ended in a page of graph diff. The line asks about the cause without writing the fix."""
+    source = (
+        "import torch\n"
+        "def halve_until_small(x):\n"
+        "    while bool(x.abs().max() > 1):\n"
+        "        x /= 2\n"
+        "    return x\n\n"
+        "traced = torch.jit.trace(halve_until_small, torch.tensor([3.0, -1.0]))"
+    )
+    text, error = shown(shell, source)
+    assert type(error).__name__ == "TracingCheckError"  # the kernel's error (and the grader's view) is unchanged
+    assert "TWO TRACES DIFFER" in text and "change its input in place" in text
+    assert "Graph diff" not in text and len(text.strip().splitlines()) == 1

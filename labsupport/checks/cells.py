@@ -3,10 +3,12 @@
 - running an exercise cell whose stub is still there (``raise NotImplementedError("Exercise 00.1: ...")``),
   alone or through Run All;
 - running a check cell before the exercise cell above it defined its name (``NameError: name 'prediction'
-  is not defined``).
+  is not defined``);
+- ``torch.jit.trace`` finding that two traces of one function differ (a page of graph diff), which an input
+  changed in place causes (notebook 09).
 
 Importing labsupport inside IPython (the setup cell) registers :func:`short_error` with the shell's
-``set_custom_exc`` for these two exception types. Anything else of those types (a NameError from a typo
+``set_custom_exc`` for these three exception types. Anything else of those types (a NameError from a typo
 inside the student's own code, a NotImplementedError of a library) keeps IPython's usual traceback, and the
 error message a kernel sends (its name and value, which the grader reads) is the same either way.
 """
@@ -39,6 +41,13 @@ def one_line(value: BaseException, tb: Any) -> str | None:
             f"{_BOLD}■ NOT WRITTEN YET{_OFF} · {str(value).strip()} is still the stub: replace the "
             "`raise NotImplementedError(...)` line with your answer, run this cell, then the check cell below it."
         )
+    if type(value).__name__ == "TracingCheckError" and "Graphs differed across invocations" in str(value):
+        return (
+            f"{_BOLD}■ TWO TRACES DIFFER{_OFF} · torch.jit.trace checks each trace by tracing the function again on "
+            "the same example, and the two graphs it recorded differ. Does the function change its input in place "
+            "(an augmented assignment such as `/=` on the argument, or a method ending in `_`)? The first run then "
+            "changed the example the second run received."
+        )
     if isinstance(value, NameError) and code_line.startswith("lab.check_") and getattr(value, "name", None):
         return (
             f"{_BOLD}■ NOT DEFINED YET{_OFF} · {value.name} is not defined: run the exercise cell above first (it "
@@ -65,4 +74,6 @@ def install_short_errors() -> None:
     shell = get_ipython()
     if shell is None or not hasattr(shell, "set_custom_exc"):
         return
-    shell.set_custom_exc((NotImplementedError, NameError), short_error)
+    import torch
+
+    shell.set_custom_exc((NotImplementedError, NameError, torch.jit.TracingCheckError), short_error)
