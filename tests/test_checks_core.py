@@ -602,3 +602,14 @@ def test_expected_and_got_are_shown_at_one_precision():
         core.compare, "loss", torch.tensor(2.33, dtype=torch.float64), torch.tensor(2.334, dtype=torch.float64)
     )
     assert "Expected 2.334; got 2.330" in err
+
+
+def test_exact_numbers_are_numbers():
+    """A Fraction or a Decimal (3/4 written exactly) was refused as "must be a number"."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    assert core.as_number(Fraction(3, 4), "the answer") == 0.75
+    assert core.as_number(Decimal("0.89"), "the answer") == 0.89
+    with pytest.raises(CheckError, match="not a finite number"):
+        core.as_number(Decimal("NaN"), "the answer")

@@ -8,6 +8,8 @@ subclasses are turned into the plain type first.
 
 from __future__ import annotations
 
+import decimal
+import fractions
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -112,7 +114,7 @@ def plain_tensor(value: torch.Tensor) -> torch.Tensor:
 
 
 def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
-    """A plain Python number from an int, a float, a 0-d tensor or a numpy scalar;
+    """A plain Python number from an int, a float, a Decimal or Fraction, a 0-d tensor or a numpy scalar;
     anything else (a bool, a string, a tensor of several elements, NaN) is refused with a sentence."""
     __tracebackhide__ = True
     if isinstance(value, torch.Tensor):
@@ -129,6 +131,8 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
     value = scalar_of(value)
     given = value
     value = plain(value)
+    if isinstance(value, (decimal.Decimal, fractions.Fraction)):  # exact numbers: 3/4 is a number, too
+        value = float(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         hint = "write the number without quotes" if isinstance(value, str) else None
         if value is Ellipsis:
