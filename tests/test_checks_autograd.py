@@ -373,7 +373,7 @@ PREDICTION_BAD = {
     "list of words": ["2", "40", "600"],
     "two numbers": [2, 40],
     "NaN inside": [2, float("nan"), 600],
-    "nested": [[2, 40, 600]],
+    "nested": [[2, 40], [600]],  # two rows ([[2, 40, 600]], one row in brackets too many, is read as its row)
 }
 
 

@@ -245,3 +245,24 @@ def test_a_word_with_a_negating_prefix_is_not_told_to_write_the_choice_it_negate
         assert "rules a choice out" in text
     assert "did you mean 'correct'?" in refused(judge, "corect", "error", choices=choices)
     assert core.COMMITTED == {}
+
+
+def test_one_row_in_a_pair_of_brackets_too_many_is_read_as_that_row():
+    """03.3's [[2, 40, 600]] and a (1, 3) tensor were refused with no hint; a single row is read as itself."""
+    import numpy as np
+
+    from labsupport.checks import predictions
+
+    expected = (2, 40, 600)
+    for answer in ([[2, 40, 600]], ([2, 40, 600],), torch.tensor([[2, 40, 600]]), np.array([[2, 40, 600]])):
+        assert predictions._normalised(answer, None) == expected, answer
+    assert predictions._normalised([[1, 2], [3, 4]], None) == ((1, 2), (3, 4))  # two rows stay two rows
+
+
+def test_03_3_reads_its_three_numbers_in_one_pair_of_brackets_too_many(capsys):
+    """The second audit's [[2, 40, 600]] for 03.3 was refused as not "a list of three numbers"."""
+    import labsupport as lab
+
+    lab.check_vjp_prediction([[2.0, 40.0, 600.0]])
+    out = capsys.readouterr().out
+    assert out.startswith(("PASS", "NOT RIGHT")) and "(recorded answer: (2.0, 40.0, 600.0)" in out

@@ -28,6 +28,7 @@ from .core import (
     run_student,
 )
 from .nb02_manual_backprop import _autograd_refused, _by_hand
+from .predictions import one_row
 from .references import lecture_loss
 
 __all__ = [
@@ -299,6 +300,7 @@ def _three_numbers(prediction: Any) -> Any:
     __tracebackhide__ = True
     if prediction is None or prediction is Ellipsis:
         return prediction  # check_prediction says that no prediction was written yet
+    prediction = one_row(prediction)  # [[2, 40, 600]]: one row, in one pair of brackets too many
     items = prediction
     if isinstance(prediction, torch.Tensor):
         tensor = plain_tensor(prediction)

@@ -41,10 +41,23 @@ class Committed:
 COMMITTED: dict[str, Committed] = {}
 
 
+def one_row(got: Any) -> Any:
+    """A single row written with one pair of brackets too many (``[[2, 40, 600]]``, a (1, 3) tensor or array)
+    as that row; anything else unchanged."""
+    if isinstance(got, torch.Tensor) and got.dim() == 2 and got.shape[0] == 1:
+        return got[0]
+    if type(got).__module__ == "numpy" and getattr(got, "ndim", 0) == 2 and got.shape[0] == 1:
+        return got[0]
+    if isinstance(got, (list, tuple)) and len(got) == 1 and isinstance(got[0], (list, tuple)):
+        return got[0]
+    return got
+
+
 def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     """The answer in plain types: tensors and numpy scalars as numbers (inside tuples too), 1-d tensors and
     arrays, lists and torch.Size as tuples, words lower-cased (also inside tuples), NaN and inf as the words
     'nan' and 'inf' when those are choices."""
+    got = one_row(got)
     if isinstance(got, torch.Tensor) and got.dim() == 1 and got.device.type != "meta":
         got = tuple(got.detach().cpu().tolist())
     elif type(got).__module__ == "numpy" and getattr(got, "ndim", 0) == 1:
