@@ -1,8 +1,13 @@
 """Fixtures of the unit tests."""
 
 import gc
+import os
 
 import pytest
+
+# A Mistake's predicate that fails on a name or an import of the lab's own (a typo, a missing import) raises in
+# the tests instead of reading as "no match" (labsupport/checks/values.py, matches); students never set it.
+os.environ.setdefault("LAB_STRICT_PREDICATES", "1")
 
 from labsupport.checks import core
 

@@ -613,3 +613,25 @@ def test_exact_numbers_are_numbers():
     assert core.as_number(Decimal("0.89"), "the answer") == 0.89
     with pytest.raises(CheckError, match="not a finite number"):
         core.as_number(Decimal("NaN"), "the answer")
+
+
+def test_a_predicate_with_a_bug_of_the_labs_raises_in_the_tests_and_a_students_error_never_does(monkeypatch):
+    """A helper's new Mistake never matched for a missing import: matches() read the NameError as "no match".
+    Under LAB_STRICT_PREDICATES (tests/conftest.py sets it) a name or import error raised in labsupport's own
+    code is raised; one raised by the student's value (its __eq__), or any error without the variable, is not."""
+
+    def buggy(got):
+        return got == undefined_in_the_lab  # noqa: F821 - the bug under test
+
+    buggy.__code__ = buggy.__code__.replace(co_filename=values.__file__)  # its frame: labsupport's own file
+
+    class Liar:
+        def __eq__(self, other):
+            raise NameError("the student's own")
+
+    monkeypatch.setenv("LAB_STRICT_PREDICATES", "1")
+    with pytest.raises(NameError):
+        values.matches(1.0, buggy)
+    assert values.matches(Liar(), 1.0) is False
+    monkeypatch.delenv("LAB_STRICT_PREDICATES")
+    assert values.matches(1.0, buggy) is False
