@@ -265,7 +265,10 @@ def _right_verdict(record: Committed, ex_id: str) -> None:
 
 
 def _ask(record: Committed, ex_id: str) -> None:
-    print(f"  Now explain: {record.ask.rstrip('.')}")
+    ask = record.ask.rstrip(".")
+    if not ask.endswith(("?", ")")):
+        ask += "?"  # it asks a question
+    print(f"  Now explain: {ask}")
     print(f"  (write it down or say it to yourself: no check reads it; then lab.hint({ex_id!r}) shows the explanation)")
 
 
