@@ -633,6 +633,27 @@ def first_step_only(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
     return make_loop()(x, y, w1, w2, learning_rate, 1, chunks, log)
 
 
+def w2_frozen_after_update(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    """Twelfth audit (G): requires_grad=False set on w2 after the first update was told "a value is None"."""
+    losses = []
+    for t in range(steps):
+        total = 0.0
+        for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+            part = step_loss(x_part, y_part, w1, w2)
+            part.backward()
+            total += part.item()
+        if log is not None:
+            log(t, total)
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w2.requires_grad = False
+        w1.grad = None
+        w2.grad = None
+        losses.append(total)
+    return losses
+
+
 # One loop per listed mistake (the checks' own list): (loop, which checks it is for).
 LOOP_MISTAKES = {
     "reset before any backward": make_loop(reset="zero before backward"),
@@ -658,6 +679,7 @@ LOOP_MISTAKES = {
     "some chunks left out": make_loop("last chunk left out"),
     # round 12, second pass: pieces of N // chunks rows cut by hand, dropping the rest, got a generic expected/got
     "last rows left out": equal_pieces_loop,
+    "requires_grad turned off": w2_frozen_after_update,
 }
 CHUNK_ONLY = {
     "some chunks left out",

@@ -200,6 +200,10 @@ CPU_WRONG = {
     "unit": lambda c, g, b, u: nb00.cpu_peak_reference(c, g, b, u) / 1e3,  # the clock times 1e6, not 1e9
     # round 12 of the audit: a minus sign got a generic expected/got
     "negative": lambda c, g, b, u: -nb00.cpu_peak_reference(c, g, b, u),
+    # twelfth audit (G): these three got a generic expected/got
+    "fma_units twice": lambda c, g, b, u: c * g * 1e9 * u * u * (b / 32) * 2,
+    "FMA as 3 FLOP": lambda c, g, b, u: c * g * 1e9 * u * (b / 32) * 3,
+    "SIMD lanes added": lambda c, g, b, u: c * g * 1e9 * (u + b / 32) * 2,
 }
 
 

@@ -352,6 +352,7 @@ LINEAR_MISTAKES = {
     "missing transpose": linear_variant(forward=lambda self, x: x @ self.weight + self.bias),
     "product scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() / math.sqrt(x.shape[1]) + self.bias),
     "bias scaled": linear_variant(forward=lambda self, x: x @ self.weight.t() + 2 * self.bias),
+    "sign flipped": linear_variant(forward=lambda self, x: x @ (-self.weight).t() + self.bias),  # twelfth audit (G)
     "one bias for every output": linear_variant(forward=lambda self, x: x @ self.weight.t() + self.bias[0]),
     "a copy of the weight kept": linear_variant(
         init=_cached_transpose, forward=lambda self, x: x @ self.weight_t + self.bias
@@ -394,6 +395,10 @@ MORE_LINEAR_MISTAKES = [
     (  # 05.1, eleventh audit: a ReLU between the product and the bias got expected/got only
         "activation inside the layer",
         linear_variant(forward=lambda self, x: torch.relu(x @ self.weight.t()) + self.bias),
+    ),
+    (  # 05.1, twelfth audit (G): the whole output negated was told "multiplied by a constant"
+        "sign flipped",
+        linear_variant(forward=lambda self, x: -(x @ self.weight.t() + self.bias)),
     ),
     (  # 05.1, eleventh audit: the batch summed, keeping its dimension, got expected/got only
         "batch summed or averaged",
@@ -885,6 +890,14 @@ def _twice(self, x):
     return x
 
 
+def _dense_sums(self, x):
+    """Twelfth audit (G): DenseNet-style, each block adds every earlier output; it got a generic verdict."""
+    outputs = [x]
+    for b in self.blocks:
+        outputs.append(sum(outputs) + b.fc2(torch.relu(b.fc1(outputs[-1]))))
+    return outputs[-1]
+
+
 def _in_place(self, x):
     for b in self.blocks:
         x += b.fc2(torch.relu(b.fc1(x)))
@@ -1115,6 +1128,7 @@ STACK_MISTAKES = {
     "returns the input": stack_variant(forward=_returns_x),
     "not a ReLU": stack_variant(forward=_tanh),
     "each block applied twice": stack_variant(forward=_twice),
+    "all earlier outputs added": stack_variant(forward=_dense_sums),
     "a block skipped in forward": stack_variant(forward=_skip_first),
     "changed x in place": stack_variant(forward=_in_place),
     "layers created in forward": stack_variant(forward=_fresh_layer),

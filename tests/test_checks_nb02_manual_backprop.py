@@ -404,6 +404,22 @@ def test_linear_mistakes_as_students_write_them(backward, fragment):
     assert info.value.mistake == fragment
 
 
+def test_dx_as_dout_from_a_cache_without_w_is_named():
+    """Twelfth audit (G): a cache of x alone, and dx = dout (it has x's shape when D == K), got expected/got only."""
+
+    def forward_keeping_x(x, w):
+        return x @ w, (x,)
+
+    def backward_without_w(dout, cache):
+        (x,) = cache
+        return dout, x.t() @ dout
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_linear_layer(forward_keeping_x, backward_without_w)
+    assert info.value.mistake == "dx is dout"
+    assert "dout @ w" not in f"{info.value.hint} {info.value.look}"
+
+
 def _backward_transposing_x_in_place(dout, cache):
     x, w = cache
     x.t_()  # the caller's x: in 02.3 the data itself

@@ -985,7 +985,33 @@ def shard_sums_over_world_size(model, inputs, targets, world_size):
     return [t / world_size for t in total]
 
 
+def mse_against_one_hot(model, inputs, targets, world_size):
+    """Twelfth audit: a mean squared error against one-hot targets in place of the cross-entropy."""
+    shard = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        rows = slice(r * shard, (r + 1) * shard)
+        scores = model(inputs[rows])
+        one_hot = F.one_hot(targets[rows], 10).to(scores.dtype)
+        kept.append(torch.autograd.grad(F.mse_loss(scores, one_hot), list(model.parameters())))
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
+def zeroed_before_the_copy(model, inputs, targets, world_size):
+    """Twelfth audit: .grad zeroed between backward() and the copy, so every kept gradient is zero."""
+    shard = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        rows = slice(r * shard, (r + 1) * shard)
+        F.cross_entropy(model(inputs[rows]), targets[rows]).backward()
+        model.zero_grad(set_to_none=False)
+        kept.append([p.grad.clone() for p in model.parameters()])
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 DP_MISTAKES = {
+    "mean squared error": [mse_against_one_hot],
+    "all gradients zero": [zeroed_before_the_copy],
     "shard's sum divided by world_size": [shard_sums_over_world_size],
     "summed, not averaged": [_dp(divide=lambda w: 1)],
     "averaged twice": [_dp(divide=lambda w: w * w)],
@@ -1022,6 +1048,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
     listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
     listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name, nb10.SHARD_SIZE_WRITTEN_IN.name}
+    listed |= {m.name for m in nb10.mse_mistakes(model, x, y, 2)} | {nb10.ZERO_GRADIENTS.name}
     assert listed <= set(DP_MISTAKES)
 
 

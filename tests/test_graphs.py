@@ -120,6 +120,7 @@ EAGER_WRONG = {
     "mean, not max": nb09._variant_mean,
     "min, not max": nb09._variant_min,
     "floor division": nb09._variant_floor,
+    "divided by the largest": lambda x: x / x.abs().max() if x.abs().max() > 1 else x,  # twelfth audit (G)
     "wrong stop": _stops_at_two,
 }
 
@@ -624,9 +625,18 @@ class NegatedAbsGate(Gate):
         return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h.abs(), (h,))
 
 
+class SigmoidBranchGate(Gate):
+    """Twelfth audit (G): a sigmoid in the first branch got "neither relu(h) nor -h" and no cause."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.sigmoid(), lambda h: -h, (h,))
+
+
 @pytest.mark.parametrize(
     "student, mistake, fragment",
     [
+        (SigmoidBranchGate, "another activation in a branch", "a branch applies a sigmoid to h"),
         (ListAroundCondGate, "cond's result wrapped", "forward put that tensor into a list"),
         (TupleBranchGate, "branch returns a tuple", "a branch that returns a tuple"),
         (SameBranchesGate, "wrong predicate", "both branch functions compute the same thing"),

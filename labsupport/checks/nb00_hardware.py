@@ -349,6 +349,29 @@ def _binary_giga(c: int, g: float, b: int, u: int) -> float:
     return cpu_peak_reference(c, g, b, u) * BINARY_GIGA
 
 
+def _units_twice(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * u
+
+
+def _fma_as_3(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * 1.5
+
+
+def _lanes_added(answers: list[float]) -> bool:
+    """Are the answers the peak with the lanes (simd_bits / 32) added to another factor (the FMA units, the cores or
+    the 2 FLOP per FMA) instead of multiplying the product?"""
+
+    def added_to(which: int) -> Callable[..., float]:
+        def formula(c: int, g: float, b: int, u: int) -> float:
+            factors = [c, u, 2]
+            factors[which] += b / 32
+            return factors[0] * g * 1e9 * factors[1] * factors[2]
+
+        return formula
+
+    return any(_on_every_machine(added_to(which))(answers) for which in range(3))
+
+
 CPU_MISTAKES = [
     Mistake(
         "half",
@@ -447,6 +470,27 @@ CPU_MISTAKES = [
         _negative,
         "a peak is a count of FLOP per second, so it is positive: a minus sign slipped into the product",
         look="every minus sign in your return line",
+    ),
+    Mistake(
+        "fma_units twice",
+        _on_every_machine(_units_twice),
+        "fma_units-times the peak on every machine: fma_units multiplies the product twice, where each core's FMA "
+        "units are counted once",
+        look="every place fma_units enters the product",
+    ),
+    Mistake(
+        "FMA as 3 FLOP",
+        _on_every_machine(_fma_as_3),
+        "1.5 times the peak on every machine: an FMA was counted as 3 FLOP, where a fused multiply-add is one "
+        "multiply and one add",
+        look="the number of FLOP your product gives each FMA",
+    ),
+    Mistake(
+        "SIMD lanes added",
+        _lanes_added,
+        "the number of fp32 lanes was added to another factor of the product: every lane of a SIMD FMA works at "
+        "the same time, so the lanes multiply the peak, as the cores and the FMA units do",
+        look="the + in your expression, and where simd_bits enters it",
     ),
 ]
 

@@ -378,6 +378,14 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             look="the line that computes dw",
         ),
     ]
+    first, last = _linear_shape_mistakes(x, w, dout)
+    return [*first, *mistakes, *last, *_linear_factor_mistakes(x, w, dout)]
+
+
+def _linear_shape_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> tuple[list, list]:
+    """The mistakes of 02.1 that only some shapes let run (a square w, D == K): those matched before the others,
+    and those after them."""
+    first, last = [], []
     if x.shape[1] == dout.shape[1]:  # only D == K lets x @ dout.T run at all (case 1: it comes first)
         mistake = Mistake(
             "dw transposes dout instead of x",
@@ -387,7 +395,17 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             "transposed for that?",
             look="the order of the factors in dw's product, and which one is transposed",
         )
-        mistakes.append(mistake)
+        last.append(mistake)
+    if dout.shape == x.shape:  # only D == K lets dout itself pass for dx (case 1: it comes first)
+        mistake = Mistake(
+            "dx is dout",
+            (None, dout, None),
+            why="dx is dout itself, passed through unchanged: it has x's shape only because D == K here. x reaches "
+            "out only through the product with w, so the chain rule brings w into dx; does the cache the forward "
+            "returns hold everything the backward needs?",
+            look="what linear_forward puts in its cache, and the line that computes dx",
+        )
+        first.insert(0, mistake)
     if w.shape[0] == w.shape[1]:  # only a square w lets the product run without the transpose
         mistake = Mistake(
             "dx without transpose",
@@ -397,8 +415,8 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
             "does it add up now?",
             look="the factor w in dx's product",
         )
-        mistakes.insert(0, mistake)
-    return [*mistakes, *_linear_factor_mistakes(x, w, dout)]
+        first.insert(0, mistake)
+    return first, last
 
 
 def _linear_factor_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:

@@ -612,6 +612,11 @@ def _remainder_left_out(seen: _Observed) -> bool:
     return all(_close(w, r) for w, r in zip(seen.weights, _descend(part).final))
 
 
+def _requires_grad_turned_off(seen: _Observed) -> bool:
+    """Does a caller's weight no longer require grad after the loop (requires_grad set to False on it)?"""
+    return any(not w.requires_grad for w in seen.weights)
+
+
 def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     """Do the caller's weights end where a loop with ``behaviour`` leaves them?"""
     if seen.error is not None:
@@ -627,6 +632,16 @@ _WHEN = "In which order do backward(), the update and the reset run in your step
 #: The typical ways a training loop goes wrong, judged on what happened (first match wins).
 #: None of them names the repaired line of exercise 03.5: they ask the question that shows the bug.
 _LOOP_MISTAKES = [
+    Mistake(
+        "requires_grad turned off",
+        _requires_grad_turned_off,
+        why="after the loop, a weight the caller passed in no longer requires grad: the loop set its requires_grad "
+        "to False, so from then on autograd does not track it, backward() leaves its .grad alone, and the updates "
+        "that read .grad find None or a gradient from before. A weight that is trained must stay tracked for the "
+        "whole loop",
+        look="every line that changes the weights' requires_grad, and when it runs",
+        symptom="a weight the caller passed in does not require grad any more after the loop",
+    ),
     Mistake(
         "backward never called",
         _never_reached,

@@ -374,6 +374,13 @@ def _linear_mistakes(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) 
             look="forward: the sign in front of self.bias",
         ),
         Mistake(
+            "sign flipped",
+            _either(bias - x @ weight.t(), -right),
+            why="the product with the weight (or the whole output) comes out with its sign flipped, as if the weight "
+            "were negated: nn.Linear computes with the loaded weight and bias as they are, no minus sign on either",
+            look="forward: every minus sign, and every negation of self.weight or of the result",
+        ),
+        Mistake(
             "one bias for every output",
             _either(*[x @ weight.t() + value for value in (bias[0], bias.sum(), bias.mean())]),
             why="every output gets the same number as its bias (one entry of it, or its sum or mean): each output "
@@ -1224,12 +1231,42 @@ def _wiring_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[
             why="the branch uses another activation; the block is fc2(relu(fc1(h)))",
         ),
         Mistake(
+            "all earlier outputs added",
+            _either(*_dense_sums(blocks, x)),
+            why=DENSE_SUMS_WHY,
+            look="forward: what each block's sum adds to its branch, and what is returned after the loop",
+        ),
+        Mistake(
             "each block applied twice",
             _same_as(_stack([b for block in blocks for b in (block, block)], x)),
             why="forward applies every block twice",
         ),
     ]
     return mistakes + _loop_bound_mistakes(blocks, x, depth)
+
+
+def _dense_sums(blocks: list[_Block], x: torch.Tensor) -> list[torch.Tensor]:
+    """What DenseNet-style wiring gives: each block adds the sum of all earlier outputs (x included) to its branch
+    (of the last output, or of that sum), or the stack returns the sum of every block's output."""
+    results = []
+    for branch_of_sum in (False, True):
+        outputs = [x]
+        for block in blocks:
+            total = sum(outputs)
+            outputs.append(total + block.branch(total if branch_of_sum else outputs[-1]))
+        results.append(outputs[-1])
+    outputs = [x]
+    for block in blocks:
+        outputs.append(outputs[-1] + block.branch(outputs[-1]))
+    results.append(sum(outputs))
+    return results
+
+
+DENSE_SUMS_WHY = (
+    "each block's sum takes in the outputs of all earlier blocks (and x), as a DenseNet's blocks do, or the stack "
+    "returns the sum of every block's output: a residual block adds back only its own input, the output of the "
+    "block just before it, and the stack returns what the last block returns"
+)
 
 
 def _loop_bound_mistakes(blocks: list[_Block], x: torch.Tensor, depth: int) -> list[Mistake]:

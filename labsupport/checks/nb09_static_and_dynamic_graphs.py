@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 from . import running
@@ -128,6 +129,27 @@ def _variant_floor(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _divide_by_largest(x: torch.Tensor, signed: bool, always: bool) -> torch.Tensor:
+    """x divided by its largest |x| (or, ``signed``, its largest value) while the largest |x| is above 1 (or, ``always``,
+    once whatever it is): the loop's halving replaced by a normalisation."""
+    for _ in range(50):  # x / x.max() can flip signs back and forth: a student's loop could run long
+        if not always and not _largest_abs_above_one(x):
+            break
+        x = x / (x.max() if signed else x.abs().max())
+        if always:
+            break
+    return x
+
+
+def _divided_by_largest(answers: list) -> bool:
+    """Is every answer its input divided by its largest (absolute) value, in a loop or once, not halved?"""
+    for signed, always in itertools.product((False, True), repeat=2):
+        wants = [_divide_by_largest(x, signed, always) for x in fresh_inputs()]
+        if all(torch.allclose(got, want, atol=1e-6) for got, want in zip(answers, wants)):
+            return True
+    return False
+
+
 def _halvings(got: torch.Tensor, x: torch.Tensor) -> int | None:
     """k if ``got`` is the whole of ``x`` halved k times (k < 40), else None."""
     for k in range(40):
@@ -228,6 +250,14 @@ EAGER_MISTAKES = [
         "it rounds down as it halves: floor division (//, rounding_mode='floor') turns 1.7 into 0 and -0.25 "
         "into -1, not halves",
         look="the halving line",
+    ),
+    Mistake(
+        "divided by the largest",
+        _divided_by_largest,
+        "it divides x by its own largest value, which scales it to a largest |x| of 1 in one step: the exercise "
+        "halves x, by the same factor every pass, as many passes as it takes, so the result depends on how many "
+        "halvings were needed",
+        look="the line inside the loop that makes x smaller",
     ),
     Mistake(
         "wrong stop",
@@ -576,6 +606,38 @@ NEGATION_CLIPPED = Mistake(
 )
 
 
+#: Activations a student may put into a branch in place of Gate's relu (or around its negation).
+OTHER_ACTIVATIONS = {
+    "a sigmoid": torch.sigmoid,
+    "a tanh": torch.tanh,
+    "a softplus": F.softplus,
+    "a GELU": F.gelu,
+    "a SiLU": F.silu,
+    "an ELU": F.elu,
+    "a leaky relu": F.leaky_relu,
+}
+
+
+def _other_activation(got: torch.Tensor, h: torch.Tensor) -> str | None:
+    """The activation (in OTHER_ACTIVATIONS' words) whose f(h), -f(h) or f(-h) ``got`` is, or None."""
+    for words, function in OTHER_ACTIVATIONS.items():
+        for candidate in (function(h), -function(h), function(-h)):
+            if torch.allclose(got, candidate, atol=1e-5):
+                return words
+    return None
+
+
+def other_activation_mistake(words: str) -> Mistake:
+    """A branch that applies ``words`` (such as "a sigmoid") where Gate's branch applies none of it."""
+    return Mistake(
+        "another activation in a branch",
+        None,
+        f"a branch applies {words} to h: that is not Gate's rule, which returns relu(h) when the batch's sum is "
+        "positive and h negated otherwise, and nothing else",
+        look="the two branch functions, side by side with Gate's forward",
+    )
+
+
 def _negation_clipped(got: torch.Tensor, h: torch.Tensor) -> bool:
     """Is ``got`` h negated and made non-negative: relu(-h), -relu(h) or |h|?"""
     for clipped in ((-h).relu(), -(h.relu()), h.abs(), -(h.abs())):
@@ -838,6 +900,9 @@ def _check_eager_gate(model: torch.nn.Module, batches: list) -> None:
             raise mistake_error(message, UNCHANGED_BRANCH, **facts)
         if expected == "-h" and _negation_clipped(got, h):
             raise mistake_error(message, NEGATION_CLIPPED, **facts)
+        activation = _other_activation(got, h)
+        if activation:
+            raise mistake_error(message, other_activation_mistake(activation), **facts)
         if _per_element(runs):
             raise mistake_error(message, ELEMENTWISE_CHOICE, **facts)
         if _per_row(runs):

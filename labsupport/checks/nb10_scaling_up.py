@@ -1016,6 +1016,45 @@ def _softmax_shards(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws
     return shards
 
 
+MSE_LOSS = Mistake(
+    "mean squared error",
+    None,
+    "the gradients are those of a mean squared error between the scores (or their softmax) and one-hot targets, "
+    "not of the loss the exercise names: the prompt's loss takes the raw scores and the class indices as they are",
+    look="the loss each rank computes on its shard",
+)
+
+ZERO_GRADIENTS = Mistake(
+    "all gradients zero",
+    None,
+    "every gradient returned is zero: what was kept or returned is .grad after it was zeroed again (or tensors "
+    "that were created as zeros and never received the shards' gradients)",
+    look="the order of backward(), the zeroing, and the copy of .grad in each rank's turn; and what is returned",
+    symptom="every returned gradient is zero, where the whole-batch gradient is not",
+)
+
+
+def _mse_shards(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int, softmax: bool) -> list:
+    """Each shard's gradient of the mean squared error between its scores (or their softmax) and one-hot targets."""
+    k = len(x) // ws
+    params = list(model.parameters())
+    shards = []
+    for r in range(ws):
+        scores = model(x[r * k : (r + 1) * k])
+        scores = scores.softmax(dim=1) if softmax else scores
+        one_hot = F.one_hot(y[r * k : (r + 1) * k], scores.shape[1]).to(scores.dtype)
+        shards.append(list(torch.autograd.grad(F.mse_loss(scores, one_hot), params)))
+    return shards
+
+
+def mse_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The results of a mean squared error against one-hot targets in place of the cross-entropy."""
+    return [
+        dataclasses.replace(MSE_LOSS, matches=_mean(_mse_shards(model, x, y, ws, softmax), ws))
+        for softmax in (False, True)
+    ]
+
+
 def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The results of shards cut at the wrong places: starting r examples in, or ending one example early."""
     k = len(x) // ws
@@ -1148,7 +1187,10 @@ def _judge_parallel_grads(
             expected=f"{ws} shards of {len(x) // ws} examples",
             got=f"shards of {sizes} examples",
         )
+    if float(_flat(got).abs().max()) == 0.0:
+        raise mistake_error(message, ZERO_GRADIENTS, got="zeros in every gradient")
     mistakes = data_parallel_mistakes(model, x, y, ws, stale) + stale_gradient_mistakes(want, stale, ws)
+    mistakes += mse_mistakes(model, x, y, ws)
     for mistake in mistakes + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
             raise mistake_error(message, _split_or_divided(mistake, calls, ws))
