@@ -322,6 +322,22 @@ def test_the_site_hides_the_outcome_of_a_prediction_only():
     assert nb.cells[2].outputs
 
 
+def test_progress_bars_are_left_off_the_pages(built):
+    """Notebook 06's runs show a progress bar each (a widget); no page shows one stuck at 0%."""
+    source = nbformat.read(ROOT / "notebooks" / "06_optim.ipynb", as_version=4)
+    bars = [
+        out
+        for c in source.cells
+        if c.cell_type == "code"
+        for out in c.outputs
+        if website.WIDGET_VIEW in out.get("data", {})
+    ]
+    assert bars, "notebook 06 stores no progress bar: this test no longer looks at one"
+    for page in built.glob("[0-9][0-9]_*.html"):
+        assert not re.search(r"\b0%\|", text_of(page)), page.name
+    assert "momentum and Adam end more than 100x below plain SGD" in text_of(built / "06_optim.html")
+
+
 @pytest.mark.parametrize(
     "markup, kept",
     [

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from tb_events import read_scalars
 from torch import nn
+from tqdm.auto import tqdm
 
 import labsupport as lab
 
@@ -54,7 +55,7 @@ def runs_dir(tmp_path, monkeypatch):
 
 def test_06_optimizer_runs_log_loss_lr_and_hparams(runs_dir):
     setup, run_cell = notebook_code("06_optim.ipynb", "def make_model(", "def run(")
-    ns = {"torch": torch, "F": F, "nn": nn, "math": math, "lab": lab, "device": torch.device("cpu")}
+    ns = {"torch": torch, "F": F, "nn": nn, "math": math, "lab": lab, "tqdm": tqdm, "device": torch.device("cpu")}
     exec(setup, ns)
     exec(run_cell, ns)
     losses = {

@@ -41,6 +41,7 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.strings import clean_html
 
 from . import colab, student
+from .regenerate import WIDGET_VIEW
 
 ROOT = Path(__file__).resolve().parent.parent
 STYLE = (
@@ -226,6 +227,15 @@ def hide_outcomes(edition: student.Edition) -> None:
             cell.metadata.setdefault("tags", []).append(OUTCOME_TAG)
 
 
+def drop_progress_bars(edition: student.Edition) -> None:
+    """Remove the stored outputs that are widget views: the progress bars of training loops. Regenerate keeps
+    no widget state, so a page could only show such a bar as it was drawn first (``epochs: 0%|``), stuck at
+    zero, and a reader of a finished run needs no bar."""
+    for cell in edition.notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = [out for out in cell.outputs if WIDGET_VIEW not in out.get("data", {})]
+
+
 def nav(name: str, names: list[str]) -> str:
     """The bar at the top of a page: index, Colab, download, previous and next."""
     i = names.index(name)
@@ -265,6 +275,7 @@ def build(src: Path, out: Path) -> list[Path]:
         mark_exercises(edition)
         mark_setup(edition)
         hide_outcomes(edition)
+        drop_progress_bars(edition)
         (out / "student" / path.name).write_bytes(student.generate(path))
         body, _ = exporter.from_notebook_node(edition.notebook)
         if 'class="jp-Mermaid"' in body:
