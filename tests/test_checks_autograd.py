@@ -1070,3 +1070,75 @@ def test_loop_mistakes_say_where_to_look(name):
     err = failure(check, loop)
     assert err.mistake == name
     assert err.look and err.hint
+
+
+# ------------------------------------------------------------------ the thirteenth audit
+
+
+@pytest.mark.parametrize("words", ["exception", "Raises an error.", "crashes"])
+def test_plain_words_for_an_error_count_as_error(words, capsys):
+    """03.2: "exception", "raises an error" and "crashes" were refused as not one of the choices."""
+    lab.check_backward_twice_prediction(words)
+    assert capsys.readouterr().out.startswith("PASS")
+    assert predictions.COMMITTED["03.2"].answer == "error"
+
+
+def test_twice_counts_as_doubled(capsys):
+    lab.check_backward_twice_prediction("twice")
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert predictions.COMMITTED["03.2"].answer == "doubled"
+
+
+@pytest.mark.parametrize(
+    "check, wrong, right, note",
+    [
+        (lab.check_vjp_prediction, [2, 80, 1800], [2, 40, 600], "not 2 * y"),
+        (lab.check_vjp_prediction, [222, 444, 666], [2, 40, 600], "J is diagonal"),
+        (lab.check_vjp_prediction, [642, 642, 642], [2, 40, 600], "one entry per x_j"),
+        (lab.check_second_derivative_prediction, 12, 6, "counts the second derivative twice"),
+        (lab.check_second_derivative_prediction, 1, 6, "dx/dx"),
+    ],
+)
+def test_new_wrong_predictions_get_their_own_note_and_keep_the_first_answer(check, wrong, right, note, capsys):
+    """03.3 and 03.4: these wrong answers got the generic explanation only."""
+    check(wrong)
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and note not in first  # the note waits for the second run
+    check(right)
+    second = capsys.readouterr().out
+    assert note in second and "your first" in second
+
+
+def _accumulated_in_a_float32_total(x, y, w1, w2, learning_rate, steps, chunks, log=None):
+    """03.6 with the running total started as torch.tensor(0.0): float32, whatever the data's dtype."""
+    losses = []
+    for t in range(steps):
+        total = torch.tensor(0.0)
+        for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+            part = (x_part.mm(w1).clamp(min=0).mm(w2) - y_part).pow(2).sum()
+            part.backward()
+            total += part.detach()
+        if log is not None:
+            log(t, total.item())
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+        losses.append(total.item())
+    return losses
+
+
+def test_losses_kept_in_a_float32_total_pass(capsys):
+    """03.6: a float32 running total's .item() (and 0-d float32 tensors in a list) were told "one loss per step:
+    the whole batch's loss, before the update", though every loss was right to float32's precision."""
+    lab.check_accumulated_training(_accumulated_in_a_float32_total)
+    solved = notebook_functions("nb03-c122")["train_fixed"]
+    lab.check_fixed_training(lambda *args: [torch.tensor(loss) for loss in solved(*args)])
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+def test_float32_precision_still_refuses_a_wrong_loss():
+    solved = notebook_functions("nb03-c122")["train_fixed"]
+    err = failure(lab.check_fixed_training, lambda *args: [float(torch.tensor(1.001 * loss)) for loss in solved(*args)])
+    assert "does not match the reference" in err.message

@@ -248,6 +248,8 @@ ROOFLINE_WRONG = {
     # round 2 of the audit: one FLOP's compute time plus its memory time got a generic expected/got
     "compute and memory times added": lambda i, p, b: 1 / (1 / p + 1 / (i * b)),
     "roofs added": lambda i, p, b: p + i * b,  # round 4 of the audit: got a generic expected/got
+    # thirteenth audit: int() of the intensity and of the ridge point passed, no case had a fraction between them
+    "ridge compared in whole numbers": lambda i, p, b: p if int(i) >= int(p / b) else i * b,
     "switch at the wrong intensity": lambda i, p, b: p if i >= 1 else i * b,
     # round 6 of the audit: the share of the peak (a misread prompt) and TFLOP/s got a generic expected/got
     "share of the peak": lambda i, p, b: 100 * min(p, i * b) / p,
@@ -265,6 +267,35 @@ def test_a_switch_at_a_fixed_intensity_is_named(cut):
     with pytest.raises(lab.CheckError) as info:
         lab.check_roofline(lambda i, p, b: p if i >= cut else i * b)
     assert info.value.mistake == "switch at the wrong intensity"
+
+
+@pytest.mark.parametrize(
+    "roofline_in_whole_numbers",
+    [
+        lambda i, p, b: i * b if int(i) <= int(p / b) else p,
+        lambda i, p, b: p if round(i) >= round(p / b) else i * b,
+        lambda i, p, b: p if i // 1 > (p / b) // 1 else i * b,
+    ],
+    ids=["int, memory at the ridge", "round", "floor division, strict"],
+)
+def test_whole_number_comparisons_with_the_ridge_fail_and_are_named(roofline_in_whole_numbers):
+    """Thirteenth audit: every old case had a whole-number intensity or one far from the ridge, so these passed."""
+    with pytest.raises(lab.CheckError, match="intensity=10") as info:
+        lab.check_roofline(roofline_in_whole_numbers)
+    assert info.value.mistake == "ridge compared in whole numbers"
+
+
+def test_a_comparison_with_the_exact_ridge_point_passes_either_way(capsys):
+    lab.check_roofline(lambda i, p, b: p if i > p / b else i * b)
+    lab.check_roofline(lambda i, p, b: i * b if i * b < p else p)
+    assert capsys.readouterr().out.count("PASS") == 2
+
+
+def test_hardware_threads_counted_are_named_twice_and_explained():
+    """Thirteenth audit: two hardware threads per core double the peak; the "twice" sentence says they do not."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cpu_peak_flops(lambda c, g, b, u: 2 * c * g * 1e9 * u * (b // 32) * 2)
+    assert info.value.mistake == "twice" and "hardware threads" in info.value.hint
 
 
 def test_every_roofline_mistake_has_a_test():

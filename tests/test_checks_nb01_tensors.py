@@ -60,10 +60,26 @@ def _keep_with_masked_fill(x):
     return x.masked_fill(x - x.mean(dim=-1, keepdim=True) < 0, 0.0)
 
 
+def _keep_row_by_row(x):
+    out = x.clone()
+    for row in out:
+        row[row < row.mean()] = 0
+    return out
+
+
 def _keep_all_rows_but_the_last(x):
     out = x.clone()
     for i in range(len(x) - 1):
         out[i][x[i] < x[i].mean()] = 0
+    return out
+
+
+def _keep_recomputing_the_mean(x):
+    out = x.clone()
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            if out[i, j] < out[i].mean():
+                out[i, j] = 0
     return out
 
 
@@ -110,12 +126,17 @@ CORRECT = {
         _keep_with_where,
         _keep_with_clone,
         _keep_with_masked_fill,
+        # thirteenth audit: the mean computed once per row before a loop writes into that row
+        _keep_row_by_row,
     ],
     "channels_first_rows": [
         lambda im: im.permute(0, 3, 1, 2).reshape(im.shape[0], -1),
         lambda im: im.permute(0, 3, 1, 2).flatten(1),
         lambda im: im.movedim(-1, 1).contiguous().view(len(im), -1),
         lambda im: torch.stack([i.permute(2, 0, 1).flatten() for i in im]),
+        # thirteenth audit: one channel at a time, and an einsum that only moves axes
+        lambda im: torch.cat([im[..., c].reshape(len(im), -1) for c in range(im.shape[-1])], 1),
+        lambda im: torch.einsum("nhwc->nchw", im).reshape(len(im), -1),
     ],
     "per_sample_matmul": [
         lambda x, w: (x.unsqueeze(1) @ w).squeeze(1),
@@ -123,6 +144,9 @@ CORRECT = {
         lambda x, w: torch.bmm(x[:, None, :], w)[:, 0],
         lambda x, w: (x[:, :, None] * w).sum(1),
         lambda x, w: torch.diagonal(x @ w, dim1=0, dim2=1).T,
+        # thirteenth audit
+        lambda x, w: torch.vmap(torch.matmul)(x, w),
+        lambda x, w: (w.mT @ x[..., None])[..., 0],
     ],
 }
 
@@ -224,6 +248,19 @@ PREDICATE_MISTAKES = [
     ("per_sample_matmul", "first sample with every matrix", lambda x, w: torch.einsum("d,bdk->bk", x[0], w)),
     # round 12, second pass: an einsum with two batch letters builds x @ w's pairs with the B axes swapped
     ("per_sample_matmul", "every sample with every matrix", lambda x, w: torch.einsum("ad,bdk->abk", x, w)),
+    # thirteenth audit: NumPy's .T (every axis reversed) got a generic expected/got, and a loop that recomputes the
+    # row's mean after each 0 it writes was told "a loop that stopped early"
+    (
+        "channels_first_rows",
+        "all axes reversed",
+        lambda im: torch.from_numpy(np.ascontiguousarray(im.numpy().T)).reshape(len(im), -1),
+    ),
+    (
+        "channels_first_rows",
+        "all axes reversed",
+        lambda im: im.permute(*reversed(range(im.dim()))).reshape(len(im), -1),
+    ),
+    ("keep_above_row_mean", "mean recomputed while zeroing", _keep_recomputing_the_mean),
 ]
 
 

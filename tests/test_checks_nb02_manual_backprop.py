@@ -367,7 +367,9 @@ def _layer_mistake_names():
     for layer, (_, _, mistakes, cases) in LAYERS.items():
         for case in cases():
             names += [
-                (layer, m.name) for m in mistakes(*case) if (layer, m.name) not in names and m is not nb02.NOT_FINITE
+                (layer, m.name)
+                for m in mistakes(*case)
+                if (layer, m.name) not in names and m is not nb02.NOT_FINITE and not callable(m.matches)
             ]
     return names
 
@@ -676,6 +678,20 @@ def _values_added(f, w, eps=1e-6):
     return grad
 
 
+def _saved_value_is_a_view(f, w, eps=1e-6):
+    grad = torch.zeros_like(w)
+    flat = w.view(-1)
+    for i in range(w.numel()):
+        old = flat[i]  # a view of w's entry, not a copy: it follows every write into flat[i]
+        flat[i] = old + eps
+        plus = f(w)
+        flat[i] = old - eps
+        minus = f(w)
+        flat[i] = old
+        grad.view(-1)[i] = (plus - minus) / (2 * eps)
+    return grad
+
+
 CHECKER_MISTAKES = {
     "two axes assumed": _for_matrices_only,
     "nudge made in float32": _nudge_in_float32,
@@ -708,6 +724,8 @@ CHECKER_MISTAKES = {
     "sign lost": lambda f, w: numeric_grad(f, w).abs(),
     "division before the subtraction": _division_first,
     "values of f added": _values_added,
+    # thirteenth audit: `old = flat[i]` saved a view, so the second point was w itself; it got "factor 1/2"
+    "second point at w itself": _saved_value_is_a_view,
 }
 
 
@@ -1023,3 +1041,97 @@ def test_a_sigmoid_used_as_the_relus_slope_is_named(backward, name):
         lab.check_relu_layer(relu_forward, backward)
     assert info.value.mistake == name
     assert info.value.look and "(h > 0)" not in info.value.hint
+
+
+# --------------------------------------------------------------------------- the thirteenth audit
+
+_SAVED = {}
+
+
+def _linear_forward_keeping_a_global(x, w):
+    _SAVED["x"], _SAVED["w"] = x, w
+    return x @ w, None
+
+
+def _linear_backward_reading_the_global(dout, cache):
+    return dout @ _SAVED["w"].t(), _SAVED["x"].t() @ dout
+
+
+def _relu_forward_keeping_a_global(h):
+    _SAVED["h"] = h
+    return h.clamp(min=0), None
+
+
+def _relu_backward_reading_the_global(dout, cache):
+    return dout * (_SAVED["h"] > 0)
+
+
+@pytest.mark.parametrize(
+    "check, forward, backward",
+    [
+        (lab.check_linear_layer, _linear_forward_keeping_a_global, _linear_backward_reading_the_global),
+        (lab.check_relu_layer, _relu_forward_keeping_a_global, _relu_backward_reading_the_global),
+    ],
+    ids=["linear", "relu"],
+)
+def test_a_layer_that_keeps_its_state_outside_the_cache_is_named(check, forward, backward):
+    """02.1 and 02.2: a forward that saves its tensors in a global, and a backward that reads them there, passed;
+    02.3 runs two linear forwards before either backward, so the first layer got the second one's tensors."""
+    with pytest.raises(lab.CheckError) as info:
+        check(forward, backward)
+    assert info.value.mistake == "state kept outside the cache"
+    assert "after a second forward" in info.value.message
+
+
+def test_caches_of_other_forms_pass(capsys):
+    """A dict, or NumPy copies, in the cache: the backward still answers each call from its own cache."""
+    lab.check_linear_layer(lambda x, w: (x @ w, {"x": x, "w": w}), lambda dout, c: (dout @ c["w"].T, c["x"].T @ dout))
+    lab.check_linear_layer(
+        lambda x, w: (x @ w, (x.numpy().copy(), w.numpy().copy())),
+        lambda dout, c: (dout @ torch.from_numpy(c[1]).T, torch.from_numpy(c[0]).T @ dout),
+    )
+    lab.check_relu_layer(lambda h: (torch.maximum(h, torch.zeros_like(h)), h > 0), lambda dout, c: dout * c)
+    assert capsys.readouterr().out.count("PASS") == 3
+
+
+def test_nn_linears_transposed_weight_in_the_forward_is_named():
+    """02.1: out = x @ w.T, nn.Linear's convention, runs on the square w of case 1 and got a generic expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_linear_layer(lambda x, w: (x @ w.T, (x, w)), linear_backward)
+    assert info.value.mistake == "w transposed in the forward"
+    assert "x @ w" not in info.value.look
+
+
+@pytest.mark.parametrize("slope", [0.01, 0.2])
+def test_a_leaky_relu_is_named(slope):
+    """02.2: a leaky ReLU in the forward got a generic expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(
+            lambda h: (torch.nn.functional.leaky_relu(h, slope), h),
+            lambda dout, h: torch.where(h > 0, dout, slope * dout),
+        )
+    assert info.value.mistake == "leaky ReLU"
+
+
+def test_gradients_of_a_mean_with_the_loss_of_a_sum_are_named():
+    """02.3: grad_y_pred divided by the batch size, the loss still the sum, got a generic expected/got."""
+
+    def averaged_gradient(x, y, w1, w2):
+        h = x @ w1
+        h_relu = h.clamp(min=0)
+        y_pred = h_relu @ w2
+        grad_y_pred = 2 * (y_pred - y) / len(x)
+        grad_h = grad_y_pred @ w2.T * (h > 0)
+        return ((y_pred - y) ** 2).sum(), x.T @ grad_h, h_relu.T @ grad_y_pred
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(averaged_gradient)
+    assert info.value.mistake == "gradients divided by the batch size"
+
+
+def test_a_one_sided_difference_over_two_eps_is_named_with_its_points():
+    """02.4: (f(w + e) - f(w)) / (2 eps) evaluates f at the same points as the view bug: the cause names them."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, one_sided=True) / 2)
+    assert info.value.mistake == "second point at w itself"
+    assert "never at w - eps" in info.value.hint

@@ -390,7 +390,8 @@ CPU_MISTAKES = [
     Mistake(
         "twice",
         _on_every_machine(_twice),
-        "twice the peak on every machine: an fp32 lane is 32 bits (not 16), and an FMA is 2 FLOP (not 4)",
+        "twice the peak on every machine: an fp32 lane is 32 bits (not 16), an FMA is 2 FLOP (not 4), and a core "
+        "counts once even with two hardware threads, which share its FMA units",
         look="how many fp32 numbers fit in one register, and how many FLOP one FMA on each makes",
     ),
     Mistake(
@@ -660,6 +661,8 @@ def check_matmul_size_prediction(prediction: Any, device: Any = "cpu") -> None:
 #: (intensity, peak, bandwidth): memory-bound, compute-bound, at the ridge (10 FLOP/byte), just below and just
 #: above it; then an H100-like machine, whose ridge lies at 14 FLOP/byte: far below it, just below it, above it.
 #: At 12 FLOP/byte one machine is compute-bound and the other memory-bound, so no fixed switch passes both.
+#: Last, a machine whose ridge lies at 10.8 FLOP/byte, with 10.6 and 10.9 on either side of it: an intensity and a
+#: ridge point compared as whole numbers (int() or round()) pick the wrong roof on one of them.
 ROOFLINE_CASES = [
     (0.083, 1e12, 1e11),
     (1000.0, 1e12, 1e11),
@@ -669,6 +672,8 @@ ROOFLINE_CASES = [
     (0.25, 6.7e13, 4.8e12),
     (12.0, 6.7e13, 4.8e12),
     (30.0, 6.7e13, 4.8e12),
+    (10.6, 1.08e12, 1e11),
+    (10.9, 1.08e12, 1e11),
 ]
 
 
@@ -737,6 +742,23 @@ def _one_roof_each(answers: Sequence[float]) -> bool:
         math.isclose(got, p, rel_tol=REL_TOL) or math.isclose(got, i * b, rel_tol=REL_TOL)
         for got, (i, p, b) in zip(answers, ROOFLINE_CASES)
     )
+
+
+def _whole_number_pick(i: float, p: float, b: float, whole: Callable[[float], int], peak_at_ridge: bool) -> float:
+    """The roof picked by comparing the intensity with the ridge point, both made whole numbers by ``whole``."""
+    intensity, ridge = whole(i), whole(p / b)
+    above = intensity >= ridge if peak_at_ridge else intensity > ridge
+    return p if above else i * b
+
+
+def _whole_number_switch(answers: Sequence[float]) -> bool:
+    """Is every answer the roof that int() or round() of the intensity and of the ridge point picks (with >= or >)?"""
+    for whole in (int, round):
+        for peak_at_ridge in (True, False):
+            picks = [_whole_number_pick(i, p, b, whole, peak_at_ridge) for i, p, b in ROOFLINE_CASES]
+            if all(math.isclose(got, pick, rel_tol=REL_TOL) for got, pick in zip(answers, picks)):
+                return True
+    return False
 
 
 def _roofline_power_of_ten(answers: Sequence[float]) -> bool:
@@ -808,6 +830,14 @@ ROOFLINE_MISTAKES = [
         "the two roofs were added: each is a limit on the same rate, the FLOP/s one kernel reaches, so they do not "
         "stack; the kernel reaches at most the lower of them",
         look="roofline: how the two limits are combined",
+    ),
+    Mistake(
+        "ridge compared in whole numbers",
+        _whole_number_switch,
+        "each answer is one of the two roofs, but where the intensity lies just below or just above the ridge "
+        "point, less than 1 FLOP/byte from it, the other roof was picked: the intensity and the ridge point were "
+        "compared as whole numbers (an int() or round() cuts off their fractions), and both have fractions",
+        look="roofline: what is done to the intensity and the ridge point before they are compared",
     ),
     Mistake(
         "switch at the wrong intensity",

@@ -801,8 +801,28 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="the shape of the row means: print it beside x's, and ask how it broadcasts",
         )
         mistakes.insert(1, mistake)
+    mistakes.append(
+        Mistake(
+            "mean recomputed while zeroing",
+            _zeroed_one_entry_at_a_time(x),
+            why="each entry was compared with the mean of its row as the row stood at that moment, after the entries "
+            "before it had already been set to 0: every 0 written moves the mean, so later entries met another "
+            "threshold. Each row has one threshold, the mean of the row as it was passed in",
+            look="the loop: when is the row's mean computed, and from which tensor, the one being written into?",
+        )
+    )
     listed = [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
     return _unlike_reference(listed, _keep_reference(x))
+
+
+def _zeroed_one_entry_at_a_time(x: torch.Tensor) -> torch.Tensor:
+    """An entry-by-entry loop that compares each entry with the current mean of the row it is zeroing."""
+    out = x.clone()
+    for row in out:
+        for j in range(len(row)):
+            if row[j] < row.mean():
+                row[j] = 0
+    return out
 
 
 def _inverted_with_ties(x: torch.Tensor) -> list[Mistake]:
@@ -1002,6 +1022,14 @@ def _channels_first_mistakes(images: torch.Tensor) -> list[Mistake]:
             images.permute(0, 3, 2, 1).reshape(n, -1),
             why="each channel's values came out column by column: H and W traded places",
             look="the numbers in permute(...): does each name the old axis that goes to that position?",
+        ),
+        Mistake(
+            "all axes reversed",
+            images.permute(3, 2, 1, 0).reshape(n, -1),
+            why="every axis was reversed, (C, W, H, N), as NumPy's .T does on an array of any number of axes (and "
+            "torch's .T on more than two): the batch axis went last, H and W traded places, and the rows cut from "
+            "that order mix the images",
+            look="the transpose: how many axes does it move, and which one should stay in front?",
         ),
         Mistake(
             "inverse permutation",

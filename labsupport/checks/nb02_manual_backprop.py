@@ -306,6 +306,51 @@ class _Layer:
             )
 
 
+STATE_OUTSIDE_THE_CACHE = Mistake(
+    "state kept outside the cache",
+    None,
+    why="each forward-then-backward alone is right, but after a second forward the backward of the first call "
+    "answers with the second call's tensors: what the backward needs is kept outside the cache (a global "
+    "variable, an attribute), and the next forward overwrites it. A network that uses the layer twice runs both "
+    "forwards before either backward (02.3 does so with the linear layer), so its first layer would get the "
+    "second one's gradients",
+    look="where the forward puts what the backward needs, and where the backward reads it from",
+)
+
+
+def _two_forwards_then_backwards(layer: _Layer, cases: list, reference: Callable) -> None:
+    """As a network runs a layer twice: the forwards of two cases, then their backwards in reverse order, each on
+    its own cache; the first case's gradients must come out as when it ran alone."""
+    __tracebackhide__ = True
+    first, second = cases[0], cases[1]
+    what = f"your {layer.name} layer"
+    try:
+        _, cache_one = _split_forward(
+            run_student(layer.forward, *[a.clone() for a in first[:-1]], what=what), layer.name
+        )
+        _, cache_two = _split_forward(
+            run_student(layer.forward, *[a.clone() for a in second[:-1]], what=what), layer.name
+        )
+        run_student(layer.backward, second[-1].clone(), cache_two, what=what)
+        got = _split_backward(
+            run_student(layer.backward, first[-1].clone(), cache_one, what=what), layer.name, layer.grads
+        )
+    except CheckError as err:
+        if err.usage:
+            raise
+        got = (err.message,)
+    expected = reference(*first)[1:]
+    for name, value, ref in zip(layer.grads, got, expected):
+        if isinstance(value, torch.Tensor) and value.shape == ref.shape and rel_error(value, ref) < 1e-6:
+            continue
+        raise mistake_error(
+            f"{what}: after a second forward, the backward on the first forward's cache gives another {name}",
+            STATE_OUTSIDE_THE_CACHE,
+            expected=f"the {name} of the first case, as when it ran alone",
+            got=describe(value) if isinstance(value, torch.Tensor) else str(value),
+        )
+
+
 def _largest_change(now: torch.Tensor, then: torch.Tensor) -> str:
     return f"{float((now.double() - then.double()).abs().max()):.3g}"
 
@@ -406,6 +451,16 @@ def _linear_shape_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor)
             look="what linear_forward puts in its cache, and the line that computes dx",
         )
         first.insert(0, mistake)
+    if w.shape[0] == w.shape[1]:  # only a square w lets the forward's x @ w.T run at all (thirteenth audit)
+        mistake = Mistake(
+            "w transposed in the forward",
+            (x @ w.t(), None, None),
+            why="out is x @ w.T, which runs only because this w is square: that is nn.Linear's convention, whose "
+            "weight is stored (out_features, in_features), while this exercise's w is (D, K), one column per "
+            "output",
+            look="the product in linear_forward",
+        )
+        first.insert(0, mistake)
     if w.shape[0] == w.shape[1]:  # only a square w lets the product run without the transpose
         mistake = Mistake(
             "dx without transpose",
@@ -479,6 +534,7 @@ def check_linear_layer(linear_forward: Any, linear_backward: Any) -> None:
     cases = _linear_cases()
     layer = _Layer("linear", linear_forward, linear_backward, ("dx", "dw"), kept=("x", "w"))
     _check_layer(layer, cases, _linear_reference, _linear_mistakes)
+    _two_forwards_then_backwards(layer, cases, _linear_reference)
     passed(f"linear layer: out, dx, dw match autograd on {len(cases)} cases (max rel. error < {TOL:g})")
 
 
@@ -502,6 +558,13 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             why="out is min(h, 0): the ReLU keeps the positive part, max(h, 0)",
             look="the clamp in relu_forward: min= or max=",
         ),
+        Mistake(
+            "leaky ReLU",
+            _leaky_output(h),
+            why="out keeps a small share of each negative h instead of 0: that is a leaky ReLU (F.leaky_relu, "
+            "max(h, a*h) with a small slope a); the ReLU of this exercise sets every negative entry to 0",
+            look="what relu_forward does to the negative entries of h",
+        ),
         *_relu_backward_mistakes(h, dout),
         Mistake(
             "mask used as an index",
@@ -512,6 +575,22 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             look="the line that applies the mask to dout",
         ),
     ]
+
+
+def _leaky_output(h: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate on (out, dh): out is h where h > 0, and one and the same small share of h (0 < a < 1) where h < 0."""
+    negative = h < 0
+
+    def leaky(result: Any) -> bool:
+        out = result[0]
+        if not isinstance(out, torch.Tensor) or out.shape != h.shape or not out.is_floating_point():
+            return False
+        if not negative.any() or rel_error(out[~negative], h[~negative]) > 1e-6:
+            return False
+        slope = float((out[negative].double() / h[negative].double()).mean())
+        return 0 < slope < 1 and rel_error(out[negative], slope * h[negative]) < 1e-6
+
+    return leaky
 
 
 def _relu_backward_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
@@ -688,6 +767,7 @@ def check_relu_layer(relu_forward: Any, relu_backward: Any) -> None:
             raise
         raise mistake_error(err.message, PYTHON_MAX) from None
     _relu_at_zero(layer)
+    _two_forwards_then_backwards(layer, cases, _relu_reference)
     passed(f"relu layer: out, dh match autograd on {len(cases)} cases (max rel. error < {TOL:g})")
 
 
@@ -806,6 +886,14 @@ def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Ten
             why="grad_w1's upstream gradient was multiplied by max(h, 0), the ReLU's output: the ReLU's local slope "
             "is 0 or 1, whatever size the output has",
             look="what the gradient is multiplied with between the two linear backwards",
+        ),
+        Mistake(
+            "gradients divided by the batch size",
+            (lecture_loss(x, y, w1, w2), g1 / len(x), g2 / len(x)),
+            why="the loss is right, the sum of the squared errors, but both gradients are that loss's gradients "
+            "divided by the number of samples: grad_y_pred was averaged over the batch as a mean's gradient would "
+            "be, while the gradient of a sum has no such factor",
+            look="grad_y_pred: the derivative of the loss this function returns",
         ),
         Mistake(
             "factor 2 dropped",
@@ -1312,6 +1400,26 @@ def _step_mistakes(f: _Recorder) -> list[Mistake]:
     return mistakes
 
 
+def _second_point_at_w(f: _Recorder, d1: torch.Tensor) -> list[Mistake]:
+    """f evaluated at w +- eps on one side only, and at w itself, the difference divided by 2 eps: about half the
+    gradient (the thirteenth audit: `old = w[i]` saved a view, so the "restore" to old - eps landed on w)."""
+    seen = f.summary()
+    if seen["eps"] is None or seen["backwards"] == seen["forwards"]:
+        return []
+    side, other = ("w - eps", "w + eps") if seen["backwards"] else ("w + eps", "w - eps")
+    return [
+        Mistake(
+            "second point at w itself",
+            functools.partial(_is_multiple, d1=d1, factor=0.5),
+            why=f"f was evaluated at {side} and at w itself, never at {other}, and the difference was divided by "
+            "2*eps, so each entry is about half the slope. If your code does move the entry to the other side "
+            "before its second call of f, the value it moves from changed along with the entry",
+            look="the value saved before an entry is nudged: w[i] (or flat[i]) is a view of w, not a copy, so it "
+            "changes when that entry is written; .item() or .clone() keeps a copy",
+        )
+    ]
+
+
 def _checker_mistakes(f: _Recorder, w: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 02.4, read off the result and off where f was evaluated."""
     d1 = _smooth_grad(w)
@@ -1326,6 +1434,7 @@ def _checker_mistakes(f: _Recorder, w: torch.Tensor) -> list[Mistake]:
         reshaped,
         *_entry_mistakes(f),
         NOT_FINITE,
+        *_second_point_at_w(f, d1),
         *_factor_mistakes(d1, f.summary()["eps"]),
         *_quotient_mistakes(f, w, d1),
         Mistake(

@@ -261,7 +261,20 @@ def _backward_twice() -> str:
 
 
 #: Other words for a choice: the error's own name, and the prompt's own gloss of "same" (".grad is unchanged").
-OTHER_WORDS = {"runtimeerror": "error", "runtime error": "error", "unchanged": "same"}
+OTHER_WORDS = {
+    "runtimeerror": "error",
+    "runtime error": "error",
+    "unchanged": "same",
+    # thirteenth audit: the plain words students use for the two outcomes
+    "exception": "error",
+    "an error": "error",
+    "raises": "error",
+    "raises an error": "error",
+    "crash": "error",
+    "crashes": "error",
+    "twice": "doubled",
+    "2x": "doubled",
+}
 
 
 def _error_by_name(prediction: Any) -> Any:
@@ -341,6 +354,11 @@ def check_vjp_prediction(prediction: Any) -> None:
             (1, 40, 900): "That is v * y, the outputs weighted by v, not their derivatives.",
             (1, 4, 9): "That is y = x ** 2 itself: x.grad holds derivatives of the outputs, weighted by v.",
             (2, 20, 200): "That is 2 * v: the derivative of x ** 2 is 2x, which changes from one element to the next.",
+            (2, 80, 1800): "That is 2 * v * y, v times 2x ** 2: the derivative of x ** 2 is 2x, not 2 * y.",
+            (222, 444, 666): "That is 2x times the sum of v: y_i depends on x_i alone, so J is diagonal and each "
+            "x_j gets only the v_j of its own output.",
+            (642, 642, 642): "642 is the sum of all three v_i * 2 x_i: v^T J keeps one entry per x_j, each "
+            "adding up the outputs that depend on x_j (here one).",
         },
         ask="which entries of the Jacobian J are not zero, and what does v^T J add up for each x_j?",
         rel=1e-9,  # exact arithmetic on small integers: 620 is not 600
@@ -379,6 +397,9 @@ def check_second_derivative_prediction(prediction: Any) -> None:
             3: "3 is the first derivative 3x^2.",
             9: "torch.autograd.grad does not add dy/dx into x.grad.",
             0: "dy has a history: create_graph=True recorded how it was computed.",
+            12: "12 counts the second derivative twice: torch.autograd.grad returned dy without writing anything "
+            "into x.grad, so dy.backward() is the only call that adds to it.",
+            1: "1 is dx/dx: dy.backward() differentiates dy = 3x^2, the graph create_graph=True recorded.",
         },
         ask="what did create_graph=True record, and which derivative does dy.backward() compute from it?",
         rel=1e-9,  # an exact number: 6.2 is not 6
@@ -1036,6 +1057,21 @@ def _judge_losses_detached(result: Any, what: str) -> None:
     )
 
 
+def _stored_dtype(result: Any, losses: list[float]) -> torch.dtype:
+    """The precision the losses were kept in, to judge them to: torch.tensor(losses) stores float32 by default, and
+    so do a float32 running total (torch.tensor(0.0), torch.zeros(())) and its .item(), whose every loss is then a
+    float32 number (thirteenth audit: those were told "one loss per step ... before the update")."""
+    if isinstance(result, torch.Tensor) and result.is_floating_point():
+        return result.dtype
+    items = list(result) if isinstance(result, (list, tuple)) else []
+    if any(isinstance(item, torch.Tensor) and item.dtype in (torch.float32, torch.float16) for item in items):
+        return torch.float32
+    in_float32 = torch.tensor(losses, dtype=torch.float64).float().double()
+    if losses and in_float32.tolist() == losses:
+        return torch.float32
+    return torch.float64
+
+
 def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
     """One loss per step: the whole batch's loss before the step's update."""
     __tracebackhide__ = True
@@ -1052,8 +1088,7 @@ def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
         )
     if len(losses) != STEPS:
         raise CheckError(f"{what} returned {len(losses)} losses", expected=f"one per step: {STEPS}")
-    # torch.tensor(losses) stores float32 by default: judged to its own precision, not float64's
-    stored = result.dtype if isinstance(result, torch.Tensor) and result.is_floating_point() else torch.float64
+    stored = _stored_dtype(result, losses)
     compare(
         "the list of losses returned",
         torch.tensor(losses, dtype=torch.float64),
@@ -1172,9 +1207,11 @@ def _judge_log(calls: list[_LogCall], right: _Run, p: _Problem) -> None:
         )
     for k, call in enumerate(calls):
         _judge_log_call(k, call, right, p)
-    # a loss handed over as a tensor (torch.tensor(total) is float32) is judged to its own precision
+    # a loss handed over as a tensor (torch.tensor(total) is float32), or a float32 total's .item(), is judged to
+    # its own precision
     dtypes = [c.loss.dtype for c in calls if isinstance(c.loss, torch.Tensor) and c.loss.is_floating_point()]
-    coarsest = max((torch.finfo(d).eps for d in dtypes), default=0.0)
+    dtypes.append(_stored_dtype(losses, losses))
+    coarsest = max(torch.finfo(d).eps for d in dtypes)
     compare(
         "the list of losses passed to log",
         torch.tensor(losses, dtype=torch.float64),
