@@ -801,18 +801,20 @@ def _keep_mistakes(x: torch.Tensor) -> list[Mistake]:
             look="the shape of the row means: print it beside x's, and ask how it broadcasts",
         )
         mistakes.insert(1, mistake)
-    mistakes.append(
-        Mistake(
-            "mean recomputed while zeroing",
-            _zeroed_one_entry_at_a_time(x),
-            why="each entry was compared with the mean of its row as the row stood at that moment, after the entries "
-            "before it had already been set to 0: every 0 written moves the mean, so later entries met another "
-            "threshold. Each row has one threshold, the mean of the row as it was passed in",
-            look="the loop: when is the row's mean computed, and from which tensor, the one being written into?",
-        )
-    )
-    listed = [*mistakes, *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
+    listed = [*mistakes, _recomputed_mean_mistake(x), *_keep_threshold_mistakes(x), *_keep_form_mistakes(x)]
     return _unlike_reference(listed, _keep_reference(x))
+
+
+def _recomputed_mean_mistake(x: torch.Tensor) -> Mistake:
+    """01.4 written as a loop that reads each row's mean from the tensor it is zeroing."""
+    return Mistake(
+        "mean recomputed while zeroing",
+        _zeroed_one_entry_at_a_time(x),
+        why="each entry was compared with the mean of its row as the row stood at that moment, after the entries "
+        "before it had already been set to 0: every 0 written moves the mean, so later entries met another "
+        "threshold. Each row has one threshold, the mean of the row as it was passed in",
+        look="the loop: when is the row's mean computed, and from which tensor, the one being written into?",
+    )
 
 
 def _zeroed_one_entry_at_a_time(x: torch.Tensor) -> torch.Tensor:

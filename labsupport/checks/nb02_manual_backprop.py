@@ -856,9 +856,9 @@ def _two_layer_loss_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
     ]
 
 
-def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
-    """Mistakes of the backward pass: the mask, the factor 2, the sign, the second layer's input, the order."""
-    g1, g2 = two_layer_grads(x, y, w1, w2)
+def _two_layer_relu_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the ReLU's backward between the two linear backwards: the mask missing, inverted, taken from the
+    gradient, or the output used as the slope."""
     h = x @ w1
     d = 2 * (torch.relu(h) @ w2 - y)
     return [
@@ -887,6 +887,16 @@ def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Ten
             "is 0 or 1, whatever size the output has",
             look="what the gradient is multiplied with between the two linear backwards",
         ),
+    ]
+
+
+def _two_layer_gradient_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """Mistakes of the backward pass: the mask, the factor 2, the sign, the second layer's input, the order."""
+    g1, g2 = two_layer_grads(x, y, w1, w2)
+    h = x @ w1
+    d = 2 * (torch.relu(h) @ w2 - y)
+    return [
+        *_two_layer_relu_mistakes(x, y, w1, w2),
         Mistake(
             "gradients divided by the batch size",
             (lecture_loss(x, y, w1, w2), g1 / len(x), g2 / len(x)),
