@@ -1142,3 +1142,20 @@ def test_float32_precision_still_refuses_a_wrong_loss():
     solved = notebook_functions("nb03-c122")["train_fixed"]
     err = failure(lab.check_fixed_training, lambda *args: [float(torch.tensor(1.001 * loss)) for loss in solved(*args)])
     assert "does not match the reference" in err.message
+
+
+@pytest.mark.parametrize("answer", ["None", "none", "'None'."])
+def test_a_gradient_that_stays_none_is_a_wrong_prediction_with_its_note(answer, capsys):
+    """03.4 asks for a number; "x.grad stays None" is a prediction too, recorded and judged wrong, not refused."""
+    lab.check_second_derivative_prediction(answer)
+    first = capsys.readouterr().out
+    assert first.startswith("NOT RIGHT") and predictions.COMMITTED["03.4"].answer == "none"
+    lab.check_second_derivative_prediction(answer)
+    assert "does not stay None" in capsys.readouterr().out
+
+
+def test_a_bare_none_says_how_to_predict_that_the_gradient_stays_none():
+    with pytest.raises(core.CheckError) as err:
+        lab.check_second_derivative_prediction(None)
+    assert "no prediction yet" in str(err.value) and 'prediction = "None"' in str(err.value)
+    assert "03.4" not in predictions.COMMITTED

@@ -400,6 +400,8 @@ def check_second_derivative_prediction(prediction: Any) -> None:
             12: "12 counts the second derivative twice: torch.autograd.grad returned dy without writing anything "
             "into x.grad, so dy.backward() is the only call that adds to it.",
             1: "1 is dx/dx: dy.backward() differentiates dy = 3x^2, the graph create_graph=True recorded.",
+            "None": "x.grad does not stay None: dy is a function of x that create_graph=True recorded, so "
+            "dy.backward() reaches x and writes a number into x.grad.",
         },
         ask="what did create_graph=True record, and which derivative does dy.backward() compute from it?",
         rel=1e-9,  # an exact number: 6.2 is not 6

@@ -113,6 +113,17 @@ def number_in_text(answer: Any) -> Any:
     return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
 
 
+def _words_of(mistakes: Mapping[Any, str] | None) -> list[str]:
+    """The wrong answers a numeric prediction's check lists as words ("None"), normalised as answers are ("none")."""
+    return [_normalised(wrong, None) for wrong in mistakes or {} if isinstance(wrong, str)]
+
+
+def _listed_word(text: str, mistakes: Mapping[Any, str] | None) -> str | None:
+    """The listed word ``text`` spells, in any case, quoted or with a full stop ("None", "'none'."), or None."""
+    word = _bare_word(text)
+    return word if word in _words_of(mistakes) else None
+
+
 def _numbers_among(choices: Sequence[Any] | None) -> bool:
     return any(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices or ())
 
@@ -231,11 +242,19 @@ def check_prediction(
     not stop the notebook (the record is what counts, so changing the answer cannot pass). The
     explanation ``why`` waits: ``lab.hint`` shows it, or a wrong answer's third run."""
     __tracebackhide__ = True
+    if got is None and "none" in _words_of(mistakes):  # the stub's None, or a student's "it stays None"
+        raise CheckError(
+            f"{name}: no prediction yet: write your answer between the solution markers above and run that cell "
+            'first (to predict that it stays None, write the word as text: prediction = "None")',
+            usage=True,
+        )
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
         if isinstance(got, str):
-            got = number_in_text(got)  # "0.89" for a number asked without choices
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+            got = _listed_word(got, mistakes) or number_in_text(got)  # "0.89" for a number asked without choices
+        if got in _words_of(mistakes):
+            pass  # a word the check expects as a wrong answer ("None" for a gradient that stays None)
+        elif isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
             raise CheckError(f"{name}: the answer must be a number (finite)", got=repr(got), usage=True)
     ex_id = current_exercise() or name
     question = ask or "before reading the explanation, say in one sentence why this happens"
