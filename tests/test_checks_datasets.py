@@ -148,8 +148,8 @@ def make_train(evaluate=None, **mistakes):
     sched = mistakes.get("sched", "batch")
 
     def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
-        history = {"loss": [], "val_loss": [], "val_acc": []}
-        step = 0
+        history = mistakes.get("kept_history") or {"loss": [], "val_loss": [], "val_acc": []}
+        step = mistakes["kept_steps"][0] if "kept_steps" in mistakes else 0
         for epoch in range(mistakes.get("fixed_epochs", epochs) + mistakes.get("extra_epochs", 0)):
             if mistakes.get("step_restarts"):
                 step = 0
@@ -191,6 +191,8 @@ def make_train(evaluate=None, **mistakes):
                     scheduler.step()
                 if sched == "twice":
                     scheduler.step()
+                if sched == "loss":
+                    scheduler.step(loss.item())  # ReduceLROnPlateau's habit
                 if mistakes.get("lr") == "after":
                     lr = _lr(optimizer, scheduler, mistakes)
                 _log(writer, "lr", lr, at, mistakes)
@@ -253,6 +255,8 @@ def make_train(evaluate=None, **mistakes):
             if mistakes.get("extra_logs"):
                 writer.add_histogram("weights", torch.zeros(3), step)
                 writer.flush()
+        if "kept_steps" in mistakes:
+            mistakes["kept_steps"][0] = step
         if mistakes.get("no_return"):
             return None
         return history
@@ -369,6 +373,8 @@ LOOP_MISTAKES = [
     ({}, dict(train_acc="slots"), "divided by batches times batch size"),
     # twelfth audit: the counts of right answers and images set to zero once, before the epoch loop
     ({}, dict(counts_kept=True), "counts kept across epochs"),
+    # thirteenth audit: scheduler.step(loss.item()) was told "scheduler.step() ran 1.93 times"
+    ({}, dict(sched="loss"), "scheduler.step() given a value"),
 ]
 
 
@@ -380,6 +386,33 @@ def test_each_loop_mistake_is_named(evaluate_flags, train_flags, name):
         lab.check_training_loop(evaluate, train)
     assert err.value.mistake == name, str(err.value)
     assert err.value.hint and name not in err.value.message  # rung 1 says what, not the mistake
+
+
+@pytest.mark.parametrize(
+    "kept", [dict(kept_steps=[0]), dict(kept_history={"loss": [], "val_loss": [], "val_acc": []})], ids=str
+)
+def test_a_train_that_keeps_state_between_calls_is_named_on_its_first_check(kept):
+    """Thirteenth audit: a step count (or a history) kept outside train passed the first check, and the second
+    check got "the steps logged are not the optimizer steps" with no cause."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(make_evaluate(), make_train(**kept))
+    assert err.value.mistake == "state kept between calls of train"
+
+
+@torch.inference_mode()
+def _evaluate_in_inference_mode(model, loader):
+    """Thirteenth audit: inference_mode for no_grad, every batch's scores joined, one loss over the loader."""
+    model.eval()
+    logits = torch.cat([model(images) for images, _ in loader])
+    labels = torch.cat([labels for _, labels in loader])
+    model.train()
+    return F.cross_entropy(logits, labels).item(), (logits.argmax(1) == labels).double().mean().item()
+
+
+def test_an_evaluate_in_inference_mode_over_the_joined_scores_passes(capsys):
+    evaluate = _evaluate_in_inference_mode
+    lab.check_training_loop(evaluate, make_train(evaluate=evaluate))
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 def test_float_labels_are_named_in_the_words_of_cuda_too():
@@ -1049,6 +1082,7 @@ def test_every_mistake_the_checks_name_has_a_test():
     capstone = CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES + AUDIT_CAPSTONE_MISTAKES
     tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in capstone}
     tested.add("over budget")  # test_the_capstone_time_budget
+    tested.add("state kept between calls of train")  # test_a_train_that_keeps_state_between_calls_is_named_...
     tested.add("images not flattened for Linear")  # test_a_linear_layer_on_unflattened_images_is_named
     assert named == tested, f"untested: {named - tested}; unknown: {tested - named}"
 

@@ -351,6 +351,46 @@ def test_a_run_programs_that_prints_says_it_returned_none(capsys):
     assert info.value.message == "run_programs(modules, points, programs) returned None"
 
 
+def _groups(programs):
+    rows_of = {}
+    for i, program in enumerate(programs):
+        rows_of.setdefault(program, []).append(i)
+    return rows_of
+
+
+def cut_between_steps(modules, points, programs):
+    """Thirteenth audit: each step given its input detached: told "carries no gradient", though the last modules
+    got theirs."""
+    out = points.clone()
+    for program, rows in _groups(programs).items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h.detach())
+        out[rows] = h
+    return out
+
+
+KEPT_ROWS = {}
+
+
+def rows_kept_between_calls(modules, points, programs):
+    """Thirteenth audit: the grouping dict made outside the function: right on the first batch, then an IndexError."""
+    for i, program in enumerate(programs):
+        KEPT_ROWS.setdefault(program, []).append(i)
+    out = points.clone()
+    for program, rows in KEPT_ROWS.items():
+        h = points[rows]
+        for name in program:
+            h = modules[name](h)
+        out[rows] = h
+    return out
+
+
+def kept_rows_fresh(modules, points, programs):
+    KEPT_ROWS.clear()
+    return rows_kept_between_calls(modules, points, programs)
+
+
 MISTAKES = {
     "reversed program": reversed_programs,
     "each step on the points": each_step_on_the_points,
@@ -364,14 +404,68 @@ MISTAKES = {
     "no gradient": detached,
     "one call per row": one_row_at_a_time,
     "every row through every program": masked,
-}
+    "chain cut between steps": cut_between_steps,
+}  # "state kept between calls" has tests of its own below: its student's state must start empty
 
 
 def test_every_listed_mistake_has_a_test():
     modules = nb09.program_modules()
     points, programs = nb09.program_batch()
     listed = [m.name for m in nb09.program_mistakes(modules, points, programs)]
-    assert listed + [nb09.NO_GRADIENT.name, nb09.ONE_CALL_PER_ROW.name, nb09.ROWS_EVERYWHERE.name] == list(MISTAKES)
+    named_by_the_check = [nb09.NO_GRADIENT.name, nb09.ONE_CALL_PER_ROW.name, nb09.ROWS_EVERYWHERE.name]
+    named_by_the_check += [nb09.CHAIN_CUT.name]
+    assert listed + named_by_the_check == list(MISTAKES)
+
+
+def test_state_kept_is_named_on_the_first_check_of_a_fresh_kernel():
+    KEPT_ROWS.clear()
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(rows_kept_between_calls)
+    assert info.value.mistake == "state kept between calls"
+
+
+def test_a_call_counter_that_changes_the_result_is_state_kept():
+    calls = []
+
+    def counts_its_calls(modules, points, programs):
+        calls.append(1)
+        out = points.clone()
+        for program, rows in _groups(programs).items():
+            h = points[rows]
+            for name in program:
+                h = modules[name](h)
+            out[rows] = h * (1 if len(calls) == 1 else 2)
+        return out
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(counts_its_calls)
+    assert info.value.mistake == "state kept between calls"
+
+
+def sequential_per_program(modules, points, programs):
+    """Thirteenth audit: each program's modules chained in an nn.Sequential, written into a clone of points."""
+    out = points.clone()
+    for program, rows in _groups(programs).items():
+        out[rows] = torch.nn.Sequential(*[modules[name] for name in program])(points[rows])
+    return out
+
+
+def masked_scatter_groups(modules, points, programs):
+    """Thirteenth audit: a boolean mask per distinct program, the group's output scattered back with masked_scatter."""
+    out = torch.zeros_like(points)
+    for program in set(programs):
+        mask = torch.tensor([other == program for other in programs])
+        h = points[mask]
+        for name in program:
+            h = modules[name](h)
+        out = out.masked_scatter(mask[:, None].expand_as(out), h)
+    return out
+
+
+@pytest.mark.parametrize("student", [sequential_per_program, masked_scatter_groups, kept_rows_fresh])
+def test_more_batched_designs_pass(student, capsys):
+    lab.check_run_programs(student)
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 def test_a_program_cut_to_its_first_step_is_a_step_left_out():

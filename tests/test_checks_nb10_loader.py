@@ -172,6 +172,33 @@ def test_a_sampler_for_two_processes_is_named_on_three():
     assert info.value.got == "an error for rank 2 of 3"
 
 
+def test_a_sampler_left_to_ask_torch_distributed_is_named():
+    """Thirteenth audit: DistributedSampler(dataset), no num_replicas or rank: torch's "Default process group has not
+    been initialized", no cause named."""
+
+    def sampler_on_defaults(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset)
+        sampler.set_epoch(epoch)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(sampler_on_defaults)
+    assert info.value.mistake == nb10.SAMPLER_ASKS_THE_GROUP.name
+
+
+def test_a_sampler_set_through_its_epoch_attribute_after_the_loader_passes(capsys):
+    """Thirteenth audit: the loader built first, the sampler's epoch set afterwards through its attribute."""
+
+    def epoch_attribute(dataset, rank, world_size, epoch, batch_size=32):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+        loader = DataLoader(dataset, batch_size, sampler=sampler)
+        sampler.epoch = epoch
+        return loader
+
+    lab.check_rank_loader(epoch_attribute)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
 def test_set_epoch_on_the_loader_is_named():
     """10.6 audit 7: a bare AttributeError ("'DataLoader' object has no attribute 'set_epoch'"), no cause named."""
 

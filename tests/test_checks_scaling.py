@@ -660,6 +660,57 @@ def test_amp_step_refuses_a_returned_loss_that_is_no_loss(returns, words):
         lab.check_amp_step(_returning(returns))
 
 
+def _finite_inputs_step(clean):
+    def step(model, optimizer, scaler, inputs, targets, dtype):
+        return amp_step(model, optimizer, scaler, clean(inputs), targets, dtype)
+
+    return step
+
+
+@pytest.mark.parametrize(
+    "clean",
+    [lambda x: torch.nan_to_num(x, posinf=0.0, neginf=0.0), lambda x: x.clamp_(-1e4, 1e4)],
+    ids=["nan_to_num", "clamp_ in place"],
+)
+def test_amp_step_that_makes_the_batch_finite_is_named(clean):
+    """Thirteenth audit: the inf batch cleaned before the forward pass got "the weights differ" with no cause."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(_finite_inputs_step(clean))
+    assert info.value.mistake == "inf removed from the batch"
+
+
+def test_amp_step_returning_the_loss_and_the_scores_is_told_to_return_one_value():
+    """Thirteenth audit: (loss, logits) was told that a Python number cannot be stacked."""
+
+    def loss_and_scores(model, optimizer, scaler, inputs, targets, dtype):
+        loss = amp_step(model, optimizer, scaler, inputs, targets, dtype)
+        return loss, torch.zeros(len(inputs), 10)
+
+    with pytest.raises(lab.CheckError, match="as a tensor") as info:
+        lab.check_amp_step(loss_and_scores)
+    assert "several values" in info.value.hint and "Python number" not in info.value.hint
+
+
+def test_amp_step_accepts_a_branch_on_the_scaler_being_enabled(capsys):
+    """Thirteenth audit: the scaler used only when enabled, a plain backward and step otherwise."""
+
+    def branches(model, optimizer, scaler, inputs, targets, dtype):
+        with torch.autocast(inputs.device.type, dtype):
+            loss = torch.nn.CrossEntropyLoss()(model(inputs), targets)
+        optimizer.zero_grad()
+        if not scaler.is_enabled():
+            loss.backward()
+            optimizer.step()
+            return loss.detach()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        return loss.detach()
+
+    lab.check_amp_step(branches)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
 def test_a_nan_loss_on_a_finite_batch_is_refused_although_the_weights_are_right():
     def nan_loss(*args):
         amp_step(*args)
@@ -1009,7 +1060,19 @@ def zeroed_before_the_copy(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def nll_on_raw_scores(model, inputs, targets, world_size):
+    """Thirteenth audit: F.nll_loss on the raw scores, no log_softmax: "values differ" with no cause."""
+    shard = len(inputs) // world_size
+    kept = []
+    for r in range(world_size):
+        rows = slice(r * shard, (r + 1) * shard)
+        kept.append(torch.autograd.grad(F.nll_loss(model(inputs[rows]), targets[rows]), list(model.parameters())))
+    return [sum(gs) / world_size for gs in zip(*kept)]
+
+
 DP_MISTAKES = {
+    "nll_loss on raw scores": [nll_on_raw_scores],
+    "parameters returned": [lambda model, inputs, targets, world_size: list(model.parameters())],
     "mean squared error": [mse_against_one_hot],
     "all gradients zero": [zeroed_before_the_copy],
     "shard's sum divided by world_size": [shard_sums_over_world_size],
@@ -1049,6 +1112,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
     listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name, nb10.SHARD_SIZE_WRITTEN_IN.name}
     listed |= {m.name for m in nb10.mse_mistakes(model, x, y, 2)} | {nb10.ZERO_GRADIENTS.name}
+    listed |= {m.name for m in nb10.nll_mistakes(model, x, y, 2)} | {nb10.PARAMETERS_RETURNED.name}
     assert listed <= set(DP_MISTAKES)
 
 
@@ -1192,6 +1256,41 @@ def test_the_data_parallel_starting_code_never_gets_the_fix(starting, capsys):
 def test_data_parallel_answers_bad_results(bad, words):
     with pytest.raises(lab.CheckError, match=words):
         lab.check_data_parallel_grads(bad)
+
+
+def log_softmax_then_nll(model, inputs, targets, world_size):
+    """Thirteenth audit: the cross-entropy written as log_softmax and nll_loss, accumulated in .grad by loss / ws."""
+    model.zero_grad()
+    for x, y in zip(inputs.chunk(world_size), targets.chunk(world_size)):
+        (F.nll_loss(F.log_softmax(model(x), dim=1), y) / world_size).backward()
+    return tuple(p.grad.clone() for p in model.parameters())
+
+
+def index_split_remainder_last(model, inputs, targets, world_size):
+    """Thirteenth audit: np.array_split's index blocks, the gradients stacked per parameter and averaged."""
+    kept = []
+    for rows in np.array_split(np.arange(len(inputs)), world_size):
+        kept.append(torch.autograd.grad(F.cross_entropy(model(inputs[rows]), targets[rows]), list(model.parameters())))
+    return [torch.stack(gs).mean(0) for gs in zip(*kept)]
+
+
+@pytest.mark.parametrize("student", [log_softmax_then_nll, index_split_remainder_last])
+def test_data_parallel_accepts_more_designs(student, capsys):
+    lab.check_data_parallel_grads(student)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_data_parallel_names_a_model_converted_to_float32():
+    """Thirteenth audit: model.float() inside the function broke the check's own reference with a RuntimeError
+    that read as a wrong return type (the float64 weights were exact in float32, so no value had changed)."""
+
+    def converts_the_model(model, inputs, targets, world_size):
+        model.float()
+        return data_parallel_grads(model, inputs.float(), targets, world_size)
+
+    with pytest.raises(lab.CheckError, match="converted the model") as info:
+        lab.check_data_parallel_grads(converts_the_model)
+    assert info.value.mistake == "weights changed"
 
 
 def test_data_parallel_stops_a_function_that_never_returns(monkeypatch):

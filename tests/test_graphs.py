@@ -658,7 +658,64 @@ def test_recording_cond_gives_torch_cond_back():
     assert torch.cond is original
 
 
-@pytest.mark.parametrize("student", [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate])
+class NamedBranchesGate(Gate):
+    """Thirteenth audit: the branches as named functions, F.relu and torch.neg, the operands as a list."""
+
+    def forward(self, x):
+        h = self.linear(x)
+
+        def keep(t):
+            return torch.nn.functional.relu(t)
+
+        def flip(t):
+            return torch.neg(t)
+
+        return torch.cond(torch.sum(h).gt(0), keep, flip, [h])
+
+
+class LinearInsideBranchesGate(Gate):
+    """Thirteenth audit: x as the operand, each branch applying self.linear itself."""
+
+    def forward(self, x):
+        return torch.cond(self.linear(x).sum() > 0, lambda x: self.linear(x).relu(), lambda x: -self.linear(x), (x,))
+
+
+class DetachedResultGate(Gate):
+    """Thirteenth audit: torch.cond's result detached: the values are Gate's, the layer gets no gradient; passed."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,)).detach()
+
+
+class NoBiasGate(Gate):
+    """Thirteenth audit: an __init__ of its own with a layer without bias; passed, though the prompt keeps Gate's."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 3, bias=False)
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+def test_a_cond_gate_whose_output_is_detached_is_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(DetachedResultGate)
+    assert info.value.mistake == "no gradient to the layer"
+
+
+def test_a_cond_gate_without_gates_bias_is_refused():
+    with pytest.raises(lab.CheckError, match="has no bias") as info:
+        lab.check_cond_gate(NoBiasGate)
+    assert info.value.usage
+
+
+@pytest.mark.parametrize(
+    "student",
+    [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate, NamedBranchesGate, LinearInsideBranchesGate],
+)
 def test_cond_gate_passes_every_correct_design(student, capsys):
     lab.check_cond_gate(student)
     assert capsys.readouterr().out == (

@@ -526,6 +526,7 @@ class StudentRun:
     scheduler_steps: int
     seen: list[tuple[bool, bool]]
     weights: torch.Tensor
+    scheduler_arguments: list = dataclasses.field(default_factory=list)  # what scheduler.step() was given, if any
 
 
 STEP_BEFORE_BACKWARD = Mistake(
@@ -555,6 +556,7 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     optimizer.register_step_post_hook(steps)
     writer = FakeWriter()
     spy = _Spy(model)
+    arguments = _record_step_arguments(scheduler)
     what = "train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)"
     try:
         history = run_student(train, model, loader, val, optimizer, scheduler, EPOCHS, writer, what=what)
@@ -562,7 +564,33 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
         if err.usage or "modified by an inplace operation" not in err.message:
             raise
         raise mistake_error(err.message, STEP_BEFORE_BACKWARD) from None
-    return StudentRun(history, writer.logged, steps.count, scheduler.last_epoch, spy.seen, _flat_weights(model))
+    sched = scheduler.last_epoch
+    return StudentRun(history, writer.logged, steps.count, sched, spy.seen, _flat_weights(model), arguments)
+
+
+def _record_step_arguments(scheduler: Any) -> list:
+    """Make ``scheduler.step`` record each value it is given (scheduler.step(loss), a ReduceLROnPlateau habit, or
+    scheduler.step(epoch)); returns the list it records into."""
+    arguments: list = []
+    original = scheduler.step
+
+    def step(*args: Any, **kwargs: Any) -> Any:
+        given = [value for value in (*args, *kwargs.values()) if value is not None]
+        arguments.extend(given)
+        return original(*args, **kwargs)
+
+    scheduler.step = step
+    return arguments
+
+
+SCHEDULER_GIVEN_A_VALUE = Mistake(
+    "scheduler.step() given a value",
+    None,
+    "scheduler.step() was given a value: this scheduler takes none, and a number given to it is read as the epoch "
+    "to jump to (an old, deprecated form), so the schedule follows that number instead of counting its own steps; "
+    "a loss goes to ReduceLROnPlateau's step, not to this one's",
+    look="train: the call of scheduler.step()",
+)
 
 
 WRONG_EPOCHS = Mistake(
@@ -686,6 +714,10 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             return mistake_error(error.message, mistake, expected=error.expected, got=error.got)
         return error
     sched = student.scheduler_steps
+    if student.scheduler_arguments:
+        given = describe(student.scheduler_arguments[0])
+        message = f"scheduler.step() was given {given}"
+        return mistake_error(message, SCHEDULER_GIVEN_A_VALUE, expected=f"{n} calls of scheduler.step(), one per batch")
     if sched != n:
         mistakes = [
             Mistake(
@@ -1296,6 +1328,32 @@ def _judge_training_loop(evaluate: Any, train: Any) -> None:
     _check_history(student.history, ref, n)
     _check_steps(student.logged, n)
     _check_logged_values(student.logged, ref)
+    _check_second_run(train, start, loader, val, ref, n)
+
+
+TRAIN_STATE_KEPT = Mistake(
+    "state kept between calls of train",
+    None,
+    "train was right the first time and wrong when it was called again on a fresh model: it keeps something from "
+    "one call to the next (a step count, a history or a list made outside the function, or a default argument "
+    "that is a list or dict), so a second training run (another model, a new run of the cell) starts where the "
+    "first one stopped",
+    look="every name train uses that is not made anew inside it",
+)
+
+
+def _check_second_run(train: Any, start: nn.Module, loader: DataLoader, val: DataLoader, ref: Any, n: int) -> None:
+    """train called once more, on a fresh copy of the same model: its history and logged steps must be those of the
+    first call (a step count or history kept outside the function grows)."""
+    model = copy.deepcopy(start)
+    model.eval()
+    again = _student_train(train, model, loader, val)
+    try:
+        _check_history(again.history, ref, n)
+        _check_steps(again.logged, n)
+    except CheckError as err:
+        message = f"called a second time, on a fresh model, train went wrong: {err.message}"
+        raise mistake_error(message, TRAIN_STATE_KEPT, expected=err.expected, got=err.got) from None
 
 
 # ---------------------------------------------------------------- 07.2 do workers help?

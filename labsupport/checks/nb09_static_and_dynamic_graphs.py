@@ -1041,6 +1041,8 @@ def _build_gate(cond_gate_class: Any) -> torch.nn.Module:
             hint="subclass Gate and keep its __init__",
             usage=True,
         )
+    if linear.bias is None:
+        raise CheckError("CondGate().linear has no bias, where Gate's layer has one", hint=KEEP_GATE_INIT, usage=True)
     _check_gate_layer(linear)
     return model
 
@@ -1078,12 +1080,45 @@ def _check_gate_layer(linear: torch.nn.Linear) -> None:
         )
 
 
+OUTPUT_DETACHED = Mistake(
+    "no gradient to the layer",
+    None,
+    "the values are Gate's, but no gradient flows from CondGate's output back to self.linear: somewhere between h "
+    "and the output the graph was cut (.detach(), .data, a tensor rebuilt from values, torch.no_grad), so a "
+    "training step would never change the layer; Gate's output carries the layer's gradient in both branches",
+    look="what forward does to h and to torch.cond's result on the way to its return",
+)
+
+
+def _check_gate_gradients(model: torch.nn.Module, batches: list) -> None:
+    """The layer's gradients through CondGate's output, on each batch, against those through Gate's rule on a copy
+    of the layer (a CondGate is a module that trains, not only one that exports)."""
+    weights = torch.randn(batches[0][0].shape[0], 3, generator=torch.Generator().manual_seed(5))
+    for number, (x, words) in enumerate(batches, start=1):
+        reference = copy.deepcopy(model.linear)
+        want = torch.autograd.grad((gate_rule(reference(x)) * weights).sum(), list(reference.parameters()))
+        with torch.enable_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = _run_gate(model, x)
+        message = f"CondGate()(x) on batch {number} ({words}) gives Gate's values but not its gradients"
+        if not isinstance(got, torch.Tensor) or not got.requires_grad:
+            raise mistake_error(message, OUTPUT_DETACHED, got="an output that does not require grad")
+        params = list(model.linear.parameters())
+        grads = torch.autograd.grad((got * weights).sum(), params, allow_unused=True)
+        grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+        if all(float(g.abs().max()) == 0.0 for g in grads):
+            raise mistake_error(message, OUTPUT_DETACHED, got="gradients of zero on every weight of self.linear")
+        if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)):
+            raise CheckError(message, expected="the gradients of Gate's rule on self.linear's weights")
+
+
 @exercise("09.3", "a Gate that exports")
 def check_cond_gate(cond_gate_class: Any) -> None:
     """``cond_gate_class()`` against Gate's rule on batches that take each branch, then exported: one cond node."""
     model = _build_gate(cond_gate_class)
     batches = gate_batches(model.linear)
     _check_eager_gate(model, batches)
+    _check_gate_gradients(model, batches)
     program = _export(model, batches[0][0])
     _check_exported(program, batches, model)
     passed("CondGate: matches Gate on both branches; torch.export keeps both in one graph (a cond node)")
@@ -1625,13 +1660,16 @@ def program_batch_reordered() -> tuple[torch.Tensor, list[tuple[str, ...]]]:
     return points, [programs[r] for r in rows]
 
 
-def run_program_rows(modules: Any, points: torch.Tensor, programs: list, *, reverse: bool = False) -> torch.Tensor:
-    """The reference: each row through its own program's modules, one row at a time (or in reverse order)."""
+def run_program_rows(
+    modules: Any, points: torch.Tensor, programs: list, *, reverse: bool = False, cut: bool = False
+) -> torch.Tensor:
+    """The reference: each row through its own program's modules, one row at a time (or in reverse order; or, with
+    ``cut``, each step given its input detached, so that gradients reach a program's last step only)."""
     rows = []
     for i, program in enumerate(programs):
         x = points[i : i + 1]
         for name in reversed(program) if reverse else program:
-            x = modules[name](x)
+            x = modules[name](x.detach() if cut else x)
         rows.append(x)
     return torch.cat(rows)
 
@@ -1799,6 +1837,23 @@ NO_GRADIENT = Mistake(
     "the result is right but carries no gradient to the modules: it was built outside autograd's graph "
     "(a new tensor from values, .detach(), .item() or torch.no_grad), so training would not change them",
     look="how the groups' results are put back together",
+)
+CHAIN_CUT = Mistake(
+    "chain cut between steps",
+    None,
+    "the values are right, and the gradients reach the last module of each program, but none before it: the "
+    "graph was cut between one step and the next (a .detach(), .data or a tensor rebuilt from values on a "
+    "step's input), so training would change only the last module of every program",
+    look="what each step of a program is given: the previous step's output as it came, graph and all",
+)
+STATE_KEPT = Mistake(
+    "state kept between calls",
+    None,
+    "run_programs's result depends on the calls before it: called again on the same modules, points and programs "
+    "(after another batch, or right after itself), it does not give what it gave before; it keeps something from "
+    "one call to the next (a dict, a list or a cache made outside the function, or a default "
+    "argument that is a dict or list), so a later batch meets the rows of an earlier one",
+    look="every name the function uses that is not made anew inside it",
 )
 ONE_CALL_PER_ROW = Mistake(
     "one call per row",
@@ -1970,10 +2025,15 @@ def _check_program_gradients(
         grads = _module_grads(modules, got, weights)
     except RuntimeError as exc:  # the graph behind got was freed by a backward inside run_programs
         raise CheckError(RAN_BACKWARD, got=f"RuntimeError: {str(exc).splitlines()[0][:160]}") from None
-    if not all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)):
-        raise mistake_error(
-            "the modules' gradients through run_programs differ from those of the row-by-row loop", NO_GRADIENT
-        )
+    if all(torch.allclose(g, w, atol=1e-5) for g, w in zip(grads, want)):
+        return
+    message = "the modules' gradients through run_programs differ from those of the row-by-row loop"
+    if all(float(g.abs().max()) == 0.0 for g in grads):
+        raise mistake_error(message, NO_GRADIENT)
+    cut = _module_grads(reference, run_program_rows(reference, points, programs, cut=True), weights)
+    if all(torch.allclose(g, c, atol=1e-5) for g, c in zip(grads, cut)):
+        raise mistake_error(message, CHAIN_CUT)
+    raise CheckError(message)
 
 
 def _module_tensors(modules: torch.nn.ModuleDict) -> list[tuple[str, Any, list]]:
@@ -2058,13 +2118,61 @@ def _judge_programs(run_programs: Any, points: torch.Tensor, programs: list) -> 
     return _check_program_work(work, points, programs)
 
 
+def _probe_allowed(run_programs: Any, err: CheckError) -> bool:
+    """May the check call run_programs again to see whether it keeps state? Not a function that ran out of time,
+    was no function, or gave what the check cannot use."""
+    return callable(run_programs) and not err.usage and "did not return within" not in err.message
+
+
+def _result_on(run_programs: Any, points: torch.Tensor, programs: list) -> torch.Tensor | None:
+    """run_programs's values on a batch, on fresh modules, if they are right; None if it raised or they are not."""
+    modules = program_modules()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            got = running.run_student(run_programs, modules, points.clone(), list(programs), what="run_programs")
+    except CheckError:
+        return None
+    with torch.no_grad():
+        want = run_program_rows(modules, points, programs)
+    if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+        return None
+    return got.detach() if torch.allclose(got.detach(), want, atol=1e-6) else None
+
+
+def _changes_between_calls(run_programs: Any, points: torch.Tensor, programs: list) -> bool:
+    """Do two calls of run_programs in a row on the same batch disagree (one raises and the other does not, or
+    their values differ)?"""
+    results = []
+    for _ in range(2):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                got = running.run_student(run_programs, program_modules(), points.clone(), list(programs))
+        except CheckError:
+            got = None
+        results.append(got.detach() if isinstance(got, torch.Tensor) else None)
+    first, second = results
+    if first is None or second is None:
+        return (first is None) != (second is None)
+    return first.shape != second.shape or not torch.allclose(first, second, atol=1e-6, equal_nan=True)
+
+
 @exercise("09.5", "one batch, many networks")
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls; on
     the batch the PASS line reports, then on one whose programs share their steps in other orders."""
     points, programs = program_batch()
-    calls = _judge_programs(run_programs, points, programs)
-    _judge_programs(run_programs, *program_batch_reordered())
+    try:
+        calls = _judge_programs(run_programs, points, programs)
+    except CheckError as err:
+        if _probe_allowed(run_programs, err) and _changes_between_calls(run_programs, points, programs):
+            raise mistake_error(err.message, STATE_KEPT) from None
+        raise
+    try:
+        _judge_programs(run_programs, *program_batch_reordered())
+    except CheckError as err:  # right on the first batch: is it still, after the second?
+        if _probe_allowed(run_programs, err) and _result_on(run_programs, points, programs) is None:
+            raise mistake_error(err.message, STATE_KEPT) from None
+        raise
     passed(
         f"run_programs: {len(points)} rows, {len(set(programs))} programs, equal to one row at a time with the same "
         f"gradients, in {calls} module calls instead of {sum(len(p) for p in programs)}"

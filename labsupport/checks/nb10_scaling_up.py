@@ -361,6 +361,24 @@ SCORES_RETURNED = Mistake(
 )
 
 
+def _not_a_loss_hint(loss: Any) -> str:
+    """What to change in what amp_step returned where the loss, a tensor, was expected."""
+    if loss is None:
+        return (
+            "a missing `return`, or the value of a call that gives nothing back (backward, the optimizer's or the "
+            "scaler's step): amp_step ends with the step's loss"
+        )
+    if isinstance(loss, (tuple, list, dict)):
+        return (
+            "amp_step returned several values where fp32_step returns one: the training loop takes what it returns "
+            "as the step's loss, alone"
+        )
+    return (
+        "a Python number (what .item() or float() give) cannot be stacked with the other steps' losses: what kind "
+        "of value does the loss start as, before it is turned into a number?"
+    )
+
+
 def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
     """The loss amp_step returned, if it is one: a 0-dim tensor holding values, without its graph."""
     name = f"the loss amp_step returned in the {step} step"
@@ -369,11 +387,7 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
             f"amp_step must return the loss as a tensor (the training loop stacks them); {name} is not one",
             expected="a 0-dim tensor",
             got=describe(loss),
-            hint="a missing `return`, or the value of a call that gives nothing back (backward, the optimizer's or "
-            "the scaler's step): amp_step ends with the step's loss"
-            if loss is None
-            else "a Python number (what .item() or float() give) cannot be stacked with the other steps' losses: "
-            "what kind of value does the loss start as, before it is turned into a number?",
+            hint=_not_a_loss_hint(loss),
             usage=True,
         )
     if loss.dim() == 2:
@@ -683,6 +697,22 @@ def _run_amp_case(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> No
         raise _renamed(err, amp_step, scaler_on) from None
 
 
+INF_REMOVED = Mistake(
+    "inf removed from the batch",
+    None,
+    "the batch's inf values were replaced (clamped, nan_to_num, masked) before the model saw them: here the inf "
+    "stands for what an fp16 overflow does to a step, and the GradScaler is there to notice the inf gradients it "
+    "leads to and skip that step; a batch made finite by hand takes a step on values that are not the data",
+    look="what happens to inputs before the forward pass",
+)
+
+
+def _all_finite(args: tuple) -> bool:
+    """Are the floating-point tensors among a forward pass's arguments all finite?"""
+    tensors = [a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
 def _run_amp_steps(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> None:
     batches = amp_batches(with_inf=scaler_on)
     ref = amp_reference(AmpRecipe(dtype, scaler_on=scaler_on), batches)
@@ -690,9 +720,14 @@ def _run_amp_steps(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> N
     optimizer = torch.optim.SGD(model.parameters(), lr=AMP_LR)
     scaler = CountingScaler("cpu", init_scale=INIT_SCALE, growth_interval=1, enabled=scaler_on)
     run = AmpRun()
+    finite_inputs: list[bool] = []  # for each forward pass of the model: were its inputs all finite?
+    model.register_forward_pre_hook(lambda module, args: finite_inputs.append(_all_finite(args)))
     for i, (x, y) in enumerate(batches):
         step = STEP_WORDS[i] if scaler_on else ("first", "second")[i]
+        finite_inputs.clear()
         loss = _call_amp_step(amp_step, (model, optimizer, scaler, x.clone(), y.clone(), dtype), step)
+        if finite_inputs and all(finite_inputs) and not bool(torch.isfinite(x).all()):
+            raise mistake_error(f"in the {step} step, the model never saw the batch's inf values", INF_REMOVED)
         run.losses.append(_returned_loss(loss, step, finite=bool(torch.isfinite(ref.losses[i]))))
         run.states.append(_state(model))
         run.scales.append(scaler.get_scale())
@@ -1047,6 +1082,32 @@ def _mse_shards(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: in
     return shards
 
 
+PARAMETERS_RETURNED = Mistake(
+    "parameters returned",
+    None,
+    "the function returned the model's parameters themselves, its weights and biases, not their gradients: a "
+    "gradient of a parameter is a tensor of the same shape that autograd writes somewhere else",
+    look="what each returned tensor is: the parameter, or what backward() computed for it",
+)
+
+
+NLL_ON_SCORES = Mistake(
+    "nll_loss on raw scores",
+    None,
+    "the gradients are those of F.nll_loss on the model's raw scores: nll_loss only picks the score of the right "
+    "class and negates it, so it is the cross-entropy only when its input is already a log-probability; on raw "
+    "scores nothing normalises them over the classes",
+    look="the loss each rank computes on its shard, and what its input is",
+)
+
+
+def nll_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The result of F.nll_loss on the raw scores (no log_softmax) in place of the cross-entropy: the shards'
+    average is the whole batch's, so one computation covers every split."""
+    gradients = list(torch.autograd.grad(F.nll_loss(model(x), y), list(model.parameters())))
+    return [dataclasses.replace(NLL_ON_SCORES, matches=gradients)]
+
+
 def mse_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
     """The results of a mean squared error against one-hot targets in place of the cross-entropy."""
     return [
@@ -1190,7 +1251,8 @@ def _judge_parallel_grads(
     if float(_flat(got).abs().max()) == 0.0:
         raise mistake_error(message, ZERO_GRADIENTS, got="zeros in every gradient")
     mistakes = data_parallel_mistakes(model, x, y, ws, stale) + stale_gradient_mistakes(want, stale, ws)
-    mistakes += mse_mistakes(model, x, y, ws)
+    mistakes += mse_mistakes(model, x, y, ws) + nll_mistakes(model, x, y, ws)
+    mistakes.append(dataclasses.replace(PARAMETERS_RETURNED, matches=[p.detach() for p in model.parameters()]))
     for mistake in mistakes + fixed_world_size_mistakes(model, x, y, ws):
         if isinstance(mistake.matches, list) and _same_grads(got, mistake.matches):
             raise mistake_error(message, _split_or_divided(mistake, calls, ws))
@@ -1349,6 +1411,20 @@ def _run_parallel_grads(
         raise mistake_error(err.message, GRAD_STILL_NONE) from None
 
 
+def _judge_model_dtype(model: torch.nn.Module, before: Mapping[str, torch.Tensor]) -> None:
+    """The model's tensors keep their dtype: model.float() (or .half()) inside the function converts the caller's
+    model in place, which the comparison of values alone misses when the values are exact in the new dtype."""
+    for key, value in model.state_dict().items():
+        if value.dtype != before[key].dtype:
+            raise CheckError(
+                f"data_parallel_grads converted the model: its {key} is now {value.dtype}, it came as "
+                f"{before[key].dtype}",
+                hint="Module.float(), .double() and .to(dtype) convert the caller's model in place, not a copy: "
+                "compute in the dtype the model and the batch come in",
+                mistake="weights changed",
+            )
+
+
 @exercise("10.3", "data parallelism by hand")
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
@@ -1365,6 +1441,7 @@ def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
             got = _run_parallel_grads(data_parallel_grads, model, x, y, ws)
         finally:
             vars(model).pop("forward", None)
+        _judge_model_dtype(model, before)
         if not _near(_state(model), before, rtol=0, atol=0):
             raise CheckError(
                 "data_parallel_grads changed the model's weights",
@@ -1713,6 +1790,16 @@ SAMPLER_FOR_OTHER_WORLD = Mistake(
 )
 
 
+SAMPLER_ASKS_THE_GROUP = Mistake(
+    "sampler not told the rank and world size",
+    None,
+    "a DistributedSampler that is not told num_replicas and rank asks torch.distributed for them, and here no "
+    "process group exists (the check starts no processes); the function is given the rank and the world size, "
+    "and the sampler's part of the data is only right for those",
+    look="the arguments the DistributedSampler is built with",
+)
+
+
 def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int, epoch: int) -> Any:
     """The student's loader for one rank and epoch; DataLoader's refusal of shuffle=True with a sampler, and the
     sampler's refusal of a rank beyond its processes, are named."""
@@ -1725,6 +1812,8 @@ def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int,
             raise mistake_error(err.message, SET_EPOCH_ON_THE_LOADER) from None
         if "Invalid rank" in said:
             raise mistake_error(err.message, SAMPLER_FOR_OTHER_WORLD, got=f"an error for rank {rank} of {ws}") from None
+        if "process group has not been initialized" in said:
+            raise mistake_error(err.message, SAMPLER_ASKS_THE_GROUP) from None
         if "mutually exclusive with shuffle" not in said:
             raise
         raise mistake_error(err.message, SHUFFLE_WITH_SAMPLER) from None
