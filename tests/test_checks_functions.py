@@ -267,6 +267,8 @@ PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each writt
     "a tanh that is not the derivative": make(
         save_x(stable), lambda ctx, g: g * 0.5 * (1 + torch.tanh(ctx.saved_tensors[0]))
     ),
+    # thirteenth audit: the gradient divided by the number of elements got "no known mistake"
+    "gradient times a constant": make(save_x(stable), lambda ctx, g: sigmoid_of_saved(ctx, g) / g.numel()),
 }
 
 
@@ -1073,3 +1075,189 @@ def test_the_errors_own_name_is_read_as_error(answer, capsys):
     lab.check_sigmoid_prediction(answer)
     assert capsys.readouterr().out.startswith("NOT RIGHT")
     assert predictions.COMMITTED["04.1"].answer == "error"
+
+
+# ------------------------------------------------------------------ thirteenth audit
+
+
+@pytest.mark.parametrize("factor", [0.5, 3.0, 1 / 20])
+def test_a_gradient_off_by_one_constant_factor_is_named_without_the_fix(factor):
+    """A backward that halves, doubles or averages the right gradient was compared value by value, with no cause."""
+    student = make(save_x(stable), lambda ctx, g: factor * sigmoid_of_saved(ctx, g))
+    err = failure(lab.check_softplus_function, student)
+    assert err.mistake == "gradient times a constant"
+    assert "sigmoid" not in err.hint
+
+
+def _logsumexp_forward(x):
+    return torch.logsumexp(torch.stack([x, torch.zeros_like(x)]), dim=0)
+
+
+def test_a_forward_through_logsumexp_hears_that_logsumexp_takes_a_log_of_a_sum():
+    """torch.logsumexp of x and 0 is softplus on paper but rounds 1 + a tiny number (1e-3 off at x = -30): it
+    was told about log(1 + exp(-|x|)), which the student never wrote."""
+    err = failure(lab.check_softplus_function, make(save_x(_logsumexp_forward), sigmoid_of_saved))
+    assert err.mistake == "log for log1p"
+    assert "logsumexp" in err.hint
+
+
+@pytest.mark.parametrize("answer, word", [("Not a number", "nan"), ("zero", "0"), ("infinite", "inf")])
+def test_sigmoid_prediction_reads_the_choice_written_as_a_word(answer, word, capsys):
+    """ "not a number" (what NaN stands for) and "zero" were refused as not one of the choices."""
+    lab.check_sigmoid_prediction(answer)
+    capsys.readouterr()
+    assert predictions.COMMITTED["04.1"].answer == word
+
+
+class SoftplusOnTheClass(torch.autograd.Function):
+    """x kept on the class, not on ctx: right while each backward follows its own forward."""
+
+    kept = None
+
+    @staticmethod
+    def forward(ctx, x):
+        SoftplusOnTheClass.kept = x
+        return stable(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return grad_output * torch.sigmoid(SoftplusOnTheClass.kept)
+
+
+class ScaledMatmulScaleOnTheClass(torch.autograd.Function):
+    """scale kept on the class: the check's cases have other scales, so a second call changes it."""
+
+    scale = None
+
+    @staticmethod
+    def forward(ctx, x, w, scale):
+        ctx.save_for_backward(x, w)
+        ScaledMatmulScaleOnTheClass.scale = scale
+        return scale * x.mm(w)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        x, w = ctx.saved_tensors
+        scale = ScaledMatmulScaleOnTheClass.scale
+        return scale * grad_output.mm(w.t()), scale * x.t().mm(grad_output), None
+
+
+@pytest.mark.parametrize(
+    "check, student",
+    [
+        (lab.check_softplus_function, SoftplusOnTheClass),
+        (lab.check_scaled_matmul_function, ScaledMatmulScaleOnTheClass),
+    ],
+    ids=["softplus", "scaled matmul"],
+)
+def test_state_kept_outside_ctx_is_named(check, student):
+    """Each case ran forward then its own backward, so what forward kept on the class was always the latest: it
+    passed, though a network that applies the Function twice gets the second call's tensors in the first backward."""
+    err = failure(check, student)
+    assert err.mistake == "state kept outside ctx"
+    assert "second call" in err.message
+
+
+class SoftplusCachedByShape(torch.autograd.Function):
+    cache = {}
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        if x.shape not in SoftplusCachedByShape.cache:
+            SoftplusCachedByShape.cache[x.shape] = stable(x)
+        return SoftplusCachedByShape.cache[x.shape].clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return sigmoid_of_saved(ctx, grad_output)
+
+
+class SoftplusGradientCachedByShape(torch.autograd.Function):
+    cache = {}
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return stable(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        shape = grad_output.shape
+        if shape not in SoftplusGradientCachedByShape.cache:
+            SoftplusGradientCachedByShape.cache[shape] = sigmoid_of_saved(ctx, grad_output)
+        return SoftplusGradientCachedByShape.cache[shape]
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (SoftplusCachedByShape, "result kept from an earlier call"),
+        (SoftplusGradientCachedByShape, "gradient kept from an earlier call"),
+    ],
+)
+def test_a_result_kept_from_an_earlier_call_is_named(student, name):
+    """Case 4 has case 1's shape to catch a kept result: it failed with a generic "does not match"."""
+    err = failure(lab.check_softplus_function, student)
+    assert err.mistake == name
+    assert "case 4" in err.message
+
+
+def test_a_zero_gradient_is_not_said_to_come_from_a_summed_grad_output():
+    """zeros_like(x) left in backward was told "grad_output was summed or averaged first" (a factor of 0)."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), lambda ctx, g: torch.zeros_like(g)))
+    assert err.mistake != "grad_output reduced to one number"
+
+
+class MarkedTensor(torch.Tensor):
+    """A subclass with no overrides: it behaves as a tensor, and autograd keeps its graph."""
+
+
+class DetachingTensor(torch.Tensor):
+    """A subclass whose every operation hands back a detached result: a layer after it gets no graph."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **(kwargs or {}))
+            return out.detach().as_subclass(cls) if isinstance(out, torch.Tensor) else out
+
+
+def _forward_as(kind):
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return stable(x).as_subclass(kind)
+
+    return forward
+
+
+def test_a_harmless_tensor_subclass_output_passes(capsys):
+    """The check read grad_fn from a plain alias of the output (an AliasBackward), so any subclass output was told
+    "has no backward to call", though autograd went through the student's backward."""
+    lab.check_softplus_function(make(_forward_as(MarkedTensor), sigmoid_of_saved))
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_a_subclass_output_that_loses_its_graph_says_so():
+    """Known from the twelfth audit: a subclass whose operations cut the graph got a generic verdict."""
+    err = failure(lab.check_softplus_function, make(_forward_as(DetachingTensor), sigmoid_of_saved))
+    assert "cut from autograd's graph" in err.message
+    assert "DetachingTensor" in err.got and "plain torch.Tensor" in err.hint
+
+
+class LyingTensor(torch.Tensor):
+    """A subclass whose comparisons answer True whatever the values."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.allclose, torch.equal, torch.isclose, torch.Tensor.__eq__):
+            return True
+        return super().__torch_function__(func, types, args, kwargs)
+
+
+def test_a_lying_gradient_is_judged_by_its_values_and_names_no_mistake_from_its_lies():
+    """A zero gradient of a subclass that lies in allclose was told it was a tanh-based slope."""
+    lying_zeros = make(save_x(stable), lambda ctx, g: torch.zeros_like(g).as_subclass(LyingTensor))
+    err = failure(lab.check_softplus_function, lying_zeros)
+    assert err.mistake is None or "tanh" not in err.mistake
+    assert "got" in str(err) and err.got.startswith("0")

@@ -152,7 +152,8 @@ def test_my_linear_accepts_every_allowed_design(design, capsys):
     lab.check_my_linear(CORRECT_LINEARS[design])
     out = capsys.readouterr().out
     assert out.startswith("PASS  MyLinear")
-    assert ("note:" in out) == (design in ("addmm", "einsum"))
+    # thirteenth audit: a layer that starts in float64 passes, with a note (a float32 batch fails there)
+    assert ("note:" in out) == (design in ("addmm", "einsum", "float64 randn"))
 
 
 def _plain_tensor(self, i, o):
@@ -371,6 +372,10 @@ LINEAR_MISTAKES = {
     "computed in float64": linear_variant(
         forward=lambda self, x: x.double() @ self.weight.double().t() + self.bias.double()
     ),
+    # thirteenth audit: dropout inside the layer got expected/got only
+    "something random in forward": linear_variant(
+        forward=lambda self, x: F.dropout(x, 0.1, self.training) @ self.weight.t() + self.bias
+    ),
 }
 MORE_LINEAR_MISTAKES = [
     ("extra entries in state_dict", linear_variant(init=_buffer)),
@@ -446,6 +451,7 @@ def test_every_linear_mistake_has_a_test():
             nb05_nn_module.BATCH_REDUCED,
             nb05_nn_module.INTEGER_PARAMETER,
             nb05_nn_module.COMPUTED_IN_FLOAT64,
+            nb05_nn_module.RANDOM_IN_FORWARD,
         )
     }
     assert listed | module_level == set(LINEAR_MISTAKES)
@@ -635,7 +641,7 @@ def test_list_prediction_notes_each_typical_wrong_answer(wrong, note, capsys):
     assert header.startswith("HINT · Exercise 05.2") and first.startswith(f"  About {wrong}:") and note in out
 
 
-@pytest.mark.parametrize("bad", [None, "many", "-4", [1], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
+@pytest.mark.parametrize("bad", [None, "many", "-4", [1, 2], float("nan"), True, torch.zeros(2), {"n": 1}, 3.5, -4])
 def test_list_prediction_bad_input(bad, capsys):
     with pytest.raises(lab.CheckError):
         lab.check_layer_list_prediction(bad)
@@ -1146,6 +1152,8 @@ STACK_MISTAKES = {
     "nn.ModuleList called": stack_variant(forward=_module_list_called),  # seventh audit: "not written yet"
     "ReLU on the skip": stack_variant(forward=_relu_on_the_skip),
     "some layers without bias": stack_variant(init=_fc2_without_bias),
+    # thirteenth audit: x.detach() before the blocks passed (only the parameters' gradients were compared)
+    "input cut from the graph": stack_variant(forward=lambda self, x: ResidualStack.forward(self, x.detach())),
 }
 
 
@@ -1172,6 +1180,7 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module.SOME_WITHOUT_BIAS,
             nb05_nn_module.EXTRA_LAYERS,
             nb05_nn_module.CONCATENATED,
+            nb05_nn_module.INPUT_CUT,
         )
     }
     assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
@@ -1521,3 +1530,32 @@ def test_a_list_of_block_outputs_is_not_told_to_stack_them():
         lab.check_residual_stack(stack_variant(forward=_all_block_outputs))
     assert "list of 3 tensors" in str(err.value)
     assert "torch.stack" not in str(err.value)
+
+
+# ------------------------------------------------------------------ thirteenth audit
+
+
+def _numpy_start(self, i, o):
+    nn.Module.__init__(self)
+    self.weight = nn.Parameter(torch.from_numpy(np.random.randn(o, i) / np.sqrt(i)))
+    self.bias = nn.Parameter(torch.from_numpy(np.zeros(o)))
+
+
+def test_a_layer_that_starts_in_float64_passes_with_a_note_on_its_dtype(capsys):
+    """05.1: the check loads float64 weights and calls .float(), so parameters made from NumPy arrays (float64)
+    passed without a word, though MyLinear(5, 3)(torch.randn(4, 5)) fails with a dtype mismatch."""
+    layer = linear_variant(init=_numpy_start)
+    with pytest.raises(RuntimeError):
+        layer(5, 3)(torch.randn(4, 5))
+    lab.check_my_linear(layer)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS  MyLinear")
+    assert "note: MyLinear(5, 3) starts with torch.float64 parameters" in out
+    assert "torch.float32" in out
+
+
+@pytest.mark.parametrize("answer", [[SEEN], torch.tensor([SEEN]), np.array([SEEN]), (SEEN,)])
+def test_list_prediction_reads_one_number_in_brackets_as_that_number(answer, capsys):
+    """05.2 refused [101110] and torch.tensor([101110]), which 03.4 and 08.1 read as the number inside."""
+    lab.check_layer_list_prediction(answer)
+    assert capsys.readouterr().out.startswith(f"PASS  scalars the optimizer sees: {SEEN} is right")

@@ -269,6 +269,41 @@ def _state_not_started(self, p, group):
     p.sub_(group["lr"] * state["v"])
 
 
+def _missing_gradient_as_zeros(self):
+    """Thirteenth audit: a None gradient taken for zeros passed, since the check's unused parameter never had a
+    velocity; once its gradient stops (a branch of forward skips it), its old velocity moves it on."""
+    for group in self.param_groups:
+        for p in group["params"]:
+            grad = torch.zeros_like(p) if p.grad is None else p.grad
+            state = self.state[p]
+            state["v"] = grad.clone() if "v" not in state else group["momentum"] * state["v"] + grad
+            p.sub_(group["lr"] * state["v"])
+
+
+def _velocity_dropped_at_none(self):
+    """Thirteenth audit: a velocity thrown away at a missing gradient passed (the gradient never came back)."""
+    for group in self.param_groups:
+        for p in group["params"]:
+            if p.grad is None:
+                self.state[p].clear()
+                continue
+            self.update(p, group)
+
+
+def _init_other_names(self, params, lr=0.01, momentum=0.9):
+    torch.optim.Optimizer.__init__(self, params, {"learning_rate": lr, "mu": momentum})
+
+
+def _update_other_names(self, p, group):
+    state = self.state[p]
+    state["v"] = p.grad.clone() if "v" not in state else group["mu"] * state["v"] + p.grad
+    p.sub_(group["learning_rate"] * state["v"])
+
+
+def _init_swapped(self, params, lr=0.01, momentum=0.9):
+    torch.optim.Optimizer.__init__(self, params, {"lr": momentum, "momentum": lr})
+
+
 # Mistake name -> a student's SGDMomentum that makes it (the rule mistakes are generated above).
 CLASS_MISTAKES = {
     "setting read as a plain name": variant(update=_lr_as_a_name),  # seventh audit: bare NameError
@@ -292,6 +327,11 @@ CLASS_MISTAKES = {
     "setting read under another key": variant(update=_momentum_under_its_symbol),  # eighth audit: bare KeyError
     # ninth audit: state keyed by position passed, though the prompt keeps v in self.state[p]
     "state not kept under the parameter": variant(step=torch.no_grad()(_keyed_by_position)),
+    "a parameter without a gradient still moves": variant(step=torch.no_grad()(_missing_gradient_as_zeros)),
+    "velocity dropped at a missing gradient": variant(step=torch.no_grad()(_velocity_dropped_at_none)),
+    # thirteenth audit: told "every group is updated with the same settings" (other names), expected/got (swapped)
+    "settings under other names": variant(__init__=_init_other_names, update=_update_other_names),
+    "lr and momentum swapped in the defaults": variant(__init__=_init_swapped),
 }
 
 
@@ -719,3 +759,31 @@ def test_a_velocity_kept_but_not_used_hears_about_the_step():
         lab.check_sgd_momentum(variant(update=_velocity_kept_but_unused))
     assert err.value.mistake == "no velocity kept"
     assert "moves along the gradient" in err.value.hint
+
+
+@pytest.mark.parametrize(
+    "answer, word",
+    [
+        ("SGD with momentum", "momentum"),
+        ("sgd + momentum", "momentum"),
+        ("Stochastic gradient descent", "sgd"),
+        ("plain SGD", "sgd"),
+        ("Adam with momentum", None),  # Adam's own moments: not read as the momentum choice
+    ],
+)
+def test_sweep_prediction_reads_a_choice_written_out(swept, answer, word, capsys):
+    """Thirteenth audit: "SGD with momentum" and "stochastic gradient descent" were refused as not a choice."""
+    if word is None:
+        with pytest.raises(lab.CheckError):
+            lab.check_sweep_prediction(answer)
+        return
+    lab.check_sweep_prediction(answer)
+    assert f"recorded answer: '{word}'" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("cls", [torch.optim.SGD, torch.optim.Adam])
+def test_an_optimizer_class_as_the_prediction_is_asked_for_the_word(cls):
+    """The class itself was told "answer with a plain value; got type"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_sweep_prediction(cls)
+    assert f"not the class {cls.__name__}" in info.value.message

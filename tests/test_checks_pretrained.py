@@ -413,6 +413,25 @@ def _labels_then_scores(scores, labels):
     return nn.functional.cross_entropy(labels.float(), scores)
 
 
+def _prepare_without_running_statistics(model, num_classes):
+    """Batch norm told to stop tracking its statistics, taken for freezing them: in training mode it then
+    normalises with each batch's own statistics."""
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm2d):
+            module.track_running_stats = False
+    return make_prepare()(model, num_classes)
+
+
+def _step_in_training_mode_with_the_buffers_put_back(model, optimizer, images, labels):
+    """The step in training mode, with batch norm's buffers saved before it and copied back after it."""
+    buffers = {name: buf.clone() for name, buf in model.named_buffers()}
+    loss = make_step(eval_mode=False)(model, optimizer, images, labels)
+    with torch.no_grad():
+        for name, buf in model.named_buffers():
+            buf.copy_(buffers[name])
+    return loss
+
+
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
@@ -470,6 +489,9 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _item_before_backward, "loss made a number before backward"),
     (_prepare_with_a_softmax_head, make_step(), "softmax in the head"),
     (make_prepare(), _step_with_loss(_labels_then_scores), "loss arguments swapped"),
+    # thirteenth audit: a generic "weight does not match" (the backbone's numbers all stayed as they were)
+    (_prepare_without_running_statistics, make_step(eval_mode=False), "features from batch statistics"),
+    (make_prepare(), _step_in_training_mode_with_the_buffers_put_back, "features from batch statistics"),
 ]
 
 
@@ -634,3 +656,20 @@ def test_an_unwritten_step_and_a_method_returned_are_one_sentence(step, message)
         lab.check_transfer(make_prepare(), step)
     assert err.value.usage
     assert err.value.message.startswith(message)
+
+
+# ------------------------------------------------------------------ thirteenth audit
+
+
+def test_a_share_with_a_decimal_comma_in_quotes_passes(capsys):
+    """08.1: "0,89" (a decimal comma, as many languages write it) was told to drop the quotes, which makes a tuple."""
+    lab.check_vgg_share_prediction("0,89")
+    assert capsys.readouterr().out.startswith("PASS  the share of VGG16's parameters in its Linear layers: 0.89 is")
+
+
+def test_a_share_with_a_decimal_comma_without_quotes_hears_how_python_reads_it():
+    """0,89 without quotes is the tuple (0, 89): it was told that "a comma in a return line makes a tuple"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_vgg_share_prediction((0, 89))
+    assert "two numbers, 0 and 89" in info.value.hint and "dot" in info.value.hint
+    assert not core.COMMITTED

@@ -28,6 +28,7 @@ from .core import (
     first_mistake,
     mistake_error,
     passed,
+    plain_tensor,
     rel_error,
     run_student,
 )
@@ -151,14 +152,46 @@ def _forward(cls: type, leaves: list, originals: list, ex: _FunctionExercise) ->
             )
     if out is None:
         raise mistake_error(f"{cls.__name__}.forward returned None", NOTHING_RETURNED, expected="the output tensor")
-    out = expect_tensor(out, "the forward output", finite=False)
-    if out.grad_fn is None or not hasattr(out.grad_fn, "_forward_cls"):
+    raw = out
+    out = expect_tensor(out, "the forward output", finite=False)  # a plain alias: its grad_fn is the alias's
+    with torch._C.DisableTorchFunction():  # a subclass's own methods may answer anything
+        node = raw.grad_fn
+    if node is None or not hasattr(node, "_forward_cls"):
+        subclass = type(raw) is not torch.Tensor
         raise CheckError(
             f"the output of {cls.__name__}.apply has no backward to call",
             expected="a floating-point tensor connected to your backward",
-            got=describe(out),
+            got=f"a {type(raw).__name__} (a subclass of torch.Tensor) that is not" if subclass else describe(out),
+            hint=(
+                f"{type(raw).__name__}'s own operations hand autograd a tensor cut from your backward: forward "
+                "returns a plain torch.Tensor (as_subclass(torch.Tensor) turns it back into one)"
+            )
+            if subclass
+            else None,
         )
-    return out
+    if type(raw) is not torch.Tensor:
+        _onward_connected(cls, raw)
+    return raw
+
+
+def _onward_connected(cls: type, raw: torch.Tensor) -> None:
+    """A subclass output must stay in autograd's graph through the next operation, as a layer after it needs."""
+    __tracebackhide__ = True
+    with torch.enable_grad():
+        onward = run_student(
+            torch.mul, raw, 1.0, what=f"an operation on the {type(raw).__name__} that forward returned"
+        )
+    with torch._C.DisableTorchFunction():
+        node = onward.grad_fn if isinstance(onward, torch.Tensor) else None
+    if node is None:
+        raise CheckError(
+            f"an operation on the output of {cls.__name__}.apply is cut from autograd's graph",
+            expected="a result that still leads back to your backward, as the next layer needs",
+            got=f"a result without grad_fn: forward returned a {type(raw).__name__}, a subclass of torch.Tensor",
+            hint=f"{type(raw).__name__}'s own operations cut their results from the graph, so no layer before this "
+            "Function would get a gradient: forward returns a plain torch.Tensor (as_subclass(torch.Tensor) turns "
+            "it back into one)",
+        )
 
 
 NOTHING_RETURNED = Mistake(
@@ -357,10 +390,12 @@ def _student(cls: type, case: tuple, ex: _FunctionExercise) -> tuple:
             originals.append(a)
             leaves.append(a)
     out = _forward(cls, leaves, originals, ex)
-    output = out.detach().clone()
+    output = plain_tensor(out).detach().clone()  # a subclass's own methods may answer anything
     grads = _backward(cls, out, grad_output)
-    _saved_unchanged(cls, [output, *leaves], [out, *originals], ("output", *ex.arguments))
-    return (out.detach(), *_one_per_argument(cls, grads, tuple(args), ex))
+    _saved_unchanged(cls, [output, *leaves], [plain_tensor(out).detach(), *originals], ("output", *ex.arguments))
+    given = _one_per_argument(cls, grads, tuple(args), ex)
+    plain = [plain_tensor(g) if isinstance(g, torch.Tensor) else g for g in given]
+    return (plain_tensor(out).detach(), *plain)
 
 
 def _saved_unchanged(cls: type, before: list, after: list, names: tuple) -> None:
@@ -448,6 +483,38 @@ def _judge_case(got: tuple, want: tuple, names: tuple, mistakes: list[Mistake], 
             raise mistake_error(message, mistake, expected=err.expected, got=err.got) from None
 
 
+STATE_OUTSIDE_CTX = Mistake(
+    "state kept outside ctx",
+    None,
+    why="backward read what a later call of forward left behind: forward keeps what backward needs outside ctx "
+    "(on the class, in a global or a default argument), so when the Function is applied twice before backward "
+    "runs, as in a network that uses it in two layers, the first call's backward works with the second call's "
+    "tensors; each call has its own ctx, and only ctx keeps one call's tensors apart from another's",
+    look="forward: where it keeps what backward needs, and whether that place belongs to this one call",
+)
+
+
+def _two_calls(cls: type, ex: _FunctionExercise, first: tuple, second: tuple) -> None:
+    """The Function applied to ``first``, then to ``second``, and only then the first call's backward (as in a
+    network that uses it twice): that backward must give the first call's gradients."""
+    __tracebackhide__ = True
+    outputs = []
+    for case in (first, second):
+        leaves = [a.detach().clone().requires_grad_() if isinstance(a, torch.Tensor) else a for a in case[:-1]]
+        outputs.append(run_student(cls.apply, *leaves, what=f"{cls.__name__}.apply (your forward)"))
+    grads = _backward(cls, outputs[0], first[-1])
+    got = _one_per_argument(cls, grads, tuple(first[:-1]), ex)
+    want = _reference(ex, first)[1:]
+    for name, value, ref in zip(ex.outputs(first)[1:], got, want):
+        if not torch.allclose(value.detach().double(), ref.double(), rtol=_rtol(ref), atol=0.0):
+            raise mistake_error(
+                f"{name} of a first call is wrong when a second call of {cls.__name__}.apply ran before its backward",
+                STATE_OUTSIDE_CTX,
+                expected="the first call's gradient, as when backward follows its own forward",
+                got="another gradient",
+            )
+
+
 def _run_check(cls: Any, ex: _FunctionExercise, name: str) -> None:
     __tracebackhide__ = True
     cls = _function_class(cls, name)
@@ -457,6 +524,7 @@ def _run_check(cls: Any, ex: _FunctionExercise, name: str) -> None:
         want = _reference(ex, case)
         where = _case_words(number, len(cases), case)
         _judge_case(got, want, ex.outputs(case), ex.mistakes(*case), where)
+    _two_calls(cls, ex, cases[0], cases[-1])
     args = []
     for a in cases[0][:-1]:
         if isinstance(a, torch.Tensor):
@@ -529,9 +597,25 @@ def _one_number_times_sigmoid(x: torch.Tensor, got: tuple) -> bool:
         return False
     local = torch.sigmoid(x).double()
     factor = float((grad.double() * local).sum() / local.square().sum())
-    if math.isclose(factor, 1.0, rel_tol=1e-6):
-        return False
+    if math.isclose(factor, 1.0, rel_tol=1e-6) or math.isclose(factor, 0.0, abs_tol=1e-12):
+        return False  # the right gradient, or zeros: nothing was summed or averaged
     return bool(torch.allclose(grad.double(), factor * local, rtol=1e-6, atol=1e-12))
+
+
+def _gradient_times_a_constant(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
+    """Is the gradient the right one, grad_output * sigmoid(x), times one constant other than 1 and -1 (a division
+    by the number of elements, a factor 1/2 or 2 from the formula)?"""
+    grad = got[1] if isinstance(got, (tuple, list)) and len(got) > 1 else None
+    if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or not grad.is_floating_point():
+        return False
+    right = (g * torch.sigmoid(x)).double()
+    wanted = grad.detach().double()
+    if right.square().sum() == 0:
+        return False
+    factor = float((wanted * right).sum() / right.square().sum())
+    if math.isclose(abs(factor), 1.0, rel_tol=1e-6) or math.isclose(factor, 0.0, abs_tol=1e-12):
+        return False
+    return bool(torch.allclose(wanted, factor * right, rtol=1e-6, atol=1e-12))
 
 
 def _float32_gradient(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
@@ -609,7 +693,8 @@ def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
         Mistake(
             "log for log1p",
             _zeros_where(x.clamp(min=0) + torch.log(1 + torch.exp(-x.abs())), right),
-            "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits",
+            "log(1 + exp(-|x|)) rounds 1 + a tiny number before the log: log1p keeps the tiny number's digits "
+            "(torch.logsumexp of x and 0 takes the same log of a sum inside)",
             look="forward: the function that takes the log of 1 plus a tiny number",
         ),
         *_softplus_overflow_mistakes(x),
@@ -668,49 +753,81 @@ def _zeros_where(wrong: torch.Tensor, right: torch.Tensor) -> Callable[[Any], bo
     return test
 
 
+def _kept_from_the_first_case(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """In a later case of the first case's shape: the output, or the gradient, of the first case kept (a result
+    cached by shape, or stored on the class and handed back)."""
+    first_x, first_g = _softplus_cases()[0]
+    if x.shape != first_x.shape or torch.equal(x, first_x):
+        return []
+    kept = Mistake(
+        "result kept from an earlier call",
+        (F.softplus(first_x), None),
+        "the output is the one an earlier call gave for other inputs of the same shape: forward hands back a "
+        "result it kept (cached by shape, or stored on the class), but every call computes from its own input",
+        look="forward: every result it keeps between calls, and what it is keyed by",
+    )
+    gradient = dataclasses.replace(
+        kept, name="gradient kept from an earlier call", matches=(None, first_g * torch.sigmoid(first_x))
+    )
+    return [kept, gradient]
+
+
 def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
     """The typical wrong (output, grad_x) of a softplus Function; None: any value."""
     y = F.softplus(x)
-    return _softplus_forward_mistakes(x) + [
-        Mistake(
-            "no grad_output",
-            (None, torch.sigmoid(x)),
-            "backward returned the local derivative alone: the chain rule multiplies it by grad_output",
-            look="backward: the return line: where does grad_output enter it?",
-        ),
-        Mistake(
-            "grad_output passed on unchanged",
-            (None, g),
-            "backward hands grad_output on as it came, as if softplus were the identity: the chain rule multiplies "
-            "it, element by element, by the derivative of softplus at the same position",
-            look="backward: what multiplies grad_output",
-        ),
-        Mistake(
-            "sigmoid of the output",
-            (None, g * torch.sigmoid(y)),
-            "backward takes the sigmoid of the OUTPUT y = softplus(x): the derivative you derived on paper is a "
-            "function of one of the two tensors; which one does that formula take?",
-            look="backward: which tensor the derivative is computed from, and which one ctx saved",
-        ),
-        Mistake(
-            "sigmoid(-x)",
-            (None, g * torch.sigmoid(-x)),
-            "the gradient is sigmoid(-x) = 1 / (1 + e^x), which is also exp(-y) with the output y: that is 1 minus "
-            "the derivative. The derivative of log(1 + e^x) is close to 1 for large x (where softplus follows x) and "
-            "to 0 for very negative x: which way round does yours go?",
-            look="backward: the sign of x inside the derivative",
-        ),
-        *_softplus_sign_mistakes(x, g),
-        *_softplus_formula_mistakes(x, g),
-        *_softplus_chain_mistakes(x, g),
-        Mistake(
-            "sigmoid's derivative",
-            (None, g * y * (1 - y)),
-            "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
-            look="backward: what multiplies grad_output, and which function that is the derivative of",
-        ),
-        *_softplus_rounding_mistakes(x, g),
-    ]
+    return (
+        _softplus_forward_mistakes(x)
+        + _kept_from_the_first_case(x, g)
+        + [
+            Mistake(
+                "no grad_output",
+                (None, torch.sigmoid(x)),
+                "backward returned the local derivative alone: the chain rule multiplies it by grad_output",
+                look="backward: the return line: where does grad_output enter it?",
+            ),
+            Mistake(
+                "grad_output passed on unchanged",
+                (None, g),
+                "backward hands grad_output on as it came, as if softplus were the identity: the chain rule multiplies "
+                "it, element by element, by the derivative of softplus at the same position",
+                look="backward: what multiplies grad_output",
+            ),
+            Mistake(
+                "sigmoid of the output",
+                (None, g * torch.sigmoid(y)),
+                "backward takes the sigmoid of the OUTPUT y = softplus(x): the derivative you derived on paper is a "
+                "function of one of the two tensors; which one does that formula take?",
+                look="backward: which tensor the derivative is computed from, and which one ctx saved",
+            ),
+            Mistake(
+                "sigmoid(-x)",
+                (None, g * torch.sigmoid(-x)),
+                "the gradient is sigmoid(-x) = 1 / (1 + e^x), which is also exp(-y) with the output y: that is 1 minus "
+                "the derivative. The derivative of log(1 + e^x) is close to 1 for large x (where softplus follows x) and "
+                "to 0 for very negative x: which way round does yours go?",
+                look="backward: the sign of x inside the derivative",
+            ),
+            *_softplus_sign_mistakes(x, g),
+            *_softplus_formula_mistakes(x, g),
+            *_softplus_chain_mistakes(x, g),
+            Mistake(
+                "sigmoid's derivative",
+                (None, g * y * (1 - y)),
+                "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
+                look="backward: what multiplies grad_output, and which function that is the derivative of",
+            ),
+            *_softplus_rounding_mistakes(x, g),
+            Mistake(
+                "gradient times a constant",
+                functools.partial(_gradient_times_a_constant, x, g),
+                "every element of grad_x is the right gradient times one and the same number: a factor too many in "
+                "backward (a division by the number of elements, a 1/2 or a 2 from the formula). backward hands on "
+                "dL/dx element by element for the grad_output it is given: any mean over the batch is already in "
+                "grad_output, and the derivative of log(1 + e^x) carries no constant factor",
+                look="backward: every number that multiplies or divides the gradient",
+            ),
+        ]
+    )
 
 
 def _softplus_formula_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
@@ -1112,6 +1229,10 @@ def _plain_sigmoid_gradient() -> str:
     return repr(value)
 
 
+# 04.1's choices written out in words, as the word the choices use
+_WORDS = {"zero": "0", "not a number": "nan", "infinite": "inf", "infinity": "inf"}
+
+
 def _as_word(prediction: Any) -> Any:
     """A number answer (0, float("inf"), a 0-d tensor, or written as text: "0.0", "Infinity") as the word the
     choices use, the error's own name ("RuntimeError") as "error"; anything else unchanged."""
@@ -1120,6 +1241,8 @@ def _as_word(prediction: Any) -> Any:
         word = prediction.strip(" '\"`.!").lower()
         if word in ("runtimeerror", "runtime error", "an error", "raises an error"):
             return "error"
+        if word in _WORDS:
+            return _WORDS[word]
         try:
             prediction = float(prediction.strip(" '\"`"))
         except ValueError:

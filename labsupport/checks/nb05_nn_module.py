@@ -31,7 +31,7 @@ from .core import (
     read_prediction,
     run_student,
 )
-from .predictions import number_in_text
+from .predictions import number_in_text, one_number
 from .running import TorchCalls, expect_written
 
 __all__ = ["check_my_linear", "check_layer_list_prediction", "check_residual_stack"]
@@ -663,6 +663,35 @@ def _one_row_only(out: Any, expected: torch.Tensor) -> bool:
     return any(torch.allclose(row, end, rtol=1e-6, atol=1e-8) for end in ends)
 
 
+RANDOM_IN_FORWARD = Mistake(
+    "something random in forward",
+    None,
+    why="two calls on the same x give different outputs: something random runs in forward (dropout, added noise, "
+    "a weight drawn at each call), but nn.Linear is deterministic, the same input giving the same output; "
+    "dropout is a layer of its own, placed after the linear layer when a model wants it",
+    look="forward: every random draw it makes (F.dropout, torch.randn, ...)",
+)
+
+
+def _compare_linear_output(
+    layer: nn.Module, call: str, out: Any, x: torch.Tensor, expected: torch.Tensor, mistakes: list, where: str
+) -> None:
+    """The output against nn.Linear's; an unnamed difference from a forward that answers differently each call
+    is named."""
+    __tracebackhide__ = True
+    try:
+        compare(f"{call}(x)", out, expected, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
+    except CheckError as err:
+        if err.mistake is not None or not isinstance(out, torch.Tensor) or out.device.type == "meta":
+            raise
+        with torch.no_grad():
+            again = run_student(layer, x, what=f"{call}(x), called a second time on the same x")
+        comparable = isinstance(again, torch.Tensor) and again.shape == out.shape and again.device == out.device
+        if not comparable or torch.equal(plain_tensor(again), plain_tensor(out).detach()):
+            raise
+        raise mistake_error(err.message, RANDOM_IN_FORWARD, expected=err.expected, got=err.got) from None
+
+
 def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
     """One size: the state_dict loads, and outputs and gradients equal nn.Linear's (float64)."""
     __tracebackhide__ = True
@@ -690,7 +719,7 @@ def _check_linear_case(cls: type, i: int, o: int, where: str) -> None:
         if _batch_reduced(out, plain_x, weight, bias):
             shapes = {"expected": f"shape (6, {o})", "got": f"shape {tuple(out.shape)}"}
             raise mistake_error(f"{call}(x) has one row for a batch of 6", BATCH_REDUCED, **shapes)
-        compare(f"{call}(x)", out, plain_x @ weight.t() + bias, rtol=1e-10, atol=1e-12, mistakes=mistakes, where=where)
+        _compare_linear_output(layer, call, out, plain_x, plain_x @ weight.t() + bias, mistakes, where)
     if out.grad_fn is None:
         raise mistake_error(f"the output of {call}(x) is not connected to autograd's graph", NO_GRADIENT)
     upstream = torch.randn(6, o, generator=g, dtype=torch.float64)
@@ -835,6 +864,23 @@ def _leading_dimensions_note(cls: type) -> str | None:
     return note
 
 
+def _dtype_note(cls: type) -> str | None:
+    """None if a new layer's parameters have PyTorch's default dtype, as nn.Linear's have; else a note for the PASS
+    line: the check loads float64 weights and calls .float(), which hides a layer that starts in float64."""
+    __tracebackhide__ = True
+    layer = _build(cls, "MyLinear", 5, 3)
+    default = torch.get_default_dtype()
+    dtypes = sorted({str(p.dtype) for p in layer.parameters() if p.is_floating_point() and p.dtype != default})
+    if not dtypes:
+        return None
+    return (
+        f"MyLinear(5, 3) starts with {' and '.join(dtypes)} parameters, where nn.Linear's are {default} (the "
+        "default dtype), so a float32 batch fails there with a dtype mismatch, and nn.Linear's state_dict loads "
+        f"into them as {' and '.join(dtypes)}: NumPy arrays (np.random.randn, torch.from_numpy) and dtype= make "
+        "float64 unless told otherwise."
+    )
+
+
 COMPUTED_IN_FLOAT64 = Mistake(
     "computed in float64",
     None,
@@ -879,10 +925,11 @@ def check_my_linear(MyLinear: Any) -> None:
             _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
         _check_one_row(MyLinear)
         _check_float32_call(MyLinear)
-        note = _leading_dimensions_note(MyLinear)
+        notes = [_dtype_note(MyLinear), _leading_dimensions_note(MyLinear)]
     passed("MyLinear: registers weight and bias, loads nn.Linear's state_dict, same outputs and gradients")
-    if note is not None:
-        print(f"      note: {note}")
+    for note in notes:
+        if note is not None:
+            print(f"      note: {note}")
 
 
 # ------------------------------------------------------------------ 05.2 the prediction
@@ -893,7 +940,7 @@ def check_layer_list_prediction(prediction: Any) -> None:
     """Build notebook 05's ``ListMLP(1000, 100, 10, depth=3)`` (on the meta device); count what ``parameters()`` yields."""
     __tracebackhide__ = True
     answer = read_prediction("scalars the optimizer sees", prediction, form="a whole number, such as 1234")
-    answer = number_in_text(answer)
+    answer = number_in_text(one_number(answer))
     whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
     if isinstance(answer, bool) or not whole or answer < 0:
         raise CheckError(
@@ -1652,6 +1699,43 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
     blocks = _matching_stack(readings, out, x64, depth, call, where)
     _check_other_batch(stack, blocks, D, call, where)
     _check_gradients(stack, out, copies, blocks, x64, call, where)
+    _check_input_gradient(stack, blocks, x, call, where)
+
+
+INPUT_CUT = Mistake(
+    "input cut from the graph",
+    None,
+    why="the parameters get their gradients, but the input x does not get its own: forward cuts x from autograd's "
+    "graph (a .detach() or .data on it, or x rebuilt from its numbers) before the blocks use it, so in a network "
+    "every layer before the stack would stop learning",
+    look="forward: what happens to x before the first block",
+)
+
+
+def _check_input_gradient(stack: nn.Module, blocks: list, x: torch.Tensor, call: str, where: str) -> None:
+    """The gradient reaches the stack's input too, as the layers before it in a network need."""
+    __tracebackhide__ = True
+    given = x.detach().clone().requires_grad_()
+    what = f"{call}(x) for an x that requires grad"
+    out = expect_tensor(expect_output(_run_stack(stack, given, call), what), what, shape=tuple(x.shape))
+    upstream = torch.randn(out.shape, generator=torch.Generator().manual_seed(54), dtype=out.dtype)
+    connected = out.grad_fn is not None
+    grad = None
+    if connected:
+        grad = run_student(_input_grad, out, given, upstream, what=f"backward through {call}(x) to x")
+    if grad is None:
+        raise mistake_error(f"x gets no gradient through {call}(x)", INPUT_CUT)
+    x64 = x.detach().double().requires_grad_()
+    (want,) = torch.autograd.grad((_stack(blocks, x64) * upstream.double()).sum(), x64)
+    try:
+        compare("the gradient of x", grad, want.to(grad.dtype), rtol=1e-3, atol=1e-5, where=where)
+    except CheckError as err:
+        raise mistake_error(err.message, INPUT_CUT, expected=err.expected, got=err.got) from None
+
+
+def _input_grad(out: torch.Tensor, x: torch.Tensor, upstream: torch.Tensor) -> torch.Tensor | None:
+    (grad,) = torch.autograd.grad(out, x, upstream, allow_unused=True)
+    return grad
 
 
 def _check_other_batch(stack: nn.Module, blocks: list, D: int, call: str, where: str) -> None:

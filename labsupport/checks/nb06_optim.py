@@ -83,11 +83,32 @@ def _sweep(steps: int) -> dict[str, tuple[float, float]]:
     return best
 
 
+def _sweep_word(prediction: Any) -> Any:
+    """06.1's choices written out ("SGD with momentum", "stochastic gradient descent") as the word the choices
+    use; an optimizer class is refused with a sentence; anything else unchanged."""
+    __tracebackhide__ = True
+    if isinstance(prediction, type) and issubclass(prediction, torch.optim.Optimizer):
+        raise CheckError(
+            f"the sweep's winner: write the choice as a word, not the class {prediction.__name__}",
+            expected="'sgd', 'momentum' or 'adam', in quotes",
+            got=f"the class {prediction.__name__}",
+            usage=True,
+        )
+    if not isinstance(prediction, str):
+        return prediction
+    words = re.sub(r"[^a-z]+", " ", prediction.lower()).split()
+    if "momentum" in words and "adam" not in words and ("sgd" in words or "with" in words):
+        return "momentum"  # "SGD with momentum", "sgd + momentum", "momentum SGD"
+    if words == ["stochastic", "gradient", "descent"] or words == ["plain", "sgd"]:
+        return "sgd"
+    return prediction
+
+
 @exercise("06.1", "which optimizer wins a fair race?", prediction=True)
 def check_sweep_prediction(prediction: Any, steps: int = 50) -> None:
     """Run notebook 06's sweep (each optimizer at every lr of SWEEP_LRS, ``steps`` steps) and name the winner."""
     __tracebackhide__ = True
-    prediction = read_prediction("the sweep's winner", prediction, SWEEP)  # before seconds of measuring
+    prediction = read_prediction("the sweep's winner", _sweep_word(prediction), SWEEP)  # before seconds of measuring
     steps = expect_count(steps, "steps", minimum=1, maximum=MAX_SWEEP_STEPS)
     best = _sweep(steps)
     winner = min(best, key=best.get)
@@ -652,6 +673,29 @@ STATE_BY_SHAPE = Mistake(
     "velocity: the check's two biases have the same shape, and each one's step carries the other's gradients",
     look="step(): the key it uses into self.state: can two parameters share it?",
 )
+
+
+def _moved_in_the_gap(trajectory: list) -> bool:
+    """In the run whose extra parameter (the second, shape (2,)) has no gradient at step 3: did it move there?"""
+    return len(trajectory) >= 3 and not torch.equal(trajectory[2][1], trajectory[1][1])
+
+
+MOVED_WITHOUT_GRADIENT = Mistake(
+    "a parameter without a gradient still moves",
+    _moved_in_the_gap,
+    why="a parameter whose .grad is None at this step moved all the same: its velocity from earlier steps carried "
+    "it on (a missing gradient treated as zeros?). A parameter that took no part in this step's loss, such as a "
+    "layer a branch of forward skipped, has no gradient, and step() leaves it and its velocity as they are",
+    look="step(): what happens to a parameter whose .grad is None, and whether its velocity is still applied",
+)
+VELOCITY_DROPPED = Mistake(
+    "velocity dropped at a missing gradient",
+    _revealed,
+    why="a parameter whose gradient was missing for one step lost its velocity: when the gradient came back, its "
+    "velocity started again from that gradient alone. Skipping a parameter leaves it, and its state, as they are, "
+    "so the velocity of the earlier steps carries on once the gradient returns",
+    look="step(): what happens to the state of a parameter whose .grad is None",
+)
 LOW_PRECISION = Mistake(
     "velocity in float32",
     None,
@@ -666,13 +710,19 @@ class _Setup:
     """How the check trains: ``steps`` steps (every group's lr halved after the first, as a scheduler would),
     zero_grad's set_to_none, whether one parameter has no gradient, a resume after step ``resume_at`` (new
     parameter tensors holding the same values, and a new optimizer loaded with state_dict(), as after a restart
-    from a checkpoint), and whether step() is wrapped in torch.no_grad()."""
+    from a checkpoint), and whether step() is wrapped in torch.no_grad(). With ``gap_at``, the parameter takes part
+    in the loss at every step but that one, where it has no gradient (a layer a branch of forward skipped once)."""
 
     steps: int
     set_to_none: bool = True
     unused: bool = True
     resume_at: int | None = None
     wrap_no_grad: bool = False
+    gap_at: int | None = None
+
+    def unused_at(self, step: int) -> bool:
+        """Does the extra parameter take no part in the loss at ``step``?"""
+        return self.unused if self.gap_at is None else step == self.gap_at
 
 
 def _groups(params: list[torch.Tensor]) -> list[dict]:
@@ -735,7 +785,7 @@ def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]]
         x = torch.randn(8, 5, generator=gen, dtype=torch.float64)
         y = torch.randn(8, 3, generator=gen, dtype=torch.float64)
         run_student(optimizer.zero_grad, set_to_none=setup.set_to_none, what=f"{type(optimizer).__name__}.zero_grad()")
-        _loss(params, x, y, setup.unused).backward()
+        _loss(params, x, y, setup.unused_at(step)).backward()
         _step(optimizer, setup)
         _expect_parameters(params, step, setup.steps)
         after.append([p.detach().clone() for p in params])
@@ -936,7 +986,7 @@ def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = 
             try:
                 compare(name, p, q, rtol=1e-9, atol=1e-12, where=where)
             except CheckError as err:
-                mistake = first_mistake(mine, mistakes)
+                mistake = _defaults_mistake(optimizer) or first_mistake(mine, mistakes)
                 if mistake is None and optimizer is not None and _low_precision(optimizer):
                     mistake = LOW_PRECISION
                 if mistake is None and optimizer is not None and _keyed_by_shape(optimizer):
@@ -944,6 +994,35 @@ def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = 
                 if mistake is None:
                     raise
                 raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+SETTINGS_UNDER_OTHER_NAMES = Mistake(
+    "settings under other names",
+    None,
+    why="the defaults dict handed to torch.optim.Optimizer names the settings otherwise than lr and momentum: a group "
+    "that brings its own settings (the check's second group does) keeps them under those two names, and so does a "
+    "scheduler, which changes group['lr']; step() reads your names, which hold the constructor's numbers",
+    look="__init__: the keys of the defaults dict, beside the names the exercise gives the settings",
+)
+SETTINGS_SWAPPED = Mistake(
+    "lr and momentum swapped in the defaults",
+    None,
+    why="the defaults dict holds the momentum under lr and the learning rate under momentum: each key takes the "
+    "argument of its own name",
+    look="__init__: which argument goes under which key of the defaults dict",
+)
+
+
+def _defaults_mistake(optimizer: Any) -> Mistake | None:
+    """A defaults dict whose keys are not lr and momentum, or whose values are the other's; None otherwise."""
+    defaults = getattr(optimizer, "defaults", None)
+    if not isinstance(defaults, dict):
+        return None
+    if "lr" not in defaults or "momentum" not in defaults:
+        return SETTINGS_UNDER_OTHER_NAMES
+    if defaults["lr"] == MOMENTUM and defaults["momentum"] == LR:
+        return SETTINGS_SWAPPED
+    return None
 
 
 def _keyed_by_shape(optimizer: Any) -> bool:
@@ -1013,7 +1092,7 @@ def _torch_sgd(groups: list) -> torch.optim.Optimizer:
 @exercise("06.3", "SGD with momentum")
 def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     """Train side by side with ``torch.optim.SGD(momentum=...)`` (two groups, a parameter without gradient),
-    then with zero_grad(set_to_none=False), then resumed from state_dict()."""
+    then with zero_grad(set_to_none=False), then resumed from state_dict(), then with a gradient missing at one step."""
     __tracebackhide__ = True
     cls = expect_class(SGDMomentum, torch.optim.Optimizer, "SGDMomentum")
     expect_written(cls, ("__init__", "step"))
@@ -1035,5 +1114,8 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     resumed, resumed_optimizer = _student_run(make, resume_setup)
     lost = STATE_BY_ID if _keyed_by_stand_ins(resumed_optimizer) else NOT_IN_STATE
     _compare_runs(resumed, _trajectory(_torch_sgd, resume_setup)[0], [lost])
+    gap_setup = _Setup(5, unused=False, gap_at=3)
+    gap, _ = _student_run(make, gap_setup)
+    _compare_runs(gap, _trajectory(_torch_sgd, gap_setup)[0], [MOVED_WITHOUT_GRADIENT, VELOCITY_DROPPED])
     _expect_state_per_parameter(optimizer)
     passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")

@@ -4,13 +4,15 @@ and the head learns as one step of the student's own optimizer says it should.""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
 import math
+import re
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -65,11 +67,28 @@ def _one_number(prediction: Any) -> Any:
     return prediction
 
 
+def _refuse_decimal_comma(prediction: Any, name: str) -> None:
+    """0,89 written without quotes is the tuple (0, 89) to Python: say so before anything is recorded."""
+    __tracebackhide__ = True
+    if not isinstance(prediction, tuple) or len(prediction) != 2 or prediction[0] != 0:
+        return
+    if not all(isinstance(part, int) and not isinstance(part, bool) for part in prediction):
+        return
+    raise CheckError(
+        f"{name} must be one number",
+        got=f"the tuple {prediction!r}",
+        hint=f"Python reads 0,{prediction[1]} as two numbers, 0 and {prediction[1]}: a decimal point is a dot",
+        usage=True,
+    )
+
+
 def _share_in_text(answer: Any) -> Any:
-    """A share written as text as a number: "0.89" as 0.89, "89%" as 0.89; anything else as it came."""
+    """A share written as text as a number: "0.89" and "0,89" as 0.89, "89%" as 0.89; anything else as it came."""
     if not isinstance(answer, str):
         return answer
     text = answer.strip()
+    if re.fullmatch(r"0,\d+", text):
+        text = text.replace(",", ".")  # a decimal comma, as many languages write 0.89
     if not text.endswith("%"):
         return number_in_text(text)
     percent = number_in_text(text[:-1])
@@ -82,6 +101,7 @@ def _share_in_text(answer: Any) -> Any:
 def check_vgg_share_prediction(prediction) -> None:
     """Count the share of VGG16's parameters in its three Linear layers (built on the meta device)."""
     name = "the share of VGG16's parameters in its Linear layers"
+    _refuse_decimal_comma(prediction, name)
     answer = read_prediction(name, _one_number(prediction), form="a number between 0 and 1, such as 0.5")
     share = as_number(_share_in_text(answer), name)
     if not 0 <= share <= 1:
@@ -370,11 +390,13 @@ class Mirror:
         nll_on_scores: bool = False,
         loss_after_step: bool = False,
         loss_of: Any = None,
+        batch_statistics: bool = False,
     ) -> tuple[list[torch.Tensor], float]:
         """One step from the student's state before its step; returns the head's parameters and the loss.
         The keywords make it a known wrong step: gradients kept, a scaled loss, ``steps`` optimizer steps on one
         gradient, a softmax before the cross-entropy, nll_loss on the raw scores, the loss computed again after
-        the step, or ``loss_of(scores, labels)`` in place of the cross-entropy."""
+        the step, ``loss_of(scores, labels)`` in place of the cross-entropy, or the backbone's batch norm
+        normalising with the batch's own statistics (its running statistics left as they were)."""
         head = self.model.fc
         with torch.no_grad():
             for p, before in zip(head.parameters(), state.head):
@@ -384,7 +406,7 @@ class Mirror:
         self.optimizer.load_state_dict(copy.deepcopy(state.optimizer))  # the step changes its buffers in place
         self.model.eval()
         head.train(state.head_training)
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=[]), _batch_statistics(self.model, batch_statistics):
             torch.manual_seed(state.seed)
             scores = self.model(images)
             if loss_of is not None:
@@ -402,6 +424,25 @@ class Mirror:
                 torch.set_rng_state(rng)
                 loss = F.cross_entropy(self.model(images), labels)
         return [p.detach().clone() for p in head.parameters()], float(loss.detach())
+
+
+@contextlib.contextmanager
+def _batch_statistics(model: nn.Module, wanted: bool) -> Iterator[None]:
+    """With ``wanted``, the backbone's batch norm in training mode (it normalises with each batch's statistics),
+    its buffers brought back afterwards; otherwise nothing."""
+    if not wanted:
+        yield
+        return
+    buffers = {name: buf.clone() for name, buf in model.named_buffers()}
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.train()
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buf in model.named_buffers():
+                buf.copy_(buffers[name])
 
 
 @dataclasses.dataclass
@@ -522,6 +563,17 @@ def _frozen_error(model: nn.Module, step: int, eval_in_prepare: bool = False) ->
     )
 
 
+BATCH_STATISTICS = Mistake(
+    "features from batch statistics",
+    None,
+    "the head learned from features that the backbone's batch norm computed with each batch's own mean and "
+    "variance (training mode), though its running statistics stayed as they were (track_running_stats "
+    "turned off, or the buffers put back): a frozen backbone normalises with the running "
+    "statistics it learned, so the features depend on the batch and differ from the pretrained network's",
+    look="batch norm in prepare_for_transfer and transfer_step: which statistics it normalises with",
+)
+
+
 def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tuple) -> list[Mistake]:
     """Known wrong updates of the head in this step (computed only when the update is wrong, each wrong step taken
     only when the mistakes before it did not match)."""
@@ -535,6 +587,7 @@ def _head_mistakes(mirror: Mirror, state: Snapshot, model: nn.Module, batch: tup
 
     return [
         *_loss_form_mistakes(mirror, state, batch),
+        dataclasses.replace(BATCH_STATISTICS, matches=moved_as(batch_statistics=True)),
         Mistake(
             "optimizer stepped twice",
             moved_as(steps=2),
