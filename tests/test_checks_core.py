@@ -213,7 +213,7 @@ def test_error_hints_cover_the_usual_pytorch_errors():
     [
         (None, "got None"),
         ([1.0, 2.0], "list of length 2"),
-        (np.ones(2), "torch.from_numpy"),
+        (np.ones(2), "stay in torch"),
         (2.0, "drop .item()"),
         (torch.zeros(2, 1), "extra trailing dimension"),  # keepdim=True
         (torch.zeros(1, 2), "extra leading dimension"),
@@ -479,6 +479,9 @@ HALF_WRITTEN_ERRORS = [
         "class indices",
     ),
     (NotImplementedError("\"addmm_impl_cpu_\" not implemented for 'Half'"), "no version for the dtype"),
+    # NumPy functions given a tensor: np.sum(t, axis=-1), np.take_along_axis(t, index, 1)
+    (TypeError("sum() got an unexpected keyword argument 'axis'"), "dim= where NumPy takes axis="),
+    (TypeError("Cannot interpret 'torch.int64' as a data type"), "Stay in torch"),
 ]
 
 
@@ -635,3 +638,19 @@ def test_a_predicate_with_a_bug_of_the_labs_raises_in_the_tests_and_a_students_e
     assert values.matches(Liar(), 1.0) is False
     monkeypatch.delenv("LAB_STRICT_PREDICATES")
     assert values.matches(1.0, buggy) is False
+
+
+def test_a_float16_number_that_overflowed_is_told_why():
+    """00.1's FLOP count computed in float16 comes out inf: the sentence names float16's largest value."""
+    with pytest.raises(core.CheckError) as err:
+        values.as_number(torch.tensor(1e6).half(), "flops")
+    assert "not a finite number" in str(err.value) and "65504" in str(err.value)
+    with pytest.raises(core.CheckError) as err:
+        values.as_number(float("inf"), "flops")
+    assert "65504" not in str(err.value)
+
+
+def test_a_numpy_array_where_a_tensor_belongs_is_told_to_stay_in_torch():
+    with pytest.raises(core.CheckError) as err:
+        values.expect_tensor(np.zeros(3), "grad")
+    assert "stay in torch" in str(err.value) and "from_numpy" not in str(err.value)

@@ -113,6 +113,14 @@ def number_in_text(answer: Any) -> Any:
     return int(value) if re.fullmatch(r"[+-]?\d+", text) else value
 
 
+def one_number(answer: Any) -> Any:
+    """A read answer that is one number in brackets (``[6]``, ``torch.tensor([6.0])``, read as ``(6,)``) as that
+    number, where a number is asked; anything else as it was."""
+    if isinstance(answer, tuple) and len(answer) == 1 and isinstance(answer[0], (int, float, str)):
+        return answer[0]
+    return answer
+
+
 def _words_of(mistakes: Mapping[Any, str] | None) -> list[str]:
     """The wrong answers a numeric prediction's check lists as words ("None"), normalised as answers are ("none")."""
     return [_normalised(wrong, None) for wrong in mistakes or {} if isinstance(wrong, str)]
@@ -250,6 +258,7 @@ def check_prediction(
         )
     got = read_prediction(name, got, choices)
     if isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        got = one_number(got)
         if isinstance(got, str):
             got = _listed_word(got, mistakes) or number_in_text(got)  # "0.89" for a number asked without choices
         if got in _words_of(mistakes):

@@ -124,6 +124,12 @@ _NO_KERNEL = re.compile(r"\" not implemented for '\w+'")
 
 ERROR_HINTS: list[tuple[str, str]] = [
     (
+        r"unexpected keyword argument 'axis'|Cannot interpret 'torch\.\w+' as a data type",
+        "a NumPy function met a tensor (np.sum(t, axis=...), np.take_along_axis, ...): NumPy hands a tensor to "
+        "the tensor's own method with NumPy's argument names, which the tensor does not know. Stay in torch: the "
+        "tensor's methods and torch's functions take dim= where NumPy takes axis=",
+    ),
+    (
         r"mat1 and mat2 shapes|size mismatch, got|Expected size for first two dimensions"
         r"|shapes? .* cannot be multiplied",
         "a matrix product's inner sizes differ: write each operand's shape beside the line",

@@ -119,8 +119,10 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
     """A plain Python number from an int, a float, a Decimal or Fraction, a 0-d tensor or a numpy scalar;
     anything else (a bool, a string, a tensor of several elements, NaN) is refused with a sentence."""
     __tracebackhide__ = True
+    dtype = None  # a tensor's: float16 overflows where float32 does not
     if isinstance(value, torch.Tensor):
         value = plain_tensor(value)
+        dtype = value.dtype
         if value.numel() != 1:
             raise CheckError(
                 f"{name} must be one number",
@@ -150,7 +152,10 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
             )
         raise CheckError(f"{name} must be a number", got=describe(given), hint=hint, usage=True)  # a list is a list
     if not allow_nan and not math.isfinite(value):
-        raise CheckError(f"{name} is not a finite number", got=repr(value), usage=True)
+        hint = None
+        if dtype in (torch.float16, torch.bfloat16) and math.isinf(value):
+            hint = f"{dtype} holds numbers up to {torch.finfo(dtype).max:g} only: compute it in float32"
+        raise CheckError(f"{name} is not a finite number", got=repr(value), hint=hint, usage=True)
     return value
 
 
@@ -183,7 +188,10 @@ def _not_a_tensor(value: Any, name: str, want: str) -> CheckError:
     if value is Ellipsis:
         hint = PLACEHOLDER
     elif type(value).__module__ == "numpy":
-        hint = "convert with torch.from_numpy(...), or stay in torch throughout"
+        hint = (
+            "stay in torch throughout: a NumPy function turned the result into an array, which autograd cannot "
+            "follow (torch has its own version of the function, with dim= for axis=)"
+        )
     elif isinstance(value, tuple):
         hint = (
             "a tuple where one tensor belongs: does the function hand back more than was asked (its result and "
