@@ -1117,3 +1117,28 @@ def test_a_capstone_whose_return_line_runs_too_early_is_not_finished():
     with pytest.raises(core.CheckError, match="train_capstone is not finished") as err:
         lab.check_capstone(_capstone_half_written)
     assert err.value.usage and "val_accuracy" in str(err.value)
+
+
+def test_in_a_notebook_the_capstone_check_shows_the_cpu_budget_as_it_is_used(monkeypatch):
+    """The check runs train_capstone for up to 30 s: a notebook shows a gauge of the budget meanwhile."""
+    import IPython.display
+    import tqdm.auto
+    import tqdm.notebook
+
+    shown = []
+    monkeypatch.setattr(tqdm.auto, "tqdm", tqdm.notebook.tqdm)  # what tqdm.auto picks in a notebook's kernel
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    start = ds._cpu_seconds()
+    with ds._budget_bar(start):
+        while ds._cpu_seconds() - start < 0.8:
+            pass
+    (box,) = shown
+    gauge, label = box.children
+    assert gauge.max == ds.BUDGET and 0.8 <= gauge.value < 2
+    assert re.fullmatch(r"[12] of the 30 s budget", label.value), label.value
+
+
+def test_outside_a_notebook_the_capstone_check_draws_nothing(capsys):
+    with ds._budget_bar(ds._cpu_seconds()):
+        pass
+    assert capsys.readouterr() == ("", "")

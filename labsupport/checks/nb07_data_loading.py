@@ -3,14 +3,16 @@ measured), and the capstone on digits the student's code never sees (07.3)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import dis
 import math
 import os
 import re
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 try:
@@ -1670,6 +1672,45 @@ def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: t
     return Source(trained=trained, share=share)
 
 
+@contextlib.contextmanager
+def _budget_bar(start: float) -> Iterator[None]:
+    """While the block runs, a notebook shows a gauge of the CPU seconds used since ``start`` out of the budget,
+    redrawn twice a second: the check cannot see inside the student's training loop, but it can watch the
+    clock. A gauge, not a tqdm bar: tqdm paints a bar that ends below its total red, and using less than the
+    budget is the goal. Outside a notebook (a terminal, the tests) nothing is drawn."""
+    from tqdm.auto import tqdm
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    if not issubclass(tqdm, notebook_tqdm):  # tqdm.auto picks its widget only in a notebook's kernel
+        yield
+        return
+    import ipywidgets
+    from IPython.display import display
+
+    gauge = ipywidgets.FloatProgress(value=0.0, min=0.0, max=BUDGET, description="CPU time")
+    label = ipywidgets.Label(f"0 of the {BUDGET:g} s budget")
+    display(ipywidgets.HBox([gauge, label]))
+    stop = threading.Event()
+
+    def show() -> None:
+        used = _cpu_seconds() - start
+        gauge.value = min(used, BUDGET)
+        label.value = f"{used:.0f} of the {BUDGET:g} s budget"
+
+    def redraw() -> None:
+        while not stop.wait(0.5):
+            show()
+
+    drawer = threading.Thread(target=redraw, name="capstone budget gauge", daemon=True)
+    drawer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        drawer.join()
+        show()
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its finished children (DataLoader workers)."""
     seconds = time.process_time()
@@ -1711,7 +1752,7 @@ def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tenso
     torch.set_num_threads(1)
     start = _cpu_seconds()
     try:
-        with ForwardLog() as log:
+        with ForwardLog() as log, _budget_bar(start):
             got = run_student(
                 train_capstone,
                 images,
