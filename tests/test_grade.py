@@ -21,6 +21,8 @@ from nbformat.v4 import new_notebook
 
 from tools import grade, migrate_exercises, student
 
+PLACEHOLDER = student.ANSWER_PLACEHOLDER
+
 ROOT = Path(__file__).resolve().parent.parent
 
 REAL = ROOT / "notebooks" / "01_tensors.ipynb"
@@ -415,7 +417,7 @@ def test_a_written_answer_whose_heading_sits_in_its_own_cell(predictions):
         ("97.4", "Exercise 97.4: why did it win?"),
     ]
     sub.cells[9].source = "Because of the learning rate."
-    sub.cells[10].source = sub.cells[10].source.replace("Your answer here", "Adam's step adapts.")
+    sub.cells[10].source = sub.cells[10].source.replace(student.ANSWER_PLACEHOLDER, "Adam's step adapts.")
     _, _, written = grade.rebuild(src, sub)
     assert written == [
         {"exercise": "97.3", "label": "Exercise 97.3: explain", "answer": "Because of the learning rate."},
@@ -426,10 +428,11 @@ def test_a_written_answer_whose_heading_sits_in_its_own_cell(predictions):
 @pytest.mark.parametrize(
     "edit, answer",
     [
-        (lambda text: text.replace("\nYour answer here", ""), ""),  # the placeholder deleted, nothing written
-        (lambda text: text.replace("Your answer here", ""), ""),
-        (lambda text: text.replace("\nYour answer here", "") + "\nIt adapts.", "It adapts."),
-        (lambda text: text.replace("Your answer here", "It adapts.\nTwice."), "It adapts.\nTwice."),
+        (lambda text: text.replace("\n" + PLACEHOLDER, ""), ""),  # the placeholder deleted, nothing written
+        (lambda text: text.replace(PLACEHOLDER, ""), ""),
+        (lambda text: text.replace("\n" + PLACEHOLDER, "") + "\nIt adapts.", "It adapts."),
+        (lambda text: text.replace(PLACEHOLDER, "It adapts.\nTwice."), "It adapts.\nTwice."),
+        (lambda text: text.replace(PLACEHOLDER, "Your answer here"), ""),  # an earlier edition's placeholder
         (lambda text: "It adapts.", "It adapts."),  # the question deleted too
         (lambda text: text, ""),
     ],

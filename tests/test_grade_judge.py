@@ -407,6 +407,9 @@ def test_code_that_may_run_the_lab_s_own_code():
         "import sys\nf = sys.modules['labsupport']",
         "import gc\nf = [o for o in gc.get_objects()]",
         "f = lab.check_pairwise_sq_dists.__wrapped__",
+        "import builtins\nf = builtins.__import__('labsupport').checks",
+        "f = __builtins__.__import__('labsupport')",
+        "f = __builtins__['__import__']('labsupport')",
     ):
         assert uses_lab_code(attack), attack
 

@@ -94,7 +94,7 @@ def test_every_output_and_nbval_tag_is_cleared():
 
 def test_markdown_solution_becomes_answer_placeholder():
     ed = student.make_edition(sample(), "x.ipynb")
-    assert ed.notebook.cells[6].source == "### Exercise 5: why\nWhy?\nYour answer here\nThe end."
+    assert ed.notebook.cells[6].source == f"### Exercise 5: why\nWhy?\n{student.ANSWER_PLACEHOLDER}\nThe end."
     assert ed.written_answers == [6]
     assert [(a.id, a.label, a.points, a.heading_cell) for a in ed.answers] == [("99.5", "Exercise 99.5: why", 0, 6)]
 

@@ -50,6 +50,7 @@ _CALLS = {
     "methodcaller": "reaches attributes by name (operator.methodcaller)",
 }
 _ATTRIBUTES = {
+    "__import__": "__import__()",  # builtins.__import__, __builtins__.__import__, __builtins__["__import__"]
     "get_ipython": "reaches the IPython shell (get_ipython)",
     "set_custom_exc": "replaces IPython's error handler (set_custom_exc)",
     "showtraceback": "touches IPython's traceback display (showtraceback)",

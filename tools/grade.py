@@ -218,7 +218,7 @@ def load_source(path: Path, extra_dir: Path | None = None) -> Source:
             a.label,
             a.cell,
             cells[a.cell].get("id", ""),
-            [line for line in cells[a.cell].source.splitlines() if line.strip() != edition.ANSWER_PLACEHOLDER],
+            [line for line in cells[a.cell].source.splitlines() if line.strip() not in _PLACEHOLDERS],
             float(a.points or 0),
             *reversed(parse_rubric(nb.cells[a.cell].source)),
         )
@@ -293,6 +293,10 @@ def _lab_metadata(cell) -> tuple[str | None, tuple[str, ...]]:
         return None, ()
 
 
+# An unanswered question's line: this edition's placeholder, or an earlier edition's (a handout given out before it).
+_PLACEHOLDERS = (edition.ANSWER_PLACEHOLDER, *edition.EARLIER_PLACEHOLDERS)
+
+
 def _written_answer(sub, w: Written) -> str | None:
     """The student's answer to ``w``, verbatim, or None when the cell is gone: the answer cell's
     lines that are not the question's (the lines around "Your answer here" in the student edition),
@@ -311,7 +315,10 @@ def _written_answer(sub, w: Written) -> str | None:
         if not edition._MARKER.match(line)
     ]
     answer = "\n".join(theirs).strip()
-    return "" if answer in ("", edition.ANSWER_PLACEHOLDER) else answer
+    return "" if answer in ("", *_PLACEHOLDERS) else answer
+
+
+MAX_CELL = 1_000_000  # characters of one exercise cell run: the series' longest solution holds a few thousand
 
 
 @dataclass
@@ -333,6 +340,11 @@ def rebuild(src: Source, sub) -> tuple[nbformat.NotebookNode, dict[str, Slot], l
             slots[ex.id] = Slot(None, "the exercise cell is missing from the notebook (deleted?)")
             continue
         code = sub.cells[found[-1]].source
+        if len(code) > MAX_CELL:  # no solution is near it: the kernel, the analysis and OUT are spared its text
+            slots[ex.id] = Slot(
+                None, f"the exercise cell holds {len(code):,} characters, more than {MAX_CELL:,}: not run"
+            )
+            continue
         note = (
             f"this exercise's cell appears {len(found)} times in your notebook; the last one "
             f"(cell {found[-1]}) was graded, as Run All would leave it"
@@ -779,13 +791,17 @@ def _first_answer(sub, ex: Exercise) -> tuple[bool, object]:
 
 
 def _recorded(sub, ex: Exercise) -> list:
-    """Every first answer the submitted notebook's check cells of ``ex`` record, in order."""
-    found: list = []
+    """Every first answer the submitted notebook's check cells of ``ex`` record, in order: read from all of
+    their outputs at once (one cell's end is no answer's end), so 10,000 cells given the check's metadata cost
+    the grader no more time than one (:data:`judge.MAX_SCANNED`)."""
+    outputs: list = []
     for i in _cells_of(sub, ex.id, "check", "code", ex.check_id):
-        found += judge.recorded_answers(sub.cells[i].get("outputs", []))
-        if len(found) >= judge.MAX_RECORDED:
-            break
-    return found
+        stored = sub.cells[i].get("outputs")
+        outputs += [*stored, _LINE_BREAK] if isinstance(stored, list) else []
+    return judge.recorded_answers(outputs)
+
+
+_LINE_BREAK = {"output_type": "stream", "text": "\n"}
 
 
 def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Config) -> str:
@@ -794,6 +810,11 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     lost while answering, else ""."""
     if res["status"] in ("missing", "timeout", "crashed"):
         return ""
+    kernel_passed = res["status"] == "pass"
+    # the kernel's verdict counts for nothing until the grader's own is in: if judging raises (a value the grader
+    # cannot print, the notebook's time spent), the exercise is "not run", never the kernel's (forgeable) pass
+    kernel_verdict = {k: res[k] for k in ("status", "feedback")}
+    res.update(status="not run", points=0.0)
     mode = trusted_mode(ex, cfg)
     answer = _first_answer(sub, ex) if mode == "value" else (False, None)
     partial = ex.id in src.partial or ex.id in cfg.partial or "all" in cfg.partial
@@ -811,10 +832,11 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
     if verdict.outcome != "ok":
         return verdict.outcome
     if answer[0]:
-        recorded = f"graded the first answer your notebook recorded: {answer[1]!r}"
+        recorded = f"graded the first answer your notebook recorded: {_short(answer[1])}"
         res["note"] = f"{res['note']}\n{recorded}" if res["note"] else recorded
         if verdict.passed:
             res["flags"] += _answer_flags(kernel, ex, verdict.current, _recorded(sub, ex), cfg)
+    res.update(kernel_verdict)
     top = res["max_points"]
     first = verdict.feedback.splitlines()[0] if verdict.feedback else ""
     res["detail"] = f"the grader's own run of the check: {'passed' if verdict.passed else 'failed'}: {first}"[:500]
@@ -826,7 +848,7 @@ def _trusted(kernel: Kernel, src: Source, ex: Exercise, res: dict, sub, cfg: Con
             + "; ".join(res["reaches"])
             + "): it scores 0 until your instructor has read it",
         )
-    elif verdict.passed and (mode == "value" or res["status"] == "pass"):
+    elif verdict.passed and (mode == "value" or kernel_passed):
         res.update(status="pass", points=top, feedback=verdict.feedback)
     elif verdict.passed:  # the kernel's own run of the check failed: its message says why
         res["points"] = round(top * verdict.fraction_if_failed, 3) if partial else 0.0
@@ -863,7 +885,7 @@ def _answer_flags(kernel: Kernel, ex: Exercise, current: object, recorded: list,
     other first answers too (the check prints one per run: a kernel restart, or a stored output edited or
     added by hand, as in a cell given the check's metadata), or the answer cell now says something else."""
     flags = []
-    answers = list(dict.fromkeys(repr(_answer_words(a))[:100] for a in recorded))
+    answers = list(dict.fromkeys(_short(_answer_words(a)) for a in recorded))
     if len(answers) > 1:
         flags.append(
             f"review it: the notebook records {len(answers)} different first answers ({', '.join(answers)}); "
@@ -871,10 +893,20 @@ def _answer_flags(kernel: Kernel, ex: Exercise, current: object, recorded: list,
         )
     if _edited_answer(kernel, ex, current, recorded[0], cfg):
         flags.append(
-            f"review it: the recorded first answer {recorded[0]!r} is right but the answer cell now says "
-            f"{current!r} (was the notebook's stored output edited?)"
+            f"review it: the recorded first answer {_short(recorded[0])} is right but the answer cell now says "
+            f"{_short(current)} (was the notebook's stored output edited?)"
         )
     return flags
+
+
+def _short(value: object, limit: int = 100) -> str:
+    """``repr(value)`` (a value the kernel sent: plain data, but any size) clipped to ``limit`` characters; an int too
+    long for Python to print in decimal (``0x`` and 100,000 hex digits, a valid literal) is named by its size."""
+    try:
+        text = repr(value)
+    except ValueError:  # int -> str: "Exceeds the limit (4300 digits)"
+        text = f"<an int of {value.bit_length() if isinstance(value, int) else '?'} bits>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _edited_answer(kernel: Kernel, ex: Exercise, current: object, recorded: object, cfg: Config) -> bool:
@@ -1277,7 +1309,8 @@ def _student_jobs(
 ) -> tuple[list[dict], list[dict]]:
     """One student's jobs (the newest copy of each notebook) and rows (files that are no notebook)."""
     jobs, rows = [], []
-    chosen: dict[str, list[tuple[float, float, str, str, str]]] = {}
+    chosen: dict[str, list[tuple[float, float, str, str]]] = {}
+    texts: dict[str, tuple[tuple[float, float], str]] = {}
     unreadable: list[tuple[str, Path, str]] = []
     if not files:
         rows.append({"student": student_id, "notebook": "", "status": "no notebook handed in"})
@@ -1293,7 +1326,10 @@ def _student_jobs(
         if src is None:
             rows.append({"student": student_id, "notebook": rel, "file": rel, "status": how})
             continue
-        chosen.setdefault(src.name, []).append((path.stat().st_mtime, score, rel, text, how))
+        mtime = path.stat().st_mtime
+        chosen.setdefault(src.name, []).append((mtime, score, rel, how))
+        if src.name not in texts or (mtime, score) > texts[src.name][0]:  # only the copy graded is kept: not 20
+            texts[src.name] = ((mtime, score), text)  # copies of 256 MB each, all at once
     for rel, path, why in unreadable:
         # a file named as a notebook is that notebook's row (it scores 0), unless a readable copy was handed in:
         # then it is a row of its own, and the graded copy's row stands
@@ -1303,13 +1339,22 @@ def _student_jobs(
         rows.append({"student": student_id, "notebook": name, "file": rel, "status": status, "max_score": max_score})
     for name, cands in chosen.items():
         cands.sort(key=lambda c: (c[0], c[1]), reverse=True)  # the newest copy, then the closer match
-        mtime, score, rel, text, how = cands[0]
+        mtime, score, rel, how = cands[0]
         note = f"graded `{rel}`: {how}"
         if len(cands) > 1:
             others = ", ".join(f"`{c[2]}`" for c in cands[1:])
             note += f"; also handed in and not graded: {others} (the newest copy is graded, as handed in last)"
         log.info("%s: %s", student_id, note)
-        jobs.append({"student": student_id, "notebook": name, "file": rel, "match": note, "text": text, "mtime": mtime})
+        jobs.append(
+            {
+                "student": student_id,
+                "notebook": name,
+                "file": rel,
+                "match": note,
+                "text": texts[name][1],
+                "mtime": mtime,
+            }
+        )
     return jobs, rows
 
 

@@ -517,17 +517,21 @@ def recorded_answer(outputs: list) -> tuple[bool, Any]:
 
 
 MAX_RECORDED = 20  # recorded answers read from one output: each check run prints one
+MAX_SCANNED = 100  # "recorded answer: " read from one output, an answer after it or not (a stored output is the
+# student's: 100,000 of them in 2 MB took the grader 68 s, and 200 MB would take days, with no time limit)
+MAX_TRIES = 50  # places an answer may end at (a ")" or a ","), tried on one line
 
 
 def recorded_answers(outputs: list, limit: int = MAX_RECORDED) -> list[Any]:
     """Every answer the stored output records, in order (each run of a prediction's check prints the first
     answer it committed: more than one differing answer means a kernel restart, or an output edited by hand).
-    A ``recorded answer:`` inside an answer read is part of that answer, not an answer of its own."""
-    text = "".join(str(o.get("text", "")) for o in outputs if o.get("output_type") == "stream")
+    A ``recorded answer:`` inside an answer read is part of that answer, not an answer of its own. At most
+    :data:`MAX_SCANNED` of them are read, each in a bounded time, however long the output."""
+    text = "".join(str(o.get("text", "")) for o in outputs if isinstance(o, dict) and o.get("output_type") == "stream")
     found: list[Any] = []
     at = 0
-    while len(found) < limit:
-        match = _RECORDED.search(text, at)
+    for _ in range(MAX_SCANNED):
+        match = _RECORDED.search(text, at) if len(found) < limit else None
         if not match:
             break
         value, length = _literal_at(text, match.end())
@@ -539,13 +543,13 @@ def recorded_answers(outputs: list, limit: int = MAX_RECORDED) -> list[Any]:
 
 def _literal_at(text: str, start: int) -> tuple[Any, int]:
     """The Python literal at ``text[start:]`` up to a ``)`` or ``,`` on its line, and its length (0: none)."""
-    rest = text[start:].split("\n", 1)[0][:2000]  # an answer is short; a long line costs no time
-    for end, char in enumerate(rest):
-        if char in "),":
-            try:
-                return ast.literal_eval(rest[:end]), end
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                continue
+    rest = text[start : start + 2000].split("\n", 1)[0]  # an answer is short: no copy of the rest of the text
+    ends = [end for end, char in enumerate(rest) if char in "),"][:MAX_TRIES]
+    for end in ends:
+        try:
+            return ast.literal_eval(rest[:end]), end
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            continue
     return None, 0
 
 
@@ -685,11 +689,22 @@ def _fraction(tally: list[tuple[int, int]]) -> float:
 
 def _message(error: BaseException) -> str:
     """A failure as the student's kernel shows it (the check's block, without its first line)."""
-    rendered = getattr(error, "rendered", None)
-    if callable(rendered):
-        lines = rendered()
-        return "\n".join(line.rstrip() for line in lines[1:] if line.strip()).strip()
-    return f"{type(error).__name__}: {error}"
+    try:  # the message may print the student's values: an int too long for decimal raises ValueError
+        rendered = getattr(error, "rendered", None)
+        if callable(rendered):
+            lines = rendered()
+            return "\n".join(line.rstrip() for line in lines[1:] if line.strip()).strip()
+        return _said(error)
+    except Exception as exc:
+        return f"{type(error).__name__} (its message could not be printed: {type(exc).__name__})"
+
+
+def _said(error: BaseException) -> str:
+    """``"Kind: message"``, or the kind alone when the message cannot be printed (it holds a value of the student's)."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception as exc:
+        return f"{type(error).__name__} (its message could not be printed: {type(exc).__name__})"
 
 
 def run_extra(channel: Channel, function: Any, module: str = "labsupport", timeout: float = 60.0) -> tuple[str, str]:
@@ -705,5 +720,5 @@ def run_extra(channel: Channel, function: Any, module: str = "labsupport", timeo
     except NotCopyable as exc:
         return "kernel", f"{exc.args[0]} is not plain data"
     except Exception as exc:
-        return "fail", f"{type(exc).__name__}: {exc}"[:2000]
+        return "fail", _said(exc)[:2000]
     return "pass", ""

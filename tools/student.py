@@ -20,7 +20,7 @@ named by the exercise's id and its heading cell's title. When the
 block sits at the top level of its cell, any name it assigns that the check
 cell reads is set to ``None`` first, so the check answers "got None" instead
 of a NameError. In an answer cell (markdown) the block becomes
-``Your answer here``. Every code cell loses its stored outputs (a PASS line or
+``Your answer here: double-click ...``. Every code cell loses its stored outputs (a PASS line or
 a finished loss curve would spoil the exercise; nbgrader clears them too) and
 its ``nbval-*`` tags; every cell keeps its id and its ``lab`` metadata (the
 grader matches a submission's cells by them). Other files under the source
@@ -145,7 +145,14 @@ def handout(src_dir: Path, out: Path) -> int:
 
 
 STUB_COMMENT = "# YOUR CODE HERE"
-ANSWER_PLACEHOLDER = "Your answer here"
+# A written answer's region in the student edition: it says how to edit a markdown cell, which a first-time
+# JupyterLab user does not know (double-clicking shows the cell's text, Shift+Enter renders it again).
+ANSWER_PLACEHOLDER = (
+    "Your answer here: double-click this cell to edit it, write your answer in place of this line, "
+    "then press Shift+Enter."
+)
+# What earlier editions put there: a handed-in notebook from one of them still has an unanswered question.
+EARLIER_PLACEHOLDERS = ("Your answer here",)
 EDITION = "student"
 
 LAB = "lab"  # the key of an exercise cell's metadata: {"exercise": "03.5", "role": "solution", "points": 1}
@@ -462,7 +469,7 @@ def stub_code(
 
 
 def stub_markdown(source: str, *, path: str | Path = "<notebook>", cell: int = 0) -> tuple[str, int]:
-    """Replace each solution block of a markdown cell by ``Your answer here``."""
+    """Replace each solution block of a markdown cell by ``ANSWER_PLACEHOLDER``."""
     lines = source.splitlines()
     blocks = solution_blocks(source, path=path, cell=cell)
     out: list[str] = []
@@ -490,7 +497,7 @@ class Exercise:
 
 @dataclass
 class Answer:
-    """A written answer: a markdown cell whose solution region becomes ``Your answer here``."""
+    """A written answer: a markdown cell whose solution region becomes ``ANSWER_PLACEHOLDER``."""
 
     cell: int
     label: str
