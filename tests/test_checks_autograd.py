@@ -654,6 +654,30 @@ def w2_frozen_after_update(x, y, w1, w2, learning_rate, steps, chunks=1, log=Non
     return losses
 
 
+def optimizer_loop(make, fresh):
+    """Fourteenth audit: a torch.optim optimizer instead of the loop's update, made once or anew in each step."""
+
+    def train(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+        optimizer = make([w1, w2], lr=learning_rate)
+        losses = []
+        for t in range(steps):
+            if fresh:
+                optimizer = make([w1, w2], lr=learning_rate)
+            total = 0.0
+            for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+                part = step_loss(x_part, y_part, w1, w2)
+                part.backward()
+                total += part.item()
+            if log is not None:
+                log(t, total)
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(total)
+        return losses
+
+    return train
+
+
 # One loop per listed mistake (the checks' own list): (loop, which checks it is for).
 LOOP_MISTAKES = {
     "reset before any backward": make_loop(reset="zero before backward"),
@@ -680,6 +704,9 @@ LOOP_MISTAKES = {
     # round 12, second pass: pieces of N // chunks rows cut by hand, dropping the rest, got a generic expected/got
     "last rows left out": equal_pieces_loop,
     "requires_grad turned off": w2_frozen_after_update,
+    # fourteenth audit: these got a generic expected/got
+    "a fresh optimizer each step": optimizer_loop(torch.optim.Adam, fresh=True),
+    "another optimizer": optimizer_loop(torch.optim.Adam, fresh=False),
 }
 CHUNK_ONLY = {
     "some chunks left out",
@@ -705,6 +732,28 @@ def test_loop_mistake_is_named(name, chunked):
     err = failure(check, loop)
     assert err.mistake == name
     assert err.hint == next(m.why for m in A._LOOP_MISTAKES if m.name == name)
+
+
+@pytest.mark.parametrize(
+    "loop, name",
+    [
+        (optimizer_loop(torch.optim.RMSprop, fresh=True), "a fresh optimizer each step"),
+        (optimizer_loop(torch.optim.Adagrad, fresh=True), "a fresh optimizer each step"),
+        (
+            optimizer_loop(lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9), fresh=False),
+            "another optimizer",
+        ),
+    ],
+)
+def test_other_optimizers_are_named(loop, name):
+    assert failure(lab.check_fixed_training, bind_steps(loop)).mistake == name
+
+
+@pytest.mark.parametrize("make", [torch.optim.SGD, lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9)])
+def test_a_fresh_plain_sgd_each_step_is_gradient_descent_and_passes(make, capsys):
+    """Fourteenth audit: a fresh SGD (even with momentum, whose buffer starts empty) is one plain step: right."""
+    lab.check_fixed_training(bind_steps(optimizer_loop(make, fresh=True)))
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 def bind_steps(loop):
@@ -1075,7 +1124,9 @@ def test_loop_mistakes_say_where_to_look(name):
 # ------------------------------------------------------------------ the thirteenth audit
 
 
-@pytest.mark.parametrize("words", ["exception", "Raises an error.", "crashes"])
+@pytest.mark.parametrize(
+    "words", ["exception", "Raises an error.", "crashes", "it fails", "It errors.", "an exception is raised"]
+)
 def test_plain_words_for_an_error_count_as_error(words, capsys):
     """03.2: "exception", "raises an error" and "crashes" were refused as not one of the choices."""
     lab.check_backward_twice_prediction(words)

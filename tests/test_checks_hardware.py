@@ -204,6 +204,13 @@ CPU_WRONG = {
     "fma_units twice": lambda c, g, b, u: c * g * 1e9 * u * u * (b / 32) * 2,
     "FMA as 3 FLOP": lambda c, g, b, u: c * g * 1e9 * u * (b / 32) * 3,
     "SIMD lanes added": lambda c, g, b, u: c * g * 1e9 * (u + b / 32) * 2,
+    # fourteenth audit: these six got a generic expected/got
+    "cores twice": lambda c, g, b, u: c**2 * g * 1e9 * u * (b / 32) * 2,
+    "SIMD lanes twice": lambda c, g, b, u: c * g * 1e9 * u * (b / 32) ** 2 * 2,
+    "clock twice": lambda c, g, b, u: c * g * g * 1e9 * u * (b / 32) * 2,
+    "log2 of the lanes": lambda c, g, b, u: c * g * 1e9 * u * math.log2(b / 32) * 2,
+    "a factor divides": lambda c, g, b, u: c * g * 1e9 / u * (b / 32) * 2,
+    "clock rounded": lambda c, g, b, u: c * round(g) * 1e9 * u * (b / 32) * 2,
 }
 
 
@@ -216,6 +223,21 @@ def test_each_cpu_mistake_is_named(name):
     with pytest.raises(lab.CheckError) as info:
         lab.check_cpu_peak_flops(CPU_WRONG[name])
     assert info.value.mistake == name
+
+
+@pytest.mark.parametrize(
+    "formula",
+    [
+        lambda c, g, b, u: c * g * 1e9 * u * math.log2(b) * 2,  # log2 of the bits
+        lambda c, g, b, u: g * 1e9 * u * (b / 32) * 2 / c,  # cores divide
+        lambda c, g, b, u: c * g * 1e9 * u * (32 / b) * 2,  # lanes inverted
+        lambda c, g, b, u: c * int(g) * 1e9 * u * (b / 32) * 2,  # clock truncated
+    ],
+)
+def test_other_spellings_of_the_fourteenth_audits_cpu_slips_are_named(formula):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cpu_peak_flops(formula)
+    assert info.value.mistake in {"log2 of the lanes", "a factor divides", "clock rounded"}
 
 
 def test_fp64_lanes_alone_are_named_in_the_half_sentence():
@@ -259,6 +281,8 @@ ROOFLINE_WRONG = {
     "peak and bandwidth swapped": lambda i, p, b: min(b, i * p),
     "bytes converted to bits": lambda i, p, b: min(p, i * b * 8),
     "seconds per FLOP": lambda i, p, b: max(1 / p, 1 / (i * b)),
+    # fourteenth audit: the ridge point handed back got a generic expected/got
+    "ridge point returned": lambda i, p, b: p / b,
 }
 
 
@@ -322,7 +346,7 @@ def test_a_wrong_answer_outside_the_list_says_what_was_expected_and_guesses_no_c
         lab.check_titan_tensor_peak(1.234e13)
     assert info.value.mistake is None and info.value.hint is None
     with pytest.raises(lab.CheckError, match=r"roofline.*is wrong") as info:
-        lab.check_roofline(lambda i, p, b: p / b)
+        lab.check_roofline(lambda i, p, b: (p * i * b) ** 0.5)  # the ridge point, p / b, is a listed mistake now
     assert info.value.hint is None
 
 

@@ -261,6 +261,26 @@ PREDICATE_MISTAKES = [
         lambda im: im.permute(*reversed(range(im.dim()))).reshape(len(im), -1),
     ),
     ("keep_above_row_mean", "mean recomputed while zeroing", _keep_recomputing_the_mean),
+    # fourteenth audit: these got a generic expected/got ("halved" is a value mistake, tested above)
+    ("pairwise_sq_dists", "max or min instead of sum", lambda a, b: ((a[:, None] - b[None]) ** 2).max(-1).values),
+    ("pairwise_sq_dists", "max or min instead of sum", lambda a, b: ((a[:, None] - b[None]) ** 2).amin(-1)),
+    (
+        "channels_first_rows",
+        "channels joined along dim 0",
+        lambda im: torch.cat([im[..., c].reshape(len(im), -1) for c in range(im.shape[-1])], 0),
+    ),
+    (
+        "channels_first_rows",
+        "channels joined along dim 0",
+        lambda im: torch.stack([im[..., c].flatten(1) for c in range(im.shape[-1])]),
+    ),
+    ("channels_first_rows", "a size written as a number", lambda im: im.permute(0, 3, 1, 2).reshape(2, -1)),
+    ("per_sample_matmul", "result transposed", lambda x, w: torch.diagonal(x @ w, dim1=0, dim2=1)),
+    (
+        "channels_first_rows",
+        "a size written as a number",
+        lambda im: torch.cat([im[..., 0].flatten(1), im[..., 1].flatten(1), im[..., 2].flatten(1)], 1),
+    ),
 ]
 
 

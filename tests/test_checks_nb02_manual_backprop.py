@@ -4,6 +4,7 @@ every listed mistake is named, the rule "no autograd" is checked by behaviour, a
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import labsupport as lab
 from labsupport.checks import core, running
@@ -520,6 +521,21 @@ def test_two_layer_mistakes_as_students_write_them(student, name):
 def test_two_layer_round_two_mistakes_are_named(student, name):
     """02.3: a loss and gradients averaged over the N samples, and a ReLU on y_pred too, got a generic
     expected/got."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_loss_and_grads(student)
+    assert info.value.mistake == name
+
+
+@pytest.mark.parametrize(
+    "student, name",
+    [
+        (two_layer_with(lambda p, y: (p - y).abs().sum(), lambda p, y: (p - y).sign()), "L1 loss"),
+        (two_layer_with(lambda p, y: F.l1_loss(p, y, reduction="sum"), _sum_gradient), "L1 loss"),
+        (two_layer_with(_sum_loss, lambda p, y: torch.sign(p - y)), "L1 loss's derivative"),
+    ],
+)
+def test_two_layer_l1_loss_is_named(student, name):
+    """Fourteenth audit: an L1 loss (or its derivative, the sign, as grad_y_pred) got a generic expected/got."""
     with pytest.raises(lab.CheckError) as info:
         lab.check_loss_and_grads(student)
     assert info.value.mistake == name
@@ -1135,3 +1151,28 @@ def test_a_one_sided_difference_over_two_eps_is_named_with_its_points():
         lab.check_numeric_grad(lambda f, w: numeric_grad(f, w, one_sided=True) / 2)
     assert info.value.mistake == "second point at w itself"
     assert "never at w - eps" in info.value.hint
+
+
+def test_a_relu_written_for_two_axes_only_fails_on_the_3d_case():
+    """Fourteenth audit: the prompt allows h of any shape, and every case was 2-D, so a forward that builds its
+    zeros as (h.shape[0], h.shape[1]) passed."""
+
+    def forward_2d_only(h):
+        return torch.max(h, torch.zeros(h.shape[0], h.shape[1], dtype=h.dtype)), h
+
+    with pytest.raises(lab.CheckError, match=r"case 3 of 3 \(inputs of shape \(2, 3, 4\)"):
+        lab.check_relu_layer(forward_2d_only, lambda dout, h: dout * (h > 0))
+
+
+@pytest.mark.parametrize(
+    "forward, backward",
+    [
+        (lambda h: (torch.where(h > 0, h, 0.0), h > 0), lambda dout, on: torch.where(on, dout, 0.0)),
+        (lambda h: (F.threshold(h, 0, 0), h), lambda dout, h: dout.masked_fill(h <= 0, 0)),
+        (lambda h: (h.clamp(min=0), h), lambda dout, h: dout * torch.heaviside(h, torch.tensor(0.5, dtype=h.dtype))),
+    ],
+)
+def test_relu_layers_in_other_styles_pass(forward, backward, capsys):
+    """Fourteenth audit: a mask as the cache, F.threshold, and heaviside with 0.5 at 0 (a subgradient) are right."""
+    lab.check_relu_layer(forward, backward)
+    assert capsys.readouterr().out.startswith("PASS")

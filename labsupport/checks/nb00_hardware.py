@@ -372,6 +372,56 @@ def _lanes_added(answers: list[float]) -> bool:
     return any(_on_every_machine(added_to(which))(answers) for which in range(3))
 
 
+def _cores_twice(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * c
+
+
+def _lanes_twice(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * (b / 32)
+
+
+def _clock_twice(c: int, g: float, b: int, u: int) -> float:
+    return cpu_peak_reference(c, g, b, u) * g
+
+
+def _log2_lanes(answers: list[float]) -> bool:
+    """Are the answers the peak with the lanes (simd_bits / 32) or simd_bits itself replaced by its log2?"""
+
+    def with_log2(of_bits: bool) -> Callable[..., float]:
+        def formula(c: int, g: float, b: int, u: int) -> float:
+            counted = math.log2(b) if of_bits else math.log2(b / 32)
+            return cpu_peak_reference(c, g, b, u) / (b / 32) * counted
+
+        return formula
+
+    return _on_every_machine(with_log2(False))(answers) or _on_every_machine(with_log2(True))(answers)
+
+
+def _divides(answers: list[float]) -> bool:
+    """Is one of cores, fma_units or the lanes dividing the product where it should multiply it?"""
+
+    def divided_by(which: int) -> Callable[..., float]:
+        def formula(c: int, g: float, b: int, u: int) -> float:
+            factor = (c, u, b / 32)[which]
+            return cpu_peak_reference(c, g, b, u) / factor**2
+
+        return formula
+
+    return any(_on_every_machine(divided_by(which))(answers) for which in range(3))
+
+
+def _clock_rounded(answers: list[float]) -> bool:
+    """Is the clock rounded to whole GHz (int, round, floor or ceil) before it enters the product?"""
+
+    def rounded_with(rounding: Callable[[float], int]) -> Callable[..., float]:
+        def formula(c: int, g: float, b: int, u: int) -> float:
+            return cpu_peak_reference(c, rounding(g), b, u)
+
+        return formula
+
+    return any(_on_every_machine(rounded_with(rounding))(answers) for rounding in (int, round, math.ceil))
+
+
 CPU_MISTAKES = [
     Mistake(
         "half",
@@ -492,6 +542,46 @@ CPU_MISTAKES = [
         "the number of fp32 lanes was added to another factor of the product: every lane of a SIMD FMA works at "
         "the same time, so the lanes multiply the peak, as the cores and the FMA units do",
         look="the + in your expression, and where simd_bits enters it",
+    ),
+    Mistake(
+        "cores twice",
+        _on_every_machine(_cores_twice),
+        "cores-times the peak on every machine (right only where cores is 1): cores multiplies the product twice, "
+        "where each core counts once",
+        look="every place cores enters the product",
+    ),
+    Mistake(
+        "SIMD lanes twice",
+        _on_every_machine(_lanes_twice),
+        "the lanes multiply the product twice: one FMA instruction works on each fp32 lane of the register once",
+        look="every place simd_bits enters the product",
+    ),
+    Mistake(
+        "clock twice",
+        _on_every_machine(_clock_twice),
+        "clock_ghz multiplies the product twice: the clock gives the cycles per second once",
+        look="every place clock_ghz enters the product",
+    ),
+    Mistake(
+        "log2 of the lanes",
+        _log2_lanes,
+        "the lanes were counted as a base-2 logarithm: a register of simd_bits bits holds simd_bits / 32 fp32 "
+        "numbers side by side, one per lane, and the FMA works on all of them",
+        look="where simd_bits enters the product",
+    ),
+    Mistake(
+        "a factor divides",
+        _divides,
+        "one of cores, fma_units or the lanes divides the product: each of them multiplies the peak, since more "
+        "cores, more FMA units and more lanes all work at the same time",
+        look="every / in your expression: what does it divide by?",
+    ),
+    Mistake(
+        "clock rounded",
+        _clock_rounded,
+        "the clock was rounded to whole GHz: clock_ghz is a fraction on some machines (2.6, 2.25), and every "
+        "digit of it counts",
+        look="what happens to clock_ghz before it enters the product",
     ),
 ]
 
@@ -778,6 +868,10 @@ def _share_of_peak(answers: Sequence[float]) -> bool:
     return False
 
 
+def _ridge_point(i: float, p: float, b: float) -> float:
+    return p / b
+
+
 def _intensity_over_bandwidth(i: float, p: float, b: float) -> float:
     return min(p, i / b)
 
@@ -886,6 +980,14 @@ ROOFLINE_MISTAKES = [
         _follows(_seconds_per_flop),
         "each answer is the time one FLOP takes, the inverse of the rate: the function returns FLOP per second",
         look="the return line: a rate, or its inverse?",
+    ),
+    Mistake(
+        "ridge point returned",
+        _follows(_ridge_point),
+        "each answer is the machine's ridge point, peak / bandwidth, the same for every intensity: that is the "
+        "intensity (FLOP/byte) at which the two roofs meet, while the function returns the FLOP/s a kernel of the "
+        "given intensity reaches",
+        look="the return line: does it use intensity, and is its unit FLOP/s?",
     ),
 ]
 

@@ -93,6 +93,18 @@ def _squeezes_to(expected: torch.Tensor) -> Callable[[Any], bool]:
     return extra_unit_axes
 
 
+def _one_of(*candidates: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the answer has the shape and values of one of ``candidates``."""
+
+    def matches_one(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.is_complex() or result.device.type == "meta":
+            return False
+        same_shape = [other for other in candidates if result.shape == other.shape]
+        return any(rel_error(result.to(other.dtype), other) < 1e-4 for other in same_shape)
+
+    return matches_one
+
+
 def _not_finite(result: Any) -> bool:
     return isinstance(result, torch.Tensor) and result.is_floating_point() and not bool(torch.isfinite(result).all())
 
@@ -162,7 +174,29 @@ def _pairwise_broadcast_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mista
             why="that is the mean of the squared differences over the coordinates; the distance adds them up",
             look="the reduction over the last axis",
         ),
+        Mistake(
+            "max or min instead of sum",
+            _one_of(squares.amax(-1), squares.amin(-1)),
+            why="each entry is one coordinate's squared difference (the largest or the smallest of the pair's): the "
+            "squared distance adds up the squared differences of every coordinate",
+            look="the reduction over the last axis",
+        ),
+        *_halved_mistake(squares),
     ]
+
+
+def _halved_mistake(squares: torch.Tensor) -> list[Mistake]:
+    """Half the squared distance; with two coordinates that is the mean, named as such."""
+    if squares.shape[-1] == 2:
+        return []
+    halved = Mistake(
+        "halved",
+        squares.sum(-1) / 2,
+        why="every entry is half the squared distance: the factor 1/2 of a squared-error loss (whose derivative it "
+        "simplifies) is not part of the distance",
+        look="every factor in your return line",
+    )
+    return [halved]
 
 
 def _pairwise_formula_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
@@ -1097,7 +1131,58 @@ def _channels_first_axis_mistakes(images: torch.Tensor) -> list[Mistake]:
             "reshape got its two sizes the other way round, where one row per image, C*H*W numbers long, is asked",
             look="the sizes the reshape is given: which one comes first?",
         ),
+        Mistake(
+            "channels joined along dim 0",
+            _channel_major(images),
+            why="the channel planes were joined along the first axis, so the rows go channel by channel, each "
+            "channel holding every image ((C*N, H*W) after a cat, (C, N, H*W) after a stack): the first axis has to "
+            "count the images, and each image's channels are joined within its own row",
+            look="the dim of the cat (or stack) that joins the channels: which axis does it grow?",
+        ),
+        Mistake(
+            "a size written as a number",
+            _size_written_in(images),
+            why="right for a batch of the example's size only: a number of images or of channels was written into "
+            "the code, and this batch has another; every size comes from images.shape",
+            look="every number in your reshape (or your list of channels): where does each come from?",
+        ),
     ]
+
+
+def _channel_major(images: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: the channel planes were joined along the first axis, channel by channel, each holding every
+    image, ((C*N, H*W) from torch.cat(..., dim=0), (C, N, H*W) from torch.stack(..., dim=0))."""
+    n, h, w, c = images.shape
+    planes = images.permute(3, 0, 1, 2).reshape(c, n, h * w)
+
+    def joined_on_dim_0(result: Any) -> bool:
+        if c == 1 or not isinstance(result, torch.Tensor) or result.dim() < 2 or result.numel() != planes.numel():
+            return False
+        if result.shape[0] not in (c, c * n):
+            return False
+        return rel_error(result.reshape(planes.shape), planes) < 1e-4
+
+    return joined_on_dim_0
+
+
+def _size_written_in(images: torch.Tensor) -> Callable[[Any], bool]:
+    """A predicate: a size read off the example written as a number, so this batch is cut wrong. Either the right
+    values in the right order cut into rows of another length (the batch size fixed), or the first channels'
+    values alone, in the right order (the number of channels fixed)."""
+    n, h, w, c = images.shape
+    expected = _channels_first_reference(images)
+
+    def fixed_size(result: Any) -> bool:
+        if not isinstance(result, torch.Tensor) or result.dim() != 2 or result.device.type == "meta":
+            return False
+        if result.numel() == expected.numel() and result.shape[0] != n:
+            return rel_error(result.reshape(expected.shape), expected) < 1e-4
+        kept = result.shape[1] // (h * w)
+        if result.shape[0] != n or result.shape[1] % (h * w) or not 0 < kept < c:
+            return False
+        return rel_error(result, expected[:, : kept * h * w]) < 1e-4
+
+    return fixed_size
 
 
 def _channels_first_cases() -> list[tuple[torch.Tensor]]:
@@ -1206,6 +1291,13 @@ def _per_sample_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             (x[:, :, None] * w).mean(1),
             why="that is the mean of the products over D; a matrix product adds them up",
             look="the reduction over D",
+        ),
+        Mistake(
+            "result transposed",
+            _per_sample_reference(x, w).T,
+            why="the numbers are right but stand (K, B): one column per sample, where row b must be sample b's "
+            "(the diagonal of x @ w, taken over its two batch axes, puts them last)",
+            look="the shape of the result before you return it: which axis counts the samples?",
         ),
         Mistake(
             "every size-1 axis squeezed",

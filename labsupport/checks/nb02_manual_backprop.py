@@ -559,6 +559,12 @@ def _relu_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
             look="the clamp in relu_forward: min= or max=",
         ),
         Mistake(
+            "absolute value",
+            (h.abs(), None),
+            why="out is |h|: the negative entries came out with their sign flipped, where the ReLU sets them to 0",
+            look="what relu_forward does to the negative entries of h",
+        ),
+        Mistake(
             "leaky ReLU",
             _leaky_output(h),
             why="out keeps a small share of each negative h instead of 0: that is a leaky ReLU (F.leaky_relu, "
@@ -687,7 +693,8 @@ def _relu_backward_sigmoid_mistakes(h: torch.Tensor, dout: torch.Tensor) -> list
 
 
 def _relu_cases() -> list[tuple]:
-    return [_randn(12, (4, 5), (4, 5)), _randn(13, (6, 3), (6, 3))]  # (h, dout): random floats are never exactly 0
+    """(h, dout): random floats are never exactly 0. The prompt allows h of any shape: the last case is 3-D."""
+    return [_randn(12, (4, 5), (4, 5)), _randn(13, (6, 3), (6, 3)), _randn(17, (2, 3, 4), (2, 3, 4))]
 
 
 NOT_FINITE_AT_ZERO = Mistake(
@@ -1014,6 +1021,31 @@ def _two_layer_form_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor,
             why="the prediction went through a ReLU too: the network has one ReLU, between the two layers, and "
             "y_pred = h_relu @ w2 is used as it is",
             look="the forward pass after the second layer",
+        ),
+        *_two_layer_l1_mistakes(x, y, w1, w2),
+    ]
+
+
+def _two_layer_l1_mistakes(x: torch.Tensor, y: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> list[Mistake]:
+    """The L1 loss, sum |y_pred - y|, in the loss or in the backward's start (its derivative, the sign)."""
+    h = x @ w1
+    errors = torch.relu(h) @ w2 - y
+    signs = errors.sign()
+    sign_grads = (x.t() @ (signs @ w2.t() * (h > 0)), torch.relu(h).t() @ signs)
+    return [
+        Mistake(
+            "L1 loss",
+            (errors.abs().sum(), None, None),
+            why="the loss adds up the absolute errors, |y_pred - y| (an L1 loss, as in F.l1_loss): the exercise's "
+            "loss adds up the squared errors, (y_pred - y)**2",
+            look="the line that computes loss",
+        ),
+        Mistake(
+            "L1 loss's derivative",
+            (None, *sign_grads),
+            why="grad_y_pred is the sign of the error, the derivative of the absolute error |y_pred - y|: the "
+            "exercise's loss squares the errors, and the derivative of a square grows with the error",
+            look="grad_y_pred",
         ),
     ]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -190,6 +191,20 @@ def _inner_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
         Mistake("product rule with both factors varying", (2 * d * (a + b + a.exp()), None), product),
         Mistake("product rule with both factors varying", (None, 2 * d * (a + b)), product),
         Mistake(
+            "gradient summed",
+            ((2 * d * (b + a.exp())).sum(), None),
+            "grad_a was added up into one number: the gradient of L with respect to a has one entry per entry of "
+            "a, each saying how L changes when that entry moves (L is a sum, its derivative is not)",
+            look="the last operation on grad_a: what does it do to the shape?",
+        ),
+        Mistake(
+            "gradient summed",
+            (None, (2 * d * a).sum()),
+            "grad_b was added up into one number: the gradient of L with respect to b has one entry per entry of "
+            "b, each saying how L changes when that entry moves (L is a sum, its derivative is not)",
+            look="the last operation on grad_b: what does it do to the shape?",
+        ),
+        Mistake(
             "power rule on exp",
             (2 * d * (b + a * (a - 1).exp()), None),
             "grad_a's path through exp(a) used the power rule, as if exp(a) were a power of a: the exponent is the "
@@ -274,6 +289,14 @@ OTHER_WORDS = {
     "crashes": "error",
     "twice": "doubled",
     "2x": "doubled",
+    # fourteenth audit
+    "fails": "error",
+    "it fails": "error",
+    "errors": "error",
+    "it errors": "error",
+    "it raises": "error",
+    "an exception is raised": "error",
+    "an error is raised": "error",
 }
 
 
@@ -650,6 +673,53 @@ def _behaves_like(behaviour: str, seen: _Observed) -> bool:
     return all(_close(w, r) for w, r in zip(seen.weights, run.final))
 
 
+#: Optimizers a student may reach for instead of the loop's own update, each with its default settings but the
+#: learning rate (SGD with momentum at the usual 0.9).
+_OTHER_OPTIMIZERS = {
+    "Adam": torch.optim.Adam,
+    "AdamW": torch.optim.AdamW,
+    "RMSprop": torch.optim.RMSprop,
+    "Adagrad": torch.optim.Adagrad,
+    "SGD with momentum": functools.partial(torch.optim.SGD, momentum=0.9),
+}
+
+
+def _optimizer_final(p: _Problem, make: Callable, fresh: bool, reset: bool = True) -> tuple:
+    """(w1, w2) after STEPS steps of the optimizer ``make`` on the full batch, made once or anew each step, with
+    or without a reset of .grad after each step."""
+    w = [p.w1.clone().requires_grad_(), p.w2.clone().requires_grad_()]
+    optimizer = make(w, lr=p.lr)
+    with torch.enable_grad():
+        for _ in range(STEPS):
+            if fresh:
+                optimizer = make(w, lr=p.lr)
+            lecture_loss(p.x, p.y, *w).backward()
+            optimizer.step()
+            if reset:
+                optimizer.zero_grad()
+    return tuple(v.detach() for v in w)
+
+
+def _follows_optimizer(fresh: bool) -> Callable[[_Observed], bool]:
+    """A test on what happened: do the weights end where another optimizer, made once (or anew each step, with or
+    without a reset of .grad), leaves them? (A fresh SGD with momentum is plain gradient descent, so it is not tried
+    fresh.)"""
+
+    def follows(seen: _Observed) -> bool:
+        if seen.error is not None:
+            return False
+        for name, make in _OTHER_OPTIMIZERS.items():
+            if fresh and name == "SGD with momentum":
+                continue
+            for reset in (True, False) if fresh else (True,):
+                final = _optimizer_final(seen.problem, make, fresh, reset)
+                if all(_close(w, r) for w, r in zip(seen.weights, final)):
+                    return True
+        return False
+
+    return follows
+
+
 _WHEN = "In which order do backward(), the update and the reset run in your step?"
 
 #: The typical ways a training loop goes wrong, judged on what happened (first match wins).
@@ -795,6 +865,24 @@ _LOOP_MISTAKES = [
         why="each chunk's loss is a mean over its entries (.mean(), or mse_loss's default), so chunks of different "
         "sizes weigh differently and their gradients do not add up to the full batch's: the lecture's loss is a sum",
         look="the loss each chunk calls backward() on",
+    ),
+    Mistake(
+        "a fresh optimizer each step",
+        _follows_optimizer(fresh=True),
+        why="every step moved each weight by about learning_rate, whatever the size of its gradient: an adaptive "
+        "optimizer (Adam, RMSprop, Adagrad) made inside the loop starts over at every step, and a first step of "
+        "Adam is a step of learning_rate in the gradient's sign. The exercise asks for plain gradient descent, "
+        "which moves each weight by learning_rate times its gradient",
+        look="where the optimizer is made, and which update rule the exercise asks for",
+    ),
+    Mistake(
+        "another optimizer",
+        _follows_optimizer(fresh=False),
+        why="the weights follow another optimizer's update rule (Adam, RMSprop, Adagrad or momentum), which keeps "
+        "running averages of the gradients from step to step: the exercise asks for plain gradient descent, where "
+        "each step moves each weight by learning_rate times this step's gradient and nothing else, so that the "
+        "losses are those of a correct run",
+        look="the update: which rule moves the weights?",
     ),
 ]
 
