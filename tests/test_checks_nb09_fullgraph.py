@@ -240,14 +240,18 @@ def ones_of_six(x):
 
 VALUES = {
     "no abs": variant(scale="max"),
+    "scaled by the norm": variant(scale="norm"),  # fourteenth audit: x / x.norm(), expected/got only
     "flip swapped": variant(flip="mean >= 0"),
     "a mean of 0 flipped": variant(flip="mean <= 0"),
+    "flip by the median": variant(flip="median < 0"),  # fourteenth audit: expected/got only
+    "flip when any entry is negative": variant(flip="min < 0"),  # fourteenth audit: y.min() < 0, expected/got only
     "flip each element": variant(flip="each"),
     "flip left out": variant(flip="none"),  # audit 6: half-finished answers had no cause named
     "share left out": variant(share="none"),
     "only the scaling": variant(flip="none", share="none"),  # audit 7: `return y`, the stub's first line, unnamed
     "each entry by its own comparison": variant(share="mask"),
     "share of the other entries": variant(share="< 0 after"),  # twelfth audit: expected/got only
+    "share of the nonzero entries": variant(share="nonzero"),  # fourteenth audit: (y != 0), expected/got only
     "count, not share": variant(share="count"),
     "share in whole numbers": variant(share="floor"),  # audit: (y > 0).sum() // len(y) had no cause named
     "share in percent": variant(share="percent"),  # audit 6: a share read as a percentage
@@ -403,3 +407,37 @@ def test_a_cond_branch_that_returns_its_input_is_named(capsys):
     out = capsys.readouterr().out
     assert "look at: the branch of torch.cond that returns its argument as it came" in out
     assert ".clone()" not in out  # where to look, not the repaired branch
+
+
+def median_flip_with_where(x):
+    """Fourteenth audit: the flip decided by torch.median, written as a student would, in one graph."""
+    y = x / x.abs().max()
+    y = torch.where(y.median() < 0, -y, y)
+    return y * (y > 0).float().mean()
+
+
+def test_a_median_flip_written_with_where_is_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_fix(median_flip_with_where)
+    assert info.value.mistake == "flip by the median"
+    assert "median" not in info.value.message
+
+
+def sign_factor_and_count_nonzero(x):
+    """Fourteenth audit: the flip as a factor of +-1, the share by count_nonzero of the comparison."""
+    y = x / torch.linalg.vector_norm(x, float("inf"))
+    y = y * (1 - 2 * (y.sum() < 0).to(y.dtype))
+    return y * torch.count_nonzero(y > 0) / y.shape[0]
+
+
+def heaviside_share(x):
+    """Fourteenth audit: the share as the mean of a Heaviside step that is 0 at 0."""
+    y = x / torch.amax(torch.abs(x))
+    y = torch.where(x.mean().lt(0), y.neg(), y)
+    return y * torch.heaviside(y, torch.zeros(())).mean()
+
+
+@pytest.mark.parametrize("student", [sign_factor_and_count_nonzero, heaviside_share])
+def test_more_correct_designs_pass(student, capsys):
+    lab.check_fullgraph_fix(student)
+    assert capsys.readouterr().out.startswith("PASS")

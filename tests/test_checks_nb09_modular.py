@@ -424,6 +424,60 @@ def test_state_kept_is_named_on_the_first_check_of_a_fresh_kernel():
     assert info.value.mistake == "state kept between calls"
 
 
+def test_state_kept_is_named_again_on_a_repeated_check():
+    """Fourteenth audit: a second check, with the rows of the first already in the dict, was told only "differs"."""
+    KEPT_ROWS.clear()
+    for _ in range(2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_run_programs(rows_kept_between_calls)
+        assert info.value.mistake == "state kept between calls"
+
+
+CACHED_ROWS = {}
+
+
+def rows_cached_per_program(modules, points, programs):
+    """Fourteenth audit: each program's rows cached once, outside the function: right on the first batch, then an
+    IndexError on the second, named as an index out of range."""
+    out = points.clone()
+    for program in set(programs):
+        if program not in CACHED_ROWS:
+            CACHED_ROWS[program] = [i for i, p in enumerate(programs) if p == program]
+        h = points[CACHED_ROWS[program]]
+        for name in program:
+            h = modules[name](h)
+        out[CACHED_ROWS[program]] = h
+    return out
+
+
+def test_a_cache_filled_on_the_first_batch_is_state_kept():
+    CACHED_ROWS.clear()
+    for _ in range(2):
+        with pytest.raises(lab.CheckError) as info:
+            lab.check_run_programs(rows_cached_per_program)
+        assert info.value.mistake == "state kept between calls"
+
+
+STEP_ORDER = {"rotate": 0, "scale": 1, "shift": 2, "flip": 3}
+
+
+def reads_a_constant_table(modules, points, programs):
+    """A global dict only read (never filled in): grouped by the programs' step numbers. Not state."""
+    out = points.clone()
+    for key in {tuple(STEP_ORDER[n] for n in p) for p in programs}:
+        rows = [i for i, p in enumerate(programs) if tuple(STEP_ORDER[n] for n in p) == key]
+        h = points[rows]
+        for name in programs[rows[0]]:
+            h = modules[name](h)
+        out[rows] = h
+    return out
+
+
+def test_a_global_table_only_read_passes(capsys):
+    lab.check_run_programs(reads_a_constant_table)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
 def test_a_call_counter_that_changes_the_result_is_state_kept():
     calls = []
 

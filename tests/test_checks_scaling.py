@@ -527,7 +527,18 @@ def _returning(value):
     return step
 
 
+def inf_turned_to_zero(model, optimizer, scaler, inputs, targets, dtype):
+    """Thirteenth audit: the inf batch cleaned before the forward pass got "the weights differ" with no cause."""
+    return amp_step(model, optimizer, scaler, torch.nan_to_num(inputs, posinf=0.0, neginf=0.0), targets, dtype)
+
+
+def inf_clamped_in_place(model, optimizer, scaler, inputs, targets, dtype):
+    """Thirteenth audit: the batch clamped in place to float16's range before the forward pass."""
+    return amp_step(model, optimizer, scaler, inputs.clamp_(-1e4, 1e4), targets, dtype)
+
+
 AMP_MISTAKES = {
+    "inf removed from the batch": [inf_turned_to_zero, inf_clamped_in_place],
     "dtype ignored": [bf16_always, fp16_always],
     "no autocast": [no_autocast],
     "autocast on another device type": [autocast_for_cuda, autocast_on_cuda],
@@ -577,6 +588,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
     listed |= {nb10.DEVICE_FOR_ITS_TYPE.name, nb10.NO_BACKWARD.name, nb10.SCORES_RETURNED.name}
+    listed |= {nb10.INF_REMOVED.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -658,25 +670,6 @@ def test_the_first_amp_failure_says_what_and_where_only():
 def test_amp_step_refuses_a_returned_loss_that_is_no_loss(returns, words):
     with pytest.raises(lab.CheckError, match=words):
         lab.check_amp_step(_returning(returns))
-
-
-def _finite_inputs_step(clean):
-    def step(model, optimizer, scaler, inputs, targets, dtype):
-        return amp_step(model, optimizer, scaler, clean(inputs), targets, dtype)
-
-    return step
-
-
-@pytest.mark.parametrize(
-    "clean",
-    [lambda x: torch.nan_to_num(x, posinf=0.0, neginf=0.0), lambda x: x.clamp_(-1e4, 1e4)],
-    ids=["nan_to_num", "clamp_ in place"],
-)
-def test_amp_step_that_makes_the_batch_finite_is_named(clean):
-    """Thirteenth audit: the inf batch cleaned before the forward pass got "the weights differ" with no cause."""
-    with pytest.raises(lab.CheckError) as info:
-        lab.check_amp_step(_finite_inputs_step(clean))
-    assert info.value.mistake == "inf removed from the batch"
 
 
 def test_amp_step_returning_the_loss_and_the_scores_is_told_to_return_one_value():
@@ -1070,7 +1063,37 @@ def nll_on_raw_scores(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def _targets_cut(cut):
+    """Inputs sliced right, targets by ``cut(targets, r, shard, world_size)``."""
+
+    def student(model, inputs, targets, world_size):
+        shard = len(inputs) // world_size
+        kept = []
+        for r in range(world_size):
+            model.zero_grad()
+            scores = model(inputs[r * shard : (r + 1) * shard])
+            F.cross_entropy(scores, cut(targets, r, shard, world_size)).backward()
+            kept.append([p.grad.clone() for p in model.parameters()])
+        return [sum(gs) / world_size for gs in zip(*kept)]
+
+    return student
+
+
+def _targets_overlapping(targets, r, shard, world_size):
+    return targets[r : r + shard]  # fourteenth audit: the inputs' slice right, the targets' not
+
+
+def _targets_interleaved(targets, r, shard, world_size):
+    return targets[r::world_size]
+
+
+def _targets_whole(targets, r, shard, world_size):
+    return targets
+
+
 DP_MISTAKES = {
+    "targets sliced otherwise": [_targets_cut(_targets_overlapping), _targets_cut(_targets_interleaved)],
+    "targets not sliced": [_targets_cut(_targets_whole)],  # fourteenth audit: cross_entropy's ValueError only
     "nll_loss on raw scores": [nll_on_raw_scores],
     "parameters returned": [lambda model, inputs, targets, world_size: list(model.parameters())],
     "mean squared error": [mse_against_one_hot],
@@ -1110,7 +1133,7 @@ def test_every_listed_data_parallel_mistake_has_a_test():
     listed |= {m.name for m in nb10.fixed_world_size_mistakes(model, x, y, 3)}
     listed |= {nb10.WHOLE_BATCH.name, nb10.INTERLEAVED.name, nb10.GRAD_STILL_NONE.name, nb10.STALE_GRADIENTS.name}
     listed |= {nb10.PARAMETERS_USED_UP.name, nb10.RANKS_NOT_AVERAGED.name, nb10.GRADIENTS_STACKED.name}
-    listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name, nb10.SHARD_SIZE_WRITTEN_IN.name}
+    listed |= {nb10.SHARD_SUM_OVER_WORLD_SIZE.name, nb10.SHARD_SIZE_WRITTEN_IN.name, nb10.TARGETS_NOT_SLICED.name}
     listed |= {m.name for m in nb10.mse_mistakes(model, x, y, 2)} | {nb10.ZERO_GRADIENTS.name}
     listed |= {m.name for m in nb10.nll_mistakes(model, x, y, 2)} | {nb10.PARAMETERS_RETURNED.name}
     assert listed <= set(DP_MISTAKES)
@@ -1145,8 +1168,38 @@ def replica_per_rank(model, inputs, targets, world_size):
     return [sum(gs) / world_size for gs in zip(*kept)]
 
 
+def one_backward_of_the_shards_mean(model, inputs, targets, world_size):
+    """Fourteenth audit, correct: every shard's mean loss added up and divided by world_size, one backward()."""
+    shard = len(inputs) // world_size
+    model.zero_grad()
+    losses = [
+        F.cross_entropy(model(inputs[r * shard : (r + 1) * shard]), targets[r * shard : (r + 1) * shard])
+        for r in range(world_size)
+    ]
+    (sum(losses) / world_size).backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def shards_by_view(model, inputs, targets, world_size):
+    """Fourteenth audit, correct: the batch viewed as (world_size, shard, ...), a rank a row of it."""
+    xs = inputs.view(world_size, -1, *inputs.shape[1:])
+    ys = targets.view(world_size, -1)
+    params = list(model.parameters())
+    per_rank = [torch.autograd.grad(F.cross_entropy(model(xs[r]), ys[r]), params) for r in range(world_size)]
+    return [sum(gs) / world_size for gs in zip(*per_rank)]
+
+
 @pytest.mark.parametrize(
-    "student", [data_parallel_grads, with_autograd_grad, reversed_ranks, vmapped_shards, replica_per_rank]
+    "student",
+    [
+        data_parallel_grads,
+        with_autograd_grad,
+        reversed_ranks,
+        vmapped_shards,
+        replica_per_rank,
+        one_backward_of_the_shards_mean,
+        shards_by_view,
+    ],
 )
 def test_data_parallel_accepts_correct_designs(student, capsys):
     lab.check_data_parallel_grads(student)

@@ -321,6 +321,22 @@ def test_a_wrong_then_right_fullgraph_prediction_keeps_the_first(answer, note, c
     assert "PASS" not in second and f"recorded answer: {answer!r}" in second and note in second
 
 
+@pytest.mark.parametrize(
+    "answer", ["raises", "Exception", "it raises an error.", "an exception", RuntimeError], ids=repr
+)
+def test_fullgraph_prediction_reads_raising_as_error(answer, capsys):
+    """Fourteenth audit: "raises" and "exception" were refused as no choice, where they can only mean "error"."""
+    lab.check_fullgraph_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  fullgraph=True: 'error' is right (recorded answer: 'error').")
+
+
+def test_fullgraph_prediction_does_not_read_a_denial_as_error(capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_fullgraph_prediction("it does not raise")
+    assert info.value.usage
+    assert "PASS" not in capsys.readouterr().out
+
+
 class LyingStr(str):
     def __eq__(self, other):
         return True
@@ -712,9 +728,41 @@ def test_a_cond_gate_without_gates_bias_is_refused():
     assert info.value.usage
 
 
+class AtLeastZeroGate(Gate):
+    """Fourteenth audit: relu for a sum of 0 too; passed, since no batch of the check had a sum of exactly 0."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() >= 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+class SwappedComparisonGate(Gate):
+    """Fourteenth audit, correct: the comparison turned round and the branches swapped with it."""
+
+    def forward(self, x):
+        h = self.linear(x)
+        return torch.cond(h.sum() <= 0, torch.neg, torch.nn.functional.relu, (h,))
+
+
+def test_a_sum_of_zero_sent_to_relu_is_named():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(AtLeastZeroGate)
+    assert info.value.mistake == "a sum of 0 sent to relu"
+    assert "exactly 0" in info.value.message and ">=" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     "student",
-    [CondGate, OperandsGate, MeanGate, OwnInit, ItemPredicateGate, NamedBranchesGate, LinearInsideBranchesGate],
+    [
+        CondGate,
+        OperandsGate,
+        MeanGate,
+        OwnInit,
+        ItemPredicateGate,
+        NamedBranchesGate,
+        LinearInsideBranchesGate,
+        SwappedComparisonGate,
+    ],
 )
 def test_cond_gate_passes_every_correct_design(student, capsys):
     lab.check_cond_gate(student)

@@ -11,6 +11,7 @@ import itertools
 import logging
 import re
 import traceback
+import types
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -486,11 +487,29 @@ def fullgraph_outcome() -> str:
     return "wrong"
 
 
+#: Words a student may write for 09.2's "error": the compiled call raises.
+RAISES_WORDS = frozenset(
+    {"raise", "raises", "raised", "exception", "throw", "throws", "an error", "an exception", "raises an error"}
+    | {"raises an exception", "it raises", "it raises an error", "error is raised", "an error is raised"}
+)
+
+
+def _fullgraph_word(prediction: Any) -> Any:
+    """09.2's "error" written another way ("raises", "an exception", an exception class such as RuntimeError) as
+    that choice; anything else unchanged."""
+    if isinstance(prediction, type) and issubclass(prediction, BaseException):
+        return "error"
+    if not isinstance(prediction, str):
+        return prediction
+    words = " ".join(re.sub(r"[^a-z]+", " ", str.lower(prediction)).split())  # str.lower: a subclass may lie
+    return "error" if words in RAISES_WORDS else prediction
+
+
 @exercise("09.2", "does fullgraph=True accept a data-dependent branch?", prediction=True)
 def check_fullgraph_prediction(prediction: Any) -> None:
     """Predict-then-run: ``torch.compile(flip_if_negative, fullgraph=True)`` on a negative input."""
     choices = ("error", "correct", "wrong")
-    prediction = read_prediction("fullgraph=True", prediction, choices)  # refused before compiling
+    prediction = read_prediction("fullgraph=True", _fullgraph_word(prediction), choices)  # refused before compiling
     check_prediction(
         "fullgraph=True",
         prediction,
@@ -1112,12 +1131,52 @@ def _check_gate_gradients(model: torch.nn.Module, batches: list) -> None:
             raise CheckError(message, expected="the gradients of Gate's rule on self.linear's weights")
 
 
+ZERO_SUM_TO_RELU = Mistake(
+    "a sum of 0 sent to relu",
+    None,
+    "on a batch whose h.sum() is exactly 0 the module returned relu(h): Gate takes its first branch only for a sum "
+    "above 0, so a sum of exactly 0 goes to the other branch",
+    look="the comparison in the predicate: what does it give for a sum of exactly 0?",
+)
+
+#: A bias whose entries add up to exactly 0 in float32: with x all zeros, every row of h is this bias.
+ZERO_SUM_BIAS = (0.5, -0.5, 0.0)
+
+
+def _zero_sum_probe(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
+    """A copy of the student's module whose layer makes h.sum() exactly 0 on a batch of zeros, and that batch; None
+    where the module cannot be copied."""
+    try:
+        probe = copy.deepcopy(model)
+    except Exception:  # a module that refuses to be copied: the tie is not tried
+        return None
+    with torch.no_grad():
+        probe.linear.bias.copy_(torch.tensor(ZERO_SUM_BIAS))
+    return probe, torch.zeros(2, probe.linear.in_features)
+
+
+def _check_zero_sum(model: torch.nn.Module) -> None:
+    """The tie: on a batch whose h.sum() is exactly 0, Gate returns -h (its `if` asks for a sum above 0)."""
+    made = _zero_sum_probe(model)
+    if made is None:
+        return
+    probe, x = made
+    h, got = _eager_runs(probe, [(x, "h.sum() = 0")])[0]
+    if torch.allclose(got, gate_rule(h), atol=1e-5):
+        return
+    message = "CondGate()(x) differs from Gate's function on a batch whose h.sum() is exactly 0"
+    if torch.allclose(got, h.relu(), atol=1e-5):
+        raise mistake_error(message, ZERO_SUM_TO_RELU, expected="-h", got="relu(h) (the other branch)")
+    raise CheckError(message, expected="-h, with h = self.linear(x)", got=f"{describe(got)}")
+
+
 @exercise("09.3", "a Gate that exports")
 def check_cond_gate(cond_gate_class: Any) -> None:
     """``cond_gate_class()`` against Gate's rule on batches that take each branch, then exported: one cond node."""
     model = _build_gate(cond_gate_class)
     batches = gate_batches(model.linear)
     _check_eager_gate(model, batches)
+    _check_zero_sum(model)
     _check_gate_gradients(model, batches)
     program = _export(model, batches[0][0])
     _check_exported(program, batches, model)
@@ -1131,16 +1190,19 @@ def summarise_variant(
     x: torch.Tensor, *, scale: str = "abs max", flip: str = "mean < 0", share: str = "> 0 after"
 ) -> torch.Tensor:
     """Notebook 09's ``summarise`` (Exercise 4) without its print, and its typical variants: how x is
-    scaled ("none": not at all), when it is flipped, and how the share of positive entries is counted."""
-    y = x.clone() if scale == "none" else x / (x.abs().max() if scale == "abs max" else x.max())
+    scaled ("none": not at all; "max", "norm"), when it is flipped (by the sign of the mean, the median or the
+    smallest entry), and how the share of positive entries is counted."""
+    y = x.clone() if scale == "none" else x / _scale_of(x, scale)
     if flip == "each":
         y = y.abs()
     elif flip == "sign":
         y = y * torch.sign(y.mean())
-    elif flip != "none" and _flips(y.mean(), flip):
+    elif flip != "none" and _flips(_flip_statistic(y, flip), flip):
         y = -y
     counted = x if share == "> 0 before" else y
     positive = (counted >= 0) if share == ">= 0 after" else (counted > 0)
+    if share == "nonzero":
+        positive = counted != 0
     if share == "< 0 after":
         positive = counted < 0
     elif share == "<= 0 after":
@@ -1161,6 +1223,15 @@ def summarise_variant(
     return y * (count / len(y))
 
 
+def _scale_of(x: torch.Tensor, scale: str) -> torch.Tensor:
+    """What this variant divides x by: its largest absolute value (summarise's), its largest value, or its norm."""
+    if scale == "max":
+        return x.max()
+    if scale == "norm":
+        return x.norm()
+    return x.abs().max()
+
+
 def _flips(mean: torch.Tensor, flip: str) -> bool:
     """Does this variant of the flip's condition negate a vector with this mean?"""
     if flip == "mean >= 0":
@@ -1170,6 +1241,16 @@ def _flips(mean: torch.Tensor, flip: str) -> bool:
     if flip == "mean <= 0":
         return bool(mean <= 0)
     return bool(mean < 0)
+
+
+def _flip_statistic(y: torch.Tensor, flip: str) -> torch.Tensor:
+    """The number whose sign decides this variant of the flip: the mean (summarise's), or what a student may put
+    in its place, the median or the smallest entry."""
+    if flip == "median < 0":
+        return y.median()
+    if flip == "min < 0":
+        return y.min()
+    return y.mean()
 
 
 def summarise_reference(x: torch.Tensor) -> torch.Tensor:
@@ -1273,6 +1354,13 @@ SUMMARISE_MISTAKES = [
         look="the line that scales x",
     ),
     Mistake(
+        "scaled by the norm",
+        _variant(scale="norm"),
+        "x is divided by its length (the Euclidean norm), not by its largest absolute value: summarise scales the "
+        "vector so that its largest entry, in absolute value, becomes 1",
+        look="the line that scales x",
+    ),
+    Mistake(
         "flip swapped",
         _either_variant(_variant(flip="mean >= 0"), _variant(flip="mean > 0")),
         "the sign flips when the mean is positive: summarise flips only a vector whose mean is negative",
@@ -1284,6 +1372,20 @@ SUMMARISE_MISTAKES = [
         "the vector whose mean is exactly 0 came back flipped (or zeroed): summarise flips only a vector whose "
         "mean is below 0, and returns one with a mean of 0 unflipped",
         look="what the flip does when the mean is exactly 0",
+    ),
+    Mistake(
+        "flip by the median",
+        _variant(flip="median < 0"),
+        "the flip follows the sign of the median of the vector (its middle entry), not that of its mean: a vector "
+        "with a positive mean but more negative entries than positive ones came back flipped",
+        look="which number of the vector the flip's condition compares with 0",
+    ),
+    Mistake(
+        "flip when any entry is negative",
+        _variant(flip="min < 0"),
+        "the vector is flipped whenever one of its entries is negative (its smallest entry below 0): summarise "
+        "flips by the sign of the mean of all the entries, one number for the whole vector",
+        look="which number of the vector the flip's condition compares with 0",
     ),
     Mistake(
         "flip each element",
@@ -1325,6 +1427,13 @@ SUMMARISE_MISTAKES = [
         _either_variant(_variant(share="< 0 after"), _variant(share="<= 0 after")),
         "the share counts the entries below 0 (or at most 0), the other side of the comparison: summarise "
         "multiplies by the share of the entries that are above 0",
+        look="the comparison inside the share",
+    ),
+    Mistake(
+        "share of the nonzero entries",
+        _variant(share="nonzero"),
+        "the share counts every entry that is not 0, the negative ones too (as a count of nonzero entries does): "
+        "summarise counts the entries that are strictly above 0",
         look="the comparison inside the share",
     ),
     Mistake(
@@ -2156,6 +2265,83 @@ def _changes_between_calls(run_programs: Any, points: torch.Tensor, programs: li
     return first.shape != second.shape or not torch.allclose(first, second, atol=1e-6, equal_nan=True)
 
 
+#: Containers a function may keep between calls; the probe below gives it empty ones.
+KEPT_CONTAINERS = (dict, list, set)
+
+
+def _names_read(code: Any) -> set[str]:
+    """The global names a code object (and the code nested in it: comprehensions, inner functions) reads."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, type(code)):
+            names |= _names_read(const)
+    return names
+
+
+def _emptied(value: Any) -> Any:
+    """An empty container of the same type as ``value`` where it is a dict, list or set; else ``value``."""
+    if isinstance(value, KEPT_CONTAINERS):
+        try:
+            return type(value)()
+        except TypeError:
+            return value
+    return value
+
+
+def _with_fresh_state(run_programs: Any) -> Any:
+    """A copy of the plain function ``run_programs`` that finds empty every dict, list and set it could have kept
+    from earlier calls (the globals it reads, its default arguments, the variables it closes over), as in a fresh
+    kernel; None where it is no plain function or keeps no such container."""
+    if not isinstance(run_programs, types.FunctionType):
+        return None
+    code = run_programs.__code__
+    kept = [name for name in _names_read(code) if isinstance(run_programs.__globals__.get(name), KEPT_CONTAINERS)]
+    defaults = run_programs.__defaults__ or ()
+    cells = run_programs.__closure__ or ()
+    contents = []
+    for cell in cells:
+        try:
+            contents.append(cell.cell_contents)
+        except ValueError:  # a cell not filled in yet
+            return None
+    if not kept and not any(isinstance(v, KEPT_CONTAINERS) for v in (*defaults, *contents)):
+        return None
+    fresh_globals = dict(run_programs.__globals__)
+    fresh_globals.update({name: _emptied(fresh_globals[name]) for name in kept})
+    fresh = types.FunctionType(
+        code,
+        fresh_globals,
+        run_programs.__name__,
+        tuple(_emptied(v) for v in defaults) or None,
+        tuple(types.CellType(_emptied(v)) for v in contents) or None,
+    )
+    fresh.__kwdefaults__ = run_programs.__kwdefaults__
+    return fresh
+
+
+def _right_when_fresh(run_programs: Any, points: torch.Tensor, programs: list) -> bool:
+    """Is run_programs right on this batch once the containers it keeps between calls are empty again (a check
+    repeated after earlier calls filled them)?"""
+    fresh = _with_fresh_state(run_programs)
+    return fresh is not None and _result_on(fresh, points, programs) is not None
+
+
+def _keeps_state(run_programs: Any, points: torch.Tensor, programs: list) -> bool:
+    """Does run_programs, wrong on this batch, keep state between calls: two calls in a row disagree, or it is
+    right once what it keeps is emptied?"""
+    if _changes_between_calls(run_programs, points, programs):
+        return True
+    return _right_when_fresh(run_programs, points, programs)
+
+
+def _state_of_the_first_batch(run_programs: Any, points: torch.Tensor, programs: list) -> bool:
+    """Right on the first batch, wrong on the second: does run_programs, called again on the first, now get it
+    wrong, or is it right on the second once what it keeps between calls is emptied?"""
+    if _result_on(run_programs, points, programs) is None:
+        return True
+    return _right_when_fresh(run_programs, *program_batch_reordered())
+
+
 @exercise("09.5", "one batch, many networks")
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls; on
@@ -2164,13 +2350,13 @@ def check_run_programs(run_programs: Any) -> None:
     try:
         calls = _judge_programs(run_programs, points, programs)
     except CheckError as err:
-        if _probe_allowed(run_programs, err) and _changes_between_calls(run_programs, points, programs):
+        if _probe_allowed(run_programs, err) and _keeps_state(run_programs, points, programs):
             raise mistake_error(err.message, STATE_KEPT) from None
         raise
     try:
         _judge_programs(run_programs, *program_batch_reordered())
-    except CheckError as err:  # right on the first batch: is it still, after the second?
-        if _probe_allowed(run_programs, err) and _result_on(run_programs, points, programs) is None:
+    except CheckError as err:  # right on the first batch: is it still, after the second? Or alone on the second?
+        if _probe_allowed(run_programs, err) and _state_of_the_first_batch(run_programs, points, programs):
             raise mistake_error(err.message, STATE_KEPT) from None
         raise
     passed(

@@ -1116,8 +1116,35 @@ def mse_mistakes(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: i
     ]
 
 
+TARGETS_SLICED_OTHERWISE = Mistake(
+    "targets sliced otherwise",
+    None,
+    "each rank ran the model on its own shard of inputs, but compared the scores with targets cut at other places "
+    "(other rows of the batch), so the loss pairs an example with another example's label: a rank's targets are "
+    "the same rows of the batch as its inputs",
+    look="the slice of targets of each rank, next to that of inputs",
+)
+
+
+def _targets_sliced_otherwise(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
+    """The results of inputs sliced right and targets sliced wrong: starting r examples in (``targets[r:r + k]``),
+    every world_size-th example, or always the first shard's."""
+    k = len(x) // ws
+    cuts = {
+        "overlapping": [y[r : r + k] for r in range(ws)],
+        "interleaved": [y[r::ws][:k] for r in range(ws)],
+        "first": [y[:k] for _ in range(ws)],
+    }
+    mistakes = []
+    for targets in cuts.values():
+        shards = [_grads(model, x[r * k : (r + 1) * k], targets[r]) for r in range(ws)]
+        mistakes.append(dataclasses.replace(TARGETS_SLICED_OTHERWISE, matches=_mean(shards, ws)))
+    return mistakes
+
+
 def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int) -> list[Mistake]:
-    """The results of shards cut at the wrong places: starting r examples in, or ending one example early."""
+    """The results of shards cut at the wrong places: starting r examples in, ending one example early or late, or
+    the targets cut otherwise than the inputs."""
     k = len(x) // ws
     overlapping = [_grads(model, x[r : r + k], y[r : r + k]) for r in range(ws)]
     one_short = [_grads(model, x[r * k : (r + 1) * k - 1], y[r * k : (r + 1) * k - 1]) for r in range(ws)]
@@ -1131,6 +1158,7 @@ def _sliced_wrongly(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws
         ),
         dataclasses.replace(SHARDS_ONE_SHORT, matches=_mean(one_short, ws)),
         dataclasses.replace(SHARDS_ONE_LONG, matches=_mean(one_long, ws)),
+        *_targets_sliced_otherwise(model, x, y, ws),
     ]
 
 
@@ -1386,6 +1414,24 @@ PARAMETERS_USED_UP = Mistake(
 )
 
 
+TARGETS_NOT_SLICED = Mistake(
+    "targets not sliced",
+    None,
+    "the loss of a rank was given its shard's scores and the targets of the whole batch, so their numbers of rows "
+    "differ: each rank takes its slice of targets as well as of inputs, the same rows of the batch",
+    look="what each rank passes to the loss as its targets",
+)
+
+#: What cross_entropy says when the scores and the targets have different numbers of rows.
+BATCH_SIZES_DIFFER = re.compile(r"Expected input batch_size \((\d+)\) to match target batch_size \((\d+)\)")
+
+
+def _whole_targets(message: str, n: int) -> bool:
+    """Does cross_entropy's error say a shard's scores met the targets of the whole batch of ``n``?"""
+    sizes = BATCH_SIZES_DIFFER.search(message)
+    return sizes is not None and int(sizes.group(2)) == n and int(sizes.group(1)) < n
+
+
 def _run_parallel_grads(
     data_parallel_grads: Callable, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, ws: int
 ) -> Any:
@@ -1404,6 +1450,8 @@ def _run_parallel_grads(
     except CheckError as err:
         if GRAD_OF_NOTHING.search(err.message):
             raise mistake_error(err.message, PARAMETERS_USED_UP) from None
+        if _whole_targets(err.message, len(x)):
+            raise mistake_error(err.message, TARGETS_NOT_SLICED) from None
         if "stack expects each tensor to be equal size" in err.message:
             raise mistake_error(err.message, GRADIENTS_STACKED) from None
         if "'NoneType' object has no attribute 'zero_'" not in err.message:
