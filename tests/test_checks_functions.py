@@ -269,7 +269,51 @@ PREDICATE_MISTAKES = {  # the Softplus mistakes listed as predicates, each writt
     ),
     # thirteenth audit: the gradient divided by the number of elements got "no known mistake"
     "gradient times a constant": make(save_x(stable), lambda ctx, g: sigmoid_of_saved(ctx, g) / g.numel()),
+    # fourteenth audit: a derivative floored with clamp(min=1e-7) got expected/got only
+    "derivative floored at a small number": make(
+        save_x(stable), lambda ctx, g: g * torch.sigmoid(ctx.saved_tensors[0]).clamp(min=1e-7)
+    ),
+    # fourteenth audit: the whole gradient clamped from below (its negative values gone) got expected/got only
+    "gradient clamped below": make(
+        save_x(stable), lambda ctx, g: (g * torch.sigmoid(ctx.saved_tensors[0])).clamp(min=1e-7)
+    ),
 }
+
+
+def _guarded_from_the_output(ctx, g):
+    """04.2 from the output y: -expm1(-y) kept inside (1e-7, 1 - 1e-7)."""
+    return -g * torch.expm1(-ctx.saved_tensors[0]).clamp(-1 + 1e-7, -1e-7)
+
+
+@pytest.mark.parametrize(
+    "backward",
+    [
+        lambda ctx, g: g * torch.sigmoid(ctx.saved_tensors[0]).clamp(1e-7, 1 - 1e-7),
+        lambda ctx, g: g * (torch.sigmoid(ctx.saved_tensors[0]) + 1e-7),
+        lambda ctx, g: g * torch.sigmoid(ctx.saved_tensors[0].clamp(-30, 30)),
+    ],
+    ids=["clamped into (eps, 1 - eps)", "epsilon added", "x clipped"],
+)
+def test_other_guards_against_zero_are_named_as_a_floor(backward):
+    """Fourteenth audit: an epsilon added was named "backward in float32"; a clamp into (eps, 1 - eps) or x clipped
+    to [-30, 30] got expected/got only."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), backward))
+    assert err.mistake == "derivative floored at a small number"
+    assert "clamp(min" not in str(err) and "1e-7" not in str(err)
+
+
+def test_the_floor_is_named_from_the_output_too():
+    err = failure(lab.check_softplus_function, make(save_y, _guarded_from_the_output))
+    assert err.mistake == "derivative floored at a small number"
+
+
+def test_a_wrong_forward_is_not_explained_by_its_gradient():
+    """Fourteenth audit: softplus with beta=2 (sigmoid(2x) = (1 + tanh(x)) / 2 in backward) was told its gradient
+    was a tanh that is not the derivative, while the check reported its forward output wrong."""
+    beta_two = make(save_x(lambda x: F.softplus(x, beta=2)), lambda ctx, g: g * torch.sigmoid(2 * ctx.saved_tensors[0]))
+    err = failure(lab.check_softplus_function, beta_two)
+    assert "forward output" in str(err)
+    assert err.mistake != "a tanh that is not the derivative"
 
 
 def _stable_in_float32(x):

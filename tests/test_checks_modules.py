@@ -1028,6 +1028,84 @@ def _no_super_stack(self, D, H, depth):
     self.blocks = nn.ModuleList(Block(D, H) for _ in range(depth))
 
 
+def _first_block_rebuilt(self, x):
+    """05.3: forward assigns a new block in place of the first one at every call."""
+    first = self.blocks[0]
+    self.blocks[0] = Block(first.fc1.in_features, first.fc1.out_features)
+    return ResidualStack.forward(self, x)
+
+
+def _block_appended(self, x):
+    """05.3: forward appends a block at every call and runs the blocks that were there before (its output is still
+    right)."""
+    blocks = list(self.blocks)
+    first = blocks[0]
+    self.blocks.append(Block(first.fc1.in_features, first.fc1.out_features))
+    for block in blocks:
+        x = block(x)
+    return x
+
+
+def _weights_changed_in_place(self, x):
+    """05.3: forward rescales fc1's weight in place at every call."""
+    with torch.no_grad():
+        for b in self.blocks:
+            b.fc1.weight.mul_(0.9)
+    return ResidualStack.forward(self, x)
+
+
+def _built_on_the_first_call(self, x):
+    """05.3: the blocks are appended on the first call only, like a lazy layer: a design the prompt allows."""
+    if len(self.blocks) == 0:
+        for _ in range(self.depth):
+            self.blocks.append(Block(x.shape[1], self.hidden))
+    return ResidualStack.forward(self, x)
+
+
+def _empty_stack(self, D, H, depth):
+    nn.Module.__init__(self)
+    self.blocks = nn.ModuleList()
+    self.depth = depth
+    self.hidden = H
+
+
+@pytest.mark.parametrize(
+    "forward",
+    [_first_block_rebuilt, _block_appended, _weights_changed_in_place],
+    ids=["rebuilt", "appended", "rescaled"],
+)
+def test_a_forward_that_changes_the_module_is_named(forward):
+    """Fourteenth audit: a block reassigned or weights changed in place in forward were told "something random runs
+    in forward"; a block appended at every call got a parameter count."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_residual_stack(stack_variant(forward=forward))
+    assert info.value.mistake == "forward changes the module"
+    assert "changes the module" in info.value.message
+
+
+def test_blocks_built_on_the_first_call_pass(capsys):
+    """Fourteenth audit: blocks built once, on the first call (as nn.LazyLinear builds its weight), are a design."""
+    lab.check_residual_stack(stack_variant(init=_empty_stack, forward=_built_on_the_first_call))
+    assert "PASS" in capsys.readouterr().out
+
+
+class LazyStack(nn.Module):
+    def __init__(self, D, H, depth):
+        super().__init__()
+        self.fc1s = nn.ModuleList(nn.LazyLinear(H) for _ in range(depth))
+        self.fc2s = nn.ModuleList(nn.Linear(H, D) for _ in range(depth))
+
+    def forward(self, x):
+        for fc1, fc2 in zip(self.fc1s, self.fc2s):
+            x = x + fc2(F.relu(fc1(x)))
+        return x
+
+
+def test_lazy_linear_layers_pass(capsys):
+    lab.check_residual_stack(LazyStack)
+    assert "PASS" in capsys.readouterr().out
+
+
 # Mistake name -> a ResidualStack that makes it.
 def _return_in_loop(self, x):
     for block in self.blocks:
@@ -1154,6 +1232,8 @@ STACK_MISTAKES = {
     "some layers without bias": stack_variant(init=_fc2_without_bias),
     # thirteenth audit: x.detach() before the blocks passed (only the parameters' gradients were compared)
     "input cut from the graph": stack_variant(forward=lambda self, x: ResidualStack.forward(self, x.detach())),
+    # fourteenth audit: a forward that reassigns one of its blocks was told "something random runs in forward"
+    "forward changes the module": stack_variant(forward=_first_block_rebuilt),
 }
 
 
@@ -1181,6 +1261,7 @@ def test_every_stack_mistake_has_a_test():
             nb05_nn_module.EXTRA_LAYERS,
             nb05_nn_module.CONCATENATED,
             nb05_nn_module.INPUT_CUT,
+            nb05_nn_module.MODULE_CHANGED,
         )
     }
     assert listed | module_level | {"changed x in place"} == set(STACK_MISTAKES)
@@ -1559,3 +1640,16 @@ def test_list_prediction_reads_one_number_in_brackets_as_that_number(answer, cap
     """05.2 refused [101110] and torch.tensor([101110]), which 03.4 and 08.1 read as the number inside."""
     lab.check_layer_list_prediction(answer)
     assert capsys.readouterr().out.startswith(f"PASS  scalars the optimizer sees: {SEEN} is right")
+
+
+def _squeezed(self, x):
+    """05.3: the output squeezed at the end, right for every batch but one of a single sample."""
+    return ResidualStack.forward(self, x).squeeze()
+
+
+def test_a_stack_that_squeezes_a_batch_of_one_is_named():
+    """Fourteenth audit: .squeeze() on the output passed, since the check never tried a batch of one sample."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_residual_stack(stack_variant(forward=_squeezed))
+    assert info.value.mistake == "batch of one squeezed"
+    assert "(1, 5)" in info.value.message

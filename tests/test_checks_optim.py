@@ -300,6 +300,12 @@ def _update_other_names(self, p, group):
     p.sub_(group["learning_rate"] * state["v"])
 
 
+def _grad_set_to_none_after(self, p, group):
+    """06.3: the update, then p.grad = None, as zero_grad() would."""
+    SGDMomentum.update(self, p, group)
+    p.grad = None
+
+
 def _init_swapped(self, params, lr=0.01, momentum=0.9):
     torch.optim.Optimizer.__init__(self, params, {"lr": momentum, "momentum": lr})
 
@@ -332,7 +338,35 @@ CLASS_MISTAKES = {
     # thirteenth audit: told "every group is updated with the same settings" (other names), expected/got (swapped)
     "settings under other names": variant(__init__=_init_other_names, update=_update_other_names),
     "lr and momentum swapped in the defaults": variant(__init__=_init_swapped),
+    # fourteenth audit: p.grad = None after the update passed (the check's loop clears the gradients anyway)
+    "gradients cleared in step()": variant(update=_grad_set_to_none_after),
 }
+
+
+def _grad_zeroed_after(self, p, group):
+    """06.3: the update, then the gradient zeroed in place."""
+    SGDMomentum.update(self, p, group)
+    p.grad.zero_()
+
+
+@torch.no_grad()
+def _zero_grad_called_in_step(self):
+    """06.3: the notebook's step, then zero_grad() inside it."""
+    SGDMomentum.step.__wrapped__(self)
+    self.zero_grad()
+
+
+@pytest.mark.parametrize(
+    "body", [{"update": _grad_zeroed_after}, {"step": _zero_grad_called_in_step}], ids=["zero_", "zero_grad()"]
+)
+def test_other_ways_of_clearing_the_gradients_in_step_are_named(body):
+    """Fourteenth audit: the prompt's step() reads the gradients; torch.optim.SGD, which the check trains beside,
+    leaves them to the loop, and a loop that accumulates gradients over batches or clips them after the step needs
+    them there."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(**body))
+    assert err.value.mistake == "gradients cleared in step()"
+    assert "after step 1" in err.value.message
 
 
 def test_every_listed_mistake_has_a_test():
@@ -787,3 +821,21 @@ def test_an_optimizer_class_as_the_prediction_is_asked_for_the_word(cls):
     with pytest.raises(lab.CheckError) as info:
         lab.check_sweep_prediction(cls)
     assert f"not the class {cls.__name__}" in info.value.message
+
+
+def _float32_first_velocity(self, p, group):
+    """06.3: the first velocity made in float32, the later ones out of place (float64 again from step 2 on)."""
+    state = self.state[p]
+    if "v" not in state:
+        state["v"] = p.grad.clone().float()
+    else:
+        state["v"] = group["momentum"] * state["v"] + p.grad
+    p.sub_(group["lr"] * state["v"])
+
+
+def test_a_velocity_in_float32_at_the_first_step_only_is_named():
+    """Fourteenth audit: a float32 first velocity, promoted to float64 by the next step's out-of-place update, left no
+    trace in the final state and got expected/got only."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(update=_float32_first_velocity))
+    assert err.value.mistake == "velocity in float32"

@@ -465,6 +465,14 @@ def _explaining(mistakes: list[Mistake], index: int, ref: torch.Tensor) -> list[
     return result
 
 
+def _judged_so_far(got: tuple, index: int) -> tuple:
+    """``got`` with the outputs after the forward output left out (None) when the forward output is the one
+    judged: a mistake told by the gradients (sigmoid(2x) is a tanh slope) must not explain a wrong forward."""
+    if index > 0:
+        return got
+    return (got[0], *(None for _ in got[1:]))
+
+
 def _judge_case(got: tuple, want: tuple, names: tuple, mistakes: list[Mistake], where: str) -> None:
     """Compare output by output (shape, dtype, finite, then values); a difference names the known mistake."""
     __tracebackhide__ = True
@@ -474,7 +482,7 @@ def _judge_case(got: tuple, want: tuple, names: tuple, mistakes: list[Mistake], 
         except CheckError as err:
             mistake = None
             if _same_form(value, ref) and not err.usage:
-                mistake = first_mistake(got, _explaining(mistakes, index, ref))
+                mistake = first_mistake(_judged_so_far(got, index), _explaining(mistakes, index, ref))
             if mistake is None:
                 raise _located(err, name, where) from None
             message = f"{name} is wrong {where}"
@@ -642,6 +650,75 @@ def _tanh_slope(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
     slopes = (t, (1 + t) / 2, 1 + t, t / 2, 1 - t, (1 - t) / 2, half, 1 + half, half / 2, 1 - half)
     wanted = grad.detach().double()
     return any(torch.allclose(wanted, (g * slope).double(), rtol=1e-6, atol=1e-12) for slope in slopes)
+
+
+def _local_derivative(x: torch.Tensor, g: torch.Tensor, got: tuple) -> torch.Tensor | None:
+    """grad_x divided by grad_output, in float64 (None when grad_x is not a floating tensor of x's shape, or
+    grad_output has a 0): the derivative the student's backward multiplied grad_output by."""
+    grad = got[1] if isinstance(got, (tuple, list)) and len(got) > 1 else None
+    if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or not grad.is_floating_point():
+        return None
+    if not bool((g != 0).all()):
+        return None
+    return grad.detach().double() / g.double()
+
+
+def _floored_derivative(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
+    """Is the derivative the sigmoid kept away from 0 (and maybe from 1) by a small number: a clamp(1e-7, ...), an
+    epsilon added, or x clipped to a range? Then it is off by at most 1e-4, either never below sigmoid(x) or
+    pulled towards 1/2 everywhere, and above sigmoid(x) where that is smallest, where such a guard always acts."""
+    local = _local_derivative(x, g, got)
+    if local is None or not bool(torch.isfinite(local).all()):
+        return False
+    right = torch.sigmoid(x.double())
+    above = local - right
+    slack = 1e-12 * right.abs()
+    if bool((above.abs() <= slack).all()) or float(above.abs().max()) > 1e-4:
+        return False
+    inward = above * torch.sign(0.5 - right)
+    if bool((above < -slack).any()) and bool((inward < -slack).any()):
+        return False
+    smallest = torch.argmin(right)
+    return bool(above.flatten()[smallest] > slack.flatten()[smallest])
+
+
+def _gradient_clamped_below(x: torch.Tensor, g: torch.Tensor, got: tuple) -> bool:
+    """Is grad_x the right gradient with every element below a small positive number raised to it (the whole
+    gradient clamped, so the negative ones grad_output brought are gone)?"""
+    grad = got[1] if isinstance(got, (tuple, list)) and len(got) > 1 else None
+    if not isinstance(grad, torch.Tensor) or grad.shape != x.shape or not grad.is_floating_point():
+        return False
+    right = (g * torch.sigmoid(x)).double()
+    floor = float(grad.detach().double().min())
+    if not bool((right < 0).any()) or not 0 < floor <= 1e-3:
+        return False
+    return bool(torch.allclose(grad.detach().double(), right.clamp(min=floor), rtol=1e-6, atol=1e-12))
+
+
+def _softplus_guard_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
+    """Backwards that guard the derivative against 0 (or the gradient against negatives) with a small number."""
+    return [
+        Mistake(
+            "derivative floored at a small number",
+            functools.partial(_floored_derivative, x, g),
+            "where the derivative of softplus is tiny (x very negative) yours is not: it is kept away from 0 (and "
+            "perhaps from 1) by a small number, as a clamp, an epsilon added or x clipped to a range would keep it. "
+            "Nothing there "
+            "needs guarding: the derivative tends to 0, and in float64 the reference keeps it that small (or "
+            "exactly 0 where it underflows); a guard against 0 belongs where a formula divides by or takes the log "
+            "of a number that can reach 0, and then the formula is better rewritten so it cannot",
+            look="backward: every clamp, every small constant, and what they do where x is very negative",
+            symptom="a little too large, most where x is very negative",
+        ),
+        Mistake(
+            "gradient clamped below",
+            functools.partial(_gradient_clamped_below, x, g),
+            "grad_x is never below one small positive number: the whole gradient was clamped from below, so the "
+            "negative values grad_output brings (a loss that falls as x grows) are gone; the derivative of softplus "
+            "is positive, but grad_x = grad_output * derivative takes grad_output's sign",
+            look="backward: every clamp, and which tensor it is applied to",
+        ),
+    ]
 
 
 def _softplus_forward_mistakes(x: torch.Tensor) -> list[Mistake]:
@@ -816,6 +893,7 @@ def _softplus_mistakes(x: torch.Tensor, g: torch.Tensor) -> list[Mistake]:
                 "y (1 - y) is the sigmoid's derivative (section 1), not the derivative of softplus",
                 look="backward: what multiplies grad_output, and which function that is the derivative of",
             ),
+            *_softplus_guard_mistakes(x, g),
             *_softplus_rounding_mistakes(x, g),
             Mistake(
                 "gradient times a constant",

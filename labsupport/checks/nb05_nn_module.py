@@ -1660,6 +1660,61 @@ def _run_stack(stack: nn.Module, x: torch.Tensor, call: str) -> Any:
         raise named from None
 
 
+MODULE_CHANGED = Mistake(
+    "forward changes the module",
+    None,
+    why="calling the stack changes the stack itself: after a call its layers or their weights are not the ones it "
+    "had before (a layer or a container assigned anew in forward, a block appended, weights reset or changed in "
+    "place), so every call runs another network, and an optimizer, built once from parameters(), trains tensors "
+    "that forward no longer uses (or misses the new ones); forward only uses the layers the module holds",
+    look="forward: every assignment to an attribute of self, every append, and every call that changes a layer's weights",
+)
+
+
+def _snapshot(stack: nn.Module) -> tuple | None:
+    """The submodules and parameters of ``stack`` (identities and values), read through nn.Module's own methods
+    (an override is not asked); None when they cannot be read."""
+    try:
+        modules = [id(m) for m in itertools.islice(nn.Module.modules(stack), MAX_PARAMETERS)]
+        found = itertools.islice(nn.Module.parameters(stack), MAX_PARAMETERS)
+        params = [(id(p), p.detach().clone()) for p in found]
+    except Exception:  # noqa: BLE001 - a module that cannot be read is judged by the steps after this one
+        return None
+    return modules, params
+
+
+def _id_of(item: Any) -> int:
+    """The identity kept in a snapshot: a module's id, or the id of a (id, values) pair's parameter."""
+    return item[0] if isinstance(item, tuple) else item
+
+
+def _changed_part(before: tuple, after: tuple) -> str | None:
+    """What differs between two snapshots, in words; None when nothing does."""
+    for kind, old, new in (("submodules", before[0], after[0]), ("parameter tensors", before[1], after[1])):
+        if len(old) != len(new):
+            return f"it holds {len(new)} {kind} where it held {len(old)}"
+        if [_id_of(item) for item in old] != [_id_of(item) for item in new]:
+            return f"some of its {kind} were replaced by new ones"
+    for (_, old), (_, new) in zip(before[1], after[1]):
+        if old.shape != new.shape or not torch.equal(old, new):
+            return "the values of its parameters changed"
+    return None
+
+
+def _check_repeatable(stack: nn.Module, x: torch.Tensor, out: torch.Tensor, call: str) -> None:
+    """A second call on the same x gives the same output and leaves the module as the first call left it
+    (a layer built once, on the first call, as nn.LazyLinear does, is allowed)."""
+    __tracebackhide__ = True
+    before = _snapshot(stack)
+    again = run_student(stack, x, what=f"{call}(x), called a second time")
+    after = _snapshot(stack)
+    changed = None if before is None or after is None else _changed_part(before, after)
+    if changed is not None:
+        raise mistake_error(f"calling {call}(x) changes the module: after a second call, {changed}", MODULE_CHANGED)
+    if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):
+        raise mistake_error(f"two calls of {call}(x) on the same x give different outputs", FRESH_LAYERS)
+
+
 def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None:
     __tracebackhide__ = True
     call = f"ResidualStack({D}, {H}, {depth})"
@@ -1671,9 +1726,7 @@ def _check_stack_case(cls: type, D: int, H: int, depth: int, where: str) -> None
         message = f"{call}(x) has the wrong shape: expected (7, {D}), the input's; got {tuple(result.shape)}"
         raise mistake_error(message, CONCATENATED)
     out = expect_tensor(expect_output(result, f"{call}(x)"), f"{call}(x)", shape=(7, D), dtype=torch.float32)
-    again = run_student(stack, x, what=f"{call}(x), called a second time")
-    if not _same_as(out.detach(), rtol=1e-6, atol=1e-7)(again):
-        raise mistake_error(f"two calls of {call}(x) on the same x give different outputs", FRESH_LAYERS)
+    _check_repeatable(stack, x, out, call)
     params = _parameters(stack, call)
     registered = {id(p) for p in params}
     hidden = [leaf for leaf in _graph_leaves(out) if id(leaf) not in registered]
@@ -1738,17 +1791,31 @@ def _input_grad(out: torch.Tensor, x: torch.Tensor, upstream: torch.Tensor) -> t
     return grad
 
 
+BATCH_DIMENSION_LOST = Mistake(
+    "batch of one squeezed",
+    None,
+    why="for a batch of one sample the output loses its batch dimension: something in forward (a squeeze(), a "
+    "flatten(), a reshape or an index) removes a dimension of size 1, and a batch of one has one; the stack's output "
+    "has the input's shape whatever the batch size, as nn.Linear's has",
+    look="forward: every squeeze, flatten, reshape or index, and what it does to a batch of size 1",
+)
+
+
 def _check_other_batch(stack: nn.Module, blocks: list, D: int, call: str, where: str) -> None:
-    """A call on another x, of another batch size, gives that x's output: nothing is kept from an earlier
-    call, and no size is written into forward."""
+    """Calls on other x, of other batch sizes (one of them a single sample), give those x's outputs: nothing is
+    kept from an earlier call, no size is written into forward, and no dimension of size 1 is squeezed away."""
     __tracebackhide__ = True
-    x = torch.randn(4, D)
-    what = f"{call}(x) for another x, of shape (4, {D})"
-    result = _run_stack(stack, x, call)
-    out = expect_tensor(expect_output(result, what), what, shape=(4, D), dtype=torch.float32)
-    with torch.no_grad():
-        reference = _stack(blocks, x.double())
-    compare(what, out, reference.float(), rtol=1e-4, atol=1e-5, where=where)
+    for rows in (4, 1):
+        x = torch.randn(rows, D)
+        what = f"{call}(x) for another x, of shape ({rows}, {D})"
+        result = _run_stack(stack, x, call)
+        if rows == 1 and isinstance(result, torch.Tensor) and tuple(result.shape) in ((D,), ()):
+            message = f"{what} has the wrong shape: expected (1, {D}), the input's; got {tuple(result.shape)}"
+            raise mistake_error(message, BATCH_DIMENSION_LOST)
+        out = expect_tensor(expect_output(result, what), what, shape=(rows, D), dtype=torch.float32)
+        with torch.no_grad():
+            reference = _stack(blocks, x.double())
+        compare(what, out, reference.float(), rtol=1e-4, atol=1e-5, where=where)
 
 
 @exercise("05.3", "a stack of residual blocks")

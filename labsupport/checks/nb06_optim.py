@@ -8,6 +8,7 @@ import itertools
 import math
 import re
 import traceback
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -774,6 +775,34 @@ def _halve_lr(optimizer: torch.optim.Optimizer) -> None:
             group["lr"] /= 2
 
 
+GRADIENTS_CLEARED = Mistake(
+    "gradients cleared in step()",
+    None,
+    why="step() clears the gradients it has just used (p.grad set to None or zeroed, or zero_grad() called inside "
+    "it): torch.optim's optimizers only read .grad and leave clearing it to the training loop, which decides when "
+    "(zero_grad() before the next backward); a loop that adds up the gradients of several batches before one step, "
+    "or that logs or clips them after the step, finds them gone with yours",
+    look="step(): every line that writes p.grad, or calls zero_grad",
+)
+
+
+def _expect_gradients_kept(params: list[torch.Tensor], had_gradient: list[bool], optimizer: Any, step: int) -> None:
+    """step() leaves each parameter's gradient where it was: a non-zero gradient is neither None nor zeros after it."""
+    __tracebackhide__ = True
+    for number, (p, had) in enumerate(zip(params, had_gradient)):
+        if not had or (p.grad is not None and bool(p.grad.any())):
+            continue
+        group = 0 if number < 3 else 1
+        now = "None" if p.grad is None else "all zeros"
+        raise mistake_error(
+            f"after step {step}, {type(optimizer).__name__}.step() left group {group}'s parameter of shape "
+            f"{tuple(p.shape)} with its .grad {now}",
+            GRADIENTS_CLEARED,
+            expected="the gradient backward() computed, still in .grad after step(), as torch.optim.SGD leaves it",
+            got=f".grad {now}",
+        )
+
+
 def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]], torch.optim.Optimizer]:
     """Train the check's small network with ``make(groups)``: the parameters after each step, and the optimizer."""
     __tracebackhide__ = True
@@ -786,7 +815,10 @@ def _trajectory(make: Callable, setup: _Setup) -> tuple[list[list[torch.Tensor]]
         y = torch.randn(8, 3, generator=gen, dtype=torch.float64)
         run_student(optimizer.zero_grad, set_to_none=setup.set_to_none, what=f"{type(optimizer).__name__}.zero_grad()")
         _loss(params, x, y, setup.unused_at(step)).backward()
+        had_gradient = [p.grad is not None and bool(p.grad.any()) for p in params]
         _step(optimizer, setup)
+        _expect_gradients_kept(params, had_gradient, optimizer, step)
+        _note_precision(optimizer)
         _expect_parameters(params, step, setup.steps)
         after.append([p.detach().clone() for p in params])
         if step == 1:
@@ -961,8 +993,13 @@ def _student_run(make: Callable, setup: _Setup) -> tuple[list, torch.optim.Optim
         raise _crash_mistake(make, err, setup) from None
 
 
-def _low_precision(optimizer: torch.optim.Optimizer) -> bool:
-    """Does the optimizer keep a floating-point tensor of lower precision than float64 in its state?"""
+#: The optimizers that held a low-precision tensor in their state after some step: a velocity made in float32 at the
+#: first step and float64 after the second (v = momentum * v + g promotes it) leaves no trace in the final state.
+_HELD_LOW_PRECISION: weakref.WeakSet = weakref.WeakSet()
+
+
+def _state_in_low_precision(optimizer: Any) -> bool:
+    """Does the optimizer keep a floating-point tensor of lower precision than float64 in its state now?"""
     states = getattr(optimizer, "state", None)
     if not isinstance(states, dict):
         return False
@@ -972,6 +1009,26 @@ def _low_precision(optimizer: torch.optim.Optimizer) -> bool:
             if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float64:
                 return True
     return False
+
+
+def _note_precision(optimizer: Any) -> None:
+    """Remember an optimizer whose state holds a low-precision tensor after this step."""
+    if not _state_in_low_precision(optimizer):
+        return
+    try:
+        _HELD_LOW_PRECISION.add(optimizer)
+    except TypeError:  # an optimizer that cannot be weakly referenced or hashed: only its final state is judged
+        return
+
+
+def _low_precision(optimizer: Any) -> bool:
+    """Did the optimizer keep a floating-point tensor of lower precision than float64 in its state, now or after
+    an earlier step?"""
+    try:
+        seen = optimizer in _HELD_LOW_PRECISION
+    except TypeError:
+        seen = False
+    return seen or _state_in_low_precision(optimizer)
 
 
 def _compare_runs(mine: list, reference: list, mistakes: list, optimizer: Any = None) -> None:
