@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import labsupport as lab
-from labsupport.checks import core
+from labsupport.checks import core, predictions
+from labsupport.checks.core import CheckError
 
 WHY = "backward() frees the graph."
 CHOICES = ("error", "doubled", "same")
@@ -266,3 +267,10 @@ def test_03_3_reads_its_three_numbers_in_one_pair_of_brackets_too_many(capsys):
     lab.check_vjp_prediction([[2.0, 40.0, 600.0]])
     out = capsys.readouterr().out
     assert out.startswith(("PASS", "NOT RIGHT")) and "(recorded answer: (2.0, 40.0, 600.0)" in out
+
+
+def test_not_a_number_is_nan_s_name_and_no_negation():
+    """04.1: "not a number (nan)" was told that its text rules a choice out."""
+    with pytest.raises(CheckError) as err:
+        predictions.read_prediction("the gradient", "not a number (nan)", choices=("0", "nan", "inf", "error"))
+    assert "your text mentions 'nan'" in str(err.value) and predictions.RULED_OUT not in str(err.value)

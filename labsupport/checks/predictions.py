@@ -178,7 +178,9 @@ def _choice_mentioned(got: Any, choices: Sequence[Any]) -> str | None:
     words = [c for c in choices if isinstance(c, str) and re.search(rf"\b{re.escape(c.lower())}\b", got)]
     if len(words) != 1:
         return None
-    if _NEGATION.search(re.sub(rf"\b{re.escape(words[0].lower())}\b", " ", got)):
+    rest = re.sub(rf"\b{re.escape(words[0].lower())}\b", " ", got)
+    rest = re.sub(r"\bnot a number\b", " ", rest)  # NaN's own name, no negation ("not a number (nan)")
+    if _NEGATION.search(rest):
         return RULED_OUT
     return (
         f"write the choice alone, as a word: your text mentions {words[0]!r}; if that is your answer, write just that"
