@@ -105,7 +105,8 @@ def _summed_loss(logits, labels, loader, mistakes):
         return F.cross_entropy(logits, labels).item() * loader.batch_size
     if mistakes.get("times_len_labels"):
         return F.cross_entropy(logits, labels).item() * len(labels)
-    return F.cross_entropy(logits, labels, reduction="sum").item()
+    smoothing = mistakes.get("label_smoothing", 0.0)
+    return F.cross_entropy(logits, labels, reduction="sum", label_smoothing=smoothing).item()
 
 
 def _log(writer, tag, value, step, mistakes):
@@ -166,9 +167,12 @@ def make_train(evaluate=None, **mistakes):
                 if mistakes.get("skip_last") and batch == len(train_loader) - 1:
                     break
                 images, labels = images.to(DEVICE), labels.to(DEVICE)
-                logits = model(images)
+                with torch.autocast(DEVICE.type, dtype=torch.bfloat16, enabled=bool(mistakes.get("autocast"))):
+                    logits = model(images)
                 targets = labels.float() if mistakes.get("float_labels") else labels
-                loss = F.cross_entropy(logits, targets, reduction=mistakes.get("reduction", "mean"))
+                smoothing = mistakes.get("label_smoothing", 0.0)
+                reduction = mistakes.get("reduction", "mean")
+                loss = F.cross_entropy(logits, targets, reduction=reduction, label_smoothing=smoothing)
                 if mistakes.get("step_first") == "old gradients":
                     optimizer.step()
                 if not any(mistakes.get(flag) for flag in ("no_zero_grad", "zero_grad_late", "zero_grad_per_epoch")):
@@ -176,6 +180,10 @@ def make_train(evaluate=None, **mistakes):
                 if mistakes.get("step_first") == "no gradients":
                     optimizer.step()
                 loss.backward()
+                if mistakes.get("clip_norm"):
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), mistakes["clip_norm"])
+                if mistakes.get("clip_value"):
+                    torch.nn.utils.clip_grad_value_(model.parameters(), mistakes["clip_value"])
                 if mistakes.get("zero_grad_late"):
                     optimizer.zero_grad()
                 if sched == "first":
@@ -279,6 +287,8 @@ CORRECT_LOOPS = {
     "evaluate restores the mode it found": (dict(restore=True), {}),
     "batch means times len(labels)": (dict(times_len_labels=True), {}),
     "nll_loss on log_softmax": (dict(nll_on_log_softmax=True), {}),
+    # fourteenth audit: clipping at a norm the gradients never reach changes no step
+    "gradients clipped at a norm they never reach": ({}, dict(clip_norm=100.0)),
 }
 
 
@@ -375,6 +385,14 @@ LOOP_MISTAKES = [
     ({}, dict(counts_kept=True), "counts kept across epochs"),
     # thirteenth audit: scheduler.step(loss.item()) was told "scheduler.step() ran 1.93 times"
     ({}, dict(sched="loss"), "scheduler.step() given a value"),
+    # fourteenth audit: each got expected/got only (label smoothing of 0.05 at history['val_loss'], where the
+    # trained model's losses part more than the untrained one's)
+    (dict(label_smoothing=0.1), {}, "label smoothing in evaluate"),
+    (dict(label_smoothing=0.05), {}, "label smoothing in evaluate"),
+    ({}, dict(label_smoothing=0.1), "label smoothing in train"),
+    ({}, dict(clip_norm=1.0), "gradients clipped"),
+    ({}, dict(clip_value=0.1), "gradients clipped"),
+    ({}, dict(autocast=True), "forward passes in half precision"),
 ]
 
 
@@ -611,6 +629,29 @@ def test_a_wrong_prediction_is_recorded_first_and_never_passes(measured, capsys)
     second = capsys.readouterr().out
     assert "PASS" not in second and "recorded answer: ('faster', 'faster')" in second
     assert core.COMMITTED["07.2"].answer == ("faster", "faster")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [("faster", "slower"), "faster, Slower", ("faster", "no faster"), ("faster", "the same")],
+    ids=repr,
+)
+def test_slower_and_the_same_say_not_faster(answer, measured, capsys):
+    """Fourteenth audit: "slower" (or "the same") answers "is it clearly faster?" with no, and was refused as not one
+    of the choices."""
+    lab.check_workers_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS  2 workers on one core (sleep, spin): ('faster', 'not faster')")
+
+
+def test_a_pair_written_as_a_dict_of_the_two_modes_is_read_as_the_pair(measured, capsys):
+    lab.check_workers_prediction({"sleep": "faster", "spin": "not faster"})
+    assert capsys.readouterr().out.startswith("PASS  2 workers on one core (sleep, spin)")
+
+
+def test_slower_for_both_modes_is_recorded_as_not_faster_and_does_not_pass(measured, capsys):
+    lab.check_workers_prediction(("slower", "slower"))
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+    assert core.COMMITTED["07.2"].answer == ("not faster", "not faster")
 
 
 @pytest.mark.parametrize("answer", [(True, False), ("yes", "no"), ["Yes", "No"], "yes, no"], ids=repr)
@@ -905,6 +946,7 @@ BAD_CAPSTONES = {
     "forward raises": lambda x, y: (Raises().eval(), 0.98),
     "forward never returns": lambda x, y: (Never().eval(), 0.98),
     "model on meta": _model_on_meta,
+    "a state_dict for the model": lambda x, y: (nn.Linear(64, 10).state_dict(), 0.9),
 }
 
 
@@ -1073,13 +1115,199 @@ def test_audited_capstone_variants_pass(train_capstone, clean_held_out, capsys):
     assert "PASS" in capsys.readouterr().out
 
 
+def test_a_state_dict_returned_for_the_model_is_told_so():
+    """Fourteenth audit: model.state_dict() returned for the model got "must be the model (an nn.Module)"."""
+    with pytest.raises(core.CheckError, match="is a state_dict") as err:
+        lab.check_capstone(lambda x, y: (nn.Linear(64, 10).state_dict(), 0.9))
+    assert err.value.usage
+
+
+# fourteenth audit: splits made in other ways, other models and schedules; estimates that are the training
+# batches' accuracy, one validation batch's, or the loss; splits that overlap; a model put back in training mode
+# by an evaluate like 07.1's; images changed in place
+
+
+def _sklearn_split_on_numpy(images, labels):
+    from sklearn.model_selection import train_test_split
+
+    x_fit, x_val, y_fit, y_val = train_test_split(
+        images.numpy(), labels.numpy(), test_size=0.2, stratify=labels.numpy(), random_state=0
+    )
+    model = _fitted_mlp(torch.from_numpy(x_fit), torch.from_numpy(y_fit), slice(None)).eval()
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(x_val)).argmax(1).numpy()
+    return model, float((predicted == y_val).mean())
+
+
+def _subsets_and_a_validation_loader(images, labels):
+    val, fit = _split(labels)
+    data = TensorDataset(images, labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    right = total = 0
+    with torch.no_grad():
+        for x, y in DataLoader(torch.utils.data.Subset(data, val.tolist()), 64):
+            right += (model(x).argmax(1) == y).sum().item()
+            total += y.numel()
+    return model, right / total
+
+
+def _k_fold_mean_then_retrained(images, labels):
+    folds = torch.randperm(len(labels), generator=torch.Generator().manual_seed(0)).chunk(3)
+    accuracies = []
+    for k, val in enumerate(folds):
+        fit = torch.cat([fold for j, fold in enumerate(folds) if j != k])
+        accuracies.append(_accuracy(_fitted_mlp(images, labels, fit, epochs=6).eval(), images[val], labels[val]))
+    return _fitted_mlp(images, labels, torch.arange(len(labels)), epochs=6).eval(), sum(accuracies) / 3
+
+
+def _early_stopping_on_the_validation_part(images, labels):
+    val, fit = _split(labels)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.BatchNorm1d(128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, patience=1)
+    best, best_state, worse = -1.0, None, 0
+    for _ in range(20):
+        model.train()
+        for x, y in DataLoader(TensorDataset(images[fit], labels[fit]), 64, shuffle=True):
+            loss = F.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        model.eval()
+        with torch.no_grad():
+            scores = model(images[val])
+        plateau.step(F.cross_entropy(scores, labels[val]).item())
+        accuracy = (scores.argmax(1) == labels[val]).float().mean().item()
+        if accuracy > best:
+            best, best_state, worse = accuracy, copy.deepcopy(model.state_dict()), 0
+        else:
+            worse += 1
+            if worse == 3:
+                break
+    model.load_state_dict(best_state)
+    return model.eval(), best
+
+
+def _scripted_model(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    return torch.jit.script(model), _accuracy(model, images[val], labels[val])
+
+
+@pytest.mark.parametrize(
+    "train_capstone",
+    [
+        _sklearn_split_on_numpy,
+        _subsets_and_a_validation_loader,
+        _k_fold_mean_then_retrained,
+        _early_stopping_on_the_validation_part,
+        _scripted_model,
+    ],
+    ids=["sklearn split on numpy", "Subset loader", "k-fold mean", "early stopping, plateau", "TorchScript"],
+)
+def test_fourteenth_audit_capstone_variants_pass(train_capstone, clean_held_out, capsys):
+    lab.check_capstone(train_capstone)
+    assert "PASS" in capsys.readouterr().out
+
+
+def _training_accuracy_of_the_last_epoch(images, labels):
+    val, fit = _split(labels)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(8):
+        right = seen = 0
+        for x, y in DataLoader(TensorDataset(images[fit], labels[fit]), 64, shuffle=True):
+            scores = model(x)
+            loss = F.cross_entropy(scores, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            right += (scores.argmax(1) == y).sum().item()
+            seen += len(y)
+    return model.eval(), right / seen  # counted in the training loop: the val part is never used
+
+
+def _last_validation_batch(images, labels):
+    val, fit = _split(labels)  # 200 images: batches of 64, 64, 64 and 8
+    model = _fitted_mlp(images, labels, fit).eval()
+    with torch.no_grad():
+        for x, y in DataLoader(TensorDataset(images[val], labels[val]), 64):
+            accuracy = (model(x).argmax(1) == y).float().mean().item()  # set anew for each batch
+    return model, accuracy
+
+
+def _validation_loss(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    with torch.no_grad():
+        return model, F.cross_entropy(model(images[val]), labels[val]).item()
+
+
+def _evaluate_of_07_1(model, loader):
+    model.eval()
+    right = total = 0
+    with torch.no_grad():
+        for x, y in loader:
+            right += (model(x).argmax(1) == y).sum().item()
+            total += len(y)
+    model.train()  # as 07.1 asks: the model goes back to training mode
+    return right / total
+
+
+def _evaluate_reused(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit)
+    return model, _evaluate_of_07_1(model, DataLoader(TensorDataset(images[val], labels[val]), 256))
+
+
+def _overlapping_subsets(images, labels):
+    data = TensorDataset(images, labels)
+    val = torch.utils.data.Subset(data, range(250))
+    model = _fitted_mlp(images, labels, torch.arange(200, len(labels))).eval()  # trained on images 200 and on
+    x, y = next(iter(DataLoader(val, len(val))))  # 50 of these 250 images were trained on
+    return model, _accuracy(model, x, y)
+
+
+def _centred_in_place(images, labels):
+    images -= 0.5  # the caller's tensor
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    return model, _accuracy(model, images[val], labels[val])
+
+
+FOURTEENTH_AUDIT_CAPSTONE_MISTAKES = [
+    (_training_accuracy_of_the_last_epoch, "training accuracy as estimate"),  # passed
+    (_last_validation_batch, "last validation batch only"),  # passed
+    (_validation_loss, "loss, not accuracy"),  # was "labels paired wrongly"
+    (_evaluate_reused, "back in training mode after measuring"),  # "still in it when it is measured"
+    (_overlapping_subsets, "validation part partly trained on"),  # passed
+    (_centred_in_place, "inputs changed in place"),  # was "not learned the digits themselves well enough"
+]
+
+
+@pytest.mark.parametrize(
+    "train_capstone, name",
+    FOURTEENTH_AUDIT_CAPSTONE_MISTAKES,
+    ids=[name for _, name in FOURTEENTH_AUDIT_CAPSTONE_MISTAKES],
+)
+def test_fourteenth_audit_capstone_mistakes_are_named(train_capstone, name, clean_held_out):
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(train_capstone)
+    assert err.value.mistake == name, str(err.value)
+    assert name not in err.value.message
+
+
 # ---------------------------------------------------------------- every named mistake has its test
 
 
 def test_every_mistake_the_checks_name_has_a_test():
     source = Path(ds.__file__).read_text()
     named = set(re.findall(r'Mistake\(\s*"([^"]+)"', source))
-    capstone = CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES + AUDIT_CAPSTONE_MISTAKES
+    capstone = (
+        CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES + AUDIT_CAPSTONE_MISTAKES + FOURTEENTH_AUDIT_CAPSTONE_MISTAKES
+    )
     tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in capstone}
     tested.add("over budget")  # test_the_capstone_time_budget
     tested.add("state kept between calls of train")  # test_a_train_that_keeps_state_between_calls_is_named_...

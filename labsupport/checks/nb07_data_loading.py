@@ -135,6 +135,7 @@ class Measured:
     raw_nll_sum: float = 0.0  # F.nll_loss on the raw scores, summed: minus the labels' scores
     softmax_sum: float = 0.0  # cross_entropy of softmax(logits), summed
     broadcast_correct: int = 0  # (argmax(keepdim=True) == labels).sum(): (B, 1) against (B,) compares B x B pairs
+    uniform_sum: float = 0.0  # -log_softmax averaged over the classes, summed: label smoothing's other term
 
 
 @torch.no_grad()
@@ -144,7 +145,7 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
     model.eval()
     device = pick_device()
     loss_sum, correct, total, raw_nll_sum, softmax_sum = 0.0, 0, 0, 0.0, 0.0
-    broadcast_correct = 0
+    broadcast_correct, uniform_sum = 0, 0.0
     batch_losses, batch_accs = [], []
     for images, labels in loader:
         logits = model(images.to(device))
@@ -155,6 +156,7 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
         loss_sum += float(losses.sum())
         raw_nll_sum += float(F.nll_loss(logits, labels, reduction="sum"))
         softmax_sum += float(F.cross_entropy(F.softmax(logits, dim=1), labels, reduction="sum"))
+        uniform_sum += float(-F.log_softmax(logits, dim=1).mean(dim=1).sum())
         correct += right
         total += len(labels)
         batch_losses.append(float(losses.mean()))
@@ -173,6 +175,7 @@ def _measure(model: nn.Module, loader: DataLoader) -> Measured:
         raw_nll_sum=raw_nll_sum,
         softmax_sum=softmax_sum,
         broadcast_correct=broadcast_correct,
+        uniform_sum=uniform_sum,
     )
 
 
@@ -250,7 +253,40 @@ def _loss_function_mistakes(m: Measured) -> list[Mistake]:
             "toward log(10)",
             look="what evaluate gives cross_entropy",
         ),
+        Mistake(
+            "label smoothing in evaluate",
+            _smoothed([m]),
+            "the loss evaluate measures is label-smoothed: it blends each image's cross-entropy with its loss "
+            "against all ten classes alike, so it is not the cross-entropy of the model's predictions. Smoothing is "
+            "a way to train; a validation loss measures the model against the true labels only",
+            look="evaluate: the arguments of the loss it sums",
+        ),
     ]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Smoothed:
+    """Per-image mean losses (one, or one per epoch) that are cross-entropy with label smoothing:
+    (1 - eps) * ce + eps * uniform, for one smoothing eps in (0, 0.5] written with two decimals (0.1, 0.05)."""
+
+    ce: tuple[float, ...]  # the plain cross-entropy, per image
+    uniform: tuple[float, ...]  # the mean over the classes of -log p, per image
+
+    def __call__(self, got: Any) -> bool:
+        values = list(got) if isinstance(got, (list, tuple)) else [got]
+        if len(values) != len(self.ce) or not all(isinstance(v, (int, float)) for v in values):
+            return False
+        pairs = [(v, c, u) for v, c, u in zip(values, self.ce, self.uniform) if abs(u - c) > 1e-3]
+        if not pairs:
+            return False
+        eps = [(v - c) / (u - c) for v, c, u in pairs]
+        first = round(eps[0], 2)
+        return 0.005 < first <= 0.5 and all(abs(e - first) < 0.002 for e in eps)
+
+
+def _smoothed(measured: Sequence[Measured]) -> _Smoothed:
+    """The label-smoothed losses of these evaluations, for any smoothing."""
+    return _Smoothed(tuple(m.loss_sum / m.images for m in measured), tuple(m.uniform_sum / m.images for m in measured))
 
 
 def _acc_mistakes(m: Measured) -> list[Mistake]:
@@ -316,10 +352,13 @@ class _Spy:
 
     def __init__(self, model: nn.Module) -> None:
         self.seen: list[tuple[bool, bool]] = []
+        self.low_precision = 0  # passes whose output came in half precision (autocast)
         model.register_forward_hook(self._record)
 
     def _record(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self.seen.append((module.training, torch.is_grad_enabled()))
+        if isinstance(output, torch.Tensor) and output.dtype in (torch.float16, torch.bfloat16):
+            self.low_precision += 1
 
 
 def _evaluate_mode_mistake(spy: _Spy, model: nn.Module) -> CheckError | None:
@@ -468,6 +507,7 @@ def _reference_train(
     zero_grad: str = "every batch",
     scheduler_first: bool = False,
     reduction: str = "mean",
+    label_smoothing: float = 0.0,
 ) -> Run:
     """The check's train (or a variant with a known mistake), written out as a student would. ``zero_grad``:
     "every batch", "every epoch" (before the batch loop) or "never"."""
@@ -482,7 +522,7 @@ def _reference_train(
         for images, labels in loader:
             images, labels = images.to(device), labels.to(device)
             logits = model(images)
-            loss = F.cross_entropy(logits, labels, reduction=reduction)
+            loss = F.cross_entropy(logits, labels, reduction=reduction, label_smoothing=label_smoothing)
             if zero_grad == "every batch":
                 optimizer.zero_grad()
             loss.backward()
@@ -529,6 +569,8 @@ class StudentRun:
     seen: list[tuple[bool, bool]]
     weights: torch.Tensor
     scheduler_arguments: list = dataclasses.field(default_factory=list)  # what scheduler.step() was given, if any
+    shrunk: int = 0  # optimizer steps taken on gradients made smaller after backward (clipped)
+    low_precision: int = 0  # forward passes whose output came in half precision
 
 
 STEP_BEFORE_BACKWARD = Mistake(
@@ -538,6 +580,50 @@ STEP_BEFORE_BACKWARD = Mistake(
     "backward(), while autograd still needed the old weights to compute this batch's gradients (and the step "
     "itself used the previous batch's gradients)",
     look="the order in train's batch loop: forward, zero_grad(), backward(), step()",
+)
+
+
+class _GradWatch:
+    """Counts the optimizer steps taken on gradients made smaller between backward and step (clip_grad_norm_,
+    clip_grad_value_, or a scaling by hand): the norm each parameter's gradient had when backward left it,
+    against the norm the step finds."""
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.after_backward: dict[int, float] = {}
+        self.shrunk = 0
+        for param in model.parameters():
+            if param.requires_grad:
+                param.register_post_accumulate_grad_hook(self._accumulated)
+        optimizer.register_step_pre_hook(self._stepping)
+
+    def _accumulated(self, param: torch.Tensor) -> None:
+        self.after_backward[id(param)] = float(param.grad.detach().double().square().sum())
+
+    def _stepping(self, optimizer: torch.optim.Optimizer, *args: Any) -> None:
+        params = [p for group in optimizer.param_groups for p in group["params"] if id(p) in self.after_backward]
+        before = sum(self.after_backward[id(p)] for p in params)
+        now = sum(float(p.grad.detach().double().square().sum()) for p in params if p.grad is not None)
+        if 0 < now < before * (1 - 1e-4):
+            self.shrunk += 1
+        self.after_backward.clear()
+
+
+LOW_PRECISION = Mistake(
+    "forward passes in half precision",
+    None,
+    "the forward passes ran in half precision (autocast to bfloat16 or float16): every product is rounded to two "
+    "or three significant digits, so the weights drift from those of the loop the prompt describes, in full "
+    "precision, which the check compares them with. Mixed precision is a speed-up for large models on a GPU",
+    look="train: what the forward pass and the loss run inside",
+)
+GRADIENTS_CLIPPED = Mistake(
+    "gradients clipped",
+    None,
+    "the gradients were made smaller between loss.backward() and optimizer.step() (clipped, by clip_grad_norm_ or "
+    "clip_grad_value_, or scaled), so the steps are not those of the loop the prompt describes, which steps on the "
+    "gradients as backward() leaves them: the check compares the weights with that loop. Clipping is a remedy for "
+    "exploding gradients, which this small network does not have",
+    look="train: what runs between loss.backward() and optimizer.step()",
 )
 
 
@@ -556,6 +642,7 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     optimizer, scheduler = _optimizer(model)
     steps = _Count()
     optimizer.register_step_post_hook(steps)
+    gradients = _GradWatch(model, optimizer)
     writer = FakeWriter()
     spy = _Spy(model)
     arguments = _record_step_arguments(scheduler)
@@ -567,7 +654,10 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
             raise
         raise mistake_error(err.message, STEP_BEFORE_BACKWARD) from None
     sched = scheduler.last_epoch
-    return StudentRun(history, writer.logged, steps.count, sched, spy.seen, _flat_weights(model), arguments)
+    weights = _flat_weights(model)
+    run = StudentRun(history, writer.logged, steps.count, sched, spy.seen, weights, arguments, gradients.shrunk)
+    run.low_precision = spy.low_precision
+    return run
 
 
 def _record_step_arguments(scheduler: Any) -> list:
@@ -756,6 +846,7 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
     unzeroed = _reference_train(copy.deepcopy(start), loader, val, zero_grad="never").weights
     per_epoch = _reference_train(copy.deepcopy(start), loader, val, zero_grad="every epoch").weights
     summed = _reference_train(copy.deepcopy(start), loader, val, reduction="sum").weights
+    smoothed = _reference_train(copy.deepcopy(start), loader, val, label_smoothing=0.1).weights
     with warnings.catch_warnings():  # torch warns about exactly this order
         warnings.simplefilter("ignore")
         early = _reference_train(copy.deepcopy(start), loader, val, scheduler_first=True).weights
@@ -787,6 +878,14 @@ def _weights_mistakes(start: nn.Module, loader: DataLoader, val: DataLoader) -> 
             "the training loss sums the batch's per-image losses (reduction='sum'): its gradient, and so every "
             "step, grows with the batch size, unlike the batch mean, F.cross_entropy's default",
             look="train: the loss that backward() is called on",
+        ),
+        Mistake(
+            "label smoothing in train",
+            Near(smoothed, 1e-5),
+            "the training loss is label-smoothed: the loop the prompt describes trains on the plain cross-entropy, "
+            "and the check compares the weights with that loop. Smoothing is a choice of your own to try where the "
+            "choices are yours, in the capstone",
+            look="train: the arguments of the loss that backward() is called on",
         ),
         Mistake(
             "scheduler before step",
@@ -898,6 +997,16 @@ def _val_mistakes(ref: Run, which: str) -> list[Mistake]:
             look="what is logged, and kept in the history, as the validation loss",
         )
         mistakes.append(last_training)
+        mistakes.append(
+            Mistake(
+                "label smoothing in evaluate",
+                _smoothed(ref.val),
+                "the validation loss is label-smoothed: it blends each image's cross-entropy with its loss against "
+                "all ten classes alike, so it is not the cross-entropy of the model's predictions. Smoothing is a "
+                "way to train; a validation loss measures the model against the true labels only",
+                look="evaluate: the arguments of the loss it sums",
+            )
+        )
     if which == "acc":
         percent = Mistake(
             "percent", Near([100 * m.acc for m in ref.val]), "that is a percentage: accuracies are fractions in [0, 1]"
@@ -1323,6 +1432,10 @@ def _judge_training_loop(evaluate: Any, train: Any) -> None:
     try:
         compare("the vector of trained weights", student.weights, ref.weights, rtol=1e-4, atol=1e-6)
     except CheckError as err:
+        if student.shrunk:
+            raise mistake_error(err.message, GRADIENTS_CLIPPED, expected=err.expected, got=err.got) from None
+        if student.low_precision:
+            raise mistake_error(err.message, LOW_PRECISION, expected=err.expected, got=err.got) from None
         mistake = first_mistake(student.weights, _weights_mistakes(start, loader, val))
         if mistake is None:
             raise
@@ -1368,8 +1481,20 @@ _JOINER = re.compile(r"[\s_-]+")
 _AROUND_A_PAIR = re.compile(r"^[\s(\[]+|[\s)\].]+$")
 
 
-#: The question asks "does num_workers=2 make an epoch clearly faster?": yes and no answer it too.
-_YES_NO = {True: "faster", False: "not faster", "yes": "faster", "no": "not faster"}
+#: The question asks "does num_workers=2 make an epoch clearly faster?": yes and no answer it too, and so do
+#: words that say "not faster" in other terms (slower is not faster; the same speed is not clearly faster).
+_YES_NO = {
+    True: "faster",
+    False: "not faster",
+    "yes": "faster",
+    "no": "not faster",
+    "slower": "not faster",
+    "no faster": "not faster",
+    "not clearly faster": "not faster",
+    "same": "not faster",
+    "the same": "not faster",
+    "same speed": "not faster",
+}
 
 
 def _spelled_word(item: Any) -> Any:
@@ -1386,6 +1511,9 @@ def _spelled_word(item: Any) -> Any:
 def _as_pair(prediction: Any) -> Any:
     """The pair with each half's spelling evened out; a pair written as one text ("faster, not faster") as a
     tuple when both halves are choices. Anything else comes back unchanged, for read_prediction to judge."""
+    if isinstance(prediction, dict) and {str(key).lower() for key in prediction} == {"sleep", "spin"}:
+        by_mode = {str(key).lower(): value for key, value in prediction.items()}
+        prediction = (by_mode["sleep"], by_mode["spin"])  # the pair written as a dict of the two modes
     if isinstance(prediction, (tuple, list)):
         return type(prediction)(_spelled_word(item) for item in prediction)
     if not isinstance(prediction, str):
@@ -1440,6 +1568,8 @@ class Forward:
     key: tuple = ()  # its fingerprint
     trained: bool = False  # a backward pass went through its output
     training: bool = False  # dropout or batch norm in the module was in training mode
+    mode: bool = False  # the module's own training flag
+    scores: torch.Tensor | None = None  # log_softmax of the output, (B, 10), while no backward went through it
 
 
 class ForwardLog:
@@ -1487,23 +1617,27 @@ class ForwardLog:
         if x.device.type == "meta" or not x.is_floating_point():
             return
         rows = x.detach().to("cpu", torch.float32).reshape(-1, 8, 8).clone()
-        predicted = None
+        predicted, scores = None, None
         if isinstance(output, torch.Tensor) and output.dim() == 2 and len(output) == len(x):
             predicted = output.detach().argmax(dim=1).cpu()
+            if output.is_floating_point() and output.shape[1] == 10:
+                scores = F.log_softmax(output.detach().to("cpu", torch.float64), dim=1)
         call = Forward(len(self.calls), rows, predicted, key=_fingerprint(rows), training=_random_in_training(module))
+        call.mode, call.scores = module.training, scores
         if isinstance(output, torch.Tensor) and output.requires_grad:
             output.register_hook(_Mark(call))
         self.calls.append(call)
         self.rows += len(rows)
 
     def _release(self) -> None:
-        """Past KEEP_TRAINING rows, training calls (all but the newest) give their rows back:
-        the first epochs show what was trained on; evaluation calls keep theirs."""
-        if self.rows <= self.KEEP_TRAINING:
-            self.checked = len(self.calls) - 1
-            return
+        """Training calls (all but the newest) give their scores back, and past KEEP_TRAINING rows their rows
+        too: the first epochs show what was trained on; evaluation calls keep both."""
+        over = self.rows > self.KEEP_TRAINING
         for call in self.calls[self.checked : len(self.calls) - 1]:
-            if call.trained and len(call.rows):
+            if not call.trained:
+                continue
+            call.scores = None
+            if over and len(call.rows):
                 self.rows -= len(call.rows)
                 call.rows = torch.empty(0, 8, 8)
         self.checked = max(self.checked, len(self.calls) - 1)
@@ -1589,10 +1723,19 @@ class Segment:
     rights: list[int] = dataclasses.field(default_factory=list)  # right answers of each call
     sizes: list[int] = dataclasses.field(default_factory=list)  # images of each call
     training: bool = False  # a call ran with dropout or batch norm in training mode
+    loss_sum: float = math.nan  # cross-entropy summed over its images (nan: an output was not 10 scores)
+    eval_mode: bool = False  # every call ran with the module in eval mode
 
     @property
     def accuracy(self) -> float:
         return self.correct / len(self.images)
+
+
+def _call_loss(call: Forward, labels: torch.Tensor) -> float:
+    """The cross-entropy of a recorded call's scores, summed over its images (nan without scores)."""
+    if call.scores is None:
+        return math.nan
+    return float(-call.scores[torch.arange(len(labels)), labels].sum())
 
 
 def _runs(log: ForwardLog, originals: torch.Tensor) -> list[list[tuple[Forward, torch.Tensor]]]:
@@ -1622,13 +1765,17 @@ def _segments(log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> li
     segments = []
     for run in _runs(log, originals):
         rights = [int((call.predicted == labels[index]).sum()) for call, index in run]
+        losses = [_call_loss(call, labels[index]) for call, index in run]
         spans = {(i, i + 1) for i in range(len(run))}
         spans |= {(0, j) for j in range(1, len(run) + 1)} | {(i, len(run)) for i in range(len(run))}
         for i, j in sorted(spans):
             shown = torch.cat([index for _, index in run[i:j]])
             sizes = [len(index) for _, index in run[i:j]]
             training = any(call.training for call, _ in run[i:j])
-            segments.append(Segment(run[i][0].seq, shown, sum(rights[i:j]), rights[i:j], sizes, training))
+            segment = Segment(run[i][0].seq, shown, sum(rights[i:j]), rights[i:j], sizes, training)
+            segment.loss_sum = sum(losses[i:j])
+            segment.eval_mode = not any(call.mode for call, _ in run[i:j])
+            segments.append(segment)
     return segments
 
 
@@ -1644,10 +1791,11 @@ class Source:
 
     size: int | None = None  # images of a clean source (None: unknown)
     trained: Segment | None = None  # a source the model had trained on (when no clean one explains the estimate)
-    share: float = 0.0
+    share: float = 0.0  # of the source's images (a sample of them), the share trained on before it was measured
     images: torch.Tensor | None = None  # a clean source's image indices
     start: int = 0  # the seq of a clean source's first call: training after it does not count
     training: bool = False  # a clean source was measured with dropout or batch norm in training mode
+    eval_mode: bool = False  # a clean source was measured with the model in eval mode
 
 
 def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> Source:
@@ -1665,7 +1813,14 @@ def _source_of(estimate: float, log: ForwardLog, images: torch.Tensor, labels: t
     for segment, sample in zip(matching, samples):
         segment_share = sum(first[i] < segment.start for i in sample.tolist()) / len(sample)
         if segment_share < 0.5:
-            return Source(len(segment.images), images=segment.images, start=segment.start, training=segment.training)
+            return Source(
+                len(segment.images),
+                share=segment_share,
+                images=segment.images,
+                start=segment.start,
+                training=segment.training,
+                eval_mode=segment.eval_mode,
+            )
         if trained is None:
             trained = segment
             share = segment_share
@@ -1906,6 +2061,14 @@ def _model_and_estimate(got: Any) -> tuple[nn.Module, float]:
             usage=True,
         )
     model, estimate = got
+    if isinstance(model, dict) and model and all(isinstance(value, torch.Tensor) for value in model.values()):
+        raise CheckError(
+            "the first value train_capstone returns is a state_dict (the model's weights by name), not the model",
+            got=describe(model),
+            hint="the check runs the model on its digits, and weights alone cannot run: return the trained "
+            "nn.Module itself",
+            usage=True,
+        )
     if not isinstance(model, nn.Module):
         raise CheckError(
             "the first value train_capstone returns must be the model (an nn.Module)",
@@ -2016,6 +2179,11 @@ def _tolerance(size: int | None, accuracy: float, held: int) -> float:
     return 0.02 + 3 * spread / math.sqrt(size or 30) + 3 * spread / math.sqrt(held)
 
 
+#: The share of a validation part's images (exactly, or shifted by a pixel) the training had used before the estimate,
+#: from which on a validation part counts as leaked: an honest split shares none.
+LEAKED_SHARE = 0.05
+
+
 #: How far (in standard deviations of a rank test) the validation images' nearest training inputs may be closer
 #: than those of digits the student never had, before the check calls them trained on: p < 3e-6 by chance.
 MEMORISED_Z = 4.5
@@ -2071,8 +2239,9 @@ def _miscounts(segment: Segment, given: int) -> list[tuple[float, Mistake]]:
         ((right + segment.rights[-1]) / (size + segment.sizes[-1]), COUNTED_TWICE),
         (right / given, ALL_IMAGES),
         (1 - right / size, ERROR_RATE),
+        (segment.loss_sum / size, LOSS_NOT_ACCURACY),
     ]
-    return [(value, mistake) for value, mistake in slips if not _same(value, segment.accuracy)]
+    return [(value, mistake) for value, mistake in slips if math.isfinite(value) and not _same(value, segment.accuracy)]
 
 
 def _miscounted(estimate: float, segments: list[Segment], given: int) -> tuple[Segment, Mistake] | None:
@@ -2119,6 +2288,12 @@ ALL_IMAGES = Mistake(
     "that is the right answers on your validation part divided by the number of all the images train_capstone "
     "received, not by the number of validation images",
     look="what the count of right answers is divided by",
+)
+LOSS_NOT_ACCURACY = Mistake(
+    "loss, not accuracy",
+    None,
+    "that is the mean cross-entropy loss on your validation images, not the share of them the model gets right",
+    look="the value returned as val_accuracy",
 )
 ERROR_RATE = Mistake(
     "error rate",
@@ -2196,6 +2371,102 @@ def _estimate_error(
     )
 
 
+TRAINING_ACCURACY = Mistake(
+    "training accuracy as estimate",
+    None,
+    "that is the accuracy on the last epoch's training batches, counted as the model trained on them: images it "
+    "learns from say how well it remembers, not how well it does on digits it never saw",
+    look="where val_accuracy is counted: inside the training loop, or on images the training loader never gives",
+)
+LAST_BATCH_ONLY = Mistake(
+    "last validation batch only",
+    None,
+    "that is the accuracy of the last batch of your validation loop alone: the loop sets the accuracy anew for each "
+    "batch instead of adding up the right answers and the images of all of them",
+    look="your validation loop: what each batch does to the accuracy",
+)
+
+
+def _last_epoch(log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The right answers and the sizes of the last training calls, back to the first that repeats an image
+    (the last epoch), as long as each shows the student's images unaltered; empty lists without any."""
+    originals = _unit(images)
+    seen: set[int] = set()
+    rights, sizes = [], []
+    for call in reversed([call for call in log.calls if call.trained]):
+        if call.predicted is None or not len(call.rows):
+            break
+        index = _match(call.rows, originals)
+        shown = set(index.tolist())
+        if bool((index < 0).any()) or seen & shown:
+            break
+        seen |= shown
+        rights.append(int((call.predicted == labels[index]).sum()))
+        sizes.append(len(index))
+    return rights, sizes
+
+
+def _training_accuracy(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Is the estimate the accuracy over the last epoch's training batches (each image once, or the mean of the
+    batches' accuracies), counted from the outputs the training steps used?"""
+    rights, sizes = _last_epoch(log, images, labels)
+    if sum(sizes) < 10 or sum(rights) == sum(sizes):  # every image right: 1.0 is any honest estimate's too
+        return False
+    counted = sum(rights) / sum(sizes)
+    batch_mean = sum(r / n for r, n in zip(rights, sizes)) / len(sizes)
+    return any(abs(estimate - value) <= 1e-6 for value in (counted, batch_mean))
+
+
+def _last_batch_only(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Is the estimate the accuracy of the last batch of a validation loop (batches of one size, the last no
+    larger), where no other evaluation gives it (a single call, a prefix or a suffix of a run of calls, as
+    _segments spans them)? Two calls of different sizes (the training part measured, then the validation part)
+    are not a loop's batches."""
+    found = False
+    for run in _runs(log, _unit(images)):
+        sizes = [len(index) for _, index in run]
+        rights = [int((call.predicted == labels[index]).sum()) for call, index in run]
+        n = len(run)
+        spans = {(i, i + 1) for i in range(n)} | {(0, j) for j in range(1, n + 1)} | {(i, n) for i in range(n)}
+        if n > 1:
+            spans.discard((n - 1, n))
+        if any(_same(estimate, sum(rights[i:j]) / sum(sizes[i:j])) for i, j in spans):
+            return False
+        # a loader's batches: one size, but for a last one no larger; two calls alone only when of one size
+        batches = n > 1 and len(set(sizes[:-1])) == 1 and sizes[-1] <= sizes[0] and (n > 2 or sizes[0] == sizes[1])
+        found = found or (batches and _same(estimate, rights[-1] / sizes[-1]))
+    return found
+
+
+def _estimate_slip(
+    estimate: float, source: Source, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor
+) -> CheckError | None:
+    """An estimate that is the training batches' accuracy (where no evaluation gives it), or one validation
+    batch's."""
+    if source.size is None and source.trained is None and _training_accuracy(estimate, log, images, labels):
+        return mistake_error(
+            "your estimate is not measured on a validation part kept aside from training",
+            TRAINING_ACCURACY,
+            expected="an accuracy on images your training never used",
+            got=f"{estimate:.1%}, the accuracy on the training batches of the last epoch",
+        )
+    if _last_batch_only(estimate, log, images, labels):
+        return mistake_error(
+            "your estimate is the accuracy of one batch of your validation loop",
+            LAST_BATCH_ONLY,
+            expected="the right answers over all your validation images",
+            got=f"{estimate:.1%}, the accuracy of its last batch alone",
+        )
+    return None
+
+
+PARTLY_TRAINED_ON = Mistake(
+    "validation part partly trained on",
+    None,
+    "some of the images your estimate was measured on went into training too: the training part and the validation "
+    "part overlap, so the estimate is partly how well the model remembers. The two parts of a split share no image",
+    look="the indices (or the split calls) your training part and your validation part are made from",
+)
 ESTIMATE_IN_TRAINING_MODE = Mistake(
     "estimate in training mode",
     None,
@@ -2212,18 +2483,66 @@ TRAINED_ON_COPIES = Mistake(
 )
 
 
-def _returned_in_training(model: nn.Module) -> CheckError | None:
-    """The error for a model returned with some layer in training mode, or None."""
+BACK_IN_TRAINING_MODE = Mistake(
+    "back in training mode after measuring",
+    None,
+    "your estimate was measured in eval mode, but something after it switched the model back to training mode "
+    "before it was returned (an evaluate function that hands the model back in training mode, as 07.1's does): "
+    "dropout and batch norm act differently in training mode, and the caller gets the model as you return it",
+    look="the lines between measuring val_accuracy and the return, and the end of any function they call",
+)
+
+
+def _measured_in_eval(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> bool:
+    """Was the estimate measured with the model in eval mode: the evaluation that gives it, or, where none is
+    found (distorted copies of the validation part, say), the last call without training?"""
+    source = _source_of(estimate, log, images, labels)
+    if source.size is not None:
+        return source.eval_mode
+    last = [call for call in log.calls if not call.trained]
+    return bool(last) and not last[-1].mode
+
+
+INPUTS_CHANGED = Mistake(
+    "inputs changed in place",
+    None,
+    "train_capstone changed the tensors it was given in place (an in-place operation on them: -=, /=, a method "
+    "ending in _, or an assignment into them): its caller's images or labels are not what they were, and what "
+    "your model learned from is not what the caller will give it",
+    look="every line of train_capstone that writes into images or labels, or into a view of them",
+)
+
+
+def _unchanged(given: tuple[torch.Tensor, torch.Tensor], images: torch.Tensor, labels: torch.Tensor) -> None:
+    """The images and labels handed to train_capstone are as they were given (fresh copies to compare)."""
+    __tracebackhide__ = True
+    for name, got, want in (("images", given[0], images), ("labels", given[1], labels)):
+        if got.shape != want.shape or got.dtype != want.dtype or not torch.equal(got, want):
+            raise mistake_error(
+                f"train_capstone changed the {name} it was given",
+                INPUTS_CHANGED,
+                expected=f"the {name} as they were handed over",
+                got=f"{name} changed in place",
+            )
+
+
+def _returned_in_training(model: nn.Module, measured_in_eval: bool = False) -> CheckError | None:
+    """The error for a model returned with some layer in training mode, or None; ``measured_in_eval``: the
+    estimate came from an evaluation in eval mode."""
     training = [
         f"layer {name} ({type(m).__name__})" if name else "the model" for name, m in model.named_modules() if m.training
     ]
     if training:
-        mistake = Mistake(
-            "returned in training mode",
-            None,
-            "dropout and batch norm act differently in training mode, and the model is still in it when it is "
-            "measured and returned",
-            look="the end of train_capstone: which mode is the model in when you measure it, and when you return it?",
+        mistake = (
+            BACK_IN_TRAINING_MODE
+            if measured_in_eval
+            else Mistake(
+                "returned in training mode",
+                None,
+                "dropout and batch norm act differently in training mode, and the model is still in it when it is "
+                "measured and returned",
+                look="the end of train_capstone: which mode is the model in when you measure it, and when you return it?",
+            )
         )
         return mistake_error(
             "the model came back in training mode",
@@ -2231,6 +2550,31 @@ def _returned_in_training(model: nn.Module) -> CheckError | None:
             expected="eval mode",
             got=f"in training mode: {', '.join(training[:3])}"
             + (f" and {len(training) - 3} more" if len(training) > 3 else ""),
+        )
+    return None
+
+
+def _leaked(
+    estimate: float, accuracy: float, source: Source, log: ForwardLog, images: torch.Tensor, held_out: torch.Tensor
+) -> CheckError | None:
+    """The error for an estimate measured on a validation part that training partly used (the images themselves,
+    or altered copies of them), or None."""
+    if source.size is not None and source.share >= LEAKED_SHARE:
+        return mistake_error(
+            "your estimate is not measured on a validation part kept aside from training",
+            PARTLY_TRAINED_ON,
+            expected="an accuracy on images your training never used",
+            got=f"{estimate:.1%}, measured on {source.size} images, about {source.share:.0%} of which your training "
+            f"had used (held-out accuracy: {accuracy:.1%})",
+        )
+    copies = _trained_on_copies(source, log, images, held_out)
+    if copies > MEMORISED_Z:
+        return mistake_error(
+            "your estimate is not measured on a validation part kept aside from training",
+            TRAINED_ON_COPIES,
+            expected="an accuracy on images your training never used",
+            got=f"{estimate:.1%} (held-out accuracy: {accuracy:.1%}), measured on {source.size} images whose "
+            f"closest training inputs are far closer than for digits you never had ({copies:.1f} standard deviations)",
         )
     return None
 
@@ -2243,13 +2587,16 @@ def check_capstone(train_capstone) -> dict:
     expect_function(train_capstone, "train_capstone")
     images, labels = load_digits_tensors()
     seen, held = digits_split(len(labels), 0.2, seed=2026)
-    got, seconds, log = _run_capstone(train_capstone, images[seen], labels[seen])
+    given = (images[seen], labels[seen])
+    got, seconds, log = _run_capstone(train_capstone, *given)
     model, estimate = _model_and_estimate(got)
+    _unchanged(given, images[seen], labels[seen])
     if not 0.0 <= estimate <= 1.0:
         raise _estimate_outside(estimate, log, images[seen], labels[seen])
-    error = _returned_in_training(model)
-    if error is not None:
-        raise error
+    if any(m.training for m in model.modules()):
+        error = _returned_in_training(model, _measured_in_eval(estimate, log, images[seen], labels[seen]))
+        if error is not None:
+            raise error
     accuracy = _held_out_accuracy(model, _distort(images[held], HELD_OUT), labels[held])
     if seconds > BUDGET:
         mistake = Mistake(
@@ -2261,17 +2608,14 @@ def check_capstone(train_capstone) -> dict:
             "training took too long", mistake, expected=f"at most {BUDGET:g} s of CPU time", got=f"{seconds:.3g} s"
         )
     source = _source_of(estimate, log, images[seen], labels[seen])
-    copies = _trained_on_copies(source, log, images[seen], images[held])
-    if copies > MEMORISED_Z:
-        raise mistake_error(
-            "your estimate is not measured on a validation part kept aside from training",
-            TRAINED_ON_COPIES,
-            expected="an accuracy on images your training never used",
-            got=f"{estimate:.1%} (held-out accuracy: {accuracy:.1%}), measured on {source.size} images whose "
-            f"closest training inputs are far closer than for digits you never had ({copies:.1f} standard deviations)",
-        )
-    if accuracy < TARGET and source.trained is None:
+    leak = _leaked(estimate, accuracy, source, log, images[seen], images[held])
+    if leak is not None:
+        raise leak
+    slip = _estimate_slip(estimate, source, log, images[seen], labels[seen])
+    if accuracy < TARGET and source.trained is None and slip is None:
         raise _below_target(model, accuracy, estimate, images[held], labels[held], log)
+    if slip is not None:
+        raise slip
     if source.training:
         raise mistake_error(
             "your estimate was measured with dropout or batch norm in training mode",
