@@ -1210,3 +1210,155 @@ def test_a_bare_none_says_how_to_predict_that_the_gradient_stays_none():
         lab.check_second_derivative_prediction(None)
     assert "no prediction yet" in str(err.value) and 'prediction = "None"' in str(err.value)
     assert "03.4" not in predictions.COMMITTED
+
+
+# ------------------------------------------------------------------ fifteenth audit
+
+
+def _grad_mode_switched_off_by_hand(x, y, w1, w2, learning_rate, steps, chunks=1, log=None):
+    """The update under torch.set_grad_enabled(False), switched back on at the top of each step only."""
+    losses = []
+    for t in range(steps):
+        torch.set_grad_enabled(True)
+        total = 0.0
+        for x_part, y_part in zip(x.chunk(chunks), y.chunk(chunks)):
+            part = step_loss(x_part, y_part, w1, w2)
+            part.backward()
+            total += part.item()
+        if log is not None:
+            log(t, total)
+        torch.set_grad_enabled(False)
+        w1 -= learning_rate * w1.grad
+        w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+        losses.append(total)
+    return losses
+
+
+def _grad_mode_never_switched_back(x, y, w1, w2, learning_rate, steps):
+    """The update under torch.set_grad_enabled(False), never switched back: the second step has no graph."""
+    losses = []
+    for _ in range(steps):
+        loss = step_loss(x, y, w1, w2)
+        losses.append(loss.item())
+        loss.backward()
+        torch.set_grad_enabled(False)
+        w1 -= learning_rate * w1.grad
+        w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+    return losses
+
+
+@pytest.mark.parametrize(
+    "check, loop",
+    [
+        (lab.check_fixed_training, _grad_mode_never_switched_back),
+        (lab.check_fixed_training, _grad_mode_switched_off_by_hand),
+        (lab.check_accumulated_training, _grad_mode_switched_off_by_hand),
+    ],
+)
+def test_a_loop_that_leaves_grad_mode_off_is_named_and_breaks_nothing_after_it(check, loop, capsys):
+    """03.5/03.6: the loop's torch.set_grad_enabled(False) stayed on in the kernel: it was told "does not require
+    grad", and so was every correct loop checked after it."""
+    try:
+        with pytest.raises(lab.CheckError) as info:
+            check(loop)
+        assert info.value.mistake == "grad mode left off"
+        assert torch.is_grad_enabled()
+        check(make_loop())
+        assert "PASS" in capsys.readouterr().out
+    finally:
+        torch.set_grad_enabled(True)
+
+
+def test_a_loop_that_changes_torch_settings_leaves_them_as_they_were(capsys):
+    """03.5: torch.set_default_dtype and set_detect_anomaly inside the loop outlived the check."""
+
+    def loop(*args):
+        torch.set_default_dtype(torch.float64)
+        torch.autograd.set_detect_anomaly(True)
+        return make_loop()(*args)
+
+    try:
+        lab.check_fixed_training(loop)
+        assert "PASS" in capsys.readouterr().out
+        assert torch.get_default_dtype() == torch.float32
+        assert not torch.is_anomaly_enabled()
+    finally:
+        torch.set_default_dtype(torch.float32)
+        torch.autograd.set_detect_anomaly(False)
+
+
+@pytest.mark.parametrize("check", [lab.check_fixed_training, lab.check_accumulated_training])
+def test_a_loop_written_as_a_generator_is_named(check):
+    """03.5/03.6: a `yield` made the loop a generator that ran nothing: it was told "backward() never reached the
+    caller's w1 or w2"."""
+
+    def generator(*args, **kwargs):
+        yield from make_loop()(*args, **kwargs)
+
+    with pytest.raises(lab.CheckError) as info:
+        check(generator)
+    assert info.value.mistake == "loop written as a generator"
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor whose every torch operation, attribute and comparison answers True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def lying(t):
+    with torch._C.DisableTorchFunction():
+        return t.clone().as_subclass(LyingTensor)
+
+
+@pytest.mark.parametrize("check", [lab.check_fixed_training, lab.check_accumulated_training])
+@pytest.mark.parametrize("form", ["one tensor", "a list of 0-d tensors"])
+def test_losses_in_a_lying_subclass_are_judged_by_their_values(check, form, capsys):
+    """03.5/03.6: got "the check could not use what it was given (TypeError: 'bool' object is not iterable)"."""
+
+    def wrapped(values):
+        def loop(*args, **kwargs):
+            losses = torch.tensor(make_loop()(*args, **kwargs), dtype=torch.float64)
+            if values == "zeros":
+                losses = torch.zeros_like(losses)
+            return lying(losses) if form == "one tensor" else [lying(loss) for loss in losses]
+
+        return loop
+
+    check(wrapped("right"))
+    assert "PASS" in capsys.readouterr().out
+    with pytest.raises(lab.CheckError) as info:
+        check(wrapped("zeros"))
+    assert "does not match" in info.value.message
+
+
+def test_predicted_gradients_in_a_lying_subclass_are_judged_by_their_values(capsys):
+    lab.check_predicted_gradients(lambda a, b: tuple(lying(g) for g in two_path(a, b)))
+    assert "PASS" in capsys.readouterr().out
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_predicted_gradients(lambda a, b: tuple(lying(torch.zeros_like(g)) for g in two_path(a, b)))
+    assert "does not match" in info.value.message
+
+
+@pytest.mark.parametrize("check", [lab.check_backward_twice_prediction, lab.check_second_derivative_prediction])
+def test_a_prediction_in_a_lying_subclass_gets_a_sentence_or_its_value(check, capsys):
+    """03.2/03.4: got "the check could not use what it was given (AttributeError: 'bool' object has no attribute
+    'type')"."""
+    try:
+        check(lying(torch.tensor(6.0)))
+    except lab.CheckError as err:
+        assert "could not use" not in err.message and err.usage
+    else:
+        assert "6.0 is right" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer", ["it raises a RuntimeError", "A RuntimeError is raised.", "raises RuntimeError"])
+def test_the_error_named_with_a_verb_counts_as_error(answer, capsys):
+    lab.check_backward_twice_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS")

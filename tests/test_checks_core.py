@@ -654,3 +654,44 @@ def test_a_numpy_array_where_a_tensor_belongs_is_told_to_stay_in_torch():
     with pytest.raises(core.CheckError) as err:
         values.expect_tensor(np.zeros(3), "grad")
     assert "stay in torch" in str(err.value) and "from_numpy" not in str(err.value)
+
+
+def test_a_student_s_own_base_exception_is_a_sentence_not_a_traceback():
+    class Stop(BaseException):
+        pass
+
+    def pairwise(a, b):
+        raise Stop("my own")
+
+    with pytest.raises(core.CheckError) as err:
+        lab.check_pairwise_sq_dists(pairwise)
+    assert "raised Stop: my own" in str(err.value)
+
+
+def test_a_function_with_the_wrong_parameters_is_told_to_compare_its_def_line():
+    def pairwise(a):
+        return a
+
+    with pytest.raises(core.CheckError) as err:
+        lab.check_pairwise_sq_dists(pairwise)
+    assert "compare your def line" in str(err.value)
+
+
+def test_a_complex_result_matches_no_mistake_and_prints_no_warning(recwarn):
+    got = torch.ones(2, dtype=torch.complex64)
+    assert not values.matches(got, torch.ones(2))
+    assert not values.matches(got, lambda value: value.double().sum() > 0)
+    assert not [w for w in recwarn if "complex" in str(w.message).lower()]
+
+
+def test_a_tensor_subclass_that_lies_is_judged_by_its_values():
+    """01.x: a subclass whose __torch_function__ answers True to everything crashed the check ("could not use")."""
+
+    class Liar(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return True
+
+    with pytest.raises(core.CheckError) as err:
+        lab.check_pairwise_sq_dists(lambda a, b: torch.zeros(3).as_subclass(Liar))
+    assert "wrong shape" in str(err.value) and "could not use" not in str(err.value)

@@ -283,6 +283,8 @@ ROOFLINE_WRONG = {
     "seconds per FLOP": lambda i, p, b: max(1 / p, 1 / (i * b)),
     # fourteenth audit: the ridge point handed back got a generic expected/got
     "ridge point returned": lambda i, p, b: p / b,
+    # fifteenth audit: a label for the limiting roof (0 memory, 1 compute) got a generic expected/got
+    "which roof returned": lambda i, p, b: 0 if i * b < p else 1,
 }
 
 
@@ -563,3 +565,59 @@ def test_a_disturbed_timing_where_16_wins_is_not_explained_as_the_opposite(monke
     assert "About 16" not in explained and "not what limits them" not in explained
     assert "this run measured 16 x 16 at 3e+09 FLOP/s and 1024 x 1024 at only 1e+09" in explained
     assert "was another program busy?" in explained
+
+
+# ----------------------------------------------------------------------------- fifteenth audit
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor whose every torch operation, attribute and comparison answers True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def lying(value):
+    with torch._C.DisableTorchFunction():
+        return torch.tensor(value).as_subclass(LyingTensor)
+
+
+@pytest.mark.parametrize("value, verdict", [(1024, "PASS"), (16, "NOT RIGHT")])
+def test_a_tensor_subclass_that_lies_is_read_by_its_values(value, verdict, monkeypatch, capsys):
+    """00.3: a subclass whose overrides answer True got "the check could not use what it was given
+    (AttributeError: 'bool' object has no attribute 'type')"."""
+    monkeypatch.setattr(nb00, "matmul_rates", lambda device: {16: 1.0, 1024: 2.0})
+    lab.check_matmul_size_prediction(lying(value), "cpu")
+    assert capsys.readouterr().out.startswith(verdict)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda i, p, b: "memory-bound" if i * b < p else "compute-bound",
+        lambda i, p, b: i * b < p,
+        lambda i, p, b: torch.tensor(i * b < p),
+    ],
+    ids=["word", "bool", "bool tensor"],
+)
+def test_roofline_that_names_the_roof_is_told_the_rate_is_asked(answer):
+    """00.4: a word got "write the number without quotes", a True/False "must be a number"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(answer)
+    assert info.value.mistake == "which roof returned"
+    assert "not a number" in info.value.message and "FLOP/s" in info.value.hint
+
+
+def test_a_word_for_the_roof_waits_for_the_second_rung_to_name_it():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(lambda i, p, b: "memory-bound" if i * b < p else "compute-bound")
+    rung_one = "\n".join(info.value.rendered())
+    assert "returned 'memory-bound', not a number" in rung_one
+    assert "which roof" not in rung_one
+
+
+def test_roofline_returning_a_number_in_quotes_is_still_told_to_drop_them():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_roofline(lambda i, p, b: str(min(p, i * b)))
+    assert info.value.hint == "write the number without quotes"

@@ -776,3 +776,36 @@ def test_the_channel_axis_reduced_away_is_named_without_the_fix(capsys):
         err = info.value
     assert err.mistake == "channel axis reduced away" and err.look
     assert "permute(0, 3, 1, 2)" not in str(err) + err.look
+
+
+# --------------------------------------------------------------------------- fifteenth audit
+
+
+def test_channels_first_rows_that_transposes_the_callers_images_in_place_is_refused():
+    """01.5: transpose_ gave the right rows and reshaped the caller's images behind its back; it passed."""
+
+    def in_place(images):
+        return images.transpose_(1, 3).transpose_(2, 3).reshape(images.shape[0], -1)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_channels_first_rows(in_place)
+    assert info.value.mistake == "changed images in place"
+    assert "transpose_" in info.value.hint
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor whose every torch operation, attribute and comparison answers True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def test_storage_prediction_held_in_a_lying_tensor_gets_a_sentence():
+    """01.2: got "the check could not use what it was given (AttributeError: ...)"."""
+    with torch._C.DisableTorchFunction():
+        answer = torch.tensor(1.0).as_subclass(LyingTensor)
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_storage_prediction(answer)
+    assert "could not use" not in info.value.message
+    assert info.value.usage

@@ -1176,3 +1176,79 @@ def test_relu_layers_in_other_styles_pass(forward, backward, capsys):
     """Fourteenth audit: a mask as the cache, F.threshold, and heaviside with 0.5 at 0 (a subgradient) are right."""
     lab.check_relu_layer(forward, backward)
     assert capsys.readouterr().out.startswith("PASS")
+
+
+# --------------------------------------------------------------------------- fifteenth audit
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor whose every torch operation, attribute and comparison answers True."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def lying(t):
+    with torch._C.DisableTorchFunction():
+        return t.clone().as_subclass(LyingTensor)
+
+
+@pytest.mark.parametrize("out", [None, "list", "numpy"])
+def test_relu_forward_whose_output_is_no_tensor_is_not_told_it_swapped_the_pair(out):
+    """02.2: (None, h) or (a list, h) got "relu_forward returned (cache, out): the output must come first"."""
+    forms = {None: lambda t: None, "list": lambda t: t.tolist(), "numpy": lambda t: t.numpy()}
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(lambda h: (forms[out](h.clamp(min=0)), h), relu_backward)
+    assert "(cache, out)" not in info.value.message
+    assert info.value.message.startswith("out is None" if out is None else "out is not a tensor")
+
+
+def test_linear_forward_returning_cache_first_is_still_told_so():
+    with pytest.raises(lab.CheckError, match=r"returned \(cache, out\): the output must come first"):
+        lab.check_linear_layer(lambda x, w: ((x, w), x @ w), linear_backward)
+
+
+def test_relu_backward_returning_nested_lists_is_told_dh_is_not_a_tensor():
+    """02.2: dh.tolist() got "relu_backward(dout, cache) must return dh"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_relu_layer(relu_forward, lambda dout, h: (dout * (h > 0)).tolist())
+    assert info.value.message.startswith("dh is not a tensor")
+
+
+def _lying_layer_answers(values):
+    """The four function exercises of 02 with one output each in a lying tensor subclass."""
+
+    def make(t):
+        return lying(t if values == "right" else torch.zeros_like(t))
+
+    return {
+        "linear forward": lambda: lab.check_linear_layer(lambda x, w: (make(x @ w), (x, w)), linear_backward),
+        "linear backward": lambda: lab.check_linear_layer(
+            linear_forward, lambda d, c: (make(linear_backward(d, c)[0]), linear_backward(d, c)[1])
+        ),
+        "relu backward": lambda: lab.check_relu_layer(relu_forward, lambda d, h: make(relu_backward(d, h))),
+        "loss and grads": lambda: lab.check_loss_and_grads(
+            lambda *a: (make(loss_and_grads(*a)[0]), *loss_and_grads(*a)[1:])
+        ),
+        "numeric grad": lambda: lab.check_numeric_grad(lambda f, w: make(numeric_grad(f, w))),
+    }
+
+
+@pytest.mark.parametrize("name", list(_lying_layer_answers("right")))
+def test_a_lying_subclass_is_judged_by_its_values(name, capsys):
+    """02.1-02.4: a subclass whose overrides answer True got "the check could not use what it was given
+    (TypeError: 'bool' object is not iterable)", or "out is not a tensor (drop .item())"."""
+    _lying_layer_answers("right")[name]()
+    assert "PASS" in capsys.readouterr().out
+    with pytest.raises(lab.CheckError) as info:
+        _lying_layer_answers("zeros")[name]()
+    assert "could not use" not in info.value.message
+    assert "does not match" in info.value.message
+
+
+def test_lr_prediction_held_in_a_lying_tensor_gets_a_sentence():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_lr_prediction(lying(torch.tensor(1.0)))
+    assert "could not use" not in info.value.message
+    assert info.value.usage

@@ -274,3 +274,20 @@ def test_not_a_number_is_nan_s_name_and_no_negation():
     with pytest.raises(CheckError) as err:
         predictions.read_prediction("the gradient", "not a number (nan)", choices=("0", "nan", "inf", "error"))
     assert "your text mentions 'nan'" in str(err.value) and predictions.RULED_OUT not in str(err.value)
+
+
+@pytest.mark.parametrize("answer", [10**400, -(10**400)])
+def test_an_int_beyond_any_float_is_a_wrong_number_not_a_crash(answer, capsys):
+    lab.check_second_derivative_prediction(answer)
+    assert capsys.readouterr().out.startswith("NOT RIGHT")
+
+
+def test_fractions_and_decimals_are_numbers_in_a_prediction(capsys):
+    import decimal
+    import fractions
+
+    lab.check_second_derivative_prediction(fractions.Fraction(12, 2))
+    assert capsys.readouterr().out.startswith("PASS")
+    predictions.COMMITTED.clear()
+    lab.check_second_derivative_prediction(decimal.Decimal("6.0"))
+    assert capsys.readouterr().out.startswith("PASS")

@@ -28,7 +28,7 @@ from .core import (
     run_student,
     stopped_after,
 )
-from .values import plain, scalar_of
+from .values import describe, plain, plain_tensor, scalar_of
 
 __all__ = ["check_titan_tensor_peak", "check_cpu_peak_flops", "check_matmul_size_prediction", "check_roofline"]
 
@@ -703,6 +703,8 @@ def _whole_number(value: Any) -> bool:
 def _side_of_square(prediction: Any) -> Any:
     """The side n of a size written as the square it names ("1024 x 1024", "n=1024", (1024, 1024), [1024]),
     else the answer as it came (the engine reads and refuses the rest)."""
+    if isinstance(prediction, torch.Tensor):
+        prediction = plain_tensor(prediction)  # a subclass's overrides cannot answer for its device or its values
     if isinstance(prediction, torch.Tensor) and prediction.dim() == 1 and prediction.device.type != "meta":
         prediction = prediction.detach().cpu().tolist()
     if isinstance(prediction, (list, tuple)) and len(prediction) in (1, 2):
@@ -868,6 +870,11 @@ def _share_of_peak(answers: Sequence[float]) -> bool:
     return False
 
 
+def _roof_labels(answers: Sequence[float]) -> bool:
+    """Every answer is 0, 1 or 2: a label for the roof that limits the kernel, not the rate it reaches."""
+    return all(answer in (0, 1, 2) for answer in answers)
+
+
 def _ridge_point(i: float, p: float, b: float) -> float:
     return p / b
 
@@ -887,6 +894,12 @@ def _bandwidth_in_bits(i: float, p: float, b: float) -> float:
 def _seconds_per_flop(i: float, p: float, b: float) -> float:
     return max(1 / p, 1 / (i * b))
 
+
+#: What a function that names the limiting roof, instead of the rate, is told.
+WHICH_ROOF = (
+    "the function tells which roof limits the kernel (memory or compute); the prompt asks for the rate itself, "
+    "the number of FLOP/s the kernel can reach under that roof"
+)
 
 ROOFLINE_MISTAKES = [
     Mistake("higher roof", _follows(_higher_roof), "that is the higher roof; the lower limit is the one that holds"),
@@ -989,16 +1002,46 @@ ROOFLINE_MISTAKES = [
         "given intensity reaches",
         look="the return line: does it use intensity, and is its unit FLOP/s?",
     ),
+    Mistake("which roof returned", _roof_labels, WHICH_ROOF, look="the return line: a label, or a rate in FLOP/s?"),
 ]
+
+
+def _as_label(value: Any) -> Any:
+    """A word or a True/False a function returned (a label, not a rate), else None; a number in quotes is no label."""
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1:
+        return bool(plain_tensor(value))
+    label = plain(value)
+    if isinstance(label, str):
+        try:
+            float(label)
+        except ValueError:
+            return label
+        return None  # a number in quotes: as_number says so
+    return label if isinstance(label, bool) else None
+
+
+def _judge_roof_labels(results: list[Any]) -> None:
+    """Answers that are words or True/False and differ from case to case name the limiting roof, not its rate."""
+    __tracebackhide__ = True
+    labels = [_as_label(result) for result in results]
+    if any(label is None for label in labels) or len(set(labels)) < 2:
+        return  # numbers, or one value whatever the case: as_number says what it needs
+    i, p, b = ROOFLINE_CASES[0]
+    shown = repr(labels[0]) if len(repr(labels[0])) <= 40 else describe(results[0])
+    raise CheckError(
+        f"roofline(intensity={i:g}, peak={p:g}, bandwidth={b:g}) returned {shown}, not a number (and "
+        f"{', '.join(sorted({repr(label) for label in labels} - {repr(labels[0])}))[:80]} in other cases)",
+        hint=WHICH_ROOF,
+        mistake="which roof returned",
+    )
 
 
 @exercise("00.4", "the roofline")
 def check_roofline(roofline: Callable) -> None:
     """Check ``roofline(intensity, peak, bandwidth)`` on both sides of the ridge point."""
-    answers = []
-    for case in ROOFLINE_CASES:
-        got = run_student(roofline, *case, what="your roofline")
-        answers.append(as_number(got, "what roofline returned"))
+    results = [run_student(roofline, *case, what="your roofline") for case in ROOFLINE_CASES]
+    _judge_roof_labels(results)
+    answers = [as_number(got, "what roofline returned") for got in results]
     for got, case in zip(answers, ROOFLINE_CASES):
         ref = roofline_reference(*case)
         if math.isclose(got, ref, rel_tol=REL_TOL):

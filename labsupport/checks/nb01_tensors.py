@@ -26,6 +26,7 @@ from .core import (
     run_student,
 )
 from .running import TorchCalls
+from .values import plain_tensor
 
 __all__ = [
     "check_pairwise_sq_dists",
@@ -61,6 +62,14 @@ NEW_AXIS_IN_PLACE = (
     "{name} came back changed: an in-place method (unsqueeze_, squeeze_, sub_, a write through an index) "
     "changed the caller's tensor, so its shape or values are no longer what the caller passed in; the "
     "methods without the trailing underscore (unsqueeze, or indexing with None) return a new view instead"
+)
+
+
+#: The in-place hint of 01.5: reordering axes in place (transpose_, t_) reshapes the caller's images.
+REORDERED_IN_PLACE = (
+    "{name} came back changed: an in-place method (transpose_, t_, squeeze_, mul_, a write through an index) "
+    "changed the caller's tensor, so its shape or values are no longer what the caller passed in; the methods "
+    "without the trailing underscore (permute, transpose) return a new view and leave the caller's tensor as it was"
 )
 
 
@@ -466,7 +475,7 @@ def check_storage_prediction(prediction: Any) -> None:
     """Exercise 01.2: which selection shares t's memory, measured. Example: ``lab.check_storage_prediction(prediction)``."""
     check_prediction(
         "which write reaches t",
-        prediction,
+        plain_tensor(prediction) if isinstance(prediction, torch.Tensor) else prediction,  # no subclass's overrides
         _storage_experiment(),
         choices=("slice", "mask", "both", "neither"),
         why="a slice is a view (same memory, other strides); a boolean mask gathers the chosen elements "
@@ -1205,6 +1214,7 @@ def check_channels_first_rows(channels_first_rows: Any) -> None:
         mistakes=_channels_first_mistakes,
         rtol=RTOL,
         atol=ATOL,
+        inplace_hint=REORDERED_IN_PLACE,
     )
     passed(f"channels_first_rows: matches the reference on {len(cases)} cases (shapes and values)")
 

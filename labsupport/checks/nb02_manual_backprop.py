@@ -38,7 +38,7 @@ from .core import (
     run_student,
 )
 from .references import lecture_loss
-from .values import under_a_transform
+from .values import plain_tensor, under_a_transform
 
 __all__ = [
     "check_linear_layer",
@@ -105,12 +105,16 @@ class _NoAutograd(TorchFunctionMode):
 
 
 def _by_hand(fn: Callable) -> Callable:
-    """``fn`` run under torch.no_grad() with autograd calls refused (the signature stays ``fn``'s)."""
+    """``fn`` run under torch.no_grad() with autograd calls refused (the signature stays ``fn``'s); tensor
+    subclasses it returns come back as plain tensors, whose overrides cannot answer for them."""
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         with torch.no_grad(), _NoAutograd():
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+        if type(result) in (tuple, list):  # a namedtuple or any other class keeps its own type
+            return type(result)(_as_plain(value) for value in result)
+        return _as_plain(result)
 
     return run
 
@@ -190,6 +194,18 @@ REDUCED_INSTEAD = Mistake(
 )
 
 
+def _holds_tensors(value: Any) -> bool:
+    """Is ``value`` a container of tensors, as a cache is (a tuple or a list of them), rather than an output?"""
+    if isinstance(value, dict):
+        value = list(value.values())
+    return isinstance(value, (tuple, list)) and any(isinstance(item, torch.Tensor) for item in value)
+
+
+def _as_plain(value: Any) -> Any:
+    """A tensor subclass as a plain tensor (its overrides cannot answer for it); anything else as it came."""
+    return plain_tensor(value) if isinstance(value, torch.Tensor) else value
+
+
 def _split_forward(result: Any, name: str) -> tuple[Any, Any]:
     """(out, cache) from what a forward returned, or a sentence saying what it must return."""
     __tracebackhide__ = True
@@ -208,7 +224,7 @@ def _split_forward(result: Any, name: str) -> tuple[Any, Any]:
             expected="a tensor of h's shape",
             got=f"({describe(out.values)}, {describe(out.indices)})",
         )
-    if not isinstance(out, torch.Tensor) and isinstance(cache, torch.Tensor):
+    if _holds_tensors(out) and isinstance(cache, torch.Tensor):
         raise CheckError(
             f"{name}_forward returned (cache, out): the output must come first",
             got=f"({describe(out)}, {describe(cache)})",
@@ -230,8 +246,8 @@ GRADIENT_IN_A_TUPLE = Mistake(
 def _split_backward(result: Any, name: str, outputs: tuple[str, ...]) -> tuple:
     """The gradients a backward returned, one per input, or a sentence saying what it must return."""
     __tracebackhide__ = True
-    if len(outputs) == 1 and not isinstance(result, (tuple, list)):
-        return (result,)
+    if len(outputs) == 1 and not _holds_tensors(result):
+        return (result,)  # one value (a nested list of numbers, a number, None): the comparison names it
     if len(outputs) == 1 and len(result) == 1:
         raise mistake_error(
             f"{name}_backward(dout, cache) returned its gradient inside a {type(result).__name__}",
@@ -284,10 +300,10 @@ class _Layer:
         if not torch.equal(inputs[0], before[0]):
             self.changed = _first_parameter(self.forward)
         if isinstance(out, torch.Tensor):
-            out = out.clone()  # as it was before the backward ran (a backward may write into its cache)
+            out = plain_tensor(out).clone()  # as it was before the backward ran (a backward may write into its cache)
         grads = run_student(self.backward, dout, cache, what=f"your {self.name}_backward(dout, cache)")
         self._judge_kept(inputs, before)
-        return (out, *_split_backward(grads, self.name, self.grads))
+        return (out, *[_as_plain(grad) for grad in _split_backward(grads, self.name, self.grads)])
 
     def _judge_kept(self, inputs: tuple, before: list) -> None:
         """The inputs named in ``kept`` must hold what they held before the forward ran."""
@@ -340,6 +356,7 @@ def _two_forwards_then_backwards(layer: _Layer, cases: list, reference: Callable
             raise
         got = (err.message,)
     expected = reference(*first)[1:]
+    got = tuple(_as_plain(value) for value in got)
     for name, value, ref in zip(layer.grads, got, expected):
         if isinstance(value, torch.Tensor) and value.shape == ref.shape and rel_error(value, ref) < 1e-6:
             continue
@@ -1102,6 +1119,8 @@ def _weights_kept(loss_and_grads: Callable) -> Callable:
                 expected=f"{name} as it was passed in",
                 got=f"{name} changed by {change}",
             )
+        if isinstance(result, (tuple, list)):
+            return tuple(_as_plain(value) for value in result)  # a subclass's overrides cannot answer for it
         return result
 
     return run
@@ -1513,7 +1532,7 @@ def _left_as_found(numeric_grad: Callable) -> Callable:
                 look="what the loop leaves in w after f was evaluated at both points",
                 mistake="w left changed",
             )
-        return result
+        return _as_plain(result)  # a subclass's overrides cannot answer for it
 
     return run
 
@@ -1657,7 +1676,7 @@ LR_NOTES = {
 def check_lr_prediction(prediction: Any) -> None:
     """Exercise 02.5: the loss after 50 steps of 1e-4 against 1e-6, measured. Example: ``lab.check_lr_prediction(prediction)``."""
     choices = ("falls faster", "falls slower", "diverges")
-    prediction = read_prediction("learning rate 1e-4", prediction, choices)
+    prediction = read_prediction("learning rate 1e-4", _as_plain(prediction), choices)
     start = _loss_after(0.0, steps=0)
     small = _loss_after(1e-6)
     large = _loss_after(1e-4)

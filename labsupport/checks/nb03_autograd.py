@@ -4,9 +4,11 @@ caller's weights and gradients (watched by hooks), not by the form of the code."
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -297,6 +299,14 @@ OTHER_WORDS = {
     "it raises": "error",
     "an exception is raised": "error",
     "an error is raised": "error",
+    # fifteenth audit: the error named with an article or a verb
+    "a runtimeerror": "error",
+    "raises runtimeerror": "error",
+    "raises a runtimeerror": "error",
+    "it raises runtimeerror": "error",
+    "it raises a runtimeerror": "error",
+    "runtimeerror is raised": "error",
+    "a runtimeerror is raised": "error",
 }
 
 
@@ -304,6 +314,8 @@ def _error_by_name(prediction: Any) -> Any:
     """03.2's answer with the error's own name ("RuntimeError") read as the choice "error", "unchanged" as "same"."""
     if isinstance(prediction, str):
         return OTHER_WORDS.get(str.strip(prediction, " '\"`.!").lower(), prediction)
+    if isinstance(prediction, torch.Tensor):
+        return plain_tensor(prediction)  # a subclass's overrides cannot answer for its values
     return prediction
 
 
@@ -399,6 +411,8 @@ def _second_derivative() -> float:
 def _one_number(prediction: Any) -> Any:
     """03.4's answer with a one-element list, tuple, 1-d tensor or array ([6], torch.tensor([6.0])) read as that
     one number; anything else as it came (the engine reads and refuses the rest)."""
+    if isinstance(prediction, torch.Tensor):
+        prediction = plain_tensor(prediction)  # a subclass's overrides cannot answer for its shape or values
     if isinstance(prediction, torch.Tensor) or type(prediction).__module__ == "numpy":
         if getattr(prediction, "ndim", 0) == 1 and getattr(prediction, "shape", ()) == (1,):
             return prediction.reshape(())
@@ -917,6 +931,75 @@ def _log_recorder(calls: list[_LogCall], w1: torch.Tensor) -> Any:
     return log
 
 
+GRAD_MODE_LEFT_OFF = Mistake(
+    "grad mode left off",
+    None,
+    why="the loop switched gradient recording off for the whole kernel (torch.set_grad_enabled(False), or a "
+    "no_grad() entered by hand) and left it off when it returned: a forward run while it is off builds no graph, "
+    "so the backward() after it has nothing to go back through, in the loop's next step and in every cell after "
+    "the call. The check switched it back on; a with-block switches it off for the update alone and back on "
+    "when the block ends",
+    look="the line that turns recording off for the update: where is it turned back on?",
+)
+
+GENERATOR_LOOP = Mistake(
+    "loop written as a generator",
+    None,
+    why="the function contains `yield`, which makes it a generator function: calling it runs none of its body "
+    "(no forward, no backward, no update) until something iterates over what it returned. The prompt asks for a "
+    "function that trains the caller's weights and returns the list of losses",
+    look="the yield line: how does the function hand its losses back?",
+)
+
+
+@contextlib.contextmanager
+def _torch_settings_kept(what: str) -> Iterator[None]:
+    """Run the block, then put back torch's process-wide settings a loop may switch and forget (grad mode, the
+    default dtype, anomaly detection), so that nothing is left broken for the next cell; grad mode left off is
+    named, since it stops the loop itself from learning."""
+    __tracebackhide__ = True
+    grad_mode = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
+    anomaly = torch.is_anomaly_enabled()
+    try:
+        yield
+    finally:
+        left_off = grad_mode and not torch.is_grad_enabled()
+        torch.set_grad_enabled(grad_mode)
+        torch.set_default_dtype(dtype)
+        torch.autograd.set_detect_anomaly(anomaly)
+    if left_off:
+        raise mistake_error(
+            f"{what} left gradient recording switched off when it returned",
+            GRAD_MODE_LEFT_OFF,
+            expected="torch.is_grad_enabled() as before the call: True",
+            got="False",
+        )
+
+
+def _call_loop(train: Any, args: list, kwargs: dict, what: str) -> tuple[Any, CheckError | None]:
+    """The loop's result, or the failure of a loop that raised; a loop left without gradient recording, or
+    written as a generator, is named as such."""
+    __tracebackhide__ = True
+    result = None
+    error = None
+    with _torch_settings_kept(what):
+        try:
+            result = run_student(train, *args, what=what, **kwargs)
+        except CheckError as err:
+            if err.__cause__ is None:  # not written yet, stopped at the time limit, not a function
+                raise
+            error = err
+    if inspect.isgenerator(result):
+        raise mistake_error(
+            f"{what} returned a generator, without running the loop",
+            GENERATOR_LOOP,
+            expected="the list of losses, one float per step",
+            got=describe(result),
+        )
+    return result, error
+
+
 def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) -> tuple[Any, _Observed]:
     """Run the student's loop on fresh leaves, watching the caller's weights; returns (result, observed)."""
     __tracebackhide__ = True
@@ -936,14 +1019,7 @@ def _run_loop(train: Any, p: _Problem, what: str, calls: list[_LogCall] | None) 
         args.append(p.chunks)
     if calls is not None:
         kwargs["log"] = _log_recorder(calls, w1)
-    result = None
-    error = None
-    try:
-        result = run_student(train, *args, what=what, **kwargs)
-    except CheckError as err:
-        if err.__cause__ is None:  # not written yet, stopped at the time limit, not a function
-            raise
-        error = err
+    result, error = _call_loop(train, args, kwargs, what)
     for name, got, start in (("x", x, p.x), ("y", y, p.y)):
         if not torch.equal(got, start):
             raise CheckError(
@@ -1162,9 +1238,20 @@ def _stored_dtype(result: Any, losses: list[float]) -> torch.dtype:
     return torch.float64
 
 
+def _plain_losses(result: Any) -> Any:
+    """The losses with tensor subclasses as plain tensors (their overrides cannot answer for them), in a list
+    where they came in a list or a tuple; anything else as it came."""
+    if isinstance(result, torch.Tensor):
+        return plain_tensor(result)
+    if isinstance(result, (list, tuple)):
+        return [plain_tensor(item) if isinstance(item, torch.Tensor) else item for item in result]
+    return result
+
+
 def _judge_losses(result: Any, right: _Run, p: _Problem, what: str) -> None:
     """One loss per step: the whole batch's loss before the step's update."""
     __tracebackhide__ = True
+    result = _plain_losses(result)
     _judge_nothing_but_losses(result, p, what)
     _judge_losses_detached(result, what)
     losses = _numbers(result, f"the losses {what} returned")

@@ -11,7 +11,9 @@ notebook and flags a recorded answer that differs from the answer cell.
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import difflib
+import fractions
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -20,7 +22,7 @@ from typing import Any
 import torch
 
 from .feedback import CheckError, current_exercise, passed
-from .values import describe, plain, scalar_of
+from .values import describe, plain, plain_tensor, scalar_of
 
 
 @dataclasses.dataclass
@@ -44,6 +46,8 @@ COMMITTED: dict[str, Committed] = {}
 def one_row(got: Any) -> Any:
     """A single row written with one pair of brackets too many (``[[2, 40, 600]]``, a (1, 3) tensor or array)
     as that row; anything else unchanged."""
+    if isinstance(got, torch.Tensor):
+        got = plain_tensor(got)  # its overrides cannot answer for it
     if isinstance(got, torch.Tensor) and got.dim() == 2 and got.shape[0] == 1:
         return got[0]
     if type(got).__module__ == "numpy" and getattr(got, "ndim", 0) == 2 and got.shape[0] == 1:
@@ -65,6 +69,8 @@ def _normalised(got: Any, choices: Sequence[Any] | None) -> Any:
     got = scalar_of(got)
     if isinstance(got, torch.Tensor):
         return got  # several dimensions, or on the meta device: read_prediction says what it needs
+    if isinstance(got, (decimal.Decimal, fractions.Fraction)):
+        got = float(got)  # exact numbers: 3/4 is a number, too
     if isinstance(got, torch.Size):
         got = tuple(int(n) for n in got)
     got = plain(got)
@@ -119,6 +125,18 @@ def one_number(answer: Any) -> Any:
     if isinstance(answer, tuple) and len(answer) == 1 and isinstance(answer[0], (int, float, str)):
         return answer[0]
     return answer
+
+
+def _finite(number: int | float) -> bool:
+    """Is ``number`` finite? An int always is, even one too large for a float (10**400), which math.isfinite
+    refuses with an OverflowError."""
+    return isinstance(number, int) or math.isfinite(number)
+
+
+def _short_repr(value: Any) -> str:
+    """repr(value), cut to 80 characters (an int of 400 digits is still a number, not a page)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _words_of(mistakes: Mapping[Any, str] | None) -> list[str]:
@@ -215,9 +233,12 @@ def _same(got: Any, actual: Any, rel: float) -> bool:
     if isinstance(actual, bool) or isinstance(got, bool):
         return type(got) is type(actual) and got == actual
     if isinstance(actual, (int, float)):
-        if not isinstance(got, (int, float)) or not math.isfinite(got):
+        if not isinstance(got, (int, float)) or not _finite(got):
             return False
-        return math.isclose(got, actual, rel_tol=rel, abs_tol=1e-12)
+        try:
+            return math.isclose(got, actual, rel_tol=rel, abs_tol=1e-12)
+        except OverflowError:  # an int beyond any float: far from every outcome
+            return False
     if isinstance(actual, tuple):
         if not isinstance(got, tuple) or len(got) != len(actual):
             return False
@@ -265,8 +286,8 @@ def check_prediction(
             got = _listed_word(got, mistakes) or number_in_text(got)  # "0.89" for a number asked without choices
         if got in _words_of(mistakes):
             pass  # a word the check expects as a wrong answer ("None" for a gradient that stays None)
-        elif isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
-            raise CheckError(f"{name}: the answer must be a number (finite)", got=repr(got), usage=True)
+        elif isinstance(got, bool) or not isinstance(got, (int, float)) or not _finite(got):
+            raise CheckError(f"{name}: the answer must be a number (finite)", got=_short_repr(got), usage=True)
     ex_id = current_exercise() or name
     question = ask or "before reading the explanation, say in one sentence why this happens"
     record = COMMITTED.get(ex_id)

@@ -124,6 +124,12 @@ _NO_KERNEL = re.compile(r"\" not implemented for '\w+'")
 
 ERROR_HINTS: list[tuple[str, str]] = [
     (
+        r"takes \d+ positional arguments? but \d+ (were|was) given|missing \d+ required positional argument"
+        r"|got an unexpected keyword argument '(?!axis)",
+        "the check calls the function with the arguments the exercise's starting code names, in that order: "
+        "compare your def line with it (a parameter added, left out or renamed?)",
+    ),
+    (
         r"unexpected keyword argument 'axis'|Cannot interpret 'torch\.\w+' as a data type",
         "a NumPy function met a tensor (np.sum(t, axis=...), np.take_along_axis, ...): NumPy hands a tensor to "
         "the tensor's own method with NumPy's argument names, which the tensor does not know. Stay in torch: the "
@@ -459,7 +465,9 @@ def run_student(
         raise
     except (TimedOut, NotImplementedError, SystemExit) as exc:
         raise _student_failure(exc, what, limit) from None
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise  # the student's own interrupt (the stop button) stops the check too
+    except BaseException as exc:  # an Exception, or a class of the student's own on BaseException
         raise _student_failure(exc, what, limit) from exc
     names = _argument_names(fn, len(args))
     for name, a, b in zip(names, args, before):

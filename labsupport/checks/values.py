@@ -151,7 +151,7 @@ def as_number(value: Any, name: str, *, allow_nan: bool = False) -> float | int:
                 "function without a return statement gives None too: print shows a number, return hands it back)"
             )
         raise CheckError(f"{name} must be a number", got=describe(given), hint=hint, usage=True)  # a list is a list
-    if not allow_nan and not math.isfinite(value):
+    if not allow_nan and isinstance(value, float) and not math.isfinite(value):  # an int is finite, however large
         hint = None
         if dtype in (torch.float16, torch.bfloat16) and math.isinf(value):
             hint = f"{dtype} holds numbers up to {torch.finfo(dtype).max:g} only: compute it in float32"
@@ -248,6 +248,7 @@ def expect_tensor(
     want = "a torch.Tensor" + (f" of shape {tuple(shape)}" if shape is not None else "")
     if not isinstance(value, torch.Tensor):
         raise _not_a_tensor(value, name, want)
+    value = plain_tensor(value)  # first: a subclass's overrides may lie about is_nested, layout or shape
     if value.is_nested or value.layout != torch.strided:
         kind = "nested" if value.is_nested else str(value.layout).removeprefix("torch.")
         raise CheckError(
@@ -258,7 +259,6 @@ def expect_tensor(
             "can be stacked or padded",
             usage=True,
         )
-    value = plain_tensor(value)
     if value.device.type == "meta":
         raise CheckError(
             f"{name} is on the meta device, which holds shapes but no values",
@@ -320,7 +320,10 @@ def as_mistakes(mistakes: Sequence[Any] | None) -> list[Mistake]:
 
 def matches(got: Any, wrong: Any, tol: float = 1e-6) -> bool:
     """Does ``got`` equal a known wrong answer (a value, a tuple of values with None for
-    "any", or a predicate)? A predicate that cannot handle the answer does not match."""
+    "any", or a predicate)? A predicate that cannot handle the answer does not match, and neither does a complex
+    tensor (no listed mistake is one; casting it to a real dtype would warn on stderr)."""
+    if isinstance(got, torch.Tensor) and plain_tensor(got).is_complex():
+        return False
     try:
         if callable(wrong) and not isinstance(wrong, torch.Tensor):
             return bool(wrong(got))
@@ -439,6 +442,8 @@ def compare(
     except CheckError as err:
         if where:  # which case gave the wrong shape, dtype or device: a sizes-dependent answer shows itself
             err.message = f"{err.message} {where}"
+        if isinstance(got, torch.Tensor):
+            got = plain_tensor(got)  # the mistakes are matched by its values, not by what its overrides say
         _name_by_value(err, got, expected, mistakes)
         err.args = (err._text(),)
         raise
