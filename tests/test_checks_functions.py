@@ -6,6 +6,7 @@ records its first answer; bad answers of any kind get one clear sentence, never 
 
 import ast
 import json
+import math
 import warnings
 from pathlib import Path
 
@@ -1305,3 +1306,67 @@ def test_a_lying_gradient_is_judged_by_its_values_and_names_no_mistake_from_its_
     err = failure(lab.check_softplus_function, lying_zeros)
     assert err.mistake is None or "tanh" not in err.mistake
     assert "got" in str(err) and err.got.startswith("0")
+
+
+# ------------------------------------------------------------------ fifteenth audit: bad input
+
+
+def test_an_infinite_gradient_is_not_called_a_factor_too_many():
+    """04.2: grad_output * sigmoid(x) * inf matched "the gradient times one constant" (the factor came out inf)."""
+    err = failure(lab.check_softplus_function, make(save_x(stable), lambda ctx, g: sigmoid_of_saved(ctx, g) * math.inf))
+    assert "not finite" in err.message
+    assert err.mistake is None or "factor" not in err.mistake
+
+
+def _classmate_grads(ctx, g):
+    x, w = ctx.saved_tensors
+    return ctx.scale * g.mm(w.t()), ctx.scale * x.t().mm(g), None
+
+
+def _scaled_matmul_with(grad_w):
+    def forward(ctx, x, w, scale):
+        ctx.save_for_backward(x, w)
+        ctx.scale = scale
+        return scale * x.mm(w)
+
+    def backward(ctx, g):
+        grad_x, right, _ = _classmate_grads(ctx, g)
+        return grad_x, grad_w(right), None
+
+    return make(forward, backward, "ScaledMatmul")
+
+
+@pytest.mark.parametrize(
+    "grad_w, words",
+    [(lambda right: right * math.inf, "not finite"), (lambda right: -right * math.inf, "not finite")],
+    ids=["inf", "-inf"],
+)
+def test_an_infinite_grad_w_is_not_called_another_factor(grad_w, words):
+    """04.4: a grad_w of inf was told "off by the same factor, but not this call's scale"."""
+    err = failure(lab.check_scaled_matmul_function, _scaled_matmul_with(grad_w))
+    assert words in err.message
+    assert err.mistake not in (Fn._PLANTED.name, "grad_w off by another factor", "a fixed factor")
+    assert "same factor" not in str(err)
+
+
+def test_a_grad_w_of_zeros_is_not_called_another_factor():
+    """04.4: a grad_w of zeros came out as "a factor" of 0 that is not the scale."""
+    err = failure(lab.check_scaled_matmul_function, _scaled_matmul_with(torch.zeros_like))
+    assert "same factor" not in str(err)
+    assert "exactly 0" in str(err)
+
+
+def _forward_that_sets_float64(ctx, x):
+    torch.set_default_dtype(torch.float64)
+    ctx.save_for_backward(x)
+    return stable(x)
+
+
+def test_a_forward_that_changes_the_default_dtype_is_named_and_the_setting_restored(capsys):
+    """A forward that calls torch.set_default_dtype passed and left every later cell making float64 tensors."""
+    err = failure(lab.check_softplus_function, make(_forward_that_sets_float64, sigmoid_of_saved, "Softplus"))
+    assert err.mistake == "torch settings changed for the whole program"
+    assert "default dtype torch.float64" in err.message
+    assert torch.get_default_dtype() == torch.float32
+    lab.check_softplus_function(Softplus)
+    assert "PASS" in capsys.readouterr().out

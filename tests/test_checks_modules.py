@@ -1653,3 +1653,90 @@ def test_a_stack_that_squeezes_a_batch_of_one_is_named():
         lab.check_residual_stack(stack_variant(forward=_squeezed))
     assert info.value.mistake == "batch of one squeezed"
     assert "(1, 5)" in info.value.message
+
+
+# ------------------------------------------------------------------ fifteenth audit: bad input
+
+
+def _forward_grad_off(self, x):
+    torch.set_grad_enabled(False)
+    return x @ self.weight.t() + self.bias
+
+
+def test_a_forward_that_switches_gradients_off_for_good_is_named_and_the_setting_restored(capsys):
+    """torch.set_grad_enabled(False) in forward was told "not connected to autograd's graph" and left gradient
+    recording off, so every later check (the right answer's too) failed."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_my_linear(linear_variant(forward=_forward_grad_off))
+    assert info.value.mistake == "torch settings changed for the whole program"
+    assert "gradient recording off" in info.value.message
+    assert torch.is_grad_enabled()
+    lab.check_my_linear(MyLinear)
+    assert "PASS" in capsys.readouterr().out
+
+
+def _init_in_float64(self, D, H, depth):
+    torch.set_default_dtype(torch.float64)
+    ResidualStack.__init__(self, D, H, depth)
+
+
+def test_a_stack_that_changes_the_default_dtype_is_named_and_the_setting_restored():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_residual_stack(stack_variant(init=_init_in_float64))
+    assert info.value.mistake == "torch settings changed for the whole program"
+    assert torch.get_default_dtype() == torch.float32
+
+
+def test_an_output_of_zeros_is_not_called_scaled():
+    """05.1: a forward that returns zeros was told "the whole output is multiplied by a constant" (the constant 0)."""
+    student = linear_variant(forward=lambda self, x: torch.zeros(*x.shape[:-1], self.bias.numel(), dtype=x.dtype))
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_my_linear(student)
+    assert info.value.mistake not in ("output scaled", "product scaled", "bias scaled")
+    assert "exactly 0" in str(info.value)
+
+
+class _StateDictRaises(MyLinear):
+    def state_dict(self, *args, **kwargs):
+        raise RuntimeError("my own bug")
+
+
+class _NamedParametersRaises(MyLinear):
+    def named_parameters(self, *args, **kwargs):
+        raise RuntimeError("my own bug")
+
+
+class _ZeroGradRaises(MyLinear):
+    def zero_grad(self, set_to_none=True):
+        raise RuntimeError("my own bug")
+
+
+class _ParametersStopHalfway(MyLinear):
+    def parameters(self, recurse=True):
+        yield self.weight
+        raise RuntimeError("my own bug")
+
+
+@pytest.mark.parametrize(
+    "student, method",
+    [
+        (_StateDictRaises, "state_dict()"),
+        (_NamedParametersRaises, "named_parameters()"),
+        (_ZeroGradRaises, "zero_grad()"),
+        (_ParametersStopHalfway, "zero_grad()"),
+    ],
+)
+def test_an_override_that_raises_is_named_by_its_method(student, method):
+    """These got "the check could not use what it was given (RuntimeError: my own bug)"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_my_linear(student)
+    assert f"MyLinear(4, 4).{method} raised RuntimeError: my own bug" in info.value.message
+    assert "could not use" not in str(info.value)
+
+
+def test_a_count_too_large_for_a_float_gets_a_sentence():
+    """05.2: 10**400 got "the check could not use what it was given (OverflowError ...)"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_layer_list_prediction(10**400)
+    assert info.value.usage and "401 digits" in str(info.value)
+    assert "could not use" not in str(info.value)

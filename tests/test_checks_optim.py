@@ -311,7 +311,13 @@ def _init_swapped(self, params, lr=0.01, momentum=0.9):
 
 
 # Mistake name -> a student's SGDMomentum that makes it (the rule mistakes are generated above).
+def _step_as_generator(self):
+    """Fifteenth audit: a generator step() was told "step() computes new values but never writes them"."""
+    yield SGDMomentum.step(self)
+
+
 CLASS_MISTAKES = {
+    "step() is a generator": variant(step=_step_as_generator),
     "setting read as a plain name": variant(update=_lr_as_a_name),  # seventh audit: bare NameError
     "parameters looked up in the wrong place": variant(step=torch.no_grad()(_self_params)),
     "state read before it is created": variant(update=_state_not_started),
@@ -839,3 +845,37 @@ def test_a_velocity_in_float32_at_the_first_step_only_is_named():
     with pytest.raises(lab.CheckError) as err:
         lab.check_sgd_momentum(variant(update=_float32_first_velocity))
     assert err.value.mistake == "velocity in float32"
+
+
+# ------------------------------------------------------------------ fifteenth audit: bad input
+
+
+def _step_switches_gradients_off(self):
+    torch.set_grad_enabled(False)
+    SGDMomentum.step(self)
+
+
+def test_a_step_that_switches_gradients_off_for_good_is_named_and_the_setting_restored(capsys):
+    """torch.set_grad_enabled(False) in step() got "the check could not use what it was given" and left gradient
+    recording off for every later cell."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_sgd_momentum(variant(step=_step_switches_gradients_off))
+    assert info.value.mistake == "torch settings changed for the whole program"
+    assert "could not use" not in str(info.value)
+    assert torch.is_grad_enabled()
+    lab.check_sgd_momentum(SGDMomentum)
+    assert "PASS" in capsys.readouterr().out
+
+
+class _StateDictRaises(SGDMomentum):
+    def state_dict(self):
+        raise RuntimeError("my own bug")
+
+
+def test_an_error_of_state_dict_is_not_blamed_on_a_missing_gradient():
+    """An error raised by the student's state_dict() was named "None gradient not skipped" (the short run without
+    a parameter lacking its gradient never reaches state_dict, so it completed)."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_sgd_momentum(_StateDictRaises)
+    assert "state_dict() raised RuntimeError: my own bug" in info.value.message
+    assert info.value.mistake != "None gradient not skipped"

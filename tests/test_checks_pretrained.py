@@ -432,6 +432,20 @@ def _step_in_training_mode_with_the_buffers_put_back(model, optimizer, images, l
     return loss
 
 
+def _step_with_a_yield(model, optimizer, images, labels):
+    """Fifteenth audit: a generator transfer_step was told "the step went no further than the loss"."""
+    yield make_step()(model, optimizer, images, labels)
+
+
+def _rounded(rounding):
+    """transfer_step with the loss it returns passed through ``rounding``."""
+
+    def transfer_step(model, optimizer, images, labels):
+        return rounding(make_step()(model, optimizer, images, labels))
+
+    return transfer_step
+
+
 TRANSFER_MISTAKES = [
     (make_prepare(replace=False), make_step(), "head not replaced"),
     (make_prepare(classes=10), make_step(), "wrong number of classes"),
@@ -479,6 +493,8 @@ TRANSFER_MISTAKES = [
     (make_prepare(), _returns_the_loss_per_image, "loss returned divided by the batch size"),
     (make_prepare(), _returns_the_accuracy(as_count=False), "accuracy returned"),
     (make_prepare(), _returns_the_accuracy(as_count=True), "accuracy returned"),
+    (make_prepare(), _rounded(lambda loss: round(loss, 2)), "loss rounded"),
+    (make_prepare(), _step_with_a_yield, "transfer_step is a generator"),
     # audit 2: "head frozen" (a wrong cause), and a generic "inner sizes differ"
     (_prepare_around_the_old_head, make_step(), "old head kept"),
     (_prepare_from_out_features, make_step(), "head reads the old head's outputs"),
@@ -673,3 +689,45 @@ def test_a_share_with_a_decimal_comma_without_quotes_hears_how_python_reads_it()
         lab.check_vgg_share_prediction((0, 89))
     assert "two numbers, 0 and 89" in info.value.hint and "dot" in info.value.hint
     assert not core.COMMITTED
+
+
+# ---------------------------------------------------------------- fifteenth audit: bad input
+
+
+def _step_then_gradients_off(model, optimizer, images, labels):
+    loss = make_step()(model, optimizer, images, labels)
+    torch.set_grad_enabled(False)
+    return loss
+
+
+def test_a_step_that_switches_gradients_off_for_good_is_named_and_the_setting_restored(capsys):
+    """torch.set_grad_enabled(False) left on by transfer_step got "the check could not use what it was given"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_transfer(make_prepare(), _step_then_gradients_off)
+    assert info.value.mistake == "torch settings changed for the whole program"
+    assert info.value.message.startswith("your transfer_step left gradient recording off")
+    assert torch.is_grad_enabled()
+    lab.check_transfer(make_prepare(), make_step())
+    assert "PASS" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("digits", [1, 2, 3])
+def test_a_loss_rounded_to_a_few_decimals_is_named(digits):
+    """Fifteenth audit: round(loss, 2) got expected/got only. (int(loss) is named too, unless the batch's count of
+    right answers is the same whole number: then "accuracy returned" comes first.)"""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_transfer(make_prepare(), _rounded(lambda loss: round(loss, digits)))
+    assert info.value.mistake == "loss rounded"
+
+
+def test_a_loss_rounded_to_four_decimals_passes(capsys):
+    lab.check_transfer(make_prepare(), _rounded(lambda loss: round(loss, 4)))
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_a_share_too_large_for_a_float_gets_a_sentence():
+    """08.1: 10**400 got "the check could not use what it was given (OverflowError ...)"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_vgg_share_prediction(10**400)
+    assert info.value.usage and "between 0 and 1" in info.value.message
+    assert "could not use" not in str(info.value)

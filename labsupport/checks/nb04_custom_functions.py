@@ -32,6 +32,7 @@ from .core import (
     rel_error,
     run_student,
 )
+from .nb05_nn_module import torch_settings_kept
 from .running import expect_written, failing_line
 
 __all__ = ["check_sigmoid_prediction", "check_softplus_function", "check_scaled_matmul_function"]
@@ -526,6 +527,14 @@ def _two_calls(cls: type, ex: _FunctionExercise, first: tuple, second: tuple) ->
 def _run_check(cls: Any, ex: _FunctionExercise, name: str) -> None:
     __tracebackhide__ = True
     cls = _function_class(cls, name)
+    with torch_settings_kept(f"your {cls.__name__}"):
+        _judge_function(cls, ex)
+    passed(f"{cls.__name__}: forward and backward match autograd through {ex.builtin}; gradcheck passes")
+
+
+def _judge_function(cls: type, ex: _FunctionExercise) -> None:
+    """Every case, then two calls before one backward, then gradcheck."""
+    __tracebackhide__ = True
     cases = ex.cases()
     for number, case in enumerate(cases, start=1):
         got = _student(cls, case, ex)
@@ -542,7 +551,6 @@ def _run_check(cls: Any, ex: _FunctionExercise, name: str) -> None:
     what = f"torch.autograd.gradcheck on {cls.__name__}"
     if not run_student(torch.autograd.gradcheck, cls.apply, tuple(args), raise_exception=False, what=what):
         raise CheckError(f"torch.autograd.gradcheck fails for {cls.__name__} in float64")
-    passed(f"{cls.__name__}: forward and backward match autograd through {ex.builtin}; gradcheck passes")
 
 
 def _seeded(seed: int, *shapes: tuple) -> list[torch.Tensor]:
@@ -582,6 +590,12 @@ def _nan_where_exp_overflows(x: torch.Tensor, got: tuple) -> bool:
     return bool(torch.equal(torch.isnan(grad), overflow)) and bool(torch.isfinite(grad[~overflow]).all())
 
 
+def _a_real_factor(factor: float) -> bool:
+    """Can ``factor`` be a number written into a formula: finite and not 0? (A gradient of inf, of NaN, or of zeros
+    comes out as a factor inf, NaN or 0, which a mistake about a factor must not explain.)"""
+    return math.isfinite(factor) and not math.isclose(factor, 0.0, abs_tol=1e-12)
+
+
 def _fixed_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor, got: tuple) -> bool:
     """Are both gradients one and the same constant (not ``scale``) times the unscaled ones?"""
     if not isinstance(got, (tuple, list)) or len(got) != 3:
@@ -592,6 +606,8 @@ def _fixed_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tenso
         if not isinstance(grad, torch.Tensor) or grad.shape != unscaled.shape:
             return False
         factor = float((grad.double() * unscaled.double()).sum() / unscaled.double().square().sum())
+        if not _a_real_factor(factor):
+            return False  # gradients of inf or NaN, or zeros: no factor explains them
         if not torch.allclose(grad.double(), factor * unscaled.double(), rtol=1e-6, atol=1e-9):
             return False
         factors.append(factor)
@@ -605,7 +621,7 @@ def _one_number_times_sigmoid(x: torch.Tensor, got: tuple) -> bool:
         return False
     local = torch.sigmoid(x).double()
     factor = float((grad.double() * local).sum() / local.square().sum())
-    if math.isclose(factor, 1.0, rel_tol=1e-6) or math.isclose(factor, 0.0, abs_tol=1e-12):
+    if not _a_real_factor(factor) or math.isclose(factor, 1.0, rel_tol=1e-6):
         return False  # the right gradient, or zeros: nothing was summed or averaged
     return bool(torch.allclose(grad.double(), factor * local, rtol=1e-6, atol=1e-12))
 
@@ -621,7 +637,7 @@ def _gradient_times_a_constant(x: torch.Tensor, g: torch.Tensor, got: tuple) -> 
     if right.square().sum() == 0:
         return False
     factor = float((wanted * right).sum() / right.square().sum())
-    if math.isclose(abs(factor), 1.0, rel_tol=1e-6) or math.isclose(factor, 0.0, abs_tol=1e-12):
+    if not _a_real_factor(factor) or math.isclose(abs(factor), 1.0, rel_tol=1e-6):
         return False
     return bool(torch.allclose(wanted, factor * right, rtol=1e-6, atol=1e-12))
 
@@ -1100,6 +1116,8 @@ def _grad_w_other_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torc
     if not isinstance(grad_w, torch.Tensor) or grad_w.shape != unscaled.shape:
         return False
     factor = float((grad_w.double() * unscaled).sum() / unscaled.square().sum())
+    if not _a_real_factor(factor):
+        return False  # a grad_w of inf or NaN, or zeros: no factor explains it
     if not torch.allclose(grad_w.double(), factor * unscaled, rtol=1e-6, atol=1e-9):
         return False
     return not any(math.isclose(factor, f, rel_tol=1e-6) for f in (1.0, scale))

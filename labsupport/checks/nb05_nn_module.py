@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import inspect
 import itertools
+import math
 import re
 import warnings
 from collections.abc import Callable, Iterator
@@ -50,6 +51,53 @@ NO_GRADIENT = Mistake(
     "rebuilt from numbers), so backward() cannot reach the parameters",
     look="forward: every .detach(), .data or torch.no_grad() between the parameters and the output",
 )
+
+
+SETTINGS_CHANGED = Mistake(
+    "torch settings changed for the whole program",
+    None,
+    why="a call such as torch.set_grad_enabled(False) or torch.set_default_dtype(...) on a line of its own changes "
+    "the setting for every line that runs after it, in the whole notebook, not just in the function that made it: "
+    "nothing after it is recorded for backward() (or new tensors get another dtype), so the check's own steps, "
+    "and every later cell, fail in ways that seem unrelated",
+    look="your code: every torch.set_... call, and whether the setting it makes is meant to last beyond one block",
+)
+
+
+def _settings_changed(grad: bool, dtype: torch.dtype) -> list[str]:
+    """What the block changed of the settings torch keeps for the whole program, in words."""
+    changed = []
+    if torch.is_grad_enabled() != grad:
+        changed.append(f"gradient recording {'off' if grad else 'on'} (torch.is_grad_enabled() is now {not grad})")
+    if torch.get_default_dtype() != dtype:
+        changed.append(f"the default dtype {torch.get_default_dtype()} instead of {dtype}")
+    return changed
+
+
+@contextlib.contextmanager
+def torch_settings_kept(what: str) -> Iterator[None]:
+    """Run a check's block, then put back the settings torch keeps for the whole program (grad mode, the default
+    dtype) as they were before it, so that the next cell and the next check start as before; when the student's
+    code (``what``) changed one of them, the check fails with a sentence that says which (04, 06 and 08 use it)."""
+    __tracebackhide__ = True
+    grad = torch.is_grad_enabled()
+    dtype = torch.get_default_dtype()
+    failure = None
+    try:
+        yield
+    except Exception as err:  # a CheckError, or the check's own step failing in the setting the code left
+        failure = err
+    finally:
+        changed = _settings_changed(grad, dtype)
+        torch.set_grad_enabled(grad)
+        torch.set_default_dtype(dtype)
+    if changed:
+        raise mistake_error(
+            f"{what} left {' and '.join(changed)}, a setting for the whole program; the check has put it back",
+            SETTINGS_CHANGED,
+        ) from None
+    if failure is not None:
+        raise failure
 
 
 _PUBLIC_NAMES = {nn.Module: "torch.nn.Module", torch.optim.Optimizer: "torch.optim.Optimizer"}
@@ -164,7 +212,7 @@ def _build(cls: Any, name: str, *args: int) -> nn.Module:
                 hint="store plain tensors in nn.Parameter: torch.randn(...), not an instance of your own tensor class",
                 usage=True,
             )
-    for name, value in itertools.chain(module.named_parameters(), module.named_buffers()):
+    for name, value in _named_tensors(module, call):
         if value.device.type == "meta":
             raise CheckError(
                 f"{call}.{name} is on the meta device, which holds shapes but no values",
@@ -200,6 +248,8 @@ def _scaled(term: torch.Tensor, rest: torch.Tensor) -> Any:
             return False
         part = got.detach().double().cpu() - rest
         c = float((part * term).sum() / (term * term).sum().clamp(min=1e-30))
+        if not math.isfinite(c) or abs(c) < 1e-9:
+            return False  # inf, NaN or zeros: no constant factor explains them
         return abs(c - 1) > 1e-6 and torch.allclose(part, c * term, rtol=1e-6, atol=1e-9)
 
     return scaled
@@ -450,17 +500,34 @@ def _keeps_locals(init: Any) -> bool:
     return code.co_nlocals > arguments
 
 
+def _named(module: nn.Module, method: str, call: str) -> list[tuple[str, torch.Tensor]]:
+    """What ``module.<method>()`` (named_parameters or named_buffers) yields, as (name, tensor) pairs: an override
+    of the student's runs under the time limit, an error of theirs is a sentence, and what is no pair is left out."""
+    __tracebackhide__ = True
+    found = run_student(
+        lambda: list(itertools.islice(getattr(module, method)(), MAX_PARAMETERS + 1)), what=f"{call}.{method}()"
+    )
+    pairs = [entry for entry in found if isinstance(entry, tuple) and len(entry) == 2]
+    return [(str(name), value) for name, value in pairs if isinstance(value, torch.Tensor)]
+
+
+def _named_tensors(module: nn.Module, call: str) -> list[tuple[str, torch.Tensor]]:
+    """``module``'s named parameters, then its named buffers."""
+    __tracebackhide__ = True
+    return _named(module, "named_parameters", call) + _named(module, "named_buffers", call)
+
+
 def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     """Raise a CheckError naming what keeps ``nn.Linear(i, o)``'s state_dict from loading into ``layer``."""
     __tracebackhide__ = True
-    params = dict(layer.named_parameters())
+    params = dict(_named(layer, "named_parameters", call))
     facts = {
         "expected": f"weight {(o, i)} and bias {(o,)}, two nn.Parameters",
         "got": ", ".join(f"{name} {tuple(p.shape)}" for name, p in params.items()) or "no parameters",
     }
     if any(isinstance(module, nn.Linear) for module in layer.modules()):
         raise mistake_error(f"{call} contains an nn.Linear", USES_LINEAR, **facts)
-    buffers = dict(layer.named_buffers())
+    buffers = dict(_named(layer, "named_buffers", call))
     for name in ("weight", "bias"):
         if name not in params and name in buffers:
             raise mistake_error(f"{call}.parameters() does not yield {name}", BUFFER_NOT_PARAMETER, **facts)
@@ -498,9 +565,10 @@ def _linear_structure(layer: nn.Module, call: str, i: int, o: int) -> None:
     frozen = [name for name, p in params.items() if not p.requires_grad]
     if frozen:
         raise mistake_error(f"{call}.{frozen[0]} has requires_grad=False", FROZEN, **facts)
-    extra = sorted(set(layer.state_dict()) - {"weight", "bias"})
+    keys = set(run_student(lambda: list(layer.state_dict()), what=f"{call}.state_dict()"))
+    extra = sorted(keys - {"weight", "bias"})
     if extra:
-        facts["got"] = f"state_dict keys {sorted(layer.state_dict())}"
+        facts["got"] = f"state_dict keys {sorted(keys)}"
         raise mistake_error(f"{call}.state_dict() holds entries nn.Linear's has not: {extra}", EXTRA_STATE, **facts)
     _random_start(params["weight"].detach(), call)
 
@@ -560,7 +628,7 @@ def _stale_copies_named(layer: nn.Module, call: str) -> Iterator[None]:
     try:
         yield
     except CheckError as err:
-        sizes = {p.numel() for p in layer.parameters()}
+        sizes = {p.numel() for p in _parameters(layer, call)}
         copies = [name for name, t in vars(layer).items() if isinstance(t, torch.Tensor) and t.numel() in sizes]
         named_elsewhere = err.mistake is not None and not err.mistake.startswith("raised")
         if not copies or named_elsewhere:  # a named mistake (a subtracted bias...) says more than a kept tensor
@@ -786,7 +854,7 @@ def _check_second_call(
     out = expect_output(_run_layer(layer, x, f"{call}"), what)
     with _kept_from_an_earlier_call_named(layer, call):
         compare(what, out, x @ weight.t() + bias, rtol=1e-10, atol=1e-12, where=where)
-    layer.zero_grad()
+    run_student(layer.zero_grad, what=f"{call}.zero_grad()")
     upstream = torch.randn(3, o, generator=g, dtype=torch.float64)
     run_student(_backward, out, upstream, what=f"backward through {what}")
     weight_grad = layer.weight.grad
@@ -870,7 +938,8 @@ def _dtype_note(cls: type) -> str | None:
     __tracebackhide__ = True
     layer = _build(cls, "MyLinear", 5, 3)
     default = torch.get_default_dtype()
-    dtypes = sorted({str(p.dtype) for p in layer.parameters() if p.is_floating_point() and p.dtype != default})
+    params = _parameters(layer, "MyLinear(5, 3)")
+    dtypes = sorted({str(p.dtype) for p in params if p.is_floating_point() and p.dtype != default})
     if not dtypes:
         return None
     return (
@@ -919,7 +988,7 @@ def check_my_linear(MyLinear: Any) -> None:
     if issubclass(MyLinear, nn.Linear):
         raise mistake_error("MyLinear is a subclass of nn.Linear", USES_LINEAR)
     sizes = [(4, 4), (5, 3), (3, 6)]
-    with torch.random.fork_rng(devices=[]):
+    with torch_settings_kept("your MyLinear"), torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
         for number, (i, o) in enumerate(sizes, start=1):
             _check_linear_case(MyLinear, i, o, f"in case {number} of {len(sizes)}")
@@ -942,6 +1011,13 @@ def check_layer_list_prediction(prediction: Any) -> None:
     answer = read_prediction("scalars the optimizer sees", prediction, form="a whole number, such as 1234")
     answer = number_in_text(one_number(answer))
     whole = isinstance(answer, int) or (isinstance(answer, float) and answer.is_integer())
+    if whole and not isinstance(answer, bool) and answer > 1e300:  # too large for a float, and for any model
+        raise CheckError(
+            "scalars the optimizer sees: a count of numbers is a whole number >= 0, of the size of a model",
+            got=f"a whole number of {len(str(int(answer)))} digits",
+            hint="write one whole number, such as 1234",
+            usage=True,
+        )
     if isinstance(answer, bool) or not whole or answer < 0:
         raise CheckError(
             "scalars the optimizer sees: a count of numbers is a whole number >= 0",
@@ -1825,7 +1901,7 @@ def check_residual_stack(ResidualStack: Any) -> None:
     expect_class(ResidualStack, nn.Module, "ResidualStack")
     expect_written(ResidualStack, ("__init__", "forward"))
     cases = [(5, 3, 3), (6, 4, 2)]
-    with torch.random.fork_rng(devices=[]):
+    with torch_settings_kept("your ResidualStack"), torch.random.fork_rng(devices=[]):
         for number, (D, H, depth) in enumerate(cases, start=1):
             torch.manual_seed(number)
             where = f"in case {number} of {len(cases)}"

@@ -4,6 +4,7 @@ The known wrong momentum rules are data: small optimizers the check replays next
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import itertools
 import math
 import re
@@ -33,7 +34,7 @@ from .core import (
     run_student,
     time_limit,
 )
-from .nb05_nn_module import expect_class
+from .nb05_nn_module import expect_class, torch_settings_kept
 from .running import expect_written, failing_line
 
 __all__ = ["check_sweep_prediction", "check_sgd_momentum"]
@@ -739,14 +740,32 @@ def _loss(params: list[torch.Tensor], x: torch.Tensor, y: torch.Tensor, unused: 
     return loss
 
 
+STEP_A_GENERATOR = Mistake(
+    "step() is a generator",
+    None,
+    why="a yield anywhere in a function's body makes it a generator function: calling it builds a generator and "
+    "runs none of its lines until something iterates over it, which optimizer.step() in a training loop never does, "
+    "so no parameter is ever updated",
+    look="step(): every yield in its body",
+)
+
+
 def _step(optimizer: torch.optim.Optimizer, setup: _Setup) -> None:
     __tracebackhide__ = True
     what = f"{type(optimizer).__name__}.step()"
     if setup.wrap_no_grad:
         with torch.no_grad():
-            run_student(optimizer.step, what=what)
+            result = run_student(optimizer.step, what=what)
     else:
-        run_student(optimizer.step, what=what)
+        result = run_student(optimizer.step, what=what)
+    if inspect.isgenerator(result):
+        result.close()
+        raise mistake_error(
+            f"{what} returned a generator and updated nothing",
+            STEP_A_GENERATOR,
+            expected="a step() that updates the parameters when it is called (it may return None or the loss)",
+            got="a generator object",
+        )
 
 
 def _resume(
@@ -974,7 +993,8 @@ def _crash_mistake(make: Callable, err: CheckError, setup: _Setup) -> CheckError
     written = _misread_optimizer(err)
     if written is not None:
         return mistake_error(err.message, written)
-    if setup.unused and _completes(make, dataclasses.replace(short, unused=False)):
+    in_step = ".step()" in err.message  # not state_dict(), load_state_dict() or zero_grad() of an override
+    if in_step and setup.unused and _completes(make, dataclasses.replace(short, unused=False)):
         return mistake_error(err.message, NONE_GRAD)
     if "leaf Variable" in text and _completes(make, dataclasses.replace(short, wrap_no_grad=True)):
         return mistake_error(err.message, NO_NO_GRAD)
@@ -1160,6 +1180,14 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
             hint="derive from torch.optim.Optimizer and write step() yourself",
         )
     steps = expect_count(steps, "steps", minimum=2, maximum=MAX_STEPS)
+    with torch_settings_kept("your SGDMomentum"):
+        _judge_optimizer(cls, steps)
+    passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")
+
+
+def _judge_optimizer(cls: type, steps: int) -> None:
+    """The four runs side by side with torch.optim.SGD, then the state kept per parameter."""
+    __tracebackhide__ = True
     make = _student_maker(cls)
     mine, optimizer = _student_run(make, _Setup(steps))
     reference, _ = _trajectory(_torch_sgd, _Setup(steps))
@@ -1175,4 +1203,3 @@ def check_sgd_momentum(SGDMomentum: Any, steps: int = 6) -> None:
     gap, _ = _student_run(make, gap_setup)
     _compare_runs(gap, _trajectory(_torch_sgd, gap_setup)[0], [MOVED_WITHOUT_GRADIENT, VELOCITY_DROPPED])
     _expect_state_per_parameter(optimizer)
-    passed(f"SGDMomentum: same parameters as torch.optim.SGD(momentum=...) after each of {steps} steps")

@@ -8,6 +8,7 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import inspect
 import math
 import re
 import traceback
@@ -35,6 +36,7 @@ from .core import (
     read_prediction,
     run_student,
 )
+from .nb05_nn_module import torch_settings_kept
 from .predictions import number_in_text
 
 __all__ = ["check_vgg_share_prediction", "check_transfer"]
@@ -103,11 +105,13 @@ def check_vgg_share_prediction(prediction) -> None:
     name = "the share of VGG16's parameters in its Linear layers"
     _refuse_decimal_comma(prediction, name)
     answer = read_prediction(name, _one_number(prediction), form="a number between 0 and 1, such as 0.5")
-    share = as_number(_share_in_text(answer), name)
+    share = _share_in_text(answer)
+    if not isinstance(share, int) or isinstance(share, bool) or 0 <= share <= 1:
+        share = as_number(share, name)  # a whole number of 400 digits is too large for a float: refused below
     if not 0 <= share <= 1:
         raise CheckError(
             f"{name}: answer with a fraction between 0 and 1",
-            got=repr(share),
+            got=repr(share) if abs(share) < 1e100 else f"a whole number of {len(str(abs(share)))} digits",
             hint="a share of 45% is written 0.45",
             usage=True,
         )
@@ -180,7 +184,8 @@ def _prepared(
     __tracebackhide__ = True
     model = copy.deepcopy(_resnet18()) if model is None else model
     old_head = model.fc
-    got = run_student(prepare, model, n, what="prepare_for_transfer(model, num_classes)")
+    with torch_settings_kept("your prepare_for_transfer"):
+        got = run_student(prepare, model, n, what="prepare_for_transfer(model, num_classes)")
     if not isinstance(got, (tuple, list)) or len(got) != 2:
         raise CheckError(
             "prepare_for_transfer must return (model, optimizer)",
@@ -912,7 +917,20 @@ def _loss_mistakes(mirror: Mirror, state: Snapshot, batch: tuple, want: float) -
             "through",
             look="what transfer_step returns",
         ),
+        Mistake(
+            "loss rounded",
+            _one_of(_roundings(want)),
+            "the loss returned was rounded (int(), round(), math.floor, or a format with few decimals): the step "
+            "returns the loss as the number backward() went through, all its digits; rounding is for printing it",
+            look="what transfer_step does to the loss before it returns it",
+        ),
     ]
+
+
+def _roundings(loss: float) -> list[float]:
+    """``loss`` rounded to 0 to 3 decimals, and down and up to whole numbers, where that changes it."""
+    rounded = [round(loss, digits) for digits in range(4)] + [math.floor(loss), math.ceil(loss)]
+    return [value for value in rounded if not math.isclose(value, loss, rel_tol=1e-4)]
 
 
 def _accuracies(mirror: Mirror, state: Snapshot, batch: tuple) -> list[float]:
@@ -1014,6 +1032,15 @@ def _raised_in_a_binary_loss(err: CheckError) -> bool:
     return any(frame.f_code.co_name.startswith("binary_cross_entropy") for frame, _ in frames)
 
 
+STEP_A_GENERATOR = Mistake(
+    "transfer_step is a generator",
+    None,
+    why="a yield anywhere in a function's body makes it a generator function: calling it builds a generator and "
+    "runs none of its lines (no forward pass, no backward, no optimizer step) until something iterates over it",
+    look="transfer_step: every yield in its body",
+)
+
+
 def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple, modes: _Modes, seed: int) -> Any:
     """The student's step on a copy of the batch (the reference keeps it as it was), under ``seed``."""
     __tracebackhide__ = True
@@ -1022,7 +1049,8 @@ def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple
         torch.manual_seed(seed)
         given = tuple(t.clone() for t in batch)
         try:
-            return run_student(transfer_step, model, optimizer, *given, what="transfer_step")
+            with torch_settings_kept("your transfer_step"):
+                loss = run_student(transfer_step, model, optimizer, *given, what="transfer_step")
         except CheckError as err:
             if _raised_in_a_binary_loss(err):
                 raise mistake_error(err.message, BINARY_LOSS) from None  # BCE on the class indices, or long targets
@@ -1036,6 +1064,10 @@ def _run_step(transfer_step: Any, model: nn.Module, optimizer: Any, batch: tuple
             if not no_grad or "does not require grad" not in err.message:
                 raise
             raise mistake_error(err.message, HEAD_UNDER_NO_GRAD) from None
+    if inspect.isgenerator(loss):
+        loss.close()
+        raise mistake_error("transfer_step returned a generator and did nothing else", STEP_A_GENERATOR)
+    return loss
 
 
 def _refuse_unwritten(loss: Any, ran_forward: bool, stepped: bool) -> None:
@@ -1106,6 +1138,17 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
     images, labels): the backbone stays exactly as it was; the head moves as one reference SGD step says."""
     expect_function(prepare_for_transfer, "prepare_for_transfer")
     expect_function(transfer_step, "transfer_step")
+    with torch_settings_kept("your prepare_for_transfer or transfer_step"):
+        model = _judge_transfer(prepare_for_transfer, transfer_step)
+    passed(
+        "transfer: backbone and batch-norm statistics frozen, a new trainable head, "
+        "and each step moves the head as SGD says" + _still_computed(model)
+    )
+
+
+def _judge_transfer(prepare_for_transfer: Callable, transfer_step: Callable) -> nn.Module:
+    """Both class counts, three steps each, then the wider ResNet; the last model prepared."""
+    __tracebackhide__ = True
     for n in CLASSES:
         model, optimizer, old_head = _prepared(prepare_for_transfer, n)
         eval_in_prepare = _batch_norm_in_eval(model)
@@ -1136,7 +1179,4 @@ def check_transfer(prepare_for_transfer, transfer_step) -> None:
             on_device = tuple(t.to(device) for t in batch)
             _check_step(model, mirror, state, on_device, loss, step)
     _check_other_width(prepare_for_transfer)
-    passed(
-        "transfer: backbone and batch-norm statistics frozen, a new trainable head, "
-        "and each step moves the head as SGD says" + _still_computed(model)
-    )
+    return model
