@@ -728,3 +728,39 @@ def test_programs_with_the_same_names_in_another_order_are_told_apart():
         lab.check_run_programs(each_step_once)
     assert info.value.message == "run_programs differs from running each row through its own program"
     assert info.value.got == "2 of 6 rows differ"
+
+
+def points_made_a_leaf(modules, points, programs):
+    points.requires_grad_(True)
+    return grouped(modules, points, programs)
+
+
+def test_requires_grad_switched_on_for_points_is_named():
+    """15th audit: it passed, though the prompt says points is left as it came (its grad would fill up)."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(points_made_a_leaf)
+    assert info.value.mistake == "requires_grad set on points"
+
+
+def grad_switched_off(modules, points, programs):
+    torch.set_grad_enabled(False)
+    return grouped(modules, points, programs)
+
+
+def test_autograd_switched_off_inside_run_programs_is_named():
+    """15th audit: it was "the result does not require grad", and autograd stayed off in the kernel."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_run_programs(grad_switched_off)
+    assert info.value.mistake == "autograd switched off"
+    assert torch.is_grad_enabled()
+
+
+def test_a_right_run_programs_passes_with_autograd_switched_off_in_the_kernel(capsys):
+    """15th audit: a torch.set_grad_enabled(False) of an earlier cell refused the right answer."""
+    torch.set_grad_enabled(False)
+    try:
+        lab.check_run_programs(grouped)
+        assert not torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    assert capsys.readouterr().out.startswith("PASS")

@@ -449,3 +449,53 @@ def test_a_sampler_passed_positionally_is_named():
     assert info.value.message == "with 50 items on 2 ranks, the ranks get 50, 50 items in epoch 0"
     text = f"{info.value.hint} {info.value.look}"
     assert "third parameter is shuffle" in text and "sampler=" not in text
+
+
+@pytest.mark.parametrize("setting", ["grad off", "float64 default"])
+def test_a_right_loader_passes_whatever_the_kernel_switched_earlier(setting, capsys):
+    """15th audit: the check runs as in a fresh kernel, and gives the kernel its settings back."""
+    if setting == "grad off":
+        torch.set_grad_enabled(False)
+    else:
+        torch.set_default_dtype(torch.float64)
+    try:
+        lab.check_rank_loader(fixed)
+        assert torch.is_grad_enabled() == (setting != "grad off")
+    finally:
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def shuffles_the_dataset_itself(dataset, rank, world_size, epoch, batch_size=32):
+    """15th audit: "a new shuffle each epoch" read as shuffling the data in place."""
+    items = dataset.tensors[0]
+    items[:] = items[torch.randperm(len(items), generator=torch.Generator().manual_seed(epoch))]
+    return fixed(dataset, rank, world_size, epoch, batch_size)
+
+
+def test_a_loader_that_changes_its_dataset_is_named():
+    """It was named "the ranks shuffle differently", a cause it did not have."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(shuffles_the_dataset_itself)
+    assert info.value.mistake == nb10.DATASET_CHANGED.name
+    assert info.value.message == "rank_loader_fixed changed the dataset it was given"
+
+
+class MetaBatches:
+    """A loader whose batches hold no values."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def __iter__(self):
+        for (batch,) in self.loader:
+            yield (batch.to("meta"),)
+
+
+def test_a_loader_of_meta_batches_gets_one_sentence():
+    """It was "the check could not use what it was given (NotImplementedError: Cannot copy out of meta tensor)"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_rank_loader(lambda *args, **kwargs: MetaBatches(fixed(*args, **kwargs)))
+    assert info.value.usage
+    assert info.value.message == "a batch of the loader is on the meta device, which holds shapes but no items"

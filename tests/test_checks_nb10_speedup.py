@@ -90,3 +90,60 @@ def test_what_is_no_prediction_of_two_numbers_is_refused_and_not_committed(answe
     assert info.value.usage
     lab.check_speedup_prediction((3.72, 0.69))  # the first valid answer is the one committed
     assert capsys.readouterr().out.startswith("PASS")
+
+
+class ShowsNothing:
+    """An object whose repr, len and iter raise."""
+
+    def __repr__(self):
+        raise ValueError("no repr")
+
+    def __len__(self):
+        raise ValueError("no len")
+
+    def __iter__(self):
+        raise ValueError("no iter")
+
+
+class UnreadablePair(tuple):
+    """A tuple that raises when iterated."""
+
+    def __iter__(self):
+        raise RuntimeError("no iter")
+
+
+@pytest.mark.parametrize(
+    "answer", [(ShowsNothing(), 0.69), UnreadablePair((3.72, 0.69)), ShowsNothing()], ids=["item", "pair", "object"]
+)
+def test_a_pair_that_cannot_be_read_gets_one_sentence(answer, capsys):
+    """15th audit: these reached the engine's "could not use what it was given" with the object's own error."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_speedup_prediction(answer)
+    assert info.value.usage
+    assert info.value.message.startswith("4-GPU speed-up (ResNet-50, DigitsCNN): answer with")
+    assert "could not use" not in str(info.value)
+    lab.check_speedup_prediction((3.72, 0.69))
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_exact_numbers_are_numbers(capsys):
+    """15th audit: Fractions and Decimals were refused as no plain values."""
+    from decimal import Decimal
+    from fractions import Fraction
+
+    lab.check_speedup_prediction((Fraction(4 * 649, 697), Decimal("0.69")))
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_percentages_written_as_text_hear_that_a_ratio_is_asked():
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_speedup_prediction("372%, 69%")
+    assert "not a percentage" in info.value.hint
+
+
+def test_a_slowdown_factor_for_the_digits_hears_what_a_speedup_below_one_means(capsys):
+    """15th audit: 1.44 is also 2.77 / 1.92, how many times slower the digits run; the note named only the
+    proportional-share reading."""
+    lab.check_speedup_prediction((3.72, 1.44))
+    lab.check_speedup_prediction((3.72, 0.69))
+    assert "how many times slower" in capsys.readouterr().out

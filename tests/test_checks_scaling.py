@@ -574,6 +574,15 @@ AMP_MISTAKES = {
     "clipped while scaled": [clipped_while_scaled],
     "scores returned": [returns_the_scores],
 }
+
+
+def own_optimizer(model, optimizer, scaler, inputs, targets, dtype):
+    """15th audit: a fresh optimizer made inside the step (plain SGD at the check's rate: the weights were right)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=nb10.AMP_LR)
+    return amp_step(model, optimizer, scaler, inputs, targets, dtype)
+
+
+AMP_MISTAKES["optimizer argument not used"] = [own_optimizer]
 # The device chosen by whether a GPU exists: on a CPU-only machine the choice is the inputs' own and only the
 # source shows it; on a GPU machine the CPU inputs run without autocast, in float32, and that is what is named.
 AMP_MISTAKES["autocast on another device type" if torch.cuda.is_available() else "device type written in"].append(
@@ -588,7 +597,7 @@ def test_every_listed_amp_mistake_has_a_test():
     listed |= {nb10.AUTOCAST_ELSEWHERE.name, nb10.AUTOCAST_OFF_WITH_SCALER.name}
     listed |= {nb10.SCALE_GIVEN_TO_UPDATE.name, nb10.INF_STEP_SKIPPED_BY_HAND.name}
     listed |= {nb10.DEVICE_FOR_ITS_TYPE.name, nb10.NO_BACKWARD.name, nb10.SCORES_RETURNED.name}
-    listed |= {nb10.INF_REMOVED.name}
+    listed |= {nb10.INF_REMOVED.name, nb10.OPTIMIZER_UNUSED.name}
     assert listed <= set(AMP_MISTAKES)
 
 
@@ -1597,3 +1606,89 @@ def test_a_loss_kept_in_the_autocast_dtype_is_named():
     with pytest.raises(lab.CheckError) as info:
         lab.check_amp_step(amp_step_bf16_log_softmax)
     assert info.value.mistake == "loss in the autocast dtype"
+
+
+# ----------------------------------------------------------------------------- 15th audit: bad input, global state
+
+
+def targets_zeroed_in_place(model, optimizer, scaler, inputs, targets, dtype):
+    targets.zero_()
+    return amp_step(model, optimizer, scaler, inputs, targets, dtype)
+
+
+def test_amp_step_that_writes_into_the_batch_is_named():
+    """It was "the weights differ from loss scaling done by hand", with no cause."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(targets_zeroed_in_place)
+    assert info.value.message == "amp_step (the first step) changed its argument targets in place"
+
+
+@pytest.mark.parametrize("dtype", [torch.complex64, torch.int64, torch.bool], ids=str)
+def test_amp_step_returning_a_loss_of_no_float_dtype_is_refused(dtype):
+    """A complex loss passed (its real part was compared, with a warning); an integer one was "2, expected 2.317"."""
+
+    def converted(*args):
+        return amp_step(*args).to(dtype)
+
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_amp_step(converted)
+    assert "where a loss is a floating-point number" in info.value.message
+    assert info.value.usage
+
+
+def amp_step_grad_off(*args):
+    loss = amp_step(*args)
+    torch.set_grad_enabled(False)
+    return loss
+
+
+def data_parallel_grads_grad_off(*args):
+    torch.set_grad_enabled(False)
+    return data_parallel_grads(*args)
+
+
+@pytest.mark.parametrize(
+    "check, student",
+    [(lab.check_amp_step, amp_step_grad_off), (lab.check_data_parallel_grads, data_parallel_grads_grad_off)],
+    ids=["10.2", "10.3"],
+)
+def test_a_function_that_switches_autograd_off_is_named_and_the_kernel_keeps_it_on(check, student):
+    """It was "the check could not use what it was given", or an error of the check's own next step."""
+    with pytest.raises(lab.CheckError) as info:
+        check(student)
+    assert info.value.mistake == "autograd switched off"
+    assert torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize(
+    "check, student", [(lab.check_amp_step, amp_step), (lab.check_data_parallel_grads, data_parallel_grads)]
+)
+@pytest.mark.parametrize("setting", ["grad off", "float64 default"])
+def test_a_right_answer_passes_whatever_the_kernel_switched_earlier(check, student, setting, capsys):
+    """A torch.set_grad_enabled(False) or torch.set_default_dtype(torch.float64) run in an earlier cell refused
+    right answers with wrong causes; the kernel keeps its own setting afterwards."""
+    if setting == "grad off":
+        torch.set_grad_enabled(False)
+    else:
+        torch.set_default_dtype(torch.float64)
+    try:
+        check(student)
+        assert torch.is_grad_enabled() == (setting != "grad off")
+        assert torch.get_default_dtype() == (torch.float64 if setting == "float64 default" else torch.float32)
+    finally:
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+@pytest.mark.parametrize("answer, read", [("identical", "same"), ("The same object.", "same"), ("a copy", "new")])
+def test_to_prediction_reads_the_choices_in_other_words(answer, read, capsys):
+    """15th audit: "identical" and "a copy" were refused as no choice, though each can mean only one."""
+    lab.check_to_prediction(answer)
+    assert f"(recorded answer: {read!r})" in capsys.readouterr().out
+
+
+def test_to_prediction_leaves_a_negation_to_the_question(capsys):
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_to_prediction("not the same")
+    assert info.value.usage

@@ -240,6 +240,41 @@ def test_script_vs_trace_stops_a_loop_that_never_ends(halvers, monkeypatch):
         lab.check_script_vs_trace(never_returns, *halvers)
 
 
+def halve_forever(x):
+    while x.abs().max() >= 0:  # true for every tensor: the loop never ends
+        x = x / 2
+    return x
+
+
+@pytest.mark.parametrize("slot", ["your halve_until_small(x)", "scripted_halve", "traced_halve"])
+def test_script_vs_trace_stops_torchscript_that_never_returns(halvers, slot, monkeypatch, capsys):
+    """15th audit: TorchScript runs its loop in C++, where the time limit's signal never arrives: it hung."""
+    monkeypatch.setattr(running, "TIME_LIMIT", 0.5)
+    args = [halve_until_small, *halvers]
+    args[["your halve_until_small(x)", "scripted_halve", "traced_halve"].index(slot)] = _script(halve_forever)
+    start = time.perf_counter()
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_script_vs_trace(*args)
+    assert time.perf_counter() - start < 20
+    assert info.value.message == f"{slot} did not return within 0.5 s on the check's inputs, so the check stopped it"
+    assert info.value.mistake == "too slow"
+    lab.check_script_vs_trace(halve_until_small, *halvers)  # nothing left broken
+    assert "PASS" in capsys.readouterr().out
+
+
+class HalvingModule(nn.Module):
+    def forward(self, x):
+        while x.abs().max() > 1:
+            x = x / 2
+        return x
+
+
+def test_script_vs_trace_accepts_a_scripted_and_traced_module(capsys):
+    """Its TorchScript code is not halve_until_small's, so the check tries it in a child process first."""
+    lab.check_script_vs_trace(halve_until_small, _script(HalvingModule()), _trace(HalvingModule()))
+    assert "PASS" in capsys.readouterr().out
+
+
 def exact(x):
     return x / 2.0 ** torch.clamp(torch.ceil(torch.log2(x.abs().max())), min=0)
 
@@ -322,12 +357,22 @@ def test_a_wrong_then_right_fullgraph_prediction_keeps_the_first(answer, note, c
 
 
 @pytest.mark.parametrize(
-    "answer", ["raises", "Exception", "it raises an error.", "an exception", RuntimeError], ids=repr
+    "answer",
+    ["raises", "Exception", "it raises an error.", "an exception", RuntimeError]
+    + ["it crashes", "errors out", "TypeError", "torch._dynamo.exc.Unsupported", RuntimeError("graph break")],
+    ids=repr,
 )
 def test_fullgraph_prediction_reads_raising_as_error(answer, capsys):
     """Fourteenth audit: "raises" and "exception" were refused as no choice, where they can only mean "error"."""
     lab.check_fullgraph_prediction(answer)
     assert capsys.readouterr().out.startswith("PASS  fullgraph=True: 'error' is right (recorded answer: 'error').")
+
+
+@pytest.mark.parametrize("answer, read", [("Right", "correct"), ("incorrect", "wrong")])
+def test_fullgraph_prediction_reads_the_other_choices_synonyms(answer, read, capsys):
+    """15th audit: "incorrect" was told that its text rules a choice out, and "right" that it is no choice."""
+    lab.check_fullgraph_prediction(answer)
+    assert f"(recorded answer: {read!r})" in capsys.readouterr().out
 
 
 def test_fullgraph_prediction_does_not_read_a_denial_as_error(capsys):
@@ -953,6 +998,52 @@ def test_an_unfinished_forward_says_it_returned_none():
         lab.check_cond_gate(UnfinishedGate)
     assert info.value.usage
     assert info.value.message == "CondGate()(x) returned None"
+
+
+class WritesIntoItsInput(Gate):
+    def forward(self, x):
+        x.relu_()
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+class NudgesItsWeights(Gate):
+    def forward(self, x):
+        with torch.no_grad():
+            self.linear.weight.add_(0.01)
+        h = self.linear(x)
+        return torch.cond(h.sum() > 0, lambda h: h.relu(), lambda h: -h, (h,))
+
+
+def test_a_forward_that_writes_into_its_input_is_named():
+    """15th audit: "neither relu(h) nor -h", where the forward had changed x in place."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(WritesIntoItsInput)
+    assert info.value.message == "CondGate()(x) changed its argument x in place"
+
+
+def test_a_forward_that_changes_its_weights_is_named():
+    """15th audit: "neither relu(h) nor -h", where the forward had changed self.linear's weights."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_cond_gate(NudgesItsWeights)
+    assert info.value.mistake == "weights changed in forward"
+
+
+@pytest.mark.parametrize("setting", ["grad off", "float64 default"])
+def test_a_right_cond_gate_passes_whatever_the_kernel_switched_earlier(setting, capsys):
+    """15th audit: grad mode off in the kernel gave "the check could not use what it was given", a float64 default
+    dtype "keep Gate's __init__"."""
+    if setting == "grad off":
+        torch.set_grad_enabled(False)
+    else:
+        torch.set_default_dtype(torch.float64)
+    try:
+        lab.check_cond_gate(CondGate)
+        assert torch.get_default_dtype() == (torch.float64 if setting == "float64 default" else torch.float32)
+    finally:
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+    assert capsys.readouterr().out.startswith("PASS")
 
 
 def test_cond_gate_stops_a_forward_that_never_returns(monkeypatch):

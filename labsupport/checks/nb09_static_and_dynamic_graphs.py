@@ -9,7 +9,10 @@ import functools
 import io
 import itertools
 import logging
+import os
 import re
+import signal
+import time
 import traceback
 import types
 import warnings
@@ -44,6 +47,52 @@ __all__ = [
     "check_fullgraph_fix",
     "check_run_programs",
 ]
+
+
+def _in_usual_torch_state(check: Callable) -> Callable:
+    """Run ``check`` with autograd on and float32 as the default dtype, whatever earlier cells of the kernel set
+    (a torch.set_grad_enabled(False), a torch.set_default_dtype(torch.float64)): a right answer is judged as it runs
+    in a training loop. The kernel gets its own settings back afterwards, also where a student's function changed
+    them. (This belongs in the engine's exercise decorator; until it is there, each check module applies it.)"""
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        dtype = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            with torch.enable_grad():
+                return check(*args, **kwargs)
+        finally:
+            torch.set_default_dtype(dtype)
+
+    return run
+
+
+@contextlib.contextmanager
+def _grad_mode_kept(what: str) -> Iterator[None]:
+    """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
+    on before); autograd is switched back on first, so that the check goes on as it should."""
+    __tracebackhide__ = True
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        if enabled and not torch.is_grad_enabled():  # raised or not: the mode switched off is what went wrong
+            torch.set_grad_enabled(True)
+            raise _autograd_switched_off(what)
+
+
+def _autograd_switched_off(what: str) -> CheckError:
+    """What to say to a student's function that switched autograd off and left it off."""
+    return CheckError(
+        f"{what} switched autograd off and left it off (torch.set_grad_enabled(False), or a no_grad entered "
+        "without a `with`)",
+        hint="a call of torch.set_grad_enabled(False) switches gradient tracking off for every line that runs "
+        "after it, in this function and in every later cell, until something switches it on again; "
+        "`with torch.no_grad():` limits it to the lines of its block",
+        mistake="autograd switched off",
+    )
 
 
 # ----------------------------------------------------------------------------- 09.1 script vs trace
@@ -286,6 +335,7 @@ def _returned(value: Any, who: str) -> Any:
 
 
 def _eager_answers(halve_until_small: Any, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    _stop_endless_script(halve_until_small, "your halve_until_small(x)")
     answers = []
     for x in inputs:
         got = run_student(
@@ -375,6 +425,73 @@ def _graph_has_loop(fn: Any) -> bool:
     return "prim::Loop" in str(graph)
 
 
+def _returns_in_time(fn: Any, inputs: list[torch.Tensor], seconds: float) -> bool:
+    """Whether ``fn`` returns (or raises) on every input within ``seconds``, tried in a forked child process.
+    TorchScript runs its loops in C++, where the time limit's signal cannot stop them: in the check's own process
+    a scripted loop that never ends would hang the kernel. Where there is no fork (Windows) it says True."""
+    if not hasattr(os, "fork"):
+        return True
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "this process is multi-threaded": the child only computes
+        child = os.fork()
+    if child == 0:  # the child: run every input, whatever happens, and leave without clean-up
+        try:
+            for x in inputs:
+                with contextlib.suppress(BaseException):
+                    fn(x.clone())
+        finally:
+            os._exit(0)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            if os.waitpid(child, os.WNOHANG)[0]:
+                return True
+            time.sleep(0.01)
+        return False
+    finally:
+        with contextlib.suppress(ChildProcessError, ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+
+
+def _same_script(fn: Any, eager: Any) -> bool:
+    """Whether ``fn`` is ``torch.jit.script(eager)``: the same TorchScript code as the eager function that returned
+    on every input above."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.jit.script(eager).code == fn.code
+    except Exception:
+        return False
+
+
+#: What each of 09.1's three names should be, said when TorchScript handed in under that name never returns.
+ENDLESS_FIX = {
+    "your halve_until_small(x)": "halve_until_small is the plain Python function; it halves while the largest |x| "
+    "is above 1",
+    "scripted_halve": "script the halve_until_small that passed above",
+    "traced_halve": "trace the halve_until_small that passed above, with `example`",
+}
+
+
+def _stop_endless_script(fn: Any, name: str, eager: Any = None) -> None:
+    """A CheckError if ``fn``, TorchScript with a loop, does not return on the fresh inputs within the time limit."""
+    __tracebackhide__ = True
+    scripted = isinstance(fn, (torch.jit.ScriptFunction, torch.jit.ScriptModule))
+    if not scripted or "prim::Loop" not in str(getattr(fn, "inlined_graph", "prim::Loop")):
+        return
+    if eager is not None and _same_script(fn, eager):
+        return
+    limit = running.TIME_LIMIT
+    if _returns_in_time(fn, [*fresh_inputs(), torch.tensor(LARGE_INPUT)], limit):
+        return
+    raise CheckError(
+        f"{name} did not return within {limit:g} s on the check's inputs, so the check stopped it",
+        hint=f"its loop never ends on some input (a while whose condition never changes?): {ENDLESS_FIX[name]}",
+        mistake="too slow",
+    )
+
+
 def _outputs(fn: Any, name: str, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     outputs = []
     for x in inputs:
@@ -451,6 +568,7 @@ def _check_traced(traced: Any, eager: Callable, inputs: list[torch.Tensor], want
 
 
 @exercise("09.1", "a loop that tracing gets wrong")
+@_in_usual_torch_state
 def check_script_vs_trace(halve_until_small: Callable, scripted_halve: Any, traced_halve: Any) -> None:
     """The eager loop, its ``torch.jit.script`` and its ``torch.jit.trace`` on fresh inputs needing 0 to 6 halvings."""
     _check_eager(halve_until_small)
@@ -458,6 +576,8 @@ def check_script_vs_trace(halve_until_small: Callable, scripted_halve: Any, trac
     traced = _torchscript(traced_halve, "traced_halve", "trace")
     inputs = fresh_inputs()
     wants = [halve_while(x, _largest_abs_above_one) for x in inputs]
+    _stop_endless_script(scripted, "scripted_halve", halve_until_small)
+    _stop_endless_script(traced, "traced_halve", halve_until_small)
     _check_scripted(scripted, inputs, wants)
     wrong = _check_traced(traced, halve_until_small, inputs, wants)
     passed(
@@ -494,15 +614,29 @@ RAISES_WORDS = frozenset(
 )
 
 
+#: Words of 09.2's other two choices: "right" is "correct", "incorrect" is "wrong" (the engine would read the "in"
+#: of "incorrect" as a denial of "correct").
+SYNONYMS = {"right": "correct", "the right one": "correct", "incorrect": "wrong", "the wrong one": "wrong"}
+
+#: More ways to say that the call raises: it crashes, it errors, or the name of an exception class.
+CRASH_WORDS = frozenset({"crash", "crashes", "it crashes", "errors", "it errors", "errors out", "it errors out"})
+
+
 def _fullgraph_word(prediction: Any) -> Any:
-    """09.2's "error" written another way ("raises", "an exception", an exception class such as RuntimeError) as
-    that choice; anything else unchanged."""
-    if isinstance(prediction, type) and issubclass(prediction, BaseException):
+    """09.2's "error" written another way ("raises", "an exception", an exception class such as RuntimeError, or one
+    of them raised and kept), "right" and "incorrect" as "correct" and "wrong"; anything else unchanged."""
+    if isinstance(prediction, BaseException) or (
+        isinstance(prediction, type) and issubclass(prediction, BaseException)
+    ):
         return "error"
     if not isinstance(prediction, str):
         return prediction
     words = " ".join(re.sub(r"[^a-z]+", " ", str.lower(prediction)).split())  # str.lower: a subclass may lie
-    return "error" if words in RAISES_WORDS else prediction
+    if words in RAISES_WORDS or words in CRASH_WORDS:
+        return "error"
+    if re.fullmatch(r"[A-Za-z_.]*(Error|Exception|Unsupported)", str.strip(prediction)):  # "TypeError", "Unsupported"
+        return "error"
+    return SYNONYMS.get(words, prediction)
 
 
 @exercise("09.2", "does fullgraph=True accept a data-dependent branch?", prediction=True)
@@ -815,13 +949,45 @@ def _reason_in_causes(err: BaseException, phrase: str) -> str | None:
     return None
 
 
+#: What to say when CondGate's forward wrote into its input.
+INPUT_CHANGED = (
+    "an in-place operation (a method ending in _, +=, an assignment into x[...]) wrote into the input: Gate's forward "
+    "leaves x as it came, and a caller that uses x again would find other numbers"
+)
+
+WEIGHTS_CHANGED_IN_FORWARD = Mistake(
+    "weights changed in forward",
+    None,
+    "forward changed self.linear's weights while it ran (an in-place change: a method ending in _, .data, an "
+    "assignment under torch.no_grad), so every call computes another function and the exported graph is not the "
+    "module that was checked: forward computes from the weights and leaves them as they are; only an optimizer "
+    "step changes them",
+    look="every line of forward that writes into self.linear",
+)
+
+
 def _run_gate(model: torch.nn.Module, x: torch.Tensor) -> Any:
     """``model(x)``, with torch.cond's own complaints about how it was called turned into named mistakes (and
-    Dynamo's warning about a branch it cannot trace left out: the named mistake says it in words)."""
+    Dynamo's warning about a branch it cannot trace left out: the named mistake says it in words); a forward that
+    writes into its input or its own weights is named."""
+    weights = [p.detach().clone() for p in model.linear.parameters()]
+    result = _run_gate_forward(model, x)
+    if any(not torch.equal(w, p.detach()) for w, p in zip(weights, model.linear.parameters())):
+        raise mistake_error("CondGate()(x) changed self.linear's weights while it ran", WEIGHTS_CHANGED_IN_FORWARD)
+    return result
+
+
+def _run_gate_forward(model: torch.nn.Module, x: torch.Tensor) -> Any:
+    """``model(x)``, with torch.cond's own complaints turned into named mistakes."""
+
+    def call(x: torch.Tensor) -> Any:  # the module's argument by its name, x, in what run_student says
+        return model(x)
+
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Dynamo does not know how to trace", category=UserWarning)
-            return run_student(model, x.clone(), what="CondGate()(x)")
+            with _grad_mode_kept("CondGate()(x)"):
+                return run_student(call, x.clone(), what="CondGate()(x)", inplace_hint=INPUT_CHANGED)
     except CheckError as err:
         text = err.message.lower()
         for phrase, mistake in COND_USAGE:
@@ -1170,9 +1336,21 @@ def _check_zero_sum(model: torch.nn.Module) -> None:
     raise CheckError(message, expected="-h, with h = self.linear(x)", got=f"{describe(got)}")
 
 
+@functools.cache
+def _warm_up_cond() -> None:
+    """Run torch.cond once, outside any time limit: its first call imports and sets up Dynamo (seconds on a small
+    machine), which would count against the student's forward, and a time limit that ends it halfway leaves
+    torch._dynamo half imported, broken for every later call in the kernel."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.cond(torch.tensor(True), torch.neg, torch.abs, (torch.ones(1),))
+
+
 @exercise("09.3", "a Gate that exports")
+@_in_usual_torch_state
 def check_cond_gate(cond_gate_class: Any) -> None:
     """``cond_gate_class()`` against Gate's rule on batches that take each branch, then exported: one cond node."""
+    _warm_up_cond()
     model = _build_gate(cond_gate_class)
     batches = gate_batches(model.linear)
     _check_eager_gate(model, batches)
@@ -1726,6 +1904,7 @@ def _names_an_earlier_length(err: CheckError, x: torch.Tensor, earlier: list[tor
 
 
 @exercise("09.4", "one graph, no breaks")
+@_in_usual_torch_state
 def check_fullgraph_fix(summarise_graph: Any) -> None:
     """``summarise_graph`` equals ``summarise`` on seven vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
     inputs = summarise_inputs()
@@ -2086,21 +2265,36 @@ def _looked_up_a_program(err: CheckError) -> bool:
 def _call_run_programs(run_programs: Any, modules: torch.nn.ModuleDict, points: torch.Tensor, given: list) -> Any:
     """The student's run_programs on the check's batch; a whole program looked up in modules is named."""
     __tracebackhide__ = True
+    handed = points.clone()
     try:
-        return run_student(
-            run_programs,
-            modules,
-            points.clone(),
-            given,
-            what="run_programs(modules, points, programs)",
-            inplace_hint="make new tensors for the results; leave points as it came",
-        )
+        with _grad_mode_kept("run_programs"):
+            got = run_student(
+                run_programs,
+                modules,
+                handed,
+                given,
+                what="run_programs(modules, points, programs)",
+                inplace_hint="make new tensors for the results; leave points as it came",
+            )
     except CheckError as err:
         if "stack expects each tensor to be equal size" in err.message:
             raise mistake_error(err.message, GROUPS_STACKED) from None
         if not _looked_up_a_program(err):
             raise
         raise mistake_error(err.message, PROGRAM_AS_A_NAME) from None
+    if handed.requires_grad:
+        raise mistake_error("run_programs switched on requires_grad of the `points` it was given", POINTS_MADE_A_LEAF)
+    return got
+
+
+POINTS_MADE_A_LEAF = Mistake(
+    "requires_grad set on points",
+    None,
+    "run_programs changed the caller's points: it asked autograd to track them, so every backward through the "
+    "result would also fill points.grad. The gradients the training needs are the modules' own weights', which "
+    "track themselves; points is data, and is left as it came",
+    look="the line that calls requires_grad_ (or sets .requires_grad) on points",
+)
 
 
 def _module_grads(modules: torch.nn.ModuleDict, out: torch.Tensor, weights: torch.Tensor) -> list[torch.Tensor]:
@@ -2343,6 +2537,7 @@ def _state_of_the_first_batch(run_programs: Any, points: torch.Tensor, programs:
 
 
 @exercise("09.5", "one batch, many networks")
+@_in_usual_torch_state
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls; on
     the batch the PASS line reports, then on one whose programs share their steps in other orders."""

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
+import decimal
+import functools
 import inspect
 import itertools
 import math
+import numbers
 import re
 import textwrap
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -89,12 +93,77 @@ def to_keeps_parameters() -> str:
     return "new"
 
 
+def _in_usual_torch_state(check: Callable) -> Callable:
+    """Run ``check`` with autograd on and float32 as the default dtype, whatever earlier cells of the kernel set
+    (a torch.set_grad_enabled(False), a torch.set_default_dtype(torch.float64)): a right answer is judged as it runs
+    in a training loop. The kernel gets its own settings back afterwards, also where a student's function changed
+    them. (This belongs in the engine's exercise decorator; until it is there, each check module applies it.)"""
+
+    @functools.wraps(check)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        dtype = torch.get_default_dtype()
+        torch.set_default_dtype(torch.float32)
+        try:
+            with torch.enable_grad():
+                return check(*args, **kwargs)
+        finally:
+            torch.set_default_dtype(dtype)
+
+    return run
+
+
+@contextlib.contextmanager
+def _grad_mode_kept(what: str) -> Iterator[None]:
+    """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
+    on before); autograd is switched back on first, so that the check goes on as it should."""
+    __tracebackhide__ = True
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        if enabled and not torch.is_grad_enabled():  # raised or not: the mode switched off is what went wrong
+            torch.set_grad_enabled(True)
+            raise _autograd_switched_off(what)
+
+
+def _autograd_switched_off(what: str) -> CheckError:
+    """What to say to a student's function that switched autograd off and left it off."""
+    return CheckError(
+        f"{what} switched autograd off and left it off (torch.set_grad_enabled(False), or a no_grad entered "
+        "without a `with`)",
+        hint="a call of torch.set_grad_enabled(False) switches gradient tracking off for every line that runs "
+        "after it, in this function and in every later cell, until something switches it on again; "
+        "`with torch.no_grad():` limits it to the lines of its block",
+        mistake="autograd switched off",
+    )
+
+
+#: 10.1's two choices in other words a student writes: each phrase, whole, stands for its choice.
+TO_SYNONYMS = {
+    "same": ("identical", "the same", "the same one", "same one", "same object", "the same object", "unchanged"),
+    "new": ("different", "a new one", "new one", "new object", "a new object", "a copy", "copy", "replaced"),
+}
+
+
+def _to_word(prediction: Any) -> Any:
+    """10.1's "same" or "new" written in other words ("identical", "a copy") as that choice; anything else as it
+    came (a phrase with a negation, such as "not the same", is left to the engine, which asks for the word)."""
+    if not isinstance(prediction, str):
+        return prediction
+    words = " ".join(re.sub(r"[^a-z]+", " ", str.lower(prediction)).split())  # str.lower: a subclass may lie
+    for choice, phrases in TO_SYNONYMS.items():
+        if words in phrases:
+            return choice
+    return prediction
+
+
 @exercise("10.1", "does .to() replace the parameters?", prediction=True)
 def check_to_prediction(prediction: Any) -> None:
     """Predict-then-run: after ``model.to(...)``, is ``model.weight`` the object it was before?"""
     check_prediction(
         "Module.to",
-        prediction,
+        _to_word(prediction),
         to_keeps_parameters(),
         choices=("same", "new"),
         why="Module.to swaps each parameter's data in place, so an optimizer built earlier holds the "
@@ -318,11 +387,25 @@ DEVICE_FOR_ITS_TYPE = Mistake(
 )
 
 
+#: What to say when amp_step wrote into the batch it was given.
+BATCH_CHANGED = (
+    "an in-place operation (a method ending in _, +=, an assignment into a slice) wrote into the batch: a training "
+    "step reads its batch and leaves it as it came, for the loop that handed it over"
+)
+
+
 def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
-    """Call the student's step; GradScaler's assertions become the mistake they mean."""
+    """Call the student's step; GradScaler's assertions become the mistake they mean, and so does a batch whose inf
+    values were removed in place."""
+    had_inf = not bool(torch.isfinite(args[3]).all())
     try:
-        return run_student(amp_step, *args, what=f"amp_step (the {step} step)")
+        with _grad_mode_kept(f"amp_step (the {step} step)"):
+            return run_student(amp_step, *args, what=f"amp_step (the {step} step)", inplace_hint=BATCH_CHANGED)
     except CheckError as err:
+        if had_inf and "in place" in err.message and bool(torch.isfinite(args[3]).all()):
+            raise mistake_error(
+                f"in the {step} step, the model never saw the batch's inf values", INF_REMOVED
+            ) from None
         cause = str(err.__cause__ or "")
         if DEVICE_TYPE_NOT_STR in cause:
             raise mistake_error(err.message, DEVICE_FOR_ITS_TYPE) from None
@@ -393,6 +476,15 @@ def _returned_loss(loss: Any, step: str, finite: bool) -> torch.Tensor:
     if loss.dim() == 2:
         raise mistake_error(f"{name} has shape {tuple(loss.shape)}, one row per example", SCORES_RETURNED)
     loss = expect_tensor(loss, name, shape=(), finite=finite)
+    if not loss.is_floating_point():
+        raise CheckError(
+            f"{name} has dtype {str(loss.dtype).removeprefix('torch.')}, where a loss is a floating-point number",
+            expected="the loss as the cross-entropy computed it (a float dtype), detached",
+            got=describe(loss),
+            hint="a conversion after the loss was computed (to an integer, a boolean or a complex number) changes "
+            "what the training loop records: return the loss itself",
+            usage=True,
+        )
     if loss.requires_grad:
         raise CheckError(
             f"{name} still holds its graph (requires_grad=True)",
@@ -722,6 +814,8 @@ def _run_amp_steps(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> N
     run = AmpRun()
     finite_inputs: list[bool] = []  # for each forward pass of the model: were its inputs all finite?
     model.register_forward_pre_hook(lambda module, args: finite_inputs.append(_all_finite(args)))
+    optimizer_steps: list[int] = []  # one entry per step the optimizer passed to amp_step took
+    optimizer.register_step_post_hook(lambda *hook_args: optimizer_steps.append(1))
     for i, (x, y) in enumerate(batches):
         step = STEP_WORDS[i] if scaler_on else ("first", "second")[i]
         finite_inputs.clear()
@@ -733,6 +827,20 @@ def _run_amp_steps(amp_step: Callable, dtype: torch.dtype, scaler_on: bool) -> N
         run.scales.append(scaler.get_scale())
         run.updates.append(scaler.calls["update"])
         _judge_amp_step(run, ref, scaler, dtype, i)
+        if not optimizer_steps and not _near(run.states[i], _state(_cnn(3)), rtol=0, atol=1e-9):
+            message = f"the weights after the {step} step are right, but the optimizer passed to amp_step took no step"
+            raise mistake_error(message, OPTIMIZER_UNUSED)
+
+
+OPTIMIZER_UNUSED = Mistake(
+    "optimizer argument not used",
+    None,
+    "the weights moved, but not through the optimizer amp_step was given: another one, made inside amp_step, took "
+    "the step. A new optimizer each step forgets what the optimizer keeps between steps (momentum, Adam's running "
+    "averages, a learning-rate schedule): here plain SGD hides it, in training it would not. amp_step works through "
+    "its `optimizer` argument, as fp32_step does",
+    look="which optimizer the scaler's step is given",
+)
 
 
 FIXED_DEVICE_TYPE = Mistake(
@@ -847,6 +955,7 @@ def _described(device: ast.expr, values: dict[str, list[ast.expr]]) -> str:
 
 
 @exercise("10.2", "a training step with a GradScaler")
+@_in_usual_torch_state
 def check_amp_step(amp_step: Callable) -> None:
     """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: bf16 and fp16, 3 steps each, the 2nd on inf;
     then bf16 with the scaler disabled."""
@@ -1438,15 +1547,16 @@ def _run_parallel_grads(
     """The student's function on one case; zeroing a .grad that is still None is named."""
     __tracebackhide__ = True
     try:
-        return run_student(
-            data_parallel_grads,
-            model,
-            x,
-            y,
-            ws,
-            what="your data_parallel_grads(...)",
-            inplace_hint="{name} was changed in place: the function only reads the batch",
-        )
+        with _grad_mode_kept("your data_parallel_grads(...)"):
+            return run_student(
+                data_parallel_grads,
+                model,
+                x,
+                y,
+                ws,
+                what="your data_parallel_grads(...)",
+                inplace_hint="{name} was changed in place: the function only reads the batch",
+            )
     except CheckError as err:
         if GRAD_OF_NOTHING.search(err.message):
             raise mistake_error(err.message, PARAMETERS_USED_UP) from None
@@ -1474,6 +1584,7 @@ def _judge_model_dtype(model: torch.nn.Module, before: Mapping[str, torch.Tensor
 
 
 @exercise("10.3", "data parallelism by hand")
+@_in_usual_torch_state
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
     expect_function(data_parallel_grads, "data_parallel_grads")
@@ -1659,7 +1770,9 @@ def speedup_mistakes() -> dict[tuple[float, float], str]:
         (right[0], round(GPUS * speedup(digits), 2)): "The digits' 4 GPUs share one batch of 64: a step handles "
         "64 images whatever the number of GPUs, so only the step's time decides.",
         (right[0], round(speedup(proportional), 2)): "That assumes a GPU's step shrinks with its share of "
-        "the batch. The digits' step is launch-bound: 16 images take about as long as 64 (notebook 09's plot).",
+        "the batch. The digits' step is launch-bound: 16 images take about as long as 64 (notebook 09's plot). "
+        "(If your digits' figure says how many times slower they run: a speed-up is the new throughput over "
+        "the old, so a job that runs slower has one below 1.)",
         (right[1], right[0]): "Those are the two speed-ups in the other order: the prediction is (resnet, digits), "
         "ResNet-50's first.",
         (round(right[0] / GPUS, 2), round(right[1] / GPUS, 2)): f"That is each speed-up divided by the {GPUS} GPUs, "
@@ -1723,8 +1836,47 @@ def _pair_in_text(prediction: Any) -> Any:
             return numbers
         return prediction
     if isinstance(prediction, (tuple, list)):
-        return tuple(_factor_in_text(item) if isinstance(item, str) else item for item in prediction)
+        return tuple(_pair_item(item) for item in prediction)
     return prediction
+
+
+def _pair_item(item: Any) -> Any:
+    """One item of a pair: text as a number ("3.72x" as 3.72), an exact number (a Fraction, a Decimal) as a float,
+    anything else as it came."""
+    if isinstance(item, str):
+        return _factor_in_text(item)
+    exact = isinstance(item, (numbers.Rational, decimal.Decimal)) and not isinstance(item, (int, float))
+    if exact and math.isfinite(item):
+        return float(item)
+    return item
+
+
+def _shows(item: Any) -> bool:
+    """Whether ``item`` can be written out (repr), as the check's messages do with the items of a pair."""
+    try:
+        repr(item)
+    except Exception:
+        return False
+    return True
+
+
+def _read_pair(name: str, prediction: Any) -> Any:
+    """The prediction read as a pair of numbers where it is one; a usage CheckError for one that cannot be read
+    (a container or an item that raises when it is looked at)."""
+    __tracebackhide__ = True
+    refusal = CheckError(
+        f"{name}: answer with two numbers, (resnet, digits)",
+        expected="a tuple of two numbers",
+        got=describe(prediction),
+        usage=True,
+    )
+    try:
+        pair = _pair_in_text(prediction)
+    except Exception:
+        raise refusal from None
+    if isinstance(pair, tuple) and not all(_shows(item) for item in pair):
+        raise refusal
+    return read_prediction(name, pair, form="two numbers, (resnet, digits)")
 
 
 def _pair_form_hint(got: Any) -> str | None:
@@ -1733,6 +1885,8 @@ def _pair_form_hint(got: Any) -> str | None:
         return "write each speed-up as a plain number without quotes, a ratio of throughputs such as 1.5 (not a percentage)"
     if _finite_number(got):
         return "one number per job: a pair such as (1.5, 2.5), the ResNet's first"
+    if isinstance(got, str) and "%" in got:
+        return "write each speed-up as a ratio of throughputs such as 1.5, not a percentage"
     return None
 
 
@@ -1740,7 +1894,7 @@ def _pair_form_hint(got: Any) -> str | None:
 def check_speedup_prediction(prediction: Any) -> None:
     """Predict-then-run: the 4-GPU throughput speed-ups (ResNet-50, DigitsCNN) from a step's compute and DDP's cost."""
     name = "4-GPU speed-up (ResNet-50, DigitsCNN)"
-    got = read_prediction(name, _pair_in_text(prediction), form="two numbers, (resnet, digits)")
+    got = _read_pair(name, prediction)
     if not isinstance(got, tuple) or len(got) != 2 or not all(_finite_number(v) for v in got):
         raise CheckError(
             f"{name}: answer with two numbers, (resnet, digits)",
@@ -1852,9 +2006,11 @@ def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int,
     """The student's loader for one rank and epoch; DataLoader's refusal of shuffle=True with a sampler, and the
     sampler's refusal of a rank beyond its processes, are named."""
     __tracebackhide__ = True
+    dataset = _index_dataset(n)
     try:
-        return run_student(rank_loader, _index_dataset(n), rank, ws, epoch, batch, what="rank_loader_fixed(...)")
+        loader = run_student(rank_loader, dataset, rank, ws, epoch, batch, what="rank_loader_fixed(...)")
     except CheckError as err:
+        _expect_dataset_kept(dataset, n)
         said = str(err.__cause__ or err.message)
         if "'DataLoader' object has no attribute 'set_epoch'" in said:
             raise mistake_error(err.message, SET_EPOCH_ON_THE_LOADER) from None
@@ -1865,6 +2021,28 @@ def _build_loader(rank_loader: Callable, n: int, ws: int, batch: int, rank: int,
         if "mutually exclusive with shuffle" not in said:
             raise
         raise mistake_error(err.message, SHUFFLE_WITH_SAMPLER) from None
+    _expect_dataset_kept(dataset, n)
+    return loader
+
+
+DATASET_CHANGED = Mistake(
+    "dataset changed",
+    None,
+    "rank_loader_fixed wrote into the dataset it was given (shuffled or changed its tensor in place): every rank "
+    "holds the same dataset, and the loader only decides which of its items a rank reads, in which order; the "
+    "items themselves stay as they are",
+    look="every line that writes into the dataset or its tensors",
+)
+
+
+def _expect_dataset_kept(dataset: torch.utils.data.TensorDataset, n: int) -> None:
+    """A named mistake if the student's function changed the dataset of indices it was given."""
+    __tracebackhide__ = True
+    tensors = getattr(dataset, "tensors", None)
+    kept = isinstance(tensors, tuple) and len(tensors) == 1 and isinstance(tensors[0], torch.Tensor)
+    if kept and tensors[0].shape == (n,) and torch.equal(tensors[0], torch.arange(n)):
+        return
+    raise mistake_error("rank_loader_fixed changed the dataset it was given", DATASET_CHANGED)
 
 
 def _expect_generator(loader: Any) -> None:
@@ -1941,27 +2119,41 @@ def _epoch_indices(rank_loader: Callable, n: int, ws: int, batch: int, rank: int
     indices = []
     sizes = []
     for item in items:
-        values = item[0] if isinstance(item, (tuple, list)) else item
-        if isinstance(values, torch.Tensor) and values.dim() == 1 and len(values) > batch:
-            raise CheckError(
-                f"a batch of the loader holds {len(values)} items, more than batch_size={batch}",
-                expected=f"batches of at most {batch} items",
-                got=f"a batch of {len(values)}",
-                hint="the loader's batch size comes from the batch_size argument",
-                usage=True,
-            )
-        if not isinstance(values, torch.Tensor) or values.dim() != 1:
-            raise CheckError(
-                f"a batch of the loader is not a batch of at most {batch} items",
-                got=describe(item),
-                hint="a batch here is a 1-d tensor of the dataset's items: the function returns a loader over the "
-                "dataset it was given, not over something built from it",
-                usage=True,
-            )
+        values = _batch_values(item, batch)
         indices += _dataset_indices(values, n)
         sizes.append(len(values))
     _check_batch_sizes(sizes, batch)
     return indices
+
+
+def _batch_values(item: Any, batch: int) -> torch.Tensor:
+    """The items of one batch the loader gave: a 1-d tensor of at most ``batch`` values (a usage error if not)."""
+    __tracebackhide__ = True
+    values = item[0] if isinstance(item, (tuple, list)) else item
+    if isinstance(values, torch.Tensor) and values.dim() == 1 and len(values) > batch:
+        raise CheckError(
+            f"a batch of the loader holds {len(values)} items, more than batch_size={batch}",
+            expected=f"batches of at most {batch} items",
+            got=f"a batch of {len(values)}",
+            hint="the loader's batch size comes from the batch_size argument",
+            usage=True,
+        )
+    if not isinstance(values, torch.Tensor) or values.dim() != 1:
+        raise CheckError(
+            f"a batch of the loader is not a batch of at most {batch} items",
+            got=describe(item),
+            hint="a batch here is a 1-d tensor of the dataset's items: the function returns a loader over the "
+            "dataset it was given, not over something built from it",
+            usage=True,
+        )
+    if values.device.type == "meta":
+        raise CheckError(
+            "a batch of the loader is on the meta device, which holds shapes but no items",
+            got=describe(values),
+            hint="a batch here is the dataset's own items: the function returns a loader over the dataset it was given",
+            usage=True,
+        )
+    return values
 
 
 BATCH_SIZE_IGNORED = Mistake(
@@ -2219,6 +2411,7 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
 
 
 @exercise("10.6", "the data of a DDP script")
+@_in_usual_torch_state
 def check_rank_loader(rank_loader_fixed: Any) -> None:
     """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 to 3:
     disjoint equal parts that cover the data, shuffled, reshuffled each epoch (read from a dataset of indices)."""
