@@ -695,3 +695,36 @@ def test_a_tensor_subclass_that_lies_is_judged_by_its_values():
     with pytest.raises(core.CheckError) as err:
         lab.check_pairwise_sq_dists(lambda a, b: torch.zeros(3).as_subclass(Liar))
     assert "wrong shape" in str(err.value) and "could not use" not in str(err.value)
+
+
+@pytest.mark.parametrize("setting", ["grad off", "float64 default"])
+def test_a_check_runs_as_usual_whatever_earlier_cells_set_and_gives_the_setting_back(setting, capsys):
+    """An earlier cell's torch.set_grad_enabled(False) or torch.set_default_dtype(torch.float64) changed what checks
+    built (09.3 refused right answers); the check runs with autograd on and float32, and the kernel keeps its own."""
+    try:
+        if setting == "grad off":
+            torch.set_grad_enabled(False)
+        else:
+            torch.set_default_dtype(torch.float64)
+        lab.check_fixed_training(_fixed_loop_for_settings)
+        assert "PASS" in capsys.readouterr().out
+        assert torch.is_grad_enabled() == (setting != "grad off")
+        assert torch.get_default_dtype() == (torch.float64 if setting == "float64 default" else torch.float32)
+    finally:
+        torch.set_grad_enabled(True)
+        torch.set_default_dtype(torch.float32)
+
+
+def _fixed_loop_for_settings(x, y, w1, w2, learning_rate, steps):
+    """03.5's loop as the notebook's solution writes it."""
+    losses = []
+    for _ in range(steps):
+        loss = (x.mm(w1).clamp(min=0).mm(w2) - y).pow(2).sum()
+        losses.append(loss.item())
+        loss.backward()
+        with torch.no_grad():
+            w1 -= learning_rate * w1.grad
+            w2 -= learning_rate * w2.grad
+        w1.grad = None
+        w2.grad = None
+    return losses

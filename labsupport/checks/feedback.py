@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import sys
 import textwrap
 import traceback
 from collections.abc import Callable, Iterator
@@ -264,6 +265,26 @@ def _running(ex_id: str) -> Iterator[None]:
         _CURRENT.pop()
 
 
+@contextlib.contextmanager
+def _usual_torch_state() -> Iterator[None]:
+    """Run a check with autograd on and float32 as the default dtype, whatever earlier cells set (a
+    ``torch.set_grad_enabled(False)``, a ``torch.set_default_dtype(torch.float64)``): a right answer is judged as
+    it runs in a training loop, and the check's references are built as they were meant to be. The kernel gets its
+    own settings back afterwards, also where a student's function changed them. Nothing to do where torch is not
+    loaded (the grader's torch-free tests)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
 def _called_wrongly(check: Callable, args: tuple, kwargs: dict) -> str | None:
     """A sentence if ``check(*args, **kwargs)`` does not fit the check's signature."""
     signature = inspect.signature(check)
@@ -299,7 +320,7 @@ def exercise(ex_id: str, title: str, *, prediction: bool = False) -> Callable[[C
                     exercise=label,
                 )
             try:
-                with _running(ex_id):
+                with _running(ex_id), _usual_torch_state():
                     result = check(*args, **kwargs)
             except CheckError as err:
                 err.exercise = err.exercise or label

@@ -49,26 +49,6 @@ __all__ = [
 ]
 
 
-def _in_usual_torch_state(check: Callable) -> Callable:
-    """Run ``check`` with autograd on and float32 as the default dtype, whatever earlier cells of the kernel set
-    (a torch.set_grad_enabled(False), a torch.set_default_dtype(torch.float64)): a right answer is judged as it runs
-    in a training loop. The kernel gets its own settings back afterwards, also where a student's function changed
-    them. (This belongs in the engine's exercise decorator; until it is there, each check module applies it.)"""
-
-    @functools.wraps(check)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        dtype = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float32)
-        try:
-            with torch.enable_grad():
-                return check(*args, **kwargs)
-        finally:
-            torch.set_default_dtype(dtype)
-
-    return run
-
-
 @contextlib.contextmanager
 def _grad_mode_kept(what: str) -> Iterator[None]:
     """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
@@ -568,7 +548,6 @@ def _check_traced(traced: Any, eager: Callable, inputs: list[torch.Tensor], want
 
 
 @exercise("09.1", "a loop that tracing gets wrong")
-@_in_usual_torch_state
 def check_script_vs_trace(halve_until_small: Callable, scripted_halve: Any, traced_halve: Any) -> None:
     """The eager loop, its ``torch.jit.script`` and its ``torch.jit.trace`` on fresh inputs needing 0 to 6 halvings."""
     _check_eager(halve_until_small)
@@ -1347,7 +1326,6 @@ def _warm_up_cond() -> None:
 
 
 @exercise("09.3", "a Gate that exports")
-@_in_usual_torch_state
 def check_cond_gate(cond_gate_class: Any) -> None:
     """``cond_gate_class()`` against Gate's rule on batches that take each branch, then exported: one cond node."""
     _warm_up_cond()
@@ -1904,7 +1882,6 @@ def _names_an_earlier_length(err: CheckError, x: torch.Tensor, earlier: list[tor
 
 
 @exercise("09.4", "one graph, no breaks")
-@_in_usual_torch_state
 def check_fullgraph_fix(summarise_graph: Any) -> None:
     """``summarise_graph`` equals ``summarise`` on seven vectors, eagerly and under ``torch.compile(fullgraph=True)``."""
     inputs = summarise_inputs()
@@ -2537,7 +2514,6 @@ def _state_of_the_first_batch(run_programs: Any, points: torch.Tensor, programs:
 
 
 @exercise("09.5", "one batch, many networks")
-@_in_usual_torch_state
 def check_run_programs(run_programs: Any) -> None:
     """``run_programs(modules, points, programs)`` against one row at a time: values, gradients, module calls; on
     the batch the PASS line reports, then on one whose programs share their steps in other orders."""

@@ -6,7 +6,6 @@ import ast
 import contextlib
 import dataclasses
 import decimal
-import functools
 import inspect
 import itertools
 import math
@@ -91,26 +90,6 @@ def to_keeps_parameters() -> str:
     if model.weight is before:
         return "same"
     return "new"
-
-
-def _in_usual_torch_state(check: Callable) -> Callable:
-    """Run ``check`` with autograd on and float32 as the default dtype, whatever earlier cells of the kernel set
-    (a torch.set_grad_enabled(False), a torch.set_default_dtype(torch.float64)): a right answer is judged as it runs
-    in a training loop. The kernel gets its own settings back afterwards, also where a student's function changed
-    them. (This belongs in the engine's exercise decorator; until it is there, each check module applies it.)"""
-
-    @functools.wraps(check)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        dtype = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float32)
-        try:
-            with torch.enable_grad():
-                return check(*args, **kwargs)
-        finally:
-            torch.set_default_dtype(dtype)
-
-    return run
 
 
 @contextlib.contextmanager
@@ -955,7 +934,6 @@ def _described(device: ast.expr, values: dict[str, list[ast.expr]]) -> str:
 
 
 @exercise("10.2", "a training step with a GradScaler")
-@_in_usual_torch_state
 def check_amp_step(amp_step: Callable) -> None:
     """``amp_step(model, optimizer, scaler, inputs, targets, dtype)``: bf16 and fp16, 3 steps each, the 2nd on inf;
     then bf16 with the scaler disabled."""
@@ -1584,7 +1562,6 @@ def _judge_model_dtype(model: torch.nn.Module, before: Mapping[str, torch.Tensor
 
 
 @exercise("10.3", "data parallelism by hand")
-@_in_usual_torch_state
 def check_data_parallel_grads(data_parallel_grads: Callable) -> None:
     """``data_parallel_grads(model, inputs, targets, world_size)`` against autograd's whole-batch gradient."""
     expect_function(data_parallel_grads, "data_parallel_grads")
@@ -2411,7 +2388,6 @@ def _loader_problem(run: LoaderRun) -> tuple[str, str] | None:
 
 
 @exercise("10.6", "the data of a DDP script")
-@_in_usual_torch_state
 def check_rank_loader(rank_loader_fixed: Any) -> None:
     """``rank_loader_fixed(dataset, rank, world_size, epoch, batch_size)`` for every rank of 2 and 3, epochs 0 to 3:
     disjoint equal parts that cover the data, shuffled, reshuffled each epoch (read from a dataset of indices)."""
