@@ -1299,6 +1299,317 @@ def test_fourteenth_audit_capstone_mistakes_are_named(train_capstone, name, clea
     assert name not in err.value.message
 
 
+# ---------------------------------------------------------------- fifteenth audit: bad input, prompt misreadings
+
+
+def _evaluate_switching_autograd_off(model, loader):
+    """evaluate with torch.set_grad_enabled(False) as a statement: autograd stays off after it returns."""
+    torch.set_grad_enabled(False)
+    return make_evaluate()(model, loader)
+
+
+def _train_with_an_optimizer_of_its_own(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    own = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    return make_train()(model, train_loader, val_loader, own, scheduler, epochs, writer)
+
+
+def _train_with_a_schedule_of_its_own(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    own = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.7)
+    return make_train()(model, train_loader, val_loader, optimizer, own, epochs, writer)
+
+
+def _train_on_a_copy(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    return make_train()(copy.deepcopy(model), train_loader, val_loader, optimizer, scheduler, epochs, writer)
+
+
+def _train_normalising_the_loader_in_place(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    images = train_loader.dataset.tensors[0]
+    images.sub_(images.mean()).div_(images.std())
+    return make_train()(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)
+
+
+FIFTEENTH_AUDIT_LOOP_MISTAKES = [
+    (_evaluate_switching_autograd_off, make_train(), "autograd switched off for good"),
+    (make_evaluate(), make_train(evaluate=_evaluate_switching_autograd_off), "autograd switched off for good"),
+    (make_evaluate(), _train_with_an_optimizer_of_its_own, "an optimizer of its own"),
+    (make_evaluate(), _train_with_a_schedule_of_its_own, "a schedule of its own"),
+    (make_evaluate(), _train_on_a_copy, "another model trained"),
+    (make_evaluate(), _train_normalising_the_loader_in_place, "loader's data changed in place"),
+]
+
+
+@pytest.mark.parametrize(
+    "evaluate, train, name",
+    FIFTEENTH_AUDIT_LOOP_MISTAKES,
+    ids=["evaluate", "train's evaluate", "own optimizer", "own scheduler", "a copy", "loader changed"],
+)
+def test_fifteenth_audit_loop_mistakes_are_named(evaluate, train, name):
+    """Fifteenth audit: an optimizer or scheduler of train's own got "never takes a step: the weights never change",
+    a trained copy "found no gradients", autograd left off "the tensor is not part of a graph" (and broke the
+    next, correct answer), and a loader normalised in place passed."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(evaluate, train)
+    assert err.value.mistake == name, str(err.value)
+    assert torch.is_grad_enabled()
+
+
+def test_autograd_left_off_by_an_answer_breaks_neither_the_next_check_nor_the_kernel(capsys):
+    """Fifteenth audit: after an evaluate that switched autograd off for good, the corrected answer failed too, and a
+    check started with autograd off (a cell's torch.set_grad_enabled(False)) blamed the student's train."""
+    with pytest.raises(core.CheckError):
+        lab.check_training_loop(_evaluate_switching_autograd_off, make_train())
+    lab.check_training_loop(make_evaluate(), make_train())
+    assert capsys.readouterr().out.startswith("PASS")
+    with torch.no_grad():
+        lab.check_training_loop(make_evaluate(), make_train())
+        assert not torch.is_grad_enabled()  # the kernel's own setting, given back
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def _evaluate_in_float64_by_default(model, loader):
+    torch.set_default_dtype(torch.float64)
+    return make_evaluate()(model, loader)
+
+
+def test_a_default_dtype_changed_by_an_answer_is_given_back(capsys):
+    try:
+        lab.check_training_loop(_evaluate_in_float64_by_default, make_train())
+        assert torch.get_default_dtype() == torch.float32
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert "PASS" in capsys.readouterr().out
+
+
+def _evaluate_yielding(model, loader):
+    yield make_evaluate()(model, loader)
+
+
+def _train_yielding(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    yield make_train()(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)
+
+
+def _capstone_yielding(images, labels):
+    yield nn.Flatten().eval(), 0.9
+
+
+@pytest.mark.parametrize(
+    "check, args",
+    [
+        (lab.check_training_loop, (_evaluate_yielding, make_train())),
+        (lab.check_training_loop, (make_evaluate(), _train_yielding)),
+        (lab.check_capstone, (_capstone_yielding,)),
+    ],
+    ids=["evaluate", "train", "train_capstone"],
+)
+def test_a_function_with_yield_for_return_is_told_so(check, args):
+    """Fifteenth audit: a train with `yield` got "optimizer.step() ran 0 times", an evaluate "never ran the model"."""
+    with pytest.raises(core.CheckError, match="returned a generator: a `yield`") as err:
+        check(*args)
+    assert err.value.usage
+
+
+class _UnreadablePair(tuple):
+    def __len__(self):
+        raise RuntimeError("no length")
+
+
+class _UnreadableDict(dict):
+    def __contains__(self, key):
+        return True
+
+    def __getitem__(self, key):
+        raise KeyError(key)
+
+
+class _SaysYes(torch.Tensor):
+    """A tensor subclass whose every torch function answers True (equal, allclose, requires_grad, ...)."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        return True
+
+
+def _evaluate_returning(wrap):
+    def evaluate(model, loader):
+        return wrap(*make_evaluate()(model, loader))
+
+    return evaluate
+
+
+def _train_returning(change):
+    def train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+        return change(make_train()(model, train_loader, val_loader, optimizer, scheduler, epochs, writer))
+
+    return train
+
+
+@pytest.mark.parametrize(
+    "evaluate, train",
+    [
+        (_evaluate_returning(lambda loss, acc: _UnreadablePair((loss, acc))), make_train()),
+        (make_evaluate(), _train_returning(_UnreadableDict)),
+        (make_evaluate(), _train_returning(lambda h: {**h, "loss": [torch.tensor(0.0).as_subclass(_SaysYes)] * 9})),
+    ],
+    ids=["a pair whose length raises", "a dict whose reading raises", "losses that say yes to everything"],
+)
+def test_lying_or_unreadable_results_of_the_loop_are_one_sentence_never_a_pass(evaluate, train):
+    with pytest.raises(core.CheckError) as err:
+        lab.check_training_loop(evaluate, train)
+    assert "could not use what it was given" not in str(err.value), str(err.value)
+
+
+def test_a_history_of_numpy_arrays_holds_the_same_numbers_and_passes(capsys):
+    import numpy as np
+
+    lab.check_training_loop(make_evaluate(), _train_returning(lambda h: {k: np.array(v) for k, v in h.items()}))
+    assert "PASS" in capsys.readouterr().out
+
+
+def _train_logging_with_add_scalars(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    class Grouped:
+        def add_scalar(self, tag, value, step):
+            writer.add_scalars(tag.split("/")[0], {tag: value}, step)
+
+    return make_train()(model, train_loader, val_loader, optimizer, scheduler, epochs, Grouped())
+
+
+def _train_logging_elsewhere(model, train_loader, val_loader, optimizer, scheduler, epochs, writer):
+    return make_train()(model, train_loader, val_loader, optimizer, scheduler, epochs, ds.FakeWriter())
+
+
+@pytest.mark.parametrize(
+    "train, words",
+    [(_train_logging_with_add_scalars, "add_scalars on the writer"), (_train_logging_elsewhere, "writer argument")],
+    ids=["add_scalars", "another writer"],
+)
+def test_a_train_that_logs_nothing_with_add_scalar_hears_why(train, words):
+    with pytest.raises(core.CheckError, match="nothing was logged under") as err:
+        lab.check_training_loop(make_evaluate(), train)
+    assert words in err.value.hint
+
+
+class _Unprintable:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        (_Unprintable(), "faster"),
+        {"sleep": "faster", "spin": _Unprintable()},
+        "faster, " + "x" * 1_000_000,
+        torch.tensor([1.0, 0.0]).as_subclass(_SaysYes),
+    ],
+    ids=["an object that cannot be shown", "in a dict", "a megabyte of text", "a tensor that says yes"],
+)
+def test_workers_predictions_that_cannot_be_read_are_one_short_sentence(answer, measured):
+    """Fifteenth audit: an object whose repr raises got "could not use what it was given"; a megabyte of text was
+    shown back in full, after seconds of looking for a close spelling."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_workers_prediction(answer)
+    assert err.value.usage and len(str(err.value)) < 500, str(err.value)[:500]
+    assert "could not use" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ("sleep: faster", "spin: not faster"),
+        ("spin: not faster", "sleep: faster"),
+        "spin mode: no, sleep mode: yes",
+    ],
+    ids=["labelled", "labelled, spin first", "labelled text, spin first"],
+)
+def test_workers_predictions_labelled_with_their_modes_are_read_in_their_order(answer, measured, capsys):
+    """Fifteenth audit: halves labelled with the modes the question names were refused as no choice."""
+    lab.check_workers_prediction(answer)
+    assert capsys.readouterr().out.startswith("PASS")
+
+
+def _fitted_without_measuring(images, labels):
+    val, fit = _split(labels)
+    return _fitted_mlp(images, labels, fit).eval()
+
+
+@pytest.mark.parametrize(
+    "estimate", [0.95, ds.TARGET, 0.0], ids=["a number written in", "the target", "a placeholder zero"]
+)
+def test_an_estimate_written_in_instead_of_measured_is_named(estimate, clean_held_out):
+    """Fifteenth audit: a model never measured, returned with 0.95 (or the target) typed in, passed."""
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(lambda images, labels: (_fitted_without_measuring(images, labels), estimate))
+    assert err.value.mistake == "estimate not measured", str(err.value)
+
+
+class _ParametersRaise(nn.Sequential):
+    def parameters(self, recurse=True):
+        raise RuntimeError("not today")
+
+
+class _ComplexScores(nn.Module):
+    def forward(self, x):
+        return torch.zeros(len(x), 10, dtype=torch.complex64)
+
+
+class _ScoresThatSayYes(nn.Module):
+    def forward(self, x):
+        return torch.zeros(len(x), 10).as_subclass(_SaysYes)
+
+
+FIFTEENTH_AUDIT_BAD_CAPSTONES = {
+    "a pair whose length raises": lambda x, y: _UnreadablePair((nn.Flatten().eval(), 0.9)),
+    "parameters() raises": lambda x, y: (_ParametersRaise(nn.Flatten(), nn.Linear(64, 10)).eval(), 0.9),
+    "complex scores": lambda x, y: (_ComplexScores().eval(), 0.9),
+    "scores that say yes": lambda x, y: (_ScoresThatSayYes().eval(), 0.9),
+    "an estimate that says yes": lambda x, y: (nn.Flatten().eval(), torch.tensor(0.9).as_subclass(_SaysYes)),
+}
+
+
+@pytest.mark.parametrize("bad", FIFTEENTH_AUDIT_BAD_CAPSTONES.values(), ids=FIFTEENTH_AUDIT_BAD_CAPSTONES.keys())
+def test_fifteenth_audit_bad_capstones_are_one_sentence_never_a_pass(bad, capsys):
+    with pytest.raises(core.CheckError) as err:
+        lab.check_capstone(bad)
+    text = str(err.value)
+    assert "could not use what it was given" not in text and "nested" not in text, text
+    assert "PASS" not in capsys.readouterr().out
+
+
+def _capstone_in_float64_by_default(images, labels):
+    torch.set_default_dtype(torch.float64)
+    val, fit = _split(labels)
+    model = _fitted_mlp(images.double(), labels, fit, epochs=2).eval()
+    return model, _accuracy(model, images[val].double(), labels[val])
+
+
+def _capstone_leaving_autograd_off(images, labels):
+    val, fit = _split(labels)
+    model = _fitted_mlp(images, labels, fit).eval()
+    torch.set_grad_enabled(False)
+    return model, _accuracy(model, images[val], labels[val])
+
+
+def test_a_capstone_that_changes_the_default_dtype_hears_about_its_model_and_the_dtype_is_given_back():
+    """Fifteenth audit: torch.set_default_dtype(torch.float64) inside train_capstone broke the check's own
+    distortion ("could not use what it was given") and, left set, every later run of the check."""
+    try:
+        with pytest.raises(core.CheckError) as err:
+            lab.check_capstone(_capstone_in_float64_by_default)
+        assert torch.get_default_dtype() == torch.float32
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert err.value.mistake == "model in another dtype", str(err.value)
+
+
+def test_a_capstone_that_leaves_autograd_off_passes_and_autograd_is_given_back(clean_held_out, capsys):
+    try:
+        lab.check_capstone(_capstone_leaving_autograd_off)
+        assert torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+    assert "PASS" in capsys.readouterr().out
+
+
 # ---------------------------------------------------------------- every named mistake has its test
 
 
@@ -1309,6 +1620,8 @@ def test_every_mistake_the_checks_name_has_a_test():
         CAPSTONE_MISTAKES + CAPSTONE_TARGET_MISTAKES + AUDIT_CAPSTONE_MISTAKES + FOURTEENTH_AUDIT_CAPSTONE_MISTAKES
     )
     tested = {name for _, _, name in LOOP_MISTAKES} | {name for _, name in capstone}
+    tested |= {name for _, _, name in FIFTEENTH_AUDIT_LOOP_MISTAKES}
+    tested.add("estimate not measured")  # test_an_estimate_written_in_instead_of_measured_is_named
     tested.add("over budget")  # test_the_capstone_time_budget
     tested.add("state kept between calls of train")  # test_a_train_that_keeps_state_between_calls_is_named_...
     tested.add("images not flattened for Linear")  # test_a_linear_layer_on_unflattened_images_is_named
@@ -1333,6 +1646,19 @@ def test_the_capstone_recorder_sees_training_and_evaluation():
             model(x)
     assert [call.trained for call in log.calls] == [True, False]
     assert copy.copy(log.calls[1].rows).shape == (5, 8, 8)
+
+
+def test_the_capstone_recorder_stays_out_of_a_trace():
+    """Fifteenth audit: a train_capstone that traced its model (torch.jit.trace) got a page of TracerWarnings from
+    the recorder's own code."""
+    import warnings
+
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    with ds.ForwardLog() as log, warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        traced = torch.jit.trace(model, torch.rand(2, 1, 8, 8))
+    assert not [w for w in shown if issubclass(w.category, torch.jit.TracerWarning)], [str(w) for w in shown]
+    assert traced(torch.rand(3, 1, 8, 8)).shape == (3, 10) and all(not call.trained for call in log.calls)
 
 
 def _capstone_half_written(images, labels):

@@ -7,6 +7,7 @@ import contextlib
 import copy
 import dataclasses
 import dis
+import inspect
 import math
 import os
 import re
@@ -43,6 +44,7 @@ from .core import (
     fmt,
     mistake_error,
     passed,
+    plain_tensor,
     read_prediction,
     run_student,
 )
@@ -76,10 +78,13 @@ class Near:
 def _numbers(values: Any, name: str, count: int, hint: str) -> list[float]:
     """``count`` plain numbers from a list or tuple (0-d tensors and numpy scalars are converted)."""
     __tracebackhide__ = True
+    values = _readable(values)
     if isinstance(values, torch.Tensor) and values.dim() == 1 and values.device.type != "meta":
         values = list(values.detach().cpu().unbind())
+    if type(values).__module__ == "numpy" and getattr(values, "ndim", None) == 1:
+        values = values.tolist()  # np.array(the list): the same numbers
     if not isinstance(values, (list, tuple)):
-        raise CheckError(f"{name} must be a list of numbers", got=describe(values), hint=hint, usage=True)
+        raise CheckError(f"{name} must be a list of numbers", got=_description(values), hint=hint, usage=True)
     if len(values) != count:
         raise CheckError(f"{name} has {len(values)} entries", expected=f"{count}", got=f"{len(values)}", hint=hint)
     return [float(as_number(value, f"{name}[{i}]")) for i, value in enumerate(values)]
@@ -99,6 +104,60 @@ def _judge(
         if mistake is None:
             raise
         raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
+
+
+# ---------------------------------------------------------------- running the student's code: what it may leave
+
+
+@contextlib.contextmanager
+def _settings_kept() -> Iterator[None]:
+    """Run the block with autograd on, and give the kernel back its autograd switch and default dtype as they were:
+    a student's ``torch.set_grad_enabled(False)`` or ``torch.set_default_dtype(...)`` leaks out of their function,
+    and would break the check's own computations, and this check's next run on a corrected answer."""
+    dtype = torch.get_default_dtype()
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
+def _not_a_generator(result: Any, name: str) -> None:
+    """A sentence for a function that gave back a generator: a `yield` in it, so calling it ran none of its body."""
+    __tracebackhide__ = True
+    if inspect.isgenerator(result):
+        raise CheckError(
+            f"{name} returned a generator: a `yield` in its body makes it a generator function, and calling one runs "
+            "none of its lines until something iterates over what it returns",
+            got="generator",
+            hint="hand the result back with `return`, not `yield`",
+            usage=True,
+        )
+
+
+def _items(result: Any, count: int) -> tuple | None:
+    """The ``count`` items of a tuple or list, or None when ``result`` is no such sequence (or one that cannot be
+    read: a length or an iteration that raises)."""
+    if not isinstance(result, (tuple, list)):
+        return None
+    try:
+        items = tuple(result)
+    except Exception:  # a sequence of the student's own that raises when read
+        return None
+    return items if len(items) == count else None
+
+
+def _readable(value: Any) -> Any:
+    """A tensor subclass as a plain tensor (its overrides cannot answer for it); anything else unchanged."""
+    return plain_tensor(value) if isinstance(value, torch.Tensor) else value
+
+
+def _description(value: Any) -> str:
+    """describe(value), or the type's name where describing it raises (a __len__ of the student's own)."""
+    try:
+        return describe(_readable(value))
+    except Exception:  # a value of the student's own whose length or shape cannot be read
+        return type(value).__name__
 
 
 # ---------------------------------------------------------------- 07.1 evaluate and train
@@ -421,21 +480,24 @@ def _check_evaluate(evaluate: Any) -> nn.Module:
     want = _measure(model, loader)
     spy = _Spy(model)
     result = run_student(evaluate, model, loader, what="evaluate(model, loader)")
+    _not_a_generator(result, "evaluate")
+    _grad_left_off("evaluate")
     mode_error = _evaluate_mode_mistake(spy, model)
     if mode_error is not None:
         raise mode_error
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
+    pair = _items(result, 2)
+    if pair is None:
         raise CheckError(
             "evaluate must return two numbers: (mean loss, accuracy)",
-            got=describe(result),
+            got=_description(result),
             hint="end evaluate with a `return` of both numbers: the loss summed over the images divided by their "
             "number, and the share of the images classified right"
             if result is None
             else "return a tuple (loss, accuracy)",
             usage=True,
         )
-    loss = float(as_number(result[0], "evaluate's mean loss"))
-    acc = float(as_number(result[1], "evaluate's accuracy"))
+    loss = float(as_number(pair[0], "evaluate's mean loss"))
+    acc = float(as_number(pair[1], "evaluate's accuracy"))
     if Near(want.acc)(loss) and Near(want.loss)(acc):
         raise mistake_error(
             "evaluate's two numbers are in the wrong order",
@@ -448,18 +510,47 @@ def _check_evaluate(evaluate: Any) -> nn.Module:
     return model
 
 
+GRAD_OFF_FOR_GOOD = Mistake(
+    "autograd switched off for good",
+    None,
+    "torch.set_grad_enabled(False) written as a statement switches autograd off for the whole kernel, not for the "
+    "lines below it: it stays off after the function returns, so every later forward pass (the next epoch's "
+    "training, the next cell's) builds no graph, and backward() has nothing to go back through",
+    look="where autograd is switched off for measuring, and what switches it on again",
+)
+
+
+def _grad_left_off(name: str) -> None:
+    """The named mistake when the student's function returned with autograd switched off for the kernel (switched
+    on again for the rest of the check)."""
+    __tracebackhide__ = True
+    if torch.is_grad_enabled():
+        return
+    torch.set_grad_enabled(True)
+    raise mistake_error(
+        f"after {name} returned, autograd was still switched off",
+        GRAD_OFF_FOR_GOOD,
+        expected="autograd on again once measuring is done",
+        got="torch.is_grad_enabled() is False",
+    )
+
+
 class FakeWriter:
     """Stands in for a SummaryWriter: records every add_scalar as (tag, value, step); other
     add_* calls, flush and close are accepted and ignored."""
 
     def __init__(self) -> None:
         self.logged: dict[str, list[tuple[Any, Any]]] = {}
+        self.others: set[str] = set()  # the other add_* methods called (add_scalars, add_histogram, ...)
 
     def add_scalar(self, tag: Any, scalar_value: Any, global_step: Any = None, walltime: Any = None, **_: Any) -> None:
         self.logged.setdefault(str(tag), []).append((scalar_value, global_step))
 
     def __getattr__(self, name: str) -> Callable[..., None]:
-        if name.startswith("add_") or name in ("flush", "close"):
+        if name.startswith("add_"):
+            self.others.add(name)
+            return _ignore
+        if name in ("flush", "close"):
             return _ignore
         raise AttributeError(
             f"the check's stand-in writer has no {name!r}: log with writer.add_scalar(tag, value, step)"
@@ -571,6 +662,10 @@ class StudentRun:
     scheduler_arguments: list = dataclasses.field(default_factory=list)  # what scheduler.step() was given, if any
     shrunk: int = 0  # optimizer steps taken on gradients made smaller after backward (clipped)
     low_precision: int = 0  # forward passes whose output came in half precision
+    rate: float = math.nan  # the optimizer's learning rate when train returned
+    initial_rate: float = math.nan  # and when train was called
+    moved: bool = False  # the model's weights changed
+    others: set[str] = dataclasses.field(default_factory=set)  # the writer's other add_* methods train called
 
 
 STEP_BEFORE_BACKWARD = Mistake(
@@ -646,18 +741,53 @@ def _student_train(train: Any, model: nn.Module, loader: DataLoader, val: DataLo
     writer = FakeWriter()
     spy = _Spy(model)
     arguments = _record_step_arguments(scheduler)
+    before = _flat_weights(model)
+    data = [t.clone() for t in (*loader.dataset.tensors, *val.dataset.tensors)]
     what = "train(model, train_loader, val_loader, optimizer, scheduler, epochs, writer)"
     try:
         history = run_student(train, model, loader, val, optimizer, scheduler, EPOCHS, writer, what=what)
     except CheckError as err:
+        if not err.usage and not torch.is_grad_enabled() and "does not require grad" in err.message:
+            torch.set_grad_enabled(True)
+            raise mistake_error(err.message, GRAD_OFF_FOR_GOOD) from None
         if err.usage or "modified by an inplace operation" not in err.message:
             raise
         raise mistake_error(err.message, STEP_BEFORE_BACKWARD) from None
+    _not_a_generator(history, "train")
+    _grad_left_off("train")
     sched = scheduler.last_epoch
     weights = _flat_weights(model)
     run = StudentRun(history, writer.logged, steps.count, sched, spy.seen, weights, arguments, gradients.shrunk)
     run.low_precision = spy.low_precision
+    run.rate = float(optimizer.param_groups[0]["lr"])
+    run.initial_rate = float(optimizer.defaults["lr"])
+    run.moved = not torch.equal(before, weights)
+    run.others = writer.others
+    _loaders_unchanged(data, (loader, val))
     return run
+
+
+LOADER_DATA_CHANGED = Mistake(
+    "loader's data changed in place",
+    None,
+    "train changed the images or labels inside the loaders it was handed (an in-place operation on "
+    "loader.dataset.tensors, or on a batch that is a view of them): the caller's data is not what it was, and the "
+    "next run of train (another model, the next run of the cell) starts from data changed once more",
+    look="every line of train that writes into the loaders' data or into a batch",
+)
+
+
+def _loaders_unchanged(data: list[torch.Tensor], loaders: tuple[DataLoader, DataLoader]) -> None:
+    """The loaders' tensors as they were before train ran (``data``: copies taken then)."""
+    __tracebackhide__ = True
+    now = [t for loader in loaders for t in loader.dataset.tensors]
+    if any(not torch.equal(a, b) for a, b in zip(data, now)):
+        raise mistake_error(
+            "after train, the data inside the loaders it was given had changed",
+            LOADER_DATA_CHANGED,
+            expected="the loaders' images and labels as they were handed over",
+            got="changed in place",
+        )
 
 
 def _record_step_arguments(scheduler: Any) -> list:
@@ -737,6 +867,31 @@ def _short_epochs(seen: list[tuple[bool, bool]], per_epoch: int) -> CheckError |
     )
 
 
+GIVEN_MODEL_NOT_TRAINED = Mistake(
+    "another model trained",
+    None,
+    "not one forward pass with gradients went through the model train was handed: it trains another model (a copy "
+    "made inside train, or a model of the notebook read by its name), or its batch loop does not call the model "
+    "yet; the caller gets back the model it passed, untrained",
+    look="train: the model its batch loop calls, and where that name comes from",
+)
+OWN_OPTIMIZER = Mistake(
+    "an optimizer of its own",
+    None,
+    "the weights changed, but the optimizer train was handed never took a step: train made an optimizer of its own "
+    "and steps that one, so the caller's choice of optimizer and settings, and the scheduler attached to it, play "
+    "no part",
+    look="train: where the optimizer it steps comes from",
+)
+OWN_SCHEDULER = Mistake(
+    "a schedule of its own",
+    None,
+    "the learning rate changed, but the scheduler train was handed never stepped: train moves the rate with a "
+    "scheduler of its own (or by hand), so the schedule the caller chose is not the one that ran",
+    look="train: where the scheduler it steps comes from",
+)
+
+
 def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
     """Forward passes with gradients in eval mode, or more training-mode passes than batches."""
     in_eval = sum(1 for training, grad in student.seen if grad and not training)
@@ -754,6 +909,13 @@ def _train_mode_error(student: StudentRun, n: int) -> CheckError | None:
             got=f"{in_eval} passes in eval mode",
         )
     in_training = sum(1 for training, _ in student.seen if training)
+    if not in_training:
+        return mistake_error(
+            "train never ran the model it was given in training mode",
+            GIVEN_MODEL_NOT_TRAINED,
+            expected=f"{n} forward passes in training mode (one per batch)",
+            got=f"{len(student.seen)} forward passes, none in training mode",
+        )
     per_epoch = n // EPOCHS
     short = _short_epochs(student.seen, per_epoch)
     if short is not None:
@@ -802,6 +964,8 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             got=str(student.steps),
             hint="how many optimizer steps does one batch take, and where in the batch loop?",
         )
+        if student.steps == 0 and student.moved:
+            return mistake_error(error.message, OWN_OPTIMIZER, expected=error.expected, got=error.got)
         if student.steps == 0:
             return mistake_error(error.message, mistake, expected=error.expected, got=error.got)
         return error
@@ -827,6 +991,8 @@ def _counting_error(student: StudentRun, n: int) -> CheckError | None:
             ),
         ]
         message = f"scheduler.step() ran {sched} times in {EPOCHS} epochs of {n // EPOCHS} batches"
+        if sched == 0 and not math.isclose(student.rate, student.initial_rate):
+            return mistake_error(message, OWN_SCHEDULER, expected=f"{n} (one per batch)", got=str(sched))
         mistake = first_mistake(sched, mistakes)
         if mistake is not None:
             return mistake_error(message, mistake, expected=f"{n} (one per batch)", got=str(sched))
@@ -923,14 +1089,7 @@ def _check_history(history: Any, ref: Run, n: int) -> None:
             hint='history = {"loss": [...], "val_loss": [...], "val_acc": [...]}',
             usage=True,
         )
-    for key in ("loss", "val_loss", "val_acc"):
-        if key not in history:
-            raise CheckError(
-                f"history has no key {key!r}",
-                expected="keys 'loss', 'val_loss', 'val_acc'",
-                got=f"keys {sorted(map(str, history))}",
-                usage=True,
-            )
+    history = _history_entries(history)
     losses = history["loss"]
     if isinstance(losses, (list, tuple)) and len(losses) == EPOCHS and n != EPOCHS:
         raise mistake_error(
@@ -944,7 +1103,7 @@ def _check_history(history: Any, ref: Run, n: int) -> None:
             got=f"{EPOCHS}",
         )
     attached = (
-        [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor) and v.requires_grad]
+        [i for i, v in enumerate(losses) if isinstance(v, torch.Tensor) and _readable(v).requires_grad]
         if isinstance(losses, (list, tuple))
         else []
     )
@@ -961,6 +1120,33 @@ def _check_history(history: Any, ref: Run, n: int) -> None:
     val_accs = _numbers(history["val_acc"], "history['val_acc']", EPOCHS, "one value per epoch")
     _judge("history['val_loss']", val_losses, [m.loss for m in ref.val], _val_mistakes(ref, "loss"))
     _judge("history['val_acc']", val_accs, [m.acc for m in ref.val], _val_mistakes(ref, "acc"))
+
+
+def _history_entries(history: dict) -> dict[str, Any]:
+    """The three entries of the history dict train returned, or a sentence for a missing key, or for a dict of the
+    student's own that raises when read."""
+    __tracebackhide__ = True
+    entries = {}
+    for key in ("loss", "val_loss", "val_acc"):
+        try:
+            present = key in history
+            if present:
+                entries[key] = history[key]
+        except Exception as exc:  # a dict subclass whose reading raises
+            raise CheckError(
+                f"the history train returned cannot be read: reading its key {key!r} raised {type(exc).__name__}",
+                got=type(history).__name__,
+                hint='return a plain dict: history = {"loss": [...], "val_loss": [...], "val_acc": [...]}',
+                usage=True,
+            ) from None
+        if not present:
+            raise CheckError(
+                f"history has no key {key!r}",
+                expected="keys 'loss', 'val_loss', 'val_acc'",
+                got=f"keys {sorted(map(str, dict.keys(history)))}",
+                usage=True,
+            )
+    return entries
 
 
 def _val_mistakes(ref: Run, which: str) -> list[Mistake]:
@@ -1046,7 +1232,20 @@ def _offset(steps: list[float], bases: Sequence[list[int]]) -> int | None:
     return None
 
 
-def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
+def _nothing_logged_hint(others: set[str]) -> str:
+    """What to ask a train that logged nothing with add_scalar: it logged another way, or to another writer."""
+    if others:
+        return (
+            f"train called {', '.join(sorted(others))} on the writer, never add_scalar: the prompt's tags are logged "
+            "one value at a time, writer.add_scalar(tag, value, step)"
+        )
+    return (
+        "nothing at all reached the writer train was handed: does train log through that writer argument, with "
+        "writer.add_scalar(tag, value, step), rather than through a writer of its own or of the notebook?"
+    )
+
+
+def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int, others: set[str] = frozenset()) -> None:
     """Per-step tags at 1..n (or 0..n-1), per-epoch tags at the step count (or one less): consistently."""
     __tracebackhide__ = True
     per_batch = n // EPOCHS
@@ -1065,7 +1264,9 @@ def _check_steps(logged: dict[str, list[tuple[Any, Any]]], n: int) -> None:
                     f"nothing was logged under {tag!r}",
                     expected=f"{count} values ({what})",
                     got=f"tags logged: {sorted(logged) or 'none'}",
-                    hint="which tags does the prompt name, and does train log each of them?",
+                    hint="which tags does the prompt name, and does train log each of them?"
+                    if logged
+                    else _nothing_logged_hint(others),
                 )
             if len(entries) != count:
                 raise _count_error(tag, len(entries), count, what, n)
@@ -1404,7 +1605,8 @@ def check_training_loop(evaluate, train) -> None:
     _not_written(evaluate, "evaluate")
     _not_written(train, "train")
     try:
-        _judge_training_loop(evaluate, train)
+        with _settings_kept():
+            _judge_training_loop(evaluate, train)
     except CheckError as err:
         named = _named_crash(err, {"evaluate": evaluate, "train": train})
         if named is err:
@@ -1441,7 +1643,7 @@ def _judge_training_loop(evaluate: Any, train: Any) -> None:
             raise
         raise mistake_error(err.message, mistake, expected=err.expected, got=err.got) from None
     _check_history(student.history, ref, n)
-    _check_steps(student.logged, n)
+    _check_steps(student.logged, n, student.others)
     _check_logged_values(student.logged, ref)
     _check_second_run(train, start, loader, val, ref, n)
 
@@ -1508,18 +1710,64 @@ def _spelled_word(item: Any) -> Any:
     return _YES_NO.get(word.lower(), word)
 
 
+#: A half of the pair labelled with its mode, as the question names them ("sleep: faster", "spin mode = no").
+_MODE_LABEL = re.compile(r"^[\s'\"]*(sleep|spin)(\s+mode)?\s*[:=]\s*", re.IGNORECASE)
+#: The longest text read as an answer: a pair of choices is a few words, and a longer text is shown back in full.
+_LONGEST_ANSWER = 200
+#: What a half of the pair may be: a word, yes or no as True or False (the check reads numbers as no answer).
+_HALF_TYPES = (str, bool, int, float)
+
+
+def _unlabelled(halves: Sequence[Any]) -> tuple:
+    """Two halves with their mode labels dropped, in the order (sleep, spin) ("spin: no, sleep: yes" is read in
+    the order its labels give); halves whose labels do not give one order come back as they are."""
+    labels, words = [], []
+    for half in halves:
+        match = _MODE_LABEL.match(half) if isinstance(half, str) else None
+        labels.append(match.group(1).lower() if match else None)
+        words.append(half[match.end() :] if match else half)
+    if labels == ["spin", "sleep"]:
+        return (words[1], words[0])
+    if labels[0] in (None, "sleep") and labels[1] in (None, "spin"):
+        return tuple(words)
+    return tuple(halves)
+
+
+def _plain_halves(items: Sequence[Any]) -> None:
+    """A sentence for a pair holding something other than words (a list in it, an object of the student's own)."""
+    __tracebackhide__ = True
+    odd = [type(item).__name__ for item in items if not isinstance(item, (*_HALF_TYPES, torch.Tensor))]
+    if odd:
+        raise CheckError(
+            "2 workers on one core (sleep, spin): each half of the pair is one word",
+            expected="('faster' or 'not faster', 'faster' or 'not faster')",
+            got=f"a pair holding {', '.join(odd)}",
+            usage=True,
+        )
+
+
 def _as_pair(prediction: Any) -> Any:
     """The pair with each half's spelling evened out; a pair written as one text ("faster, not faster") as a
     tuple when both halves are choices. Anything else comes back unchanged, for read_prediction to judge."""
+    __tracebackhide__ = True
     if isinstance(prediction, dict) and {str(key).lower() for key in prediction} == {"sleep", "spin"}:
         by_mode = {str(key).lower(): value for key, value in prediction.items()}
         prediction = (by_mode["sleep"], by_mode["spin"])  # the pair written as a dict of the two modes
     if isinstance(prediction, (tuple, list)):
-        return type(prediction)(_spelled_word(item) for item in prediction)
+        _plain_halves(prediction)
+        halves = _unlabelled(prediction) if len(prediction) == 2 else prediction
+        return type(prediction)(_spelled_word(item) for item in halves)
     if not isinstance(prediction, str):
         return prediction
+    if len(prediction) > _LONGEST_ANSWER:
+        raise CheckError(
+            f"2 workers on one core (sleep, spin): the answer is a text of {len(prediction):,} characters",
+            expected="a pair of words, ('faster' or 'not faster', 'faster' or 'not faster')",
+            got=f"{prediction[:40]!r}...",
+            usage=True,
+        )
     parts = re.split(r"[,/;]", _AROUND_A_PAIR.sub("", prediction))
-    halves = tuple(_spelled_word(part) for part in parts)
+    halves = tuple(_spelled_word(part) for part in (_unlabelled(parts) if len(parts) == 2 else parts))
     if len(halves) == 2 and all(isinstance(half, str) and half.lower() in WORDS for half in halves):
         return halves
     return prediction
@@ -1603,7 +1851,7 @@ class ForwardLog:
 
     def _leave(self, module: nn.Module, args: Any, output: Any) -> None:
         self.depth -= 1
-        if self.depth == 0 and self.rows < self.MAX_ROWS:
+        if self.depth == 0 and self.rows < self.MAX_ROWS and not torch.jit.is_tracing():  # no warnings in a trace
             try:
                 self._record(module, args, output)
                 self._release()
@@ -1900,14 +2148,23 @@ UNFLATTENED_IMAGES = Mistake(
 )
 
 
+def _import_what_optimizers_import() -> None:
+    """Import what torch imports when the first optimizer is made (torch._dynamo, sympy: seconds of CPU), before
+    the clock starts: that is torch's one-off cost, not the student's training, and a time limit that stopped
+    the student's function in the middle of that import would leave the modules half-imported, and every later
+    optimizer broken until the kernel restarts."""
+    import torch._dynamo  # noqa: F401
+
+
 def _run_capstone(train_capstone: Any, images: torch.Tensor, labels: torch.Tensor) -> tuple[Any, float, ForwardLog]:
     """The student's function on one thread, under a time limit, with its CPU time and its module calls."""
     __tracebackhide__ = True
+    _import_what_optimizers_import()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     start = _cpu_seconds()
     try:
-        with ForwardLog() as log, _budget_bar(start):
+        with ForwardLog() as log, _budget_bar(start), _settings_kept():
             got = run_student(
                 train_capstone,
                 images,
@@ -1945,10 +2202,11 @@ def _distort(images: torch.Tensor, distortion: Distortion, seed: int = 2026) -> 
     numbers are drawn whatever the bounds, so one kind alone is the same draw as in the full distortion."""
     g = torch.Generator().manual_seed(seed)
     n = len(images)
-    angle = (2 * torch.rand(n, generator=g) - 1) * math.radians(distortion.rotation)
-    zoom = 1 + (2 * torch.rand(n, generator=g) - 1) * distortion.scale
-    shift = (2 * torch.rand(n, 2, generator=g) - 1) * distortion.shift
-    noise = torch.randn(images.shape, generator=g) * distortion.noise
+    dtype = images.dtype  # not the default dtype, which a student's cell may have changed
+    angle = (2 * torch.rand(n, generator=g, dtype=dtype) - 1) * math.radians(distortion.rotation)
+    zoom = 1 + (2 * torch.rand(n, generator=g, dtype=dtype) - 1) * distortion.scale
+    shift = (2 * torch.rand(n, 2, generator=g, dtype=dtype) - 1) * distortion.shift
+    noise = torch.randn(images.shape, generator=g, dtype=dtype) * distortion.noise
     cos = torch.cos(angle) / zoom
     sin = torch.sin(angle) / zoom
     to_grid = 2 / images.shape[-1]  # affine_grid's coordinates run from -1 to 1 across the image
@@ -2053,14 +2311,16 @@ def _below_target(
 
 def _model_and_estimate(got: Any) -> tuple[nn.Module, float]:
     __tracebackhide__ = True
-    if not isinstance(got, (tuple, list)) or len(got) != 2:
+    _not_a_generator(got, "train_capstone")
+    pair = _items(got, 2)
+    if pair is None:
         raise CheckError(
             "train_capstone must return (model, val_accuracy)",
-            got=describe(got),
+            got=_description(got),
             hint="return a pair: the trained model first, then your validation accuracy",
             usage=True,
         )
-    model, estimate = got
+    model, estimate = pair
     if isinstance(model, dict) and model and all(isinstance(value, torch.Tensor) for value in model.values()):
         raise CheckError(
             "the first value train_capstone returns is a state_dict (the model's weights by name), not the model",
@@ -2076,7 +2336,24 @@ def _model_and_estimate(got: Any) -> tuple[nn.Module, float]:
             hint="return (model, val_accuracy), in this order",
             usage=True,
         )
+    _parts_readable(model)
     return model, float(as_number(estimate, "your validation accuracy"))
+
+
+def _parts_readable(model: nn.Module) -> None:
+    """A sentence for a model whose parameters() or modules() raise (methods of the student's own, overridden):
+    the check reads both, as any caller might."""
+    __tracebackhide__ = True
+    for method in ("parameters", "modules"):
+        try:
+            list(getattr(model, method)())
+        except Exception as exc:  # a method of the student's own that raises
+            raise CheckError(
+                f"the returned model's {method}() raised {type(exc).__name__}: {exc}",
+                got=type(model).__name__,
+                hint=f"a module lists its {method} from what it holds: leave {method}() as nn.Module defines it",
+                usage=True,
+            ) from None
 
 
 def _estimate_outside(estimate: float, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor) -> CheckError:
@@ -2143,6 +2420,14 @@ def _held_out_accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Ten
             got="scores only for images flattened to 64 numbers",
         ) from None
     out = expect_tensor(out, "the model's output", shape=(len(labels), 10))
+    if out.is_complex():
+        raise CheckError(
+            "the model's output is complex",
+            expected="10 real scores for each image",
+            got=describe(out),
+            hint="scores are compared by size, and complex numbers have none: what made the output complex?",
+            usage=True,
+        )
     return float((out.argmax(dim=1).cpu() == labels).double().mean())
 
 
@@ -2441,14 +2726,21 @@ def _last_batch_only(estimate: float, log: ForwardLog, images: torch.Tensor, lab
 def _estimate_slip(
     estimate: float, source: Source, log: ForwardLog, images: torch.Tensor, labels: torch.Tensor
 ) -> CheckError | None:
-    """An estimate that is the training batches' accuracy (where no evaluation gives it), or one validation
-    batch's."""
+    """An estimate that is the training batches' accuracy (where no evaluation gives it), one written in where the
+    model was never measured, or one validation batch's."""
     if source.size is None and source.trained is None and _training_accuracy(estimate, log, images, labels):
         return mistake_error(
             "your estimate is not measured on a validation part kept aside from training",
             TRAINING_ACCURACY,
             expected="an accuracy on images your training never used",
             got=f"{estimate:.1%}, the accuracy on the training batches of the last epoch",
+        )
+    if source.size is None and source.trained is None and _never_measured(log):
+        return mistake_error(
+            "your estimate was not measured: the model never ran on images outside its training steps",
+            ESTIMATE_NOT_MEASURED,
+            expected="an accuracy counted by running the model on your validation part",
+            got=f"{estimate:.1%}, and no forward pass without training recorded",
         )
     if _last_batch_only(estimate, log, images, labels):
         return mistake_error(
@@ -2458,6 +2750,23 @@ def _estimate_slip(
             got=f"{estimate:.1%}, the accuracy of its last batch alone",
         )
     return None
+
+
+ESTIMATE_NOT_MEASURED = Mistake(
+    "estimate not measured",
+    None,
+    "every forward pass of the model fed a training step, and none measured it: the validation accuracy returned "
+    "is a number written in (a placeholder, the target, an accuracy seen on another run), not one counted on this "
+    "model's predictions for images it did not train on",
+    look="where val_accuracy gets its value",
+)
+
+
+def _never_measured(log: ForwardLog) -> bool:
+    """Did the recorder see the training (some calls trained on), but no forward pass without training, while it
+    recorded (an estimate written in, not measured)?"""
+    trained = sum(1 for call in log.calls if call.trained)
+    return trained > 0 and trained == len(log.calls) and log.rows < log.MAX_ROWS
 
 
 PARTLY_TRAINED_ON = Mistake(
