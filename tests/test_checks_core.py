@@ -728,3 +728,31 @@ def _fixed_loop_for_settings(x, y, w1, w2, learning_rate, steps):
         w1.grad = None
         w2.grad = None
     return losses
+
+
+def test_the_time_limit_never_stops_an_import_half_way(tmp_path, monkeypatch):
+    """A ring inside a module's first import left it half-loaded in sys.modules (07.3, 09.3: torch's compiler
+    modules load at a student's first optimizer or torch.cond), and every later check failed on it."""
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(0.4)\nLOADED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_to_import", raising=False)
+
+    def imports_then_spins():
+        import slow_to_import  # noqa: F401
+
+        while True:
+            pass
+
+    with pytest.raises(running.TimedOut):
+        with running.time_limit(0.1):
+            imports_then_spins()
+    assert sys.modules["slow_to_import"].LOADED
+
+
+def test_an_exception_without_a_message_reads_as_a_sentence():
+    def pairwise(a, b):
+        raise StopIteration
+
+    with pytest.raises(core.CheckError) as err:
+        lab.check_pairwise_sq_dists(pairwise)
+    assert "raised StopIteration (with no message)" in str(err.value)

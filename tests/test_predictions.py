@@ -291,3 +291,19 @@ def test_fractions_and_decimals_are_numbers_in_a_prediction(capsys):
     predictions.COMMITTED.clear()
     lab.check_second_derivative_prediction(decimal.Decimal("6.0"))
     assert capsys.readouterr().out.startswith("PASS")
+
+
+def test_a_page_of_text_is_refused_at_once_and_not_printed_back():
+    with pytest.raises(CheckError) as err:
+        predictions.read_prediction("the outcome", "faster " * 200_000, choices=("faster", "not faster"))
+    assert "1,400,000 characters long" in str(err.value) and len(str(err.value)) < 400
+
+
+def test_an_item_whose_repr_raises_is_described_not_a_crash():
+    class Odd:
+        def __repr__(self):
+            raise RuntimeError("no repr")
+
+    with pytest.raises(CheckError) as err:
+        predictions.read_prediction("the pair", ("a", Odd()))
+    assert "plain values" in str(err.value)

@@ -134,8 +134,12 @@ def _finite(number: int | float) -> bool:
 
 
 def _short_repr(value: Any) -> str:
-    """repr(value), cut to 80 characters (an int of 400 digits is still a number, not a page)."""
-    text = repr(value)
+    """repr(value), cut to 80 characters (an int of 400 digits is still a number, not a page); a value whose
+    repr raises is described instead."""
+    try:
+        text = repr(value)
+    except Exception:
+        return describe(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -154,6 +158,10 @@ def _numbers_among(choices: Sequence[Any] | None) -> bool:
     return any(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices or ())
 
 
+#: The longest text read as a prediction: a word, a number or a short tuple is far shorter.
+MAX_ANSWER = 500
+
+
 def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *, form: str | None = None) -> Any:
     """``got`` in plain types if it has the form of an answer (one of ``choices`` when given), else a
     CheckError: checks that measure call it first, to refuse junk before measuring. ``form`` says what the
@@ -165,17 +173,25 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
             usage=True,
         )
     expected = " / ".join(map(repr, choices)) if choices else (form or "a number, a word or a tuple of them")
+    if isinstance(got, str) and len(got) > MAX_ANSWER:
+        raise CheckError(
+            f"{name}: the answer is {len(got):,} characters long; a prediction is a word, a number or a short tuple",
+            expected=expected,
+            usage=True,
+        )
     got = _normalised(got, choices)
     if not isinstance(got, (str, int, float, bool, tuple)):
         raise CheckError(f"{name}: answer with a plain value", got=describe(got), expected=expected, usage=True)
     if isinstance(got, tuple) and not all(isinstance(item, (str, int, float, bool)) for item in got):
-        raise CheckError(f"{name}: answer with plain values in the tuple", got=repr(got), expected=expected, usage=True)
+        raise CheckError(
+            f"{name}: answer with plain values in the tuple", got=_short_repr(got), expected=expected, usage=True
+        )
     if choices is not None:
         if got not in _normalised_choices(choices):
             raise CheckError(
                 f"{name}: the answer must be one of the choices",
                 expected=expected,
-                got=repr(got),
+                got=_short_repr(got),
                 hint=_choice_mentioned(got, choices) or _close_spelling(got, choices),
                 usage=True,
             )

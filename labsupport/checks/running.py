@@ -63,6 +63,8 @@ def time_limit(seconds: float | None) -> Iterator[None]:
             return  # the block is over, or this function's finally is switching the timer off
         if _cleaning_up():
             return  # the last TimedOut is on its way out: its except, finally or __exit__ may finish
+        if _importing(frame):
+            return  # a module half-loaded stays broken for every later cell: the next ring comes after the import
         raise TimedOut()
 
     def unraisable(info: Any) -> None:  # a ring lost in a finalizer: no "Exception ignored" text for it
@@ -87,6 +89,17 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 
 
 _TIME_LIMIT_CODE = time_limit.__wrapped__.__code__
+
+
+def _importing(frame: Any) -> bool:
+    """Whether the interrupted code is running an import (a module's body, or importlib loading it): a TimedOut
+    raised there leaves the module half-initialised in sys.modules (torch's compiler modules load lazily, at a
+    student's first optimizer or torch.cond), and every later use of it fails."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _cleaning_up() -> bool:
@@ -433,7 +446,8 @@ def _student_failure(exc: BaseException, what: str, limit: float) -> CheckError:
             usage=True,
         )
     where = _student_line(exc)
-    message = f"{what} raised {type(exc).__name__}: {_exception_text(exc)}"
+    text = _exception_text(exc)
+    message = f"{what} raised {type(exc).__name__}" + (f": {text}" if text else " (with no message)")
     if where:
         message += f"\n  in your line:  {where}"
     return CheckError(message, hint=explain_error(exc), mistake=f"raised {type(exc).__name__}")

@@ -25,8 +25,17 @@ PLACEHOLDER = "... is the placeholder the prompt left: this part of the answer i
 
 
 def describe(value: Any) -> str:
-    """A short description: type, shape, dtype and device for tensors."""
+    """A short description: type, shape, dtype and device for tensors. An object that raises when asked (a
+    ``__len__`` that raises, a tensor subclass whose overrides lie) is described by its type's name."""
+    try:
+        return _described(value)
+    except Exception:
+        return type(value).__name__
+
+
+def _described(value: Any) -> str:
     if isinstance(value, torch.Tensor):
+        value = plain_tensor(value)
         return f"tensor of shape {tuple(value.shape)}, dtype {value.dtype}, on {value.device}"
     kind = type(value).__name__
     if type(value).__module__ == "numpy" and hasattr(value, "shape"):
