@@ -80,6 +80,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -92,7 +93,7 @@ from . import student as edition  # the markers, labels and the student edition
 from .files import write_atomic
 from .flags import forging, lab_names_used, suspicious, uses_lab_code
 from .grade_kernel import ZYGOTE_VARIABLE
-from .runner import notebook_client
+from .runner import bound_messages, notebook_client
 
 ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = Path(__file__).resolve().with_name("grade_kernel.py")
@@ -379,6 +380,8 @@ class Config:
     checks: str = "labsupport"  # the module of the real checks, imported by the grader itself (tools/judge.py)
     trusted: dict[str, str] | None = None  # check name -> "both" | "value"; None: judge.TRUSTED
     partial: tuple[str, ...] = ()  # --partial: exercise ids (or "all") scored by the share of cases passed
+    # MB a grader worker's data may grow by (0: no cap): no message of a kernel's takes more of it (cap_worker)
+    worker_mb: int = 4096
 
 
 def trusted_mode(ex: Exercise, cfg: Config) -> str:
@@ -500,6 +503,9 @@ _PREAMBLE = "import random as _r; _r.seed(0); del _r"
 MAX_OUTPUT = 2_000_000  # characters of output kept per cell: a print loop cannot fill the grader's memory
 
 
+IOPUB_TIMEOUT = 30  # seconds a cell's outputs may still come in after its kernel's reply (at most its own limit)
+
+
 class NotebookTimeout(Exception):
     """A notebook ran past ``Config.notebook_timeout`` in all: a thread that starves every later cell
     (each one's own limit, then a restart that replays it) cannot hold a worker for hours."""
@@ -531,8 +537,12 @@ class Kernel:
             allow_errors=True,
             max_output=MAX_OUTPUT,
             startup_timeout=120,
+            # a kernel whose messages stopped coming (its connection dropped: a message over runner.MAX_MESSAGE)
+            # costs the cell its time limit and gets a new kernel, instead of leaving every later cell without outputs
+            raise_on_iopub_timeout=True,
         )
         self.client.km = self.client.create_kernel_manager()
+        bound_messages(self.client.km)  # no message of the kernel's is read whole past runner.MAX_MESSAGE bytes
         # in the scratch folder, which goes with the job, even when the kernel or its worker dies
         self.client.km.connection_file = str(self.scratch / f"kernel-{self.starts}.json")
         if self.sandbox.get("netns"):  # a network of its own: Jupyter's channels become Unix socket files
@@ -570,6 +580,7 @@ class Kernel:
         if left <= 0:
             raise NotebookTimeout(f"the notebook ran past {self.cfg.notebook_timeout:g} s in all (restarts included)")
         self.client.timeout = max(1, int(min(timeout, left)))
+        self.client.iopub_timeout = max(4, min(IOPUB_TIMEOUT, self.client.timeout))
         cell.outputs = []
         # nbclient updates a display (display_id) in self.nb's cell at this index: let that be this cell, and let no
         # update reach a display of an earlier cell (another cell's output, or an IndexError in the grader)
@@ -1063,13 +1074,39 @@ def _kernel_spec(folder: Path) -> None:
     )
 
 
-def _init_worker(jupyter_path: str) -> None:
+def _init_worker(jupyter_path: str, worker_mb: int = 0) -> None:
     os.environ["JUPYTER_PATH"] = jupyter_path + os.pathsep + os.environ.get("JUPYTER_PATH", "")
     os.environ.update(LAB_DEVICE="cpu", CUDA_VISIBLE_DEVICES="")  # the checks this worker runs itself (tools/judge.py)
+    cap_worker(worker_mb)
+
+
+def cap_worker(grow_mb: int) -> None:
+    """Let this process's data (``RLIMIT_DATA``, its soft limit: the kernels it starts set their own) grow by at most
+    ``grow_mb`` MB past what it holds now (0: no cap). A kernel's message arrives whole, every part of it, before
+    the client reads its first part (libzmq): a message of 100 parts of 60 MB (one buffer sent 100 times, which
+    costs its kernel nothing) would take 6 GB of the grader's. Past the cap its reading fails and the kernel's
+    connection is dropped (the cell times out), or at worst this worker dies: that job's row says so, and no other
+    student's is lost (:func:`_graded_in_rounds`)."""
+    if grow_mb <= 0 or not Path("/proc/self/status").exists():
+        return
+    import resource
+
+    with open("/proc/self/status") as f:
+        held = next((int(line.split()[1]) * 1024 for line in f if line.startswith("VmData:")), 0)
+    hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    soft = held + grow_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_DATA, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
 
 
 NO_FOLDER = "(no student folder)"  # the student of a row for a file at the top that is not Canvas's
 _CANVAS = re.compile(r"^(?P<name>[^_/]+?)(?:_LATE)?_(?P<id>\d+)_(?P<sub>\d+)_(?P<file>.+\.ipynb)$")
+
+
+def _reserved(name: str) -> bool:
+    """A folder named as a row or a heading of the gradebook's own, however spelled (``Points Possible``, which an LMS
+    import reads as the maximum of each column, ``STUDENT``, ``(no student folder)``): no student's."""
+    words = " ".join(re.sub(r"[\W_]+", " ", unicodedata.normalize("NFKC", name)).split()).casefold()
+    return words in _RESERVED
 
 
 def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple[str, Path]]], list[dict]]:
@@ -1080,13 +1117,13 @@ def _units(submissions: Path, log: logging.Logger) -> tuple[dict[str, list[tuple
     for entry in sorted(submissions.iterdir()):
         if entry.name.startswith(".") or entry.is_symlink():
             continue
-        if entry.is_dir() and entry.name in (POINTS_POSSIBLE, NO_FOLDER):
+        if entry.is_dir() and _reserved(entry.name):
             log.info("%s: a folder named as a row of the gradebook's own: skipped", entry.name)
             status = "a student folder named as a row the gradebook writes itself: not graded (rename the folder)"
             rows.append({"student": NO_FOLDER, "notebook": entry.name, "file": entry.name, "status": status})
         elif entry.is_dir():
             # no link: it could point into another student's folder
-            units.setdefault(shown(entry.name), []).extend(_notebooks(entry))
+            units.setdefault(shown(entry.name), []).extend(_notebooks(entry, log))
         elif entry.suffix == ".ipynb":
             canvas = _CANVAS.match(entry.name)
             if canvas:
@@ -1150,7 +1187,15 @@ def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
             raise ValueError(f"it would extract to more than {_ZIP_LIMIT // 2**20} MB")
         entries.sort(key=_read_order)  # stable: each kind in the zip's order
         root = into.resolve()
+        claimed: dict[str, str] = {}
         for info in entries[:MAX_ZIP_ENTRIES]:
+            if _spelled_twice(info.filename, claimed):
+                log.info(
+                    "%s: refused %r (another entry's name but for case or accents: one file on a Mac)",
+                    archive.name,
+                    info.filename,
+                )
+                continue
             _extract_checked(zf, info, root, archive.name, log)
     skipped = entries[MAX_ZIP_ENTRIES:]
     if skipped:
@@ -1165,6 +1210,18 @@ def _safe_extract(archive: Path, into: Path, log: logging.Logger) -> Path:
     if len(top) == 1 and top[0].is_dir() and not any(top[0].glob("*.ipynb")):
         return top[0]  # one folder around the class
     return into
+
+
+def _spelled_twice(name: str, claimed: dict[str, str]) -> bool:
+    """Whether a zip entry's path, or a folder above it, is an earlier entry's but for case or Unicode normalisation
+    (``Ana/hw.ipynb`` after ``ana/hw.ipynb``): one path on a case-insensitive disk (macOS, Windows), where one
+    student's file would replace another's. ``claimed`` records each spelling seen first."""
+    parts = [part for part in name.replace("\\", "/").split("/") if part]
+    for i in range(1, len(parts) + 1):
+        spelled = "/".join(parts[:i])
+        if claimed.setdefault(unicodedata.normalize("NFC", spelled).casefold(), spelled) != spelled:
+            return True
+    return False
 
 
 def _extract_checked(zf, info, into: Path, archive: str, log: logging.Logger) -> None:
@@ -1220,6 +1277,7 @@ def collect(
     units, rows = _units(submissions, log)
     archives = sorted(p for p in submissions.glob("*.zip") if p.is_file() and not p.is_symlink()) if zips else []
     jobs: list[dict] = []
+    handed_in: dict[tuple[str, str], float] = {}  # (student, file) from that student's own zip: the zip's time
     with contextlib.ExitStack() as stack:  # the extracted files are read by _student_jobs below
         for archive in archives:  # a zip in a zip is not opened
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="lab-grade-zip-")))
@@ -1227,11 +1285,83 @@ def collect(
             rows += more_rows
             for student_id, files in found.items():
                 units.setdefault(student_id, []).extend((f"{archive.name}:{rel}", path) for rel, path in files)
+                if _CANVAS.match(archive.name[: -len(".zip")] + ".ipynb"):
+                    handed_in.update(
+                        {(student_id, f"{archive.name}:{rel}"): archive.stat().st_mtime for rel, _ in files}
+                    )
+        rows += _shared_files(units, sources, log)
         for student_id, files in units.items():
+            files, skipped = _budgeted(student_id, files, log)
             more_jobs, more_rows = _student_jobs(student_id, files, sources, log)
+            # a notebook of a student's own zip is submitted at the zip's time: its entry's time (which copy is the
+            # newest) is the student's to set, and a 1980 one would make a late notebook on time
+            for job in more_jobs:
+                job["mtime"] = handed_in.get((student_id, job["file"]), job["mtime"])
             jobs += more_jobs
-            rows += more_rows
+            rows += more_rows + skipped
     return jobs, rows
+
+
+MAX_FILES = 200  # notebooks of one student read, the newest first: the series has 15 (copies aside)
+MAX_STUDENT_BYTES = 2**30  # bytes of one student's notebooks read, the newest first
+
+
+def _budgeted(student_id: str, files: list[tuple[str, Path]], log: logging.Logger) -> tuple[list, list[dict]]:
+    """The files of a student the grader reads: the newest :data:`MAX_FILES`, up to :data:`MAX_STUDENT_BYTES` in all
+    (a folder of 10,000 copies of a notebook is not read 10,000 times); a row says how many more were not read."""
+    if len(files) <= 1:
+        return files, []
+    stamped = []
+    for rel, path in files:
+        try:
+            status = path.lstat()
+        except OSError:
+            status = None
+        stamped.append((status.st_mtime if status else 0.0, status.st_size if status else 0, rel, path))
+    stamped.sort(key=lambda f: f[0], reverse=True)
+    kept, total = [], 0
+    for _, size, rel, path in stamped:
+        if kept and (len(kept) >= MAX_FILES or total + size > MAX_STUDENT_BYTES):
+            break
+        kept.append((rel, path))
+        total += size
+    if len(kept) == len(files):
+        return files, []
+    left = len(files) - len(kept)
+    most = f"{MAX_FILES} files, {MAX_STUDENT_BYTES // 2**20} MB in all"
+    why = f"{left} more file(s) not read: a student's newest {most}, are read"
+    log.info("%s: %s", student_id, why)
+    return sorted(kept), [{"student": student_id, "notebook": "", "file": "", "status": why}]
+
+
+def _shared_files(units: dict[str, list[tuple[str, Path]]], sources: dict[str, Source], log: logging.Logger) -> list:
+    """Take out of ``units`` every handed-in file that is, on disk, a solved source (a hard link to it) or a file of
+    another student too (two names of one file: whose it is, the instructor says); a row for each."""
+    owners: dict[tuple[int, int], set[str]] = {}
+    inode = {}
+    for student_id, files in units.items():
+        for _, path in files:
+            with contextlib.suppress(OSError):
+                status = path.lstat()
+                inode[path] = (status.st_dev, status.st_ino)
+                owners.setdefault(inode[path], set()).add(student_id)
+    solved = set()
+    for src in sources.values():
+        with contextlib.suppress(OSError):
+            solved.add((src.path.stat().st_dev, src.path.stat().st_ino))
+    rows = []
+    for student_id, files in units.items():
+        for rel, path in list(files):
+            key = inode.get(path)
+            why = "the solved source notebook" if key in solved else ""
+            if not why and key is not None and len(owners[key]) > 1:
+                why = "a file of " + ", ".join(sorted(owners[key] - {student_id})) + " too"
+            if why:
+                files.remove((rel, path))
+                log.info("%s/%s: a link to %s: not read", student_id, rel, why)
+                status = f"{rel} is {why} (a hard link): not graded"
+                rows.append({"student": student_id, "notebook": rel, "file": rel, "status": status})
+    return rows
 
 
 def _archive_units(archive: Path, tmp: Path, log: logging.Logger) -> tuple[dict, list[dict]]:
@@ -1245,18 +1375,34 @@ def _archive_units(archive: Path, tmp: Path, log: logging.Logger) -> tuple[dict,
         return {}, [{"student": NO_FOLDER, "notebook": archive.name, "file": archive.name, "status": status}]
     log.info("%s: extracted into a temporary folder and read as handed in", archive.name)
     if owner:  # one student's upload: it cannot hand in for another student
-        return {shown(f"{owner['name']}_{owner['id']}"): _notebooks(tmp)}, []
+        return {shown(f"{owner['name']}_{owner['id']}"): _notebooks(tmp, log)}, []
     return _units(root, log)
 
 
-def _notebooks(folder: Path) -> list[tuple[str, Path]]:
-    """The notebooks under ``folder`` (name relative to it, path), no link, no checkpoint."""
-    found = sorted(
-        p
-        for p in folder.rglob("*.ipynb")
-        if ".ipynb_checkpoints" not in p.parts and "__MACOSX" not in p.parts and not p.is_symlink()
-    )
-    return [(shown(p.relative_to(folder).as_posix()), p) for p in found]
+MAX_WALKED = 20_000  # files and folders of one student's folder looked at for notebooks; the rest is not, and logged
+
+
+def _notebooks(folder: Path, log: logging.Logger | None = None) -> list[tuple[str, Path]]:
+    """The notebooks under ``folder`` (name relative to it, path), no link, no checkpoint: found among its first
+    :data:`MAX_WALKED` entries, a folder at a time without recursion (a folder nested 2,000 deep raises nothing)."""
+    found, folders, seen = [], [folder], 0
+    while folders and seen < MAX_WALKED:
+        try:
+            with os.scandir(folders.pop()) as listing:
+                entries = [entry for _, entry in zip(range(MAX_WALKED - seen), listing)]
+        except OSError:  # a folder it may not read
+            continue
+        seen += len(entries)
+        for entry in entries:
+            if entry.name in (".ipynb_checkpoints", "__MACOSX") or entry.is_symlink():
+                continue  # no link: it could point into another student's folder, the sources or OUT
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            elif entry.name.endswith(".ipynb"):
+                found.append(Path(entry.path))
+    if (folders or seen >= MAX_WALKED) and log:
+        log.info("%s: more than %d files and folders: the rest were not looked at", shown(folder.name), MAX_WALKED)
+    return [(shown(p.relative_to(folder).as_posix()), p) for p in sorted(found)]
 
 
 def shown(name: str) -> str:
@@ -1401,7 +1547,8 @@ def _graded_in_rounds(jobs: list[dict], cfg: Config, workers: int, tmp: str, log
 def _run_round(
     jobs: list[dict], cfg: Config, workers: int, tmp: str, log: logging.Logger
 ) -> tuple[list[dict], list[tuple[dict, BaseException]]]:
-    with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=(tmp,)) as pool:
+    start = (tmp, cfg.worker_mb)
+    with cf.ProcessPoolExecutor(max_workers=max(1, workers), initializer=_init_worker, initargs=start) as pool:
         return _run_pool(pool, jobs, cfg, log)
 
 
@@ -1527,18 +1674,20 @@ def feedback_html(markdown_text: str, title: str) -> str:
     )
 
 
-_HASHED = re.compile(r"-[0-9a-f]{8}$")  # the end of a name :func:`_safe` made
+_HASHED = re.compile(r"-[0-9a-f]{8,16}$")  # the end of a name :func:`_safe` made (8 hex digits before this audit)
 
 
 def _safe(name: str) -> str:
     """A folder name for a student id: the id itself when it is plain ASCII, else a slug and a
-    short hash of the id, so two ids never share a folder (``José`` and ``Josè`` both slug to ``Jos_``).
-    A plain id that ends as such a name does (``Jos_-24c2ab65``, what ``José`` becomes) is hashed too:
+    hash of the id, so two ids never share a folder (``José`` and ``Josè`` both slug to ``Jos_``). An id with
+    a capital letter is hashed too: ``Ana`` and ``ana`` are one folder on a case-insensitive disk (macOS, Windows).
+    A plain id that ends as such a name does (``Jos_-24c2ab65b7adab7e``, what ``José`` becomes) is hashed too:
     a student named so cannot write into another's folder."""
     slug = re.sub(r"[^A-Za-z0-9._@+-]", "_", name)[:60]
-    if slug == name and name and not name.startswith(".") and not _HASHED.search(name):
+    if slug == name and name and not name.startswith(".") and not _HASHED.search(name) and name == name.lower():
         return name
-    return f"{slug.lstrip('.') or '_'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:8]}"
+    # 64 bits: two names of one slug (its first 60 characters) cannot be made to share a hash by trying 2^32 of them
+    return f"{slug.lstrip('.') or '_'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 _FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -1552,7 +1701,7 @@ def _csv_cell(value) -> str:
     text = "" if value is None else str(value)
     if _quoted(text):
         return "'" + text
-    if text.startswith(_FORMULA):
+    if _formula(text):
         try:
             float(text)
         except ValueError:
@@ -1560,9 +1709,17 @@ def _csv_cell(value) -> str:
     return text
 
 
+def _formula(text: str) -> bool:
+    """Whether a spreadsheet may read ``text`` as a formula: it starts with a character of :data:`_FORMULA`, or one
+    that Unicode's compatibility normalisation (NFKC) makes one (``＝`` U+FF1D, ``﹢`` U+FE62: a sheet or an import
+    may normalise them), after any spaces."""
+    head = unicodedata.normalize("NFKC", text[:8]).lstrip(" ")
+    return text.startswith(_FORMULA) or head.startswith(_FORMULA)
+
+
 def _quoted(text: str) -> bool:
     """Whether ``text`` is one or more ``'`` before a character a formula starts with."""
-    return text.startswith("'") and text.lstrip("'").startswith(_FORMULA)
+    return text.startswith("'") and _formula(text.lstrip("'"))
 
 
 def _csv_uncell(text: str) -> str:
@@ -1983,6 +2140,7 @@ def write_report(out: Path, table: list[dict], results: list[dict], sources: dic
 
 #: The gradebook's first row, which an LMS import reads as the maximum of each column.
 POINTS_POSSIBLE = "(points possible)"
+_RESERVED = {"points possible", "no student folder", "student", "total", "score", "max score"}
 
 
 def write_gradebook(path: Path, table: list[dict], sources: dict[str, Source]) -> None:
@@ -2169,6 +2327,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--disk-mb", type=int, default=2048, help="disk per kernel: its scratch folder is a tmpfs this large (root)"
     )
+    p.add_argument("--worker-mb", type=int, default=4096, help="memory a grader worker's data may grow by (0: no cap)")
     p.add_argument("--no-landlock", action="store_true", help="do not fence kernels in with Landlock")
     p.add_argument(
         "--fork",
@@ -2241,6 +2400,7 @@ def main(argv: list[str] | None = None) -> int:
         notebook_timeout=args.notebook_timeout,
         memory_mb=args.memory_mb,
         disk_mb=args.disk_mb,
+        worker_mb=args.worker_mb,
         landlock=not args.no_landlock,
         fork=args.fork,
         partial=tuple(x.strip() for x in args.partial.split(",") if x.strip()),

@@ -415,6 +415,9 @@ def enter_sandbox(connection: str) -> None:
     if memory > 0:
         limit = memory * 2**20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+    else:  # no cap of its own: not its grader worker's either (tools/grade.py cap_worker)
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        resource.setrlimit(resource.RLIMIT_DATA, (hard, hard))
     if cfg.get("stderr"):  # the kernel's stdout and stderr (os.write(1, ...) too) go to the scratch folder, not the
         # grader's terminal: no escape sequence a student writes reaches it
         fd = os.open(cfg["stderr"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import AsyncZMQSocketChannel
 from nbclient import NotebookClient
+from traitlets import Type
 
 
 class _CappedClient(NotebookClient):
@@ -77,6 +82,92 @@ def _keep_tail(out, text: str, limit: int) -> None:
         start = tail.find("\n")
         tail = tail[start + 1 :] if 0 <= start < len(tail) - 1 else tail
     out.text = tail
+
+
+MAX_MESSAGE = 64 * 2**20  # bytes of one message from a kernel read by a client of :func:`bound_messages`
+MESSAGES_QUEUED = 4  # whole messages of a kernel's that such a client's sockets hold before it reads them
+
+
+class _BoundedChannel(AsyncZMQSocketChannel):
+    """A channel that reads a kernel's message part by part and keeps at most :data:`MAX_MESSAGE` bytes of it: a
+    larger one (the same 50 MB buffer sent as 100 parts of one message: 5 GB) becomes an error output in its place,
+    never copied or parsed. (libzmq holds every part of a message before its first is read: the grader bounds that
+    with its workers' memory cap, tools/grade.py ``cap_worker``.)"""
+
+    async def _recv(self, **kwargs: Any) -> dict[str, Any]:
+        parts, size = [], 0
+        while True:
+            part = await self.socket.recv(copy=False)
+            size += len(part)
+            if size <= MAX_MESSAGE:
+                parts.append(part.bytes)
+            if not part.more:
+                break
+        if size > MAX_MESSAGE:
+            return _too_large(parts, size, self.session)
+        _, message = self.session.feed_identities(parts)
+        return self.session.deserialize(message)
+
+
+def _too_large(parts: list[bytes], size: int, session: Any) -> dict[str, Any]:
+    """A message too large to read, as an error the client records in its place: an ``error`` output, or (for a
+    ``..._reply``) a reply whose status is ``error``, under the parent header the message named (when it could be read)."""
+    try:
+        at = parts.index(b"<IDS|MSG>")
+        header, parent = session.unpack(parts[at + 2]), session.unpack(parts[at + 3])
+    except Exception:  # the header itself was one of the parts left out
+        header, parent = {}, {}
+    header = header if isinstance(header, dict) else {}
+    kind = str(header.get("msg_type", ""))
+    kind = kind if kind.endswith("_reply") else "error"
+    content = {
+        "status": "error",
+        "ename": "MessageTooLarge",
+        "evalue": f"the kernel sent a message of {size:,} bytes, more than {MAX_MESSAGE:,}: not read",
+        "traceback": [],
+        "execution_count": None,
+    }
+    return {
+        "header": {**header, "msg_type": kind},
+        "msg_id": str(header.get("msg_id", "")),
+        "msg_type": kind,
+        "parent_header": parent if isinstance(parent, dict) else {},
+        "metadata": {},
+        "content": content,
+        "buffers": [],
+    }
+
+
+class BoundedKernelClient(AsyncKernelClient):
+    """A kernel client whose sockets refuse a message part over :data:`MAX_MESSAGE` bytes before it is read (libzmq
+    drops that connection for good: no output comes any more, and the grader's time limit gives the cell a new
+    kernel), queue at most :data:`MESSAGES_QUEUED` messages unread (the kernel's
+    own socket holds the rest: a flood of large messages waits there, not in this process), and whose channels
+    keep no more than :data:`MAX_MESSAGE` bytes of one message however many parts it has."""
+
+    shell_channel_class = Type(_BoundedChannel)
+    iopub_channel_class = Type(_BoundedChannel)
+    stdin_channel_class = Type(_BoundedChannel)
+    control_channel_class = Type(_BoundedChannel)
+
+    def _context_default(self) -> zmq.asyncio.Context:
+        self._created_context = True
+        return capped_context(zmq.asyncio.Context())
+
+
+def capped_context(context: zmq.Context) -> zmq.Context:
+    """``context``, whose new sockets refuse a message part over :data:`MAX_MESSAGE` bytes (libzmq reads its size
+    first, and drops the connection without reading it) and queue at most :data:`MESSAGES_QUEUED` messages unread."""
+    context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+    context.setsockopt(zmq.RCVHWM, MESSAGES_QUEUED)
+    return context
+
+
+def bound_messages(km: Any) -> None:
+    """Make the kernel manager ``km`` (before its client is made) read no message of its kernel larger than
+    :data:`MAX_MESSAGE` bytes: a kernel's single message of gigabytes would be read whole otherwise."""
+    km.client_factory = BoundedKernelClient
+    capped_context(km.context)
 
 
 def notebook_client(
