@@ -1689,7 +1689,7 @@ def test_in_a_notebook_the_capstone_check_shows_the_cpu_budget_as_it_is_used(mon
     (box,) = shown
     gauge, label = box.children
     assert gauge.max == ds.BUDGET and 0.8 <= gauge.value < 2
-    assert re.fullmatch(r"[12] of the 30 s budget", label.value), label.value
+    assert re.fullmatch(r"train_capstone: [12] s of its 30 s CPU budget \(then the check scores it\)", label.value)
 
 
 def test_outside_a_notebook_the_capstone_check_draws_nothing(capsys):

@@ -166,3 +166,13 @@ def test_long_lines_of_a_shown_block_are_folded_at_spaces_under_their_label():
     hint_at = next(i for i, line in enumerate(shown) if line.startswith("  likely mistake: "))
     assert shown[hint_at + 1].startswith(" " * len("  likely mistake: ") + "the")
     assert shown[hint_at + 1][len("  likely mistake: ")] != " "
+
+
+def test_a_usage_failure_shows_no_traceback_advice():
+    """A stub's None (SGDMomentum is None) is what was handed in, not a bug inside: no 'full traceback' line."""
+    err = core.CheckError(
+        "SGDMomentum is None", hint="replace `SGDMomentum = None`", usage=True, exercise="Exercise 99.6: x"
+    )
+    assert not any("show_traceback" in line for line in err._render_traceback_())
+    err = core.CheckError("double(x) is wrong", exercise="Exercise 99.6: x")
+    assert "show_traceback" in err._render_traceback_()[-1]

@@ -307,3 +307,18 @@ def test_an_item_whose_repr_raises_is_described_not_a_crash():
     with pytest.raises(CheckError) as err:
         predictions.read_prediction("the pair", ("a", Odd()))
     assert "plain values" in str(err.value)
+
+
+def test_a_new_answer_under_a_right_first_one_is_told_it_does_not_replace_it(capsys):
+    """06.1: 'sgd' (right) then 'momentum' printed PASS 'sgd' is right under a cell that said momentum."""
+    lab.check_second_derivative_prediction(6)
+    capsys.readouterr()
+    lab.check_second_derivative_prediction(3)
+    out = capsys.readouterr().out
+    assert out.startswith("PASS") and "your new answer 3 does not replace it" in out
+
+
+def test_no_prediction_yet_says_where_to_write_it():
+    with pytest.raises(CheckError) as err:
+        predictions.read_prediction("the outcome", None)
+    assert "in place of `prediction = None`" in str(err.value) and "solution markers" not in str(err.value)

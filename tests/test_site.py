@@ -338,6 +338,12 @@ def test_progress_bars_are_left_off_the_pages(built):
     assert "momentum and Adam end more than 100x below plain SGD" in text_of(built / "06_optim.html")
 
 
+def test_a_written_answer_on_a_page_says_where_it_is_written_not_how_to_edit_a_cell(built):
+    """A static page has no cell to double-click: the edition's editing instructions are replaced."""
+    text = text_of(built / "06_optim.html")
+    assert student.ANSWER_PLACEHOLDER not in text and "A written answer: in the notebook, you write it here." in text
+
+
 @pytest.mark.parametrize(
     "markup, kept",
     [

@@ -147,12 +147,18 @@ def handout(src_dir: Path, out: Path) -> int:
 STUB_COMMENT = "# YOUR CODE HERE"
 # A written answer's region in the student edition: it says how to edit a markdown cell, which a first-time
 # JupyterLab user does not know (double-clicking shows the cell's text, Shift+Enter renders it again).
+# A double-click alone shows the text but leaves JupyterLab's keys as commands (typed letters insert or delete
+# cells): the click into the line that puts a cursor there is the step a newcomer misses.
 ANSWER_PLACEHOLDER = (
-    "Your answer here: double-click this cell to edit it, write your answer in place of this line, "
-    "then press Shift+Enter."
+    "Your answer here: to write it, double-click this cell, click on this line so that a cursor blinks, "
+    "replace the line with your answer, then press Shift+Enter."
 )
 # What earlier editions put there: a handed-in notebook from one of them still has an unanswered question.
-EARLIER_PLACEHOLDERS = ("Your answer here",)
+EARLIER_PLACEHOLDERS = (
+    "Your answer here",
+    "Your answer here: double-click this cell to edit it, write your answer in place of this line, then press "
+    "Shift+Enter.",
+)
 EDITION = "student"
 
 LAB = "lab"  # the key of an exercise cell's metadata: {"exercise": "03.5", "role": "solution", "points": 1}

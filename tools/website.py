@@ -227,6 +227,17 @@ def hide_outcomes(edition: student.Edition) -> None:
             cell.metadata.setdefault("tags", []).append(OUTCOME_TAG)
 
 
+#: What a written answer's cell says on a page: a static page has no cell to double-click.
+PAGE_ANSWER = "*(A written answer: in the notebook, you write it here.)*"
+
+
+def mark_written_answers(edition: student.Edition) -> None:
+    """Put :data:`PAGE_ANSWER` where the student edition tells how to edit a written answer's cell."""
+    for answer in edition.answers:
+        cell = edition.notebook.cells[answer.cell]
+        cell.source = cell.source.replace(student.ANSWER_PLACEHOLDER, PAGE_ANSWER)
+
+
 def drop_progress_bars(edition: student.Edition) -> None:
     """Remove the stored outputs that are widget views: the progress bars of training loops. Regenerate keeps
     no widget state, so a page could only show such a bar as it was drawn first (``epochs: 0%|``), stuck at
@@ -276,6 +287,7 @@ def build(src: Path, out: Path) -> list[Path]:
         mark_setup(edition)
         hide_outcomes(edition)
         drop_progress_bars(edition)
+        mark_written_answers(edition)
         (out / "student" / path.name).write_bytes(student.generate(path))
         body, _ = exporter.from_notebook_node(edition.notebook)
         if 'class="jp-Mermaid"' in body:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import linecache
 import re
+import textwrap
 from typing import Any
 
-from .feedback import _BOLD, _OFF
+from .feedback import _BOLD, _OFF, _WIDTH
 
 _STUB = re.compile(r"raise\s+NotImplementedError\(")
 _EXERCISE = re.compile(r"Exercise (\d\d\.\d+)")
@@ -30,7 +31,8 @@ def short_error(shell: Any, etype: type, value: BaseException, tb: Any, tb_offse
     line = one_line(value, tb)
     if line is None:
         return shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-    return shell._showtraceback(etype, value, [line])
+    folded = textwrap.wrap(line, width=_WIDTH, break_long_words=False, break_on_hyphens=False)
+    return shell._showtraceback(etype, value, ["\n".join(folded)])
 
 
 def one_line(value: BaseException, tb: Any) -> str | None:

@@ -146,8 +146,10 @@ class CheckError(AssertionError):
         _LAST[0] = self
         lines = self.rendered()
         head = f"{_BOLD_RED}✗ CHECK FAILED · {self.exercise or 'check'}{_OFF}"
-        tail = "  (the full traceback: run lab.show_traceback() in a new cell)"
         body = [part for line in lines[1:] for part in _folded(line)]
+        if self.usage:  # what was handed in cannot be used (a stub's None, a wrong type): no traceback helps there
+            return [head, *body]
+        tail = "  (the full traceback: run lab.show_traceback() in a new cell)"
         return [head, *body, tail]
 
 

@@ -2090,15 +2090,15 @@ def _budget_bar(start: float) -> Iterator[None]:
     import ipywidgets
     from IPython.display import display
 
-    gauge = ipywidgets.FloatProgress(value=0.0, min=0.0, max=BUDGET, description="CPU time")
-    label = ipywidgets.Label(f"0 of the {BUDGET:g} s budget")
+    gauge = ipywidgets.FloatProgress(value=0.0, min=0.0, max=BUDGET, description="training")
+    label = ipywidgets.Label(f"train_capstone: 0 s of its {BUDGET:g} s CPU budget (then the check scores it)")
     display(ipywidgets.HBox([gauge, label]))
     stop = threading.Event()
 
     def show() -> None:
         used = _cpu_seconds() - start
         gauge.value = min(used, BUDGET)
-        label.value = f"{used:.0f} of the {BUDGET:g} s budget"
+        label.value = f"train_capstone: {used:.0f} s of its {BUDGET:g} s CPU budget (then the check scores it)"
 
     def redraw() -> None:
         while not stop.wait(0.5):

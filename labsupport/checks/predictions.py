@@ -169,7 +169,8 @@ def read_prediction(name: str, got: Any, choices: Sequence[Any] | None = None, *
     __tracebackhide__ = True
     if got is None or got is Ellipsis:
         raise CheckError(
-            f"{name}: no prediction yet: write your answer between the solution markers above and run that cell first",
+            f"{name}: no prediction yet: write your answer in the cell above, in place of `prediction = None`, and "
+            "run that cell first",
             usage=True,
         )
     expected = " / ".join(map(repr, choices)) if choices else (form or "a number, a word or a tuple of them")
@@ -291,8 +292,8 @@ def check_prediction(
     __tracebackhide__ = True
     if got is None and "none" in _words_of(mistakes):  # the stub's None, or a student's "it stays None"
         raise CheckError(
-            f"{name}: no prediction yet: write your answer between the solution markers above and run that cell "
-            'first (to predict that it stays None, write the word as text: prediction = "None")',
+            f"{name}: no prediction yet: write your answer in the cell above, in place of `prediction = None`, and "
+            'run that cell first (to predict that it stays None, write the word as text: prediction = "None")',
             usage=True,
         )
     got = read_prediction(name, got, choices)
@@ -345,6 +346,10 @@ def _later_verdict(record: Committed, got: Any, ex_id: str) -> None:
     record.runs += 1
     if record.right:
         _right_verdict(record, ex_id)
+        if got != record.answer:  # a PASS printed under another answer reads as if that one were right
+            print(
+                f"  (your new answer {got!r} does not replace it: a prediction counts once, before you see the outcome)"
+            )
         return
     changed = ""
     if got != record.answer:  # a prediction is made once, before the outcome is seen: that is what it measures
