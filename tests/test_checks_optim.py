@@ -879,3 +879,48 @@ def test_an_error_of_state_dict_is_not_blamed_on_a_missing_gradient():
         lab.check_sgd_momentum(_StateDictRaises)
     assert "state_dict() raised RuntimeError: my own bug" in info.value.message
     assert info.value.mistake != "None gradient not skipped"
+
+
+def _momentum_as_float32_tensor(self, p, group):
+    state = self.state[p]
+    momentum = torch.tensor(group["momentum"])  # float32: holds 0.899999976
+    state["v"] = p.grad.clone() if "v" not in state else torch.addcmul(p.grad, state["v"], momentum)
+    p.sub_(group["lr"] * state["v"])
+
+
+def _lr_as_float32_tensor(self, p, group):
+    state = self.state[p]
+    state["v"] = p.grad.clone() if "v" not in state else group["momentum"] * state["v"] + p.grad
+    p.sub_(torch.tensor(group["lr"]) * state["v"])
+
+
+@pytest.mark.parametrize("update", [_momentum_as_float32_tensor, _lr_as_float32_tensor], ids=["momentum", "lr"])
+def test_a_setting_made_into_a_float32_tensor_is_named(update):
+    """Sixteenth audit: torch.tensor(momentum) rounds 0.9 to float32, off by 3e-9 relative after a few steps; the
+    check said only "does not match the reference" with an error of 4.5e-10."""
+    with pytest.raises(lab.CheckError) as err:
+        lab.check_sgd_momentum(variant(update=update))
+    assert err.value.mistake == "setting rounded to float32"
+    assert "torch.tensor(group" not in err.value.message
+
+
+def _velocity_in_a_foreach_add(self, p, group):
+    state = self.state[p]
+    if "momentum_buffer" not in state:
+        state["momentum_buffer"] = torch.zeros_like(p).add_(p.grad)
+    else:
+        state["momentum_buffer"].mul_(group["momentum"]).add_(p.grad)
+    torch._foreach_add_([p], [state["momentum_buffer"]], alpha=-group["lr"])
+
+
+def _velocity_kept_in_float64_copies(self, p, group):
+    state = self.state[p]
+    velocity = state.get("velocity", torch.zeros_like(p, dtype=torch.float64))
+    state["velocity"] = velocity * group["momentum"] + p.grad.double()
+    p.copy_(p - (group["lr"] * state["velocity"]).to(p.dtype))
+
+
+@pytest.mark.parametrize("update", [_velocity_in_a_foreach_add, _velocity_kept_in_float64_copies])
+def test_sixteenth_audit_correct_designs_pass(update, capsys):
+    lab.check_sgd_momentum(variant(update=update))
+    assert "PASS" in capsys.readouterr().out
