@@ -158,7 +158,11 @@ def test_grad_a_with_a_for_b_is_named():
 
 @pytest.mark.parametrize(
     "outer, name",
-    [(lambda d: 2, "outer derivative without d"), (lambda d: d**2, "d**2 for the outer derivative")],
+    [
+        (lambda d: 2, "outer derivative without d"),
+        (lambda d: d**2, "d**2 for the outer derivative"),
+        (lambda d: 2 * d.sum(), "outer derivative summed"),  # sixteenth audit: got a generic expected/got
+    ],
 )
 def test_an_outer_derivative_other_than_2d_is_named(outer, name):
     """03.1: dL/dd written as 2 (d forgotten) or as d**2 got a generic expected/got."""

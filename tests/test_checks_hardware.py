@@ -283,6 +283,8 @@ ROOFLINE_WRONG = {
     "seconds per FLOP": lambda i, p, b: max(1 / p, 1 / (i * b)),
     # fourteenth audit: the ridge point handed back got a generic expected/got
     "ridge point returned": lambda i, p, b: p / b,
+    # sixteenth audit: the lower of the intensity and the ridge point, in FLOP/byte, got a generic expected/got
+    "intensity returned": lambda i, p, b: min(i, p / b),
     # fifteenth audit: a label for the limiting roof (0 memory, 1 compute) got a generic expected/got
     "which roof returned": lambda i, p, b: 0 if i * b < p else 1,
 }

@@ -1172,6 +1172,13 @@ def _concatenated_skip(self, x):
     return x
 
 
+def _relu_moved_after_sum(self, x):
+    """05.3, sixteenth audit: the ReLU moved from inside the branch to after the sum got expected/got only."""
+    for b in self.blocks:
+        x = torch.relu(x + b.fc2(b.fc1(x)))
+    return x
+
+
 class NormBlock(Block):
     def __init__(self, D, H):
         super().__init__(D, H)
@@ -1190,6 +1197,7 @@ def _with_layer_norm(self, D, H, depth):
 STACK_MISTAKES = {
     "skip multiplied": stack_variant(forward=_multiplied_skip),
     "ReLU after fc2": stack_variant(forward=_relu_after_fc2),
+    "ReLU moved after the sum": stack_variant(forward=_relu_moved_after_sum),
     "normalised in the block": stack_variant(forward=_pre_norm),
     "some blocks without their residual": stack_variant(forward=_only_last_with_skip),
     "skip concatenated": stack_variant(forward=_concatenated_skip),

@@ -809,3 +809,19 @@ def test_storage_prediction_held_in_a_lying_tensor_gets_a_sentence():
         lab.check_storage_prediction(answer)
     assert "could not use" not in info.value.message
     assert info.value.usage
+
+
+def test_the_broadcast_product_averaged_over_its_extra_batch_axis_is_named():
+    """01.6, sixteenth audit: x @ w broadcast to (B, B, K), then .mean(0), got the generic "does not match"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_per_sample_matmul(lambda x, w: torch.matmul(x, w).mean(0))
+    assert info.value.mistake == "matrices averaged"
+    assert "w.mean" not in str(info.value)  # the cause is said, not a line to paste
+
+
+def test_a_one_hot_mask_averaged_over_the_row_is_named():
+    """01.3, sixteenth audit: (scores * one_hot(labels, C)).mean(1) got the generic "does not match"."""
+    with pytest.raises(lab.CheckError) as info:
+        lab.check_correct_class_scores(lambda s, i: (s * F.one_hot(i, s.shape[1])).mean(1))
+    assert info.value.mistake == "masked row averaged"
+    assert ".sum(" not in str(info.value)  # the cause is said, not the repaired reduction

@@ -399,6 +399,9 @@ def test_layer_mistake_is_named(layer, name):
         (lambda dout, c: (dout @ c[1].t(), (c[0].t() @ dout).sum(0)), "dw reduced to a vector"),
         # round 12, second pass: dx summed over the samples, as a bias's gradient, got a generic expected/got
         (lambda dout, c: ((dout @ c[1].t()).sum(0), c[0].t() @ dout), "dx reduced to a vector"),
+        # sixteenth audit: the local derivative alone, dout replaced by ones, got a generic expected/got
+        (lambda dout, c: (torch.ones_like(dout) @ c[1].t(), c[0].t() @ torch.ones_like(dout)), "dx without dout"),
+        (lambda dout, c: (dout @ c[1].t(), c[0].t() @ torch.ones_like(dout)), "dw without dout"),
     ],
 )
 def test_linear_mistakes_as_students_write_them(backward, fragment):

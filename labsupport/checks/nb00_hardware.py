@@ -879,6 +879,10 @@ def _ridge_point(i: float, p: float, b: float) -> float:
     return p / b
 
 
+def _lower_intensity(i: float, p: float, b: float) -> float:
+    return min(i, p / b)
+
+
 def _intensity_over_bandwidth(i: float, p: float, b: float) -> float:
     return min(p, i / b)
 
@@ -1001,6 +1005,13 @@ ROOFLINE_MISTAKES = [
         "intensity (FLOP/byte) at which the two roofs meet, while the function returns the FLOP/s a kernel of the "
         "given intensity reaches",
         look="the return line: does it use intensity, and is its unit FLOP/s?",
+    ),
+    Mistake(
+        "intensity returned",
+        _follows(_lower_intensity),
+        "each answer is an intensity in FLOP/byte, the lower of the kernel's and the ridge point's: comparing "
+        "them tells which roof limits the kernel, but the function returns that roof's rate, in FLOP/s",
+        look="the return line: check its unit",
     ),
     Mistake("which roof returned", _roof_labels, WHICH_ROOF, look="the return line: a label, or a rate in FLOP/s?"),
 ]

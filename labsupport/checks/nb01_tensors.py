@@ -583,6 +583,17 @@ def _class_scores_reduced(scores: torch.Tensor) -> list[Mistake]:
     ]
 
 
+def _class_scores_masked_mean(scores: torch.Tensor, labels: torch.Tensor) -> Mistake:
+    """The label's column kept by a one-hot mask, then the row averaged: each score divided by C."""
+    return Mistake(
+        "masked row averaged",
+        _class_scores_reference(scores, labels) / scores.shape[1],
+        why="each entry is its label's score divided by C, the number of classes: the mask kept the label's column "
+        "alone, and the reduction over the row then averaged that one score with C - 1 zeros",
+        look="the reduction over the classes, after the mask",
+    )
+
+
 def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[Mistake]:
     """The typical wrong answers of 01.3 for this case."""
     return [
@@ -618,6 +629,7 @@ def _class_scores_mistakes(scores: torch.Tensor, labels: torch.Tensor) -> list[M
         ),
         *_gathered_along_rows(scores, labels),
         *_class_scores_reduced(scores),
+        _class_scores_masked_mean(scores, labels),
         Mistake(
             "predicted classes",
             scores.argmax(dim=1),
@@ -1344,6 +1356,13 @@ def _per_sample_sum_mistakes(x: torch.Tensor, w: torch.Tensor) -> list[Mistake]:
             why="each sample met the sum of all the matrices: the batch index of w was summed away (an einsum "
             "whose w index differs from x's, 'bd,cdk->bk'), where sample b meets w[b] alone",
             look="the index that x and w share for the batch",
+        ),
+        Mistake(
+            "matrices averaged",
+            x @ w.mean(0),
+            why="each sample met the mean of all the matrices: x @ w paired every sample with every matrix, "
+            "(B, B, K), and a mean over the extra batch axis averaged them, where sample b meets w[b] alone",
+            look="the shapes matmul sees, and what the reduction over the batch axis mixes",
         ),
     ]
 

@@ -441,7 +441,7 @@ def _linear_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> li
         ),
     ]
     first, last = _linear_shape_mistakes(x, w, dout)
-    return [*first, *mistakes, *last, *_linear_factor_mistakes(x, w, dout)]
+    return [*first, *mistakes, *last, *_linear_factor_mistakes(x, w, dout), *_linear_upstream_mistakes(x, w, dout)]
 
 
 def _linear_shape_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> tuple[list, list]:
@@ -536,6 +536,27 @@ def _linear_factor_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor
             (None, None, dw.sum(0)),
             why="dw was summed down to one vector: a weight's gradient has one entry per weight, the shape (D, K) of w",
             look="a .sum() or .mean() in dw's line",
+        ),
+    ]
+
+
+def _linear_upstream_mistakes(x: torch.Tensor, w: torch.Tensor, dout: torch.Tensor) -> list[Mistake]:
+    """Local derivatives alone: the upstream gradient replaced by ones (sixteenth audit)."""
+    ones = torch.ones_like(dout)
+    return [
+        Mistake(
+            "dx without dout",
+            (None, ones @ w.t(), None),
+            why="dx is the local derivative alone, as if every entry of dout were 1: the chain rule combines the "
+            "local derivative with the upstream gradient dout, which the backward receives for that",
+            look="where dout enters dx's line",
+        ),
+        Mistake(
+            "dw without dout",
+            (None, None, x.t() @ ones),
+            why="dw is the local derivative alone, as if every entry of dout were 1: the chain rule combines the "
+            "local derivative with the upstream gradient dout, which the backward receives for that",
+            look="where dout enters dw's line",
         ),
     ]
 

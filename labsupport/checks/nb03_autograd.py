@@ -178,6 +178,21 @@ def _outer_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake
         Mistake("outer derivative without d", (None, 2 * a), why_two, look=look),
         Mistake("d**2 for the outer derivative", (d**2 * (b + a.exp()), None), why_square, look=look),
         Mistake("d**2 for the outer derivative", (None, d**2 * a), why_square, look=look),
+        *_summed_outer_derivative_mistakes(a, b),
+    ]
+
+
+def _summed_outer_derivative_mistakes(a: torch.Tensor, b: torch.Tensor) -> list[Mistake]:
+    """dL/dd taken as one number, 2 * d.sum(), shared by every entry (sixteenth audit)."""
+    d = a * b + a.exp()
+    why = (
+        "the outer derivative was one number for every entry, twice the sum of d: L adds up separate terms d_i**2, "
+        "and entry i of a or b reaches L only through its own d_i, so each entry has its own outer factor"
+    )
+    look = "the factor every path shares, dL/dd: its shape"
+    return [
+        Mistake("outer derivative summed", (2 * d.sum() * (b + a.exp()), None), why, look=look),
+        Mistake("outer derivative summed", (None, 2 * d.sum() * a), why, look=look),
     ]
 
 

@@ -1452,6 +1452,13 @@ def _block_form_mistakes(blocks: list[_Block], x: torch.Tensor) -> list[Mistake]
             look="the block's forward: which layer's output the ReLU is applied to",
         ),
         Mistake(
+            "ReLU moved after the sum",
+            _same_as(_per_block(blocks, x, lambda b, h: torch.relu(h + b.fc2(b.fc1(h))))),
+            why="the block's only ReLU comes after adding h, with none between fc1 and fc2 (the original ResNet "
+            "block's last step, without its inner one): this block ends at the sum, and its ReLU acts on fc1's output",
+            look="the block's forward: where the ReLU is applied",
+        ),
+        Mistake(
             "normalised in the block",
             _either(
                 _per_block(blocks, x, lambda b, h: h + b.branch(_layer_norm(h))),
