@@ -421,8 +421,8 @@ def test_a_train_that_keeps_state_between_calls_is_named_on_its_first_check(kept
 def _evaluate_in_inference_mode(model, loader):
     """Thirteenth audit: inference_mode for no_grad, every batch's scores joined, one loss over the loader."""
     model.eval()
-    logits = torch.cat([model(images) for images, _ in loader])
-    labels = torch.cat([labels for _, labels in loader])
+    logits = torch.cat([model(images.to(DEVICE)) for images, _ in loader])
+    labels = torch.cat([labels.to(DEVICE) for _, labels in loader])
     model.train()
     return F.cross_entropy(logits, labels).item(), (logits.argmax(1) == labels).double().mean().item()
 
