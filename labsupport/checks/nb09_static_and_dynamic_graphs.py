@@ -49,32 +49,6 @@ __all__ = [
 ]
 
 
-@contextlib.contextmanager
-def _grad_mode_kept(what: str) -> Iterator[None]:
-    """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
-    on before); autograd is switched back on first, so that the check goes on as it should."""
-    __tracebackhide__ = True
-    enabled = torch.is_grad_enabled()
-    try:
-        yield
-    finally:
-        if enabled and not torch.is_grad_enabled():  # raised or not: the mode switched off is what went wrong
-            torch.set_grad_enabled(True)
-            raise _autograd_switched_off(what)
-
-
-def _autograd_switched_off(what: str) -> CheckError:
-    """What to say to a student's function that switched autograd off and left it off."""
-    return CheckError(
-        f"{what} switched autograd off and left it off (torch.set_grad_enabled(False), or a no_grad entered "
-        "without a `with`)",
-        hint="a call of torch.set_grad_enabled(False) switches gradient tracking off for every line that runs "
-        "after it, in this function and in every later cell, until something switches it on again; "
-        "`with torch.no_grad():` limits it to the lines of its block",
-        mistake="autograd switched off",
-    )
-
-
 # ----------------------------------------------------------------------------- 09.1 script vs trace
 
 
@@ -965,7 +939,7 @@ def _run_gate_forward(model: torch.nn.Module, x: torch.Tensor) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Dynamo does not know how to trace", category=UserWarning)
-            with _grad_mode_kept("CondGate()(x)"):
+            with running.grad_mode_kept("CondGate()(x)"):
                 return run_student(call, x.clone(), what="CondGate()(x)", inplace_hint=INPUT_CHANGED)
     except CheckError as err:
         text = err.message.lower()
@@ -2244,7 +2218,7 @@ def _call_run_programs(run_programs: Any, modules: torch.nn.ModuleDict, points: 
     __tracebackhide__ = True
     handed = points.clone()
     try:
-        with _grad_mode_kept("run_programs"):
+        with running.grad_mode_kept("run_programs"):
             got = run_student(
                 run_programs,
                 modules,

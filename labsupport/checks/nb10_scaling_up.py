@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import decimal
 import inspect
@@ -13,7 +12,7 @@ import numbers
 import re
 import textwrap
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -36,6 +35,7 @@ from .core import (
     run_student,
 )
 from .predictions import number_in_text
+from .running import grad_mode_kept
 from .values import under_a_transform
 
 __all__ = [
@@ -90,32 +90,6 @@ def to_keeps_parameters() -> str:
     if model.weight is before:
         return "same"
     return "new"
-
-
-@contextlib.contextmanager
-def _grad_mode_kept(what: str) -> Iterator[None]:
-    """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
-    on before); autograd is switched back on first, so that the check goes on as it should."""
-    __tracebackhide__ = True
-    enabled = torch.is_grad_enabled()
-    try:
-        yield
-    finally:
-        if enabled and not torch.is_grad_enabled():  # raised or not: the mode switched off is what went wrong
-            torch.set_grad_enabled(True)
-            raise _autograd_switched_off(what)
-
-
-def _autograd_switched_off(what: str) -> CheckError:
-    """What to say to a student's function that switched autograd off and left it off."""
-    return CheckError(
-        f"{what} switched autograd off and left it off (torch.set_grad_enabled(False), or a no_grad entered "
-        "without a `with`)",
-        hint="a call of torch.set_grad_enabled(False) switches gradient tracking off for every line that runs "
-        "after it, in this function and in every later cell, until something switches it on again; "
-        "`with torch.no_grad():` limits it to the lines of its block",
-        mistake="autograd switched off",
-    )
 
 
 #: 10.1's two choices in other words a student writes: each phrase, whole, stands for its choice.
@@ -378,7 +352,7 @@ def _call_amp_step(amp_step: Callable, args: tuple, step: str) -> Any:
     values were removed in place."""
     had_inf = not bool(torch.isfinite(args[3]).all())
     try:
-        with _grad_mode_kept(f"amp_step (the {step} step)"):
+        with grad_mode_kept(f"amp_step (the {step} step)"):
             return run_student(amp_step, *args, what=f"amp_step (the {step} step)", inplace_hint=BATCH_CHANGED)
     except CheckError as err:
         if had_inf and "in place" in err.message and bool(torch.isfinite(args[3]).all()):
@@ -1525,7 +1499,7 @@ def _run_parallel_grads(
     """The student's function on one case; zeroing a .grad that is still None is named."""
     __tracebackhide__ = True
     try:
-        with _grad_mode_kept("your data_parallel_grads(...)"):
+        with grad_mode_kept("your data_parallel_grads(...)"):
             return run_student(
                 data_parallel_grads,
                 model,

@@ -367,6 +367,32 @@ def _student_line(exc: BaseException) -> str | None:
     return where
 
 
+@contextlib.contextmanager
+def grad_mode_kept(what: str) -> Iterator[None]:
+    """A CheckError if the block (a call of a student's function) switched autograd off and left it off (where it was
+    on before); autograd is switched back on first, so that the check goes on as it should."""
+    __tracebackhide__ = True
+    enabled = torch.is_grad_enabled()
+    try:
+        yield
+    finally:
+        if enabled and not torch.is_grad_enabled():  # raised or not: the mode switched off is what went wrong
+            torch.set_grad_enabled(True)
+            raise _autograd_switched_off(what)
+
+
+def _autograd_switched_off(what: str) -> CheckError:
+    """What to say to a student's function that switched autograd off and left it off."""
+    return CheckError(
+        f"{what} switched autograd off and left it off (torch.set_grad_enabled(False), or a no_grad entered "
+        "without a `with`)",
+        hint="a call of torch.set_grad_enabled(False) switches gradient tracking off for every line that runs "
+        "after it, in this function and in every later cell, until something switches it on again; "
+        "`with torch.no_grad():` limits it to the lines of its block",
+        mistake="autograd switched off",
+    )
+
+
 def expect_function(fn: Any, what: str) -> None:
     """Refuse None or a non-function (checks with a costly reference call it first)."""
     __tracebackhide__ = True
