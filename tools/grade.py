@@ -66,11 +66,13 @@ import contextlib
 import copy
 import csv
 import difflib
+import fcntl
 import hashlib
 import html
 import io
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -1880,10 +1882,12 @@ def _when(mtime: float | None) -> str:
 
 
 def _number(text: str) -> float | None:
+    """A finite number, else None: ``nan``, ``inf`` or ``1e999`` typed into manual.csv scores nothing."""
     try:
-        return float(text)
+        value = float(text)
     except (TypeError, ValueError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def finish(
@@ -1958,7 +1962,7 @@ def finish(
                 late = time.mktime(time.strptime(when, "%Y-%m-%dT%H:%M:%S")) - deadline
                 if late > 0:
                     days = int(-(-late // 86400))
-                    cut = min(100.0, penalty * days)
+                    cut = min(100.0, max(0.0, penalty * days))  # a late day never earns
                     score *= 1 - cut / 100
                     row["late"] = f"{days} day(s): -{cut:g}%"
             row["score"] = f"{round(score, 3):g}"
@@ -2233,15 +2237,7 @@ def grade(
     :class:`EnvironmentProblem`); ``deadline`` and ``penalty`` (percent per day started) make late rows lose points."""
     cfg = cfg or Config()
     grade_kernel.seal_grader()  # this process's environment (an LMS token?) and memory: no kernel reads them
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
-    log = logging.getLogger(f"grade.{id(out)}")
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    handler = logging.FileHandler(out / "logs" / f"grade-{time.strftime('%Y%m%d-%H%M%S')}.log", encoding="utf-8")
-    handler.setFormatter(_OneLine("%(asctime)s %(message)s"))
-    log.addHandler(handler)
-    try:
+    with _sole_grader(out) as log:
         t0 = time.perf_counter()
         sources = _sources(cfg)
         log.info(
@@ -2269,9 +2265,35 @@ def grade(
         table = write_outputs(out, graded, rows, sources, log=log, deadline=deadline, penalty=penalty)
         log.info("done: %d row(s) in grades.csv in %.1f s", len(table), time.perf_counter() - t0)
         return table
+
+
+@contextlib.contextmanager
+def _sole_grader(out: Path):
+    """OUT locked for this grader (a lock on the folder itself: no file is left behind) and its log. A second
+    grader of the same OUT stops before it reads or writes anything there: two would interleave auto-grades.csv,
+    results.jsonl and the feedback files, each run's rows replacing the other's."""
+    out.mkdir(parents=True, exist_ok=True)
+    folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EnvironmentProblem(f"another grader is writing {out}: wait for it, or use another OUT") from None
+        (out / "logs").mkdir(exist_ok=True)
+        log = logging.getLogger(f"grade.{id(out)}")
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        name = f"grade-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        handler = logging.FileHandler(out / "logs" / name, encoding="utf-8")
+        handler.setFormatter(_OneLine("%(asctime)s %(message)s"))
+        log.addHandler(handler)
+        try:
+            yield log
+        finally:
+            log.removeHandler(handler)
+            handler.close()
     finally:
-        log.removeHandler(handler)
-        handler.close()
+        os.close(folder)  # the lock goes with it
 
 
 def sandbox_state(cfg: Config) -> str:
@@ -2303,10 +2325,13 @@ def _policy(out: Path, deadline: str | None, penalty: float | None) -> tuple[flo
     except ValueError:
         return f"--deadline {saved['deadline']!r}: use local time as YYYY-MM-DDTHH:MM"
     saved.setdefault("late_penalty", 10.0)
+    rate = _number(saved["late_penalty"])
+    if rate is None or not 0 <= rate <= 100:
+        return f"late penalty {saved['late_penalty']!r}: use a percent per day from 0 to 100"
     if deadline is not None or penalty is not None:
         out.mkdir(parents=True, exist_ok=True)
         write_atomic(out / "policy.json", json.dumps(saved) + "\n")
-    return when, float(saved["late_penalty"])
+    return when, rate
 
 
 def main(argv: list[str] | None = None) -> int:
