@@ -163,3 +163,17 @@ def test_a_second_grader_of_the_same_out_stops_before_writing(tmp_path):
     with grade._sole_grader(out) as log:  # free again once the first is done; the lock leaves no file
         assert isinstance(log, logging.Logger)
     assert sorted(p.name for p in out.iterdir()) == ["logs"]
+
+
+@pytest.mark.parametrize("mode", ["--apply", "--merge"])
+def test_apply_and_merge_wait_for_no_grader_they_stop_while_one_writes(tmp_path, mode, capsys):
+    """--apply and --merge rewrite OUT's gradebook: while a grader holds OUT they stop with exit 3, writing nothing."""
+    out = tmp_path / "out"
+    extra = [str(tmp_path / "part1")] if mode == "--merge" else []
+    (tmp_path / "part1").mkdir()
+    with grade._sole_grader(out):
+        (out / grade.AUTO).write_text("student,notebook\n")
+        before = sorted(p.name for p in out.rglob("*"))
+        assert grade.main(["--out", str(out), mode, *extra]) == 3
+        assert sorted(p.name for p in out.rglob("*")) == before
+    assert "another grader is writing" in capsys.readouterr().err

@@ -2272,13 +2272,7 @@ def _sole_grader(out: Path):
     """OUT locked for this grader (a lock on the folder itself: no file is left behind) and its log. A second
     grader of the same OUT stops before it reads or writes anything there: two would interleave auto-grades.csv,
     results.jsonl and the feedback files, each run's rows replacing the other's."""
-    out.mkdir(parents=True, exist_ok=True)
-    folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        try:
-            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise EnvironmentProblem(f"another grader is writing {out}: wait for it, or use another OUT") from None
+    with _locked(out):
         (out / "logs").mkdir(exist_ok=True)
         log = logging.getLogger(f"grade.{id(out)}")
         log.setLevel(logging.INFO)
@@ -2292,6 +2286,20 @@ def _sole_grader(out: Path):
         finally:
             log.removeHandler(handler)
             handler.close()
+
+
+@contextlib.contextmanager
+def _locked(out: Path):
+    """OUT locked for this process (a lock on the folder itself: no file is left behind), or EnvironmentProblem
+    when another grader, ``--apply`` or ``--merge`` holds it."""
+    out.mkdir(parents=True, exist_ok=True)
+    folder = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EnvironmentProblem(f"another grader is writing {out}: wait for it, or use another OUT") from None
+        yield
     finally:
         os.close(folder)  # the lock goes with it
 
@@ -2388,28 +2396,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         extra = args.extra.resolve() if args.extra.is_dir() else None
         try:
-            table = merge_parts(
-                out,
-                [p.resolve() for p in args.merge],
-                load_sources(args.src.resolve(), extra),
-                deadline=deadline,
-                penalty=penalty,
-            )
+            with _locked(out):
+                table = merge_parts(
+                    out,
+                    [p.resolve() for p in args.merge],
+                    load_sources(args.src.resolve(), extra),
+                    deadline=deadline,
+                    penalty=penalty,
+                )
         except FileNotFoundError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except EnvironmentProblem as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
         print(f"{len(table)} row(s) from {len(args.merge)} part(s) in {out / 'grades.csv'}")
         return 0
     if args.apply:
         if not (out / AUTO).is_file():
             print(f"error: {out / AUTO} does not exist: grade first", file=sys.stderr)
             return 2
-        table = finish(
-            out,
-            load_sources(args.src.resolve(), args.extra.resolve() if args.extra.is_dir() else None),
-            deadline=deadline,
-            penalty=penalty,
-        )
+        try:
+            with _locked(out):
+                table = finish(
+                    out,
+                    load_sources(args.src.resolve(), args.extra.resolve() if args.extra.is_dir() else None),
+                    deadline=deadline,
+                    penalty=penalty,
+                )
+        except EnvironmentProblem as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
         print(
             f"{len(table)} row(s) in {out / 'grades.csv'} with {out / MANUAL} applied; the class report in {out / 'report.html'}"
         )
