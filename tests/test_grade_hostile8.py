@@ -146,9 +146,12 @@ def test_a_message_over_the_cap_costs_its_exercise_and_grading_goes_on(graded):
 
 def test_a_message_of_many_small_parts_is_not_read_whole(graded):
     """100 parts of 4 MB, each under the cap: libzmq holds a message's every part before the first is read, so the
-    worker's own cap (300 MB of growth here) refuses it; its cell times out, the exercises before it stand."""
+    worker's own cap (300 MB of growth here) refuses it; its cell times out, the exercises before it stand. The cap
+    reads the worker's memory as it grows, so where a run reads the message before the cap sees it (seen once in a
+    clean-clone CI), the forged line is not the verdict: the right power4 passes the kernel's check and is held at 0
+    for review, since its cell reaches the kernel's sockets. Either way it earns nothing."""
     row, res = graded["rows"]["many_parts"], graded["results"]["many_parts"]
-    assert res["99.4"]["status"] == "timeout" and row["99.4"] == "0", res["99.4"]
+    assert res["99.4"]["status"] in ("timeout", "held") and row["99.4"] == "0", res["99.4"]
     assert [row["99.1"], row["99.2"], row["99.3"]] == ["1", "1", "1"] and row["status"] == "ok", row
 
 
