@@ -1123,10 +1123,15 @@ def _grad_w_other_factor(x: torch.Tensor, w: torch.Tensor, scale: float, g: torc
     return not any(math.isclose(factor, f, rel_tol=1e-6) for f in (1.0, scale))
 
 
+def _scaled_linear_grads(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The reference gradients of 04.4's ``scale * x @ w`` for the upstream gradient ``g``: (grad_x, grad_w),
+    which the mistake builders below alter one way each."""
+    return scale * g.mm(w.t()), scale * x.t().mm(g)
+
+
 def _grad_output_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """Gradients that leave grad_output out (both, or grad_w alone), or come back in swapped order."""
-    grad_x = scale * g.mm(w.t())
-    grad_w = scale * x.t().mm(g)
+    grad_x, grad_w = _scaled_linear_grads(x, w, scale, g)
     ones = torch.ones_like(g)
     return [
         Mistake(
@@ -1153,8 +1158,7 @@ def _grad_output_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: tor
 
 def _transposed_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """A gradient returned transposed."""
-    grad_x = scale * g.mm(w.t())
-    grad_w = scale * x.t().mm(g)
+    grad_x, grad_w = _scaled_linear_grads(x, w, scale, g)
     return [
         Mistake(
             "grad_w transposed",
@@ -1173,8 +1177,7 @@ def _transposed_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torc
 
 def _scaled_matmul_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """The typical wrong (output, grad_x, grad_w) of ScaledMatmul; None: any value."""
-    grad_x = scale * g.mm(w.t())
-    grad_w = scale * x.t().mm(g)
+    grad_x, grad_w = _scaled_linear_grads(x, w, scale, g)
     return [
         dataclasses.replace(_PLANTED, matches=(None, grad_x, grad_w / scale)),
         Mistake(
@@ -1248,8 +1251,7 @@ def _float32_precision(right: tuple, got: tuple) -> bool:
 
 def _sign_and_batch_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """A gradient with the wrong sign, or grad_w averaged over the batch, as a mean loss would be."""
-    grad_x = scale * g.mm(w.t())
-    grad_w = scale * x.t().mm(g)
+    grad_x, grad_w = _scaled_linear_grads(x, w, scale, g)
     return [
         Mistake(
             "grad_x sign flipped",
@@ -1278,8 +1280,7 @@ def _sign_and_batch_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: 
 
 def _grad_w_factor_mistakes(x: torch.Tensor, w: torch.Tensor, scale: float, g: torch.Tensor) -> list[Mistake]:
     """grad_w off by a factor other than the planted bug's, while grad_x is right."""
-    grad_x = scale * g.mm(w.t())
-    grad_w = scale * x.t().mm(g)
+    grad_x, grad_w = _scaled_linear_grads(x, w, scale, g)
     return [
         Mistake(
             "grad_w divided by the factor",
